@@ -1,0 +1,59 @@
+"""Typed errors that render their own one-line message and an optional tip.
+
+The CLI catches `SlurmtorchError` once, prints `error: <message>` (and
+`tip: <tip>`) on stderr and exits non-zero; nothing user-facing is a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SlurmtorchError(Exception):
+    """Base of every error a user can cause or fix."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, tip: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.tip = tip
+
+    def render(self) -> str:
+        text = f"error: {self.message}"
+        if self.tip:
+            text += f"\ntip: {self.tip}"
+        return text
+
+
+class SiteError(SlurmtorchError):
+    """A site config that cannot be found, parsed or validated."""
+
+
+class SpecError(SlurmtorchError):
+    """Options that the site/partition/node type cannot satisfy."""
+
+
+class ShellSafetyError(SpecError):
+    """A value that a shell or a batch directive cannot carry safely."""
+
+
+class TemplateError(SlurmtorchError):
+    """A template that is missing or fails to render."""
+
+
+class SubmitError(SlurmtorchError):
+    """The scheduler or launcher refused or failed; carries argv and output."""
+
+    exit_code = 1
+
+    def __init__(self, message, tip=None, argv=None, returncode=None, stdout="", stderr=""):
+        super().__init__(message, tip)
+        self.argv = list(argv or [])
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class BootstrapError(SlurmtorchError):
+    """The in-rank world could not be derived or the process group not set up."""
+
+    exit_code = 1

@@ -1,0 +1,105 @@
+"""Shared fixtures: the real Slurm testbed, real Open MPI, real torch.
+
+In CI (CI=true) a missing piece is a failure, never a skip: the fixtures call
+`pytest.fail` instead of `pytest.skip` there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+TESTBED = REPO / "scripts" / "testbed"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def need(condition: bool, why: str) -> None:
+    """Skip locally, fail in CI: CI must never pass by skipping the real thing."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {why}", pytrace=False)
+    pytest.skip(why)
+
+
+@dataclass
+class Testbed:
+    """A running local Slurm cluster and the client environment that reaches it."""
+
+    env: dict[str, str]
+    nodes: list[str]
+    state_dir: Path
+    python: str = field(default_factory=lambda: sys.executable)
+
+    def run(self, argv, *, timeout=120, check=False, env=None, **kw) -> subprocess.CompletedProcess:
+        merged = dict(self.env)
+        if env:
+            merged.update(env)
+        return subprocess.run(
+            [str(a) for a in argv], env=merged, capture_output=True, text=True,
+            timeout=timeout, check=check, **kw,
+        )
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    import shlex
+
+    env = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("export "):
+            continue
+        (assignment,) = shlex.split(line[len("export "):])
+        key, _, value = assignment.partition("=")
+        env[key] = value
+    return env
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Testbed:
+    """Bring the 4-node testbed up (or reuse a healthy one) for the whole session."""
+    need(os.geteuid() == 0, "the testbed needs root (network namespaces)")
+    need(shutil.which("slurmctld") is not None, "Debian's slurmctld is not installed")
+    up = subprocess.run([str(TESTBED), "up", "4"], capture_output=True, text=True, timeout=180)
+    if up.returncode != 0:
+        pytest.fail(f"scripts/testbed up failed:\n{up.stdout}\n{up.stderr}", pytrace=False)
+    out = subprocess.run([str(TESTBED), "env"], capture_output=True, text=True, check=True)
+    exports = _parse_exports(out.stdout)
+    env = dict(os.environ)
+    env.update(exports)
+    # Clients and jobs use this interpreter's venv first.
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    nodes = exports.get("SLURMTORCH_TESTBED_NODES", "").split(",")
+    return Testbed(env=env, nodes=[n for n in nodes if n], state_dir=Path(exports["SLURMTORCH_TESTBED_DIR"]))
+
+
+@pytest.fixture(scope="session")
+def mpi_env() -> dict[str, str]:
+    """Environment for running Open MPI's mpirun as root on this 2-core host."""
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        need(False, "mpi4py is not installed")
+    mpirun = shutil.which("mpirun", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    need(mpirun is not None, "mpirun is not on PATH")
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.setdefault("OMPI_MCA_btl", "self,sm,tcp")
+    return env
+
+
+@pytest.fixture(scope="session")
+def has_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        need(False, "torch is not installed")
