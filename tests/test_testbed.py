@@ -1,0 +1,108 @@
+"""The local Slurm testbed itself: real daemons, real namespaces, clean teardown."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TESTBED, need
+
+STATE = Path(os.environ.get("SLURMTORCH_TESTBED_DIR", "/tmp/slurmtorch-testbed"))
+
+
+def _testbed(*args, timeout=120):
+    return subprocess.run([str(TESTBED), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _our_live_daemons() -> list[str]:
+    """Non-zombie slurmctld/slurmd/munged processes whose command line points at our state dir."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and str(STATE) in cmd and any(d in cmd for d in ("slurmctld", "slurmd", "munged")):
+            found.append(f"{proc.name}: {cmd}")
+    return found
+
+
+def _leftovers() -> list[str]:
+    left = _our_live_daemons()
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    left += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith("slurmtorch-node")]
+    if subprocess.run(["ip", "link", "show", "stbr0"], capture_output=True).returncode == 0:
+        left.append("bridge stbr0")
+    if STATE.exists():
+        left.append(f"state dir {STATE}")
+    return left
+
+
+def test_up_and_down_twice_leave_no_daemon_namespace_or_state(testbed):
+    """Also proves `up` recovers from a cluster it did not take down itself."""
+    try:
+        for _ in range(2):
+            up = _testbed("up", "4")
+            assert up.returncode == 0, up.stderr
+            out = testbed.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split("\n")
+            assert sorted(line.split()[0] for line in out if line) == ["node1", "node2", "node3", "node4"]
+            down = _testbed("down")
+            assert down.returncode == 0, down.stderr
+            # Daemons end asynchronously after SIGKILL; allow a moment.
+            deadline = time.monotonic() + 5
+            while _leftovers() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _leftovers() == []
+    finally:
+        # Leave a healthy cluster for the rest of the session.
+        assert _testbed("up", "4").returncode == 0
+
+
+def test_up_is_idempotent_on_a_healthy_cluster(testbed):
+    before = (STATE / "run" / "slurmctld.pid").read_text()
+    again = _testbed("up", "4")
+    assert again.returncode == 0 and "already up" in again.stderr
+    assert (STATE / "run" / "slurmctld.pid").read_text() == before
+
+
+def test_srun_reaches_four_nodes_with_their_own_hostnames_and_addresses(testbed):
+    r = testbed.run(["srun", "-N4", "--ntasks-per-node=1", "sh", "-c",
+                     "echo $(hostname) $(ip -4 -o addr show eth0 | awk '{print $4}')"], timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(r.stdout.split("\n")[:-1]) == [f"node{i} 198.18.0.{10 + i}/24" for i in range(1, 5)]
+
+
+def test_sbatch_four_node_job_agrees_on_gloo_all_reduce(testbed, has_torch, tmp_path):
+    """A real 4-node batch job through sbatch: every node runs a rank, all see sum 1+2+3+4."""
+    script = Path(__file__).parent / "scripts" / "gloo_allreduce.py"
+    out = tmp_path / "job.out"
+    batch = tmp_path / "job.sh"
+    batch.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH --nodes=4 --ntasks-per-node=1 --output={out}\n"
+        "export GLOO_SOCKET_IFNAME=eth0 INIT_METHOD=tcp://198.18.0.11:29511\n"
+        f"srun {testbed.python} {script}\n"
+    )
+    sub = testbed.run(["sbatch", "--parsable", str(batch)])
+    assert sub.returncode == 0, sub.stderr
+    job_id = sub.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if not testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip():
+            break
+        time.sleep(0.3)
+    else:
+        testbed.run(["scancel", job_id])
+        pytest.fail("4-node gloo job did not finish within 120 s")
+    state = testbed.run(["scontrol", "show", "job", job_id]).stdout
+    assert "JobState=COMPLETED" in state, state + out.read_text()
+    lines = sorted(line for line in out.read_text().splitlines() if line.startswith("host="))
+    print("\n".join(lines))
+    assert lines == [f"host=node{i + 1} rank={i} sum=10" for i in range(4)]
