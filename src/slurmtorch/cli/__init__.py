@@ -1,0 +1,1 @@
+"""The `slurmtorch` command line: one module per verb, composed in `main`."""

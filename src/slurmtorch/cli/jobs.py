@@ -1,0 +1,55 @@
+"""`slurmtorch status|logs|cancel JOBID`: follow a job without an accounting DB."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+
+def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
+    """Print the job's state (squeue, then scontrol, then its folder's exit-code)."""
+    from .. import submit
+
+    print(submit.job_status(job_id).line())
+    return 0
+
+
+def logs(
+    job_id: str = typer.Argument(..., metavar="JOBID"),
+    rank: int = typer.Option(0, "--rank", "-r", help="which rank's output"),
+    batch: bool = typer.Option(False, "--batch", help="the batch script's own output instead"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+) -> int:
+    """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder."""
+    from .. import submit
+    from ..errors import SubmitError
+
+    folder = submit.job_dir(job_id)
+    if not folder.is_dir():
+        raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
+    if batch:
+        paths = [(folder / "batch.out", sys.stdout)]
+    else:
+        out, err = submit.rank_log_paths(folder, rank)
+        paths = [(out, sys.stdout), (err, sys.stderr)]
+    if follow:
+        submit.follow(job_id, paths)
+        return 0
+    if not any(p.exists() for p, _ in paths):
+        raise SubmitError(
+            f"no output yet for {'the batch step' if batch else f'rank {rank}'} of job {job_id} in {folder}",
+            tip=f"is it still pending? slurmtorch status {job_id}",
+        )
+    for p, stream in paths:
+        submit.Tail(p, stream).pump()
+    return 0
+
+
+def cancel(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
+    """Cancel the job (scancel)."""
+    from .. import submit
+
+    submit.cancel(job_id)
+    print(f"cancel requested for job {job_id}", file=sys.stderr)
+    return 0

@@ -1,0 +1,62 @@
+"""`slurmtorch`: compose the verbs and own the one error boundary.
+
+Every SlurmtorchError (and every usage error) becomes `error: ...` (+ `tip: ...`)
+on stderr and a non-zero exit, never a traceback. Rich tracebacks show no locals:
+a site's environment may hold secrets. Nothing heavy is imported here, so
+`slurmtorch --help` stays fast; verbs import what they need when they run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+try:  # typer >= 0.2x vendors click; its usage errors derive from TyperException
+    from typer import TyperException as _UsageError
+except ImportError:  # pragma: no cover - older typer depends on click
+    from click import ClickException as _UsageError
+
+from ..errors import SlurmtorchError
+from . import jobs, mpirun, sbatch, site
+
+_PASSTHROUGH = {"allow_interspersed_args": True}
+
+app = typer.Typer(
+    name="slurmtorch",
+    help="Launch PyTorch distributed training on Slurm and MPI clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
+)
+app.command("sbatch", context_settings=_PASSTHROUGH)(sbatch.sbatch)
+app.command("mpirun", context_settings=_PASSTHROUGH)(mpirun.mpirun)
+app.command("status")(jobs.status)
+app.command("logs")(jobs.logs)
+app.command("cancel")(jobs.cancel)
+app.add_typer(site.app, name="site")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run one verb and exit with its code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rv = app(args=argv, prog_name="slurmtorch", standalone_mode=False, obj={"argv": argv})
+    except SlurmtorchError as e:
+        print(e.render(), file=sys.stderr)
+        sys.exit(e.exit_code)
+    except _UsageError as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        ctx = getattr(e, "ctx", None)
+        if ctx is not None:
+            print(f"tip: see '{ctx.command_path} --help'", file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except (typer.Abort, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

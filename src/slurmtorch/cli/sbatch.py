@@ -1,0 +1,60 @@
+"""`slurmtorch sbatch`: render the batch script, then print it or submit it."""
+
+from __future__ import annotations
+
+import sys
+from typing import List, Optional
+
+import typer
+
+from ._common import provenance, site_ref, split_script
+
+
+def sbatch(
+    ctx: typer.Context,
+    script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [-- SCRIPT_ARGS...]", show_default=False),
+    module: Optional[str] = typer.Option(None, "-m", "--module", help="run a module instead of SCRIPT"),
+    nodes: Optional[int] = typer.Option(None, "--nodes", "-N"),
+    ntasks_per_node: Optional[int] = typer.Option(None, "--ntasks-per-node", help="ranks per node (default: GPUs per node, or 1)"),
+    gpus_per_node: Optional[int] = typer.Option(None, "--gpus-per-node"),
+    cpus_per_task: Optional[int] = typer.Option(None, "--cpus-per-task"),
+    site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
+    preset: Optional[str] = typer.Option(None, "--preset"),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p"),
+    time: Optional[str] = typer.Option(None, "--time", "-t", help="Slurm time limit, e.g. 1-00:00:00"),
+    account: Optional[str] = typer.Option(None, "--account", "-A"),
+    qos: Optional[str] = typer.Option(None, "--qos"),
+    job_name: Optional[str] = typer.Option(None, "--job-name", "-J"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="auto|nccl|gloo|mpi"),
+    launcher: Optional[str] = typer.Option(None, "--launcher", help="srun|mpirun|torchrun"),
+    timeout: Optional[int] = typer.Option(None, "--timeout", help="process-group timeout in seconds"),
+    env: Optional[List[str]] = typer.Option(None, "--env", help="K=V, repeatable"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the script, submit nothing"),
+    wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its code"),
+) -> int:
+    """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id."""
+    from .. import render, sites, spec, submit
+
+    script, args = split_script(script_and_args, module)
+    root = submit.jobs_root()
+    options = spec.Options(
+        kind="sbatch", script=script, module=module, script_args=tuple(args), preset=preset,
+        partition=partition, nodes=nodes, ntasks_per_node=ntasks_per_node, gpus_per_node=gpus_per_node,
+        cpus_per_task=cpus_per_task, time=time, account=account, qos=qos, job_name=job_name,
+        backend=backend, launcher=launcher, timeout=timeout, env=tuple(env or ()),
+        python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch"),
+    )
+    job = spec.build_spec(sites.load_site(site_ref(site, None)), options)
+    text = render.render_sbatch(job)
+    if dry_run:
+        sys.stdout.write(text)
+        return 0
+    sub = submit.submit(text, root)
+    print(sub.job_id, flush=True)
+    print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
+    if not wait:
+        return 0
+    status = submit.wait(sub.job_id, root)
+    code = submit.exit_code_of(status)
+    print(f"job {sub.job_id} {status.state} (exit {code})", file=sys.stderr)
+    return code

@@ -1,0 +1,186 @@
+"""Render a `JobSpec` into the batch (or mpirun) script: pure, deterministic, no torch.
+
+Templates live in `templates/` (a site may override any of them with its
+`templates:` folder). Every value reaches the text through one of three filters:
+`q` (shell.quote), `directive` (shell.directive_value) or `comment` (for the
+provenance line); StrictUndefined turns a typo in a template into an error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jinja2
+
+from . import resources, shell
+from .errors import SlurmtorchError, TemplateError
+from .spec import JobSpec, slurm_pattern_escape
+
+# Per-rank log redirection for launchers without srun's --output patterns. It is a
+# constant passed as `bash -c` text; the job folder and argv arrive as positional
+# parameters, so no user value is ever spliced into it.
+RANK_LOG_WRAPPER = (
+    'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; '
+    'exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"'
+)
+
+_FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The argv pieces of the launch line, unquoted (templates quote them)."""
+
+    rank_argv: tuple[str, ...]
+    srun_args: tuple[str, ...] = ()
+    mpirun_args: tuple[str, ...] = ()
+    torchrun_argv: tuple[str, ...] = ()
+    rank_log_wrapper: str = RANK_LOG_WRAPPER
+
+
+def bootstrap_argv(spec: JobSpec, source: str) -> list[str]:
+    """`<python> -m slurmtorch.bootstrap ...` as every rank runs it."""
+    argv = [spec.python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
+            "--timeout", str(spec.timeout), "--from", source]
+    argv += ["-m", spec.module] if spec.module else [spec.script]
+    argv += list(spec.script_args)
+    return argv
+
+
+def launch_plan(spec: JobSpec) -> Launch:
+    """Work out the launcher's arguments for this spec (pure)."""
+    launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
+    container_prefix: list[str] = []
+    pyxis: list[str] = []
+    if spec.container is not None:
+        c = spec.container
+        if c.runtime == "apptainer":
+            container_prefix = ["apptainer", "exec"]
+            if spec.gpus_per_node:
+                container_prefix.append("--nv")
+            for mount in c.mounts:
+                container_prefix += ["--bind", mount]
+            container_prefix.append(c.image)
+        else:
+            pyxis = [f"--container-image={c.image}"]
+            if c.mounts:
+                pyxis.append(f"--container-mounts={','.join(c.mounts)}")
+
+    if launcher == "torchrun":
+        rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"])]
+        # torchrun runs `python -m torch.distributed.run ... -m slurmtorch.bootstrap`.
+        python, rest = rank[len(container_prefix)], rank[len(container_prefix) + 3:]
+        torchrun = [*container_prefix, python, "-m", "torch.distributed.run",
+                    "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.ntasks_per_node),
+                    "--rdzv-backend", "c10d"]
+        rank_argv = ["-m", "slurmtorch.bootstrap", *rest]
+        logs = slurm_pattern_escape(spec.job_root) + "/%j/node-%t"
+        srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
+                f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
+                f"--output={logs}.out", f"--error={logs}.err", *pyxis]
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun))
+
+    rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher])]
+    if launcher == "srun":
+        logs = slurm_pattern_escape(spec.job_root) + "/%j/rank-%t"
+        # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
+        srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
+                f"--cpus-per-task={spec.cpus_per_task}",
+                f"--output={logs}.out", f"--error={logs}.err", *pyxis]
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun))
+
+    # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
+    mpirun = ["-n", str(spec.ntasks)]
+    if spec.kind == "mpirun":
+        if spec.hostfile:
+            mpirun += ["--hostfile", spec.hostfile]
+        for name, _ in spec.env:
+            mpirun += ["-x", name]
+    return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun))
+
+
+def comment_quote(argv: tuple[str, ...] | list[str]) -> str:
+    """Quote argv for a `# Run with:` comment: copy-pasteable, and never a second line.
+
+    shell.quote keeps a newline literally, which inside a comment would end it and
+    turn the rest into a script line; such arguments use bash's $'...' instead.
+    """
+    parts = []
+    for arg in argv:
+        if re.search(r"[\x00-\x1f\x7f]", arg):
+            parts.append("$'" + "".join(_ansi_c_char(c) for c in arg) + "'")
+        else:
+            parts.append(shell.quote(arg))
+    return " ".join(parts)
+
+
+def _ansi_c_char(c: str) -> str:
+    special = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    if c in special:
+        return special[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\x{ord(c):02x}"
+    return c
+
+
+def _sbatch_directive(pair: tuple[str, object]) -> str:
+    name, value = pair
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        raise TemplateError(f"invalid #SBATCH option name {name!r}")
+    if value is True:
+        return f"#SBATCH --{name}"
+    return f"#SBATCH --{name}={shell.directive_value(value, what=f'#SBATCH --{name} value')}"
+
+
+@lru_cache(maxsize=8)
+def environment(site_templates: str | None = None) -> jinja2.Environment:
+    """The one Jinja2 environment: site overrides first, then the bundled templates."""
+    loaders = []
+    if site_templates:
+        loaders.append(jinja2.FileSystemLoader(site_templates))
+    loaders.append(jinja2.FileSystemLoader(str(resources.templates_dir())))
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = shell.quote
+    env.filters["join_q"] = shell.join
+    env.filters["directive"] = shell.directive_value
+    env.filters["envname"] = shell.env_name
+    env.filters["comment"] = comment_quote
+    env.filters["sbatch_directive"] = _sbatch_directive
+    return env
+
+
+def render_template(name: str, spec: JobSpec) -> str:
+    try:
+        template = environment(spec.templates).get_template(name)
+        return template.render(spec=spec, launch=launch_plan(spec))
+    except SlurmtorchError:
+        raise
+    except jinja2.TemplateNotFound as e:
+        raise TemplateError(f"template {e.name!r} not found", tip="check the site's `templates:` folder") from None
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"{e.filename or e.name}:{e.lineno}: template syntax error: {e.message}") from None
+    except jinja2.UndefinedError as e:
+        raise TemplateError(f"template {name!r}: {e.message}") from None
+
+
+def render_sbatch(spec: JobSpec) -> str:
+    """The batch script `sbatch` receives, byte for byte."""
+    return render_template("sbatch.sh.j2", spec)
+
+
+def render_mpirun(spec: JobSpec) -> str:
+    """A script that runs the job with mpirun on hosts without Slurm."""
+    return render_template("mpirun.sh.j2", spec)
+
+
+def render(spec: JobSpec) -> str:
+    return render_sbatch(spec) if spec.kind == "sbatch" else render_mpirun(spec)

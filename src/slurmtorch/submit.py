@@ -1,0 +1,345 @@
+"""The edge: the only module that runs `sbatch`, `squeue`, `scontrol`, `scancel`, `bash`.
+
+Job folder: `$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holding
+`script.sh` (the exact submitted text), `batch.out`, `rank-<r>.out|err` and, once
+the launch step ends, `exit-code`. It is created under a temporary name, the job is
+submitted *held* so that it cannot start before its folder exists, then the folder
+is renamed to the job id and the job released. Any failure on the way removes the
+folder (and cancels the held job): nothing half-written is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from .errors import SpecError, SubmitError
+
+Runner = Callable[..., subprocess.CompletedProcess]
+
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
+})
+_JOB_ID_RE = re.compile(r"^(?P<id>[0-9]+)(?:;(?P<cluster>\S+))?$")
+POLL_S = 0.25
+
+
+def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one scheduler command; failures become a SubmitError carrying argv and output."""
+    argv = [str(a) for a in argv]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SubmitError(
+            f"{argv[0]} not found on PATH",
+            tip="run this on a Slurm login node, or use --dry-run to only print the script",
+            argv=argv,
+        ) from None
+    except subprocess.TimeoutExpired as e:
+        raise SubmitError(
+            f"{argv[0]} did not answer within {timeout:g} s", tip="is slurmctld reachable? (scontrol ping)",
+            argv=argv, stdout=_text(e.stdout), stderr=_text(e.stderr),
+        ) from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        raise SubmitError(
+            f"{argv[0]} failed (exit {proc.returncode}): {detail[-1] if detail else 'no output'}",
+            argv=argv, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
+        )
+    return proc
+
+
+def _text(data) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+# --------------------------------------------------------------------------- job folders
+
+
+def jobs_root(environ: dict[str, str] | None = None) -> Path:
+    """Where job folders live: `$SLURMTORCH_HOME/jobs`, default `~/.slurmtorch/jobs`."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("SLURMTORCH_HOME") or os.path.join(os.path.expanduser("~"), ".slurmtorch")
+    return Path(os.path.abspath(os.path.expanduser(home))) / "jobs"
+
+
+def check_job_id(job_id: str) -> str:
+    if not re.fullmatch(r"[0-9]+", str(job_id)):
+        raise SpecError(f"invalid job id {job_id!r}", tip="a Slurm job id is a number, e.g. 1234")
+    return str(job_id)
+
+
+def job_dir(job_id: str, root: Path | None = None) -> Path:
+    return (root or jobs_root()) / check_job_id(job_id)
+
+
+def parse_job_id(stdout: str, argv: Sequence[str] = ()) -> str:
+    """`sbatch --parsable` prints `jobid` or `jobid;cluster`."""
+    lines = [ln.strip() for ln in stdout.strip().splitlines() if ln.strip()]
+    m = _JOB_ID_RE.match(lines[-1]) if lines else None
+    if not m:
+        raise SubmitError(
+            f"could not read a job id from sbatch's output {stdout.strip()!r}",
+            argv=argv, returncode=0, stdout=stdout,
+        )
+    return m.group("id")
+
+
+def _ensure_root(root: Path) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    if root.stat().st_mode & 0o002:
+        raise SubmitError(f"job folder root {root} is world-writable", tip=f"chmod o-w {root}")
+
+
+@dataclass(frozen=True)
+class Submission:
+    job_id: str
+    job_dir: Path
+
+
+def submit(script: str, root: Path | None = None, *, runner: Runner = run) -> Submission:
+    """Write the job folder, submit held, rename the folder to the job id, release."""
+    root = root or jobs_root()
+    _ensure_root(root)
+    tmp = Path(tempfile.mkdtemp(prefix=".submitting-", dir=root))
+    job_id: str | None = None
+    final: Path | None = None
+    try:
+        os.chmod(tmp, 0o755)
+        path = tmp / "script.sh"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(script)
+        # Held, so that the job cannot start (and open batch.out) before its folder exists.
+        argv = ["sbatch", "--parsable", "--hold", str(path)]
+        job_id = parse_job_id(runner(argv).stdout, argv)
+        final = root / job_id
+        if final.exists() or final.is_symlink():
+            # Job ids restart when a cluster's state is reset; keep the old folder.
+            stale = root / f"{job_id}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            os.rename(final, stale)
+            print(f"note: moved an older folder for job id {job_id} to {stale}", file=sys.stderr)
+        os.rename(tmp, final)
+        runner(["scontrol", "release", job_id])
+    except BaseException:
+        for folder in (tmp, final):
+            if folder is not None and folder.exists():
+                shutil.rmtree(folder, ignore_errors=True)
+        if job_id is not None:
+            try:
+                runner(["scancel", job_id], check=False)
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        raise
+    return Submission(job_id=job_id, job_dir=final)
+
+
+def run_local(script: str) -> int:
+    """Run a rendered mpirun script here (`bash -c`), output straight to the terminal."""
+    try:
+        return subprocess.run(["bash", "-c", script, "slurmtorch-mpirun"]).returncode
+    except FileNotFoundError:
+        raise SubmitError("bash not found on PATH") from None
+
+
+# --------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str
+    exit_code: int | None = None
+    reason: str = ""
+    nodes: str = ""
+    source: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state.split()[0] in TERMINAL_STATES if self.state else False
+
+    def line(self) -> str:
+        parts = [f"job={self.job_id}", f"state={self.state}"]
+        if self.exit_code is not None:
+            parts.append(f"exit_code={self.exit_code}")
+        if self.nodes:
+            parts.append(f"nodes={self.nodes}")
+        if self.reason and self.reason not in ("None", "(null)"):
+            parts.append(f"reason={self.reason}")
+        parts.append(f"source={self.source}")
+        return " ".join(parts)
+
+
+def _squeue_state(job_id: str, runner: Runner) -> tuple[str, str, str] | None:
+    proc = runner(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"], check=False, timeout=30)
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:
+            return None
+        raise SubmitError(
+            f"squeue failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
+            argv=["squeue", "-j", job_id], returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
+        )
+    line = proc.stdout.strip().splitlines()
+    if not line:
+        return None
+    state, _, rest = line[0].partition("|")
+    reason, _, nodes = rest.partition("|")
+    return state, reason, nodes
+
+
+def _scontrol_job(job_id: str, runner: Runner) -> dict[str, str] | None:
+    proc = runner(["scontrol", "-o", "show", "job", job_id], check=False, timeout=30)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    fields = {}
+    for token in proc.stdout.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def _exit_code_file(folder: Path) -> int | None:
+    try:
+        return int((folder / "exit-code").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _scontrol_exit(fields: dict[str, str], state: str) -> int:
+    code, _, sig = fields.get("ExitCode", "0:0").partition(":")
+    code_i, sig_i = int(code or 0), int(sig or 0)
+    if code_i:
+        return code_i
+    if sig_i:
+        return 128 + sig_i
+    return 0 if state == "COMPLETED" else 1
+
+
+def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
+    """State of a job without an accounting DB: squeue, then scontrol, then the job folder."""
+    check_job_id(job_id)
+    folder = job_dir(job_id, root)
+    fields = None
+    sq = _squeue_state(job_id, runner)
+    if sq is not None:
+        state, reason, nodes = sq
+        if state not in TERMINAL_STATES:
+            return JobStatus(job_id, state, None, reason, nodes, "squeue")
+    fields = _scontrol_job(job_id, runner)
+    if fields is not None:
+        state = fields.get("JobState", "UNKNOWN")
+        exit_code = None
+        if state in TERMINAL_STATES:
+            exit_code = _exit_code_file(folder)
+            if exit_code is None:
+                exit_code = _scontrol_exit(fields, state)
+        return JobStatus(job_id, state, exit_code, fields.get("Reason", ""), fields.get("NodeList", ""), "scontrol")
+    exit_code = _exit_code_file(folder)
+    if exit_code is not None:
+        return JobStatus(job_id, "COMPLETED" if exit_code == 0 else "FAILED", exit_code, source="job folder")
+    if folder.is_dir():
+        # The scheduler forgot the job and the script never wrote its exit code:
+        # cancelled, timed out or killed with its node.
+        return JobStatus(job_id, "ENDED", None, "no exit-code file (cancelled or killed?)", source="job folder")
+    raise SubmitError(
+        f"job {job_id} is unknown to squeue and scontrol, and {folder} does not exist",
+        tip="check the job id and SLURMTORCH_HOME",
+    )
+
+
+# --------------------------------------------------------------------------- logs
+
+
+class Tail:
+    """Copies what was appended to a file since the last call."""
+
+    def __init__(self, path: Path, out: IO[str]):
+        self.path = path
+        self.out = out
+        self.offset = 0
+
+    def pump(self) -> bool:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return False
+        if not data:
+            return False
+        # Hold back an incomplete UTF-8 sequence at the end until the rest arrives.
+        cut = len(data)
+        for back in range(1, min(4, len(data)) + 1):
+            b = data[-back]
+            if b & 0xC0 == 0xC0:
+                need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4
+                if back < need:
+                    cut = len(data) - back
+                break
+            if b & 0x80 == 0:
+                break
+        self.offset += cut
+        self.out.write(data[:cut].decode("utf-8", errors="replace"))
+        self.out.flush()
+        return True
+
+
+def rank_log_paths(folder: Path, rank: int) -> tuple[Path, Path]:
+    """rank-R.out/err (srun, mpirun); torchrun writes one file per node (node-R)."""
+    out, err = folder / f"rank-{rank}.out", folder / f"rank-{rank}.err"
+    if not out.exists() and (folder / f"node-{rank}.out").exists():
+        return folder / f"node-{rank}.out", folder / f"node-{rank}.err"
+    return out, err
+
+
+def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None = None, *,
+           runner: Runner = run, poll_s: float = POLL_S) -> JobStatus:
+    """Stream files while the job runs (polling squeue); return its final status."""
+    tails = [Tail(p, out) for p, out in paths]
+    while True:
+        for t in tails:
+            t.pump()
+        status = job_status(job_id, root, runner=runner)
+        if status.done or status.source == "job folder":
+            break
+        time.sleep(poll_s)
+    # Output written just before the end may land a moment after the state changed:
+    # drain until the files stay quiet for a few polls (at most ~1 s).
+    quiet = 0
+    for _ in range(20):
+        quiet = 0 if any([t.pump() for t in tails]) else quiet + 1
+        if quiet >= 3:
+            break
+        time.sleep(0.05)
+    return status
+
+
+def wait(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
+         out: IO[str] | None = None, err: IO[str] | None = None) -> JobStatus:
+    """Block until the job ends, streaming rank 0's output; return the final status."""
+    folder = job_dir(job_id, root)
+    o, e = rank_log_paths(folder, 0)
+    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, runner=runner, poll_s=poll_s)
+
+
+def exit_code_of(status: JobStatus) -> int:
+    if status.exit_code is not None:
+        return status.exit_code
+    return 0 if status.state == "COMPLETED" else 1
+
+
+def cancel(job_id: str, *, runner: Runner = run) -> None:
+    runner(["scancel", check_job_id(job_id)])

@@ -1,0 +1,140 @@
+"""The real thing: `slurmtorch sbatch/status/logs/cancel` against the local Slurm testbed."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.testbed
+
+PROBE = """\
+import json, os, socket, sys
+print(json.dumps({"host": socket.gethostname(), "rank": os.environ.get("RANK"),
+                  "world": os.environ.get("WORLD_SIZE"), "argv": sys.argv[1:],
+                  "x": os.environ.get("X"), "path": bool(os.environ.get("PATH")),
+                  "ifname": os.environ.get("GLOO_SOCKET_IFNAME")}), flush=True)
+print("to stderr", file=sys.stderr)
+sys.exit(int(os.environ.get("EXIT_WITH", "0")))
+"""
+ODD_ARGS = ["a 0", "a'; echo foo", "a\n0", "$(hostname)", "%j %t"]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home with space %"
+
+
+@pytest.fixture
+def probe(tmp_path: Path) -> Path:
+    p = tmp_path / "probe.py"
+    p.write_text(PROBE)
+    return p
+
+
+def st(testbed, home: Path, argv, **kw) -> subprocess.CompletedProcess:
+    env = {"SLURMTORCH_HOME": str(home)}
+    env.update(kw.pop("env", {}))
+    return testbed.run([testbed.python, "-m", "slurmtorch.cli.main", *argv], env=env, **kw)
+
+
+def job_dirs(home: Path) -> list[Path]:
+    jobs = home / "jobs"
+    return sorted(jobs.iterdir()) if jobs.exists() else []
+
+
+def test_four_node_job_waits_streams_rank0_and_keeps_the_exact_script(testbed, home, probe, tmp_path):
+    argv = ["sbatch", "--site", "testbed", "-N", "4", "--env", "X=it's $HOME", str(probe)]
+    proc = st(testbed, home, [*argv, "--wait", "--", *ODD_ARGS], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    job_id, rank0 = proc.stdout.splitlines()[0], json.loads(proc.stdout.splitlines()[1])
+    assert re.fullmatch(r"[0-9]+", job_id)
+    assert rank0 == {"host": "node1", "rank": "0", "world": "4", "argv": ODD_ARGS, "x": "it's $HOME",
+                     "path": True, "ifname": "eth0"}
+    assert "to stderr" in proc.stderr and f"job {job_id} COMPLETED (exit 0)" in proc.stderr
+
+    folder = home / "jobs" / job_id
+    assert job_dirs(home) == [folder]  # no temporary folder left
+    hosts = {json.loads((folder / f"rank-{r}.out").read_text())["host"] for r in range(4)}
+    assert hosts == {"node1", "node2", "node3", "node4"}
+    assert (folder / "exit-code").read_text() == "0\n"
+    for p in (folder, folder / "script.sh"):
+        assert not p.stat().st_mode & stat.S_IWOTH
+
+    # --dry-run in another position: the script must still be byte for byte the submitted one.
+    dry = st(testbed, home, [*argv[:3], "--dry-run", *argv[3:], "--", *ODD_ARGS], cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout == (folder / "script.sh").read_text()
+
+    status = st(testbed, home, ["status", job_id])
+    assert status.returncode == 0, status.stderr
+    assert f"job={job_id} state=COMPLETED exit_code=0" in status.stdout
+
+    logs = st(testbed, home, ["logs", job_id, "--rank", "2"])
+    assert json.loads(logs.stdout)["rank"] == "2" and logs.stderr == "to stderr\n"
+
+
+def test_wait_exits_with_the_job_exit_code(testbed, home, probe):
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--env", "EXIT_WITH=3", str(probe), "--wait"])
+    assert proc.returncode == 3, proc.stderr
+    job_id = proc.stdout.splitlines()[0]
+    status = st(testbed, home, ["status", job_id])
+    assert "state=FAILED exit_code=3" in status.stdout
+
+
+def test_job_survives_sbatch_export_none(testbed, home, probe):
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", str(probe), "--wait"],
+              env={"SBATCH_EXPORT": "NONE"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[1])["path"] is True
+
+
+def test_cancel_a_running_job_ends_the_wait(testbed, home, tmp_path):
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
+    env = dict(testbed.env, SLURMTORCH_HOME=str(home))
+    waiter = subprocess.Popen(
+        [testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "-N", "1",
+         str(sleeper), "--wait"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = waiter.stdout.readline().strip()
+        assert re.fullmatch(r"[0-9]+", job_id), waiter.stderr.read() if waiter.poll() is not None else job_id
+        deadline = time.monotonic() + 60
+        out = home / "jobs" / job_id / "rank-0.out"
+        while not (out.exists() and "started" in out.read_text()):
+            assert time.monotonic() < deadline, "job never started"
+            time.sleep(0.2)
+        assert "state=RUNNING" in st(testbed, home, ["status", job_id]).stdout
+        follower = subprocess.Popen(
+            [testbed.python, "-m", "slurmtorch.cli.main", "logs", job_id, "--follow"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert follower.poll() is None  # still following a running job
+        cancel = st(testbed, home, ["cancel", job_id])
+        assert cancel.returncode == 0, cancel.stderr
+        rc = waiter.wait(timeout=60)
+        assert rc != 0
+        assert "CANCELLED" in waiter.stderr.read()
+        followed, _ = follower.communicate(timeout=30)
+        assert follower.returncode == 0 and followed == "started\n"
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+    assert "state=CANCELLED" in st(testbed, home, ["status", job_id]).stdout
+
+
+def test_rejected_submission_leaves_no_job_folder(testbed, home, tmp_path, probe):
+    site = tmp_path / "wrong.yaml"
+    site.write_text("extends: testbed\npartitions:\n  debug: {default: false}\n"
+                    "  nosuch: {max_nodes: 1, max_time: '10', node_type: cpu, default: true}\n")
+    proc = st(testbed, home, ["sbatch", "--site", str(site), str(probe)])
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: sbatch failed (exit 1): ") and "partition" in proc.stderr
+    assert proc.stdout == ""
+    assert job_dirs(home) == []

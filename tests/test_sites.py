@@ -1,0 +1,247 @@
+"""Site configs: bundled presets, search order, extends, fabric -> network env, validation."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from slurmtorch import resources, sites
+from slurmtorch.errors import SiteError
+
+BUNDLED = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+MINIMAL = """\
+node_types:
+  cpu: {gpus: 0, cpus: 4, fabric: ethernet, interfaces: [eth0]}
+partitions:
+  debug: {max_nodes: 2, max_time: "01:00:00", node_type: cpu, default: true}
+"""
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_every_bundled_site_loads(name):
+    site = sites.load_site(name)
+    assert site.name == name
+    assert site.partition(None).name
+
+
+def test_bundled_sites_include_the_required_examples():
+    assert {"testbed", "hdr-ib", "roce", "ethernet", "cloud"} <= set(BUNDLED)
+
+
+def test_testbed_site_matches_the_local_cluster():
+    site = sites.load_site("testbed")
+    assert site.launcher == "srun" and site.mpi_plugin == "pmix"
+    (debug,) = site.partitions
+    assert (debug.name, debug.max_nodes, debug.max_time, debug.default) == ("debug", 4, "1-00:00:00", True)
+    cpu = site.node_type(debug.node_type)
+    assert (cpu.name, cpu.gpus, cpu.cpus, cpu.memory_gb, cpu.fabric, cpu.interfaces, cpu.rdma) == (
+        "cpu", 0, 4, 4, "ethernet", ("eth0",), False)
+    env = dict(cpu.network_env())
+    assert env["OMPI_MCA_btl"] == "self,sm,tcp"
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
+    assert env["NCCL_IB_DISABLE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+
+
+def test_testbed_site_agrees_with_scripts_testbed():
+    """The bundled preset and the script that builds the cluster must not drift apart."""
+    text = (REPO / "scripts" / "testbed").read_text()
+    if "PartitionName=debug" not in text:
+        pytest.skip("scripts/testbed does not define the debug partition yet")
+    assert re.search(r"PartitionName=debug .*Default=YES.*MaxTime=1-00:00:00", text)
+    assert re.search(r"^CPUS_PER_NODE=4$", text, re.M)
+    assert "198.18.0" in text
+
+
+def test_infiniband_rdma_gets_hcas_for_nccl_and_ucx():
+    nt = sites.load_site("hdr-ib").node_type("a100")
+    env = dict(nt.network_env())
+    assert env["NCCL_IB_HCA"] == ",".join(f"mlx5_{i}" for i in range(8))
+    assert env["UCX_NET_DEVICES"].split(",")[0] == "mlx5_0:1"
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ib0"
+    assert "NCCL_IB_DISABLE" not in env
+    assert env["NCCL_NET_GDR_LEVEL"] == "PIX"  # admin's extra knob
+
+
+def test_roce_adds_the_gid_index():
+    env = dict(sites.load_site("roce").node_types[0].network_env())
+    assert env["NCCL_IB_GID_INDEX"] == "3"
+    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert env["NCCL_SOCKET_IFNAME"] == "ens1f0np0,ens1f1np1"
+
+
+def test_ethernet_disables_ib_and_pins_the_interface():
+    env = dict(sites.load_site("ethernet").node_types[0].network_env())
+    assert env["NCCL_IB_DISABLE"] == "1"
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eno1"
+    assert "NCCL_IB_HCA" not in env and "UCX_NET_DEVICES" not in env
+
+
+def test_cloud_rdma_and_plain_machine_types_differ_only_in_fabric():
+    site = sites.load_site("cloud")
+    a4, a4r = site.node_type("a4"), site.node_type("a4r")
+    same = ("gpus", "gpu_model", "cpus", "memory_gb", "interfaces", "env")
+    assert [getattr(a4, f) for f in same] == [getattr(a4r, f) for f in same]
+    assert (a4.fabric, a4.rdma, a4r.fabric, a4r.rdma) == ("ethernet", False, "roce", True)
+    assert dict(a4.network_env())["NCCL_IB_DISABLE"] == "1"
+    assert "NCCL_IB_HCA" in dict(a4r.network_env())
+
+
+def test_admin_env_overrides_and_null_removes_fabric_env(tmp_path):
+    p = write(tmp_path, "s.yaml", MINIMAL.replace(
+        "interfaces: [eth0]}", "interfaces: [eth0], env: {NCCL_SOCKET_IFNAME: bond0, NCCL_IB_DISABLE: null}}"))
+    env = dict(sites.load_site(p).node_types[0].network_env())
+    assert env["NCCL_SOCKET_IFNAME"] == "bond0"
+    assert "NCCL_IB_DISABLE" not in env
+
+
+def test_site_path_env_wins_over_bundled(tmp_path, monkeypatch):
+    write(tmp_path, "testbed.yaml", MINIMAL + "description: mine\n")
+    monkeypatch.setenv("SLURMTORCH_SITE_PATH", f"/nonexistent:{tmp_path}")
+    site = sites.load_site("testbed")
+    assert site.description == "mine"
+    assert site.source == str(tmp_path / "testbed.yaml")
+    assert sites.search_path()[:2] == [Path("/nonexistent"), tmp_path]
+    assert sites.search_path()[-1] == resources.site_configs_dir()
+
+
+def test_site_by_path(tmp_path):
+    p = write(tmp_path, "my-site.yaml", MINIMAL)
+    assert sites.load_site(str(p)).name == "my-site"
+
+
+def test_unknown_site_suggests_a_close_name():
+    with pytest.raises(SiteError) as e:
+        sites.load_site("tesbed")
+    assert "unknown site 'tesbed'" in e.value.message
+    assert "did you mean 'testbed'" in e.value.tip
+
+
+def test_extends_deep_merges_onto_the_parent(tmp_path):
+    write(tmp_path, "base.yaml", MINIMAL + "modules: [a]\nenv: {A: '1', B: '2'}\n")
+    child = write(tmp_path, "child.yaml", """\
+extends: base
+env: {B: '3'}
+partitions:
+  debug: {max_nodes: 8}
+  big: {max_nodes: 16, max_time: "2-00:00:00", node_type: cpu}
+""")
+    import os
+    os.environ["SLURMTORCH_SITE_PATH"] = str(tmp_path)
+    try:
+        site = sites.load_site(child)
+    finally:
+        del os.environ["SLURMTORCH_SITE_PATH"]
+    assert site.name == "child"
+    assert dict(site.env) == {"A": "1", "B": "3"}
+    assert site.modules == ("a",)
+    assert site.partition("debug").max_nodes == 8
+    assert site.partition("debug").max_time == "01:00:00"  # inherited inside the merged mapping
+    assert site.partition("big").max_nodes == 16
+
+
+def test_extends_a_bundled_site_by_name(tmp_path):
+    p = write(tmp_path, "tb2.yaml", "extends: testbed\ndescription: derived\n")
+    site = sites.load_site(p)
+    assert site.partition("debug").max_nodes == 4 and site.description == "derived"
+
+
+def test_extends_cycle_is_an_error(tmp_path):
+    write(tmp_path, "a.yaml", "extends: ./b.yaml\n")
+    b = write(tmp_path, "b.yaml", "extends: ./a.yaml\n")
+    with pytest.raises(SiteError, match="extends cycle"):
+        sites.load_site(b)
+
+
+@pytest.mark.parametrize(
+    "text, expect",
+    [
+        (MINIMAL + "partitons: {}\n", r"s\.yaml:5: partitons: unknown key.*"),
+        (MINIMAL.replace("max_nodes: 2", "max_nodes: two"), r"s\.yaml:4: partitions\.debug\.max_nodes: expected a non-negative integer"),
+        (MINIMAL.replace("node_type: cpu", "node_type: gpu"), r"s\.yaml:4: partitions\.debug\.node_type: no node type 'gpu'"),
+        (MINIMAL.replace("fabric: ethernet", "fabric: infiniband2"), r"s\.yaml:2: node_types\.cpu\.fabric: invalid value 'infiniband2'"),
+        (MINIMAL.replace("interfaces: [eth0]", "rdma: true, hcas: [mlx5_0]"), r"node_types\.cpu\.rdma: ethernet has no RDMA"),
+        (MINIMAL.replace("interfaces: [eth0]", "interfaces: eth0"), r"node_types\.cpu\.interfaces: expected a list of strings"),
+        (MINIMAL.replace('"01:00:00"', '"1:00:00:00"'), r"partitions\.debug\.max_time: invalid time"),
+        (MINIMAL + "env: {'1BAD': x}\n", r"env\.1BAD: invalid environment variable name"),
+        (MINIMAL + "env: {OK: yes}\n", r"env\.OK: expected a string, got bool"),
+        (MINIMAL + "launcher: slurm\n", r"launcher: invalid value 'slurm'"),
+        (MINIMAL + "presets: {p: {nodez: 2}}\n", r"presets\.p\.nodez: unknown key"),
+        (MINIMAL + "presets: {p: {partition: gpu}}\n", r"presets\.p\.partition: no partition 'gpu'"),
+        ("node_types: {}\n", r"missing required key 'partitions'"),
+        (MINIMAL + "node_types: {}\n", r"s\.yaml:5: duplicate key 'node_types'"),
+        (MINIMAL + "launcher: [srun\n", r"s\.yaml:\d+: YAML syntax error"),
+        ("- a\n- b\n", r"must be a mapping"),
+    ],
+)
+def test_invalid_site_names_file_line_key_and_fix(tmp_path, text, expect):
+    p = write(tmp_path, "s.yaml", text)
+    with pytest.raises(SiteError) as e:
+        sites.load_site(p)
+    assert re.search(expect, e.value.message), e.value.message
+    assert "\n" not in e.value.message
+    assert e.value.message.startswith(str(p))
+
+
+def test_unknown_key_suggests_the_valid_one(tmp_path):
+    p = write(tmp_path, "s.yaml", MINIMAL + "partitons: {}\n")
+    with pytest.raises(SiteError) as e:
+        sites.load_site(p)
+    assert "did you mean 'partitions'?" in e.value.tip
+
+
+def test_key_from_a_parent_file_is_reported_in_that_file(tmp_path):
+    base = write(tmp_path, "base.yaml", MINIMAL + "launcher: slurm\n")
+    child = write(tmp_path, "child.yaml", f"extends: {base}\n")
+    with pytest.raises(SiteError) as e:
+        sites.load_site(child)
+    assert e.value.message.startswith(f"{base}:5: launcher")
+
+
+def test_yaml_anchors_and_merge_keys_work(tmp_path):
+    p = write(tmp_path, "s.yaml", """\
+node_types:
+  a: &a {gpus: 8, cpus: 96, fabric: ethernet}
+  b: {<<: *a, cpus: 48}
+partitions:
+  p: {max_nodes: 1, max_time: "10", node_type: b}
+""")
+    site = sites.load_site(p)
+    assert (site.node_type("b").gpus, site.node_type("b").cpus) == (8, 48)
+
+
+def test_json_schema_describes_the_keys():
+    schema = sites.json_schema()
+    json.dumps(schema)
+    assert schema["required"] == ["node_types", "partitions"]
+    nt = schema["properties"]["node_types"]["additionalProperties"]
+    assert nt["properties"]["fabric"]["enum"] == ["infiniband", "roce", "ethernet"]
+    assert set(nt["required"]) == {"gpus", "cpus", "fabric"}
+    assert schema["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("5", 300), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172800), ("1-02:03", 93780),
+     ("1-00:00:00", 86400), ("UNLIMITED", float("inf"))],
+)
+def test_parse_time_reads_slurm_formats(text, seconds):
+    assert sites.parse_time(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1h", "1:2:3:4", "-5", "1-", "a-1"])
+def test_parse_time_refuses_other_text(text):
+    with pytest.raises(ValueError):
+        sites.parse_time(text)

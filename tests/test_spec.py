@@ -1,0 +1,141 @@
+"""build_spec: options checked against preset, partition and node type (pure)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from slurmtorch import sites
+from slurmtorch.errors import ShellSafetyError, SpecError
+from slurmtorch.spec import Options, build_spec, parse_env
+
+
+def opts(**kw) -> Options:
+    base = dict(script="/w/train.py", python="/venv/bin/python", job_root="/h/jobs")
+    base.update(kw)
+    return Options(**base)
+
+
+@pytest.fixture(scope="module")
+def testbed():
+    return sites.load_site("testbed")
+
+
+@pytest.fixture(scope="module")
+def hdr():
+    return sites.load_site("hdr-ib")
+
+
+def test_defaults_use_every_gpu_with_one_rank_each(hdr):
+    spec = build_spec(hdr, opts(nodes=2))
+    assert (spec.gpus_per_node, spec.ntasks_per_node, spec.ntasks, spec.cpus_per_task) == (8, 8, 16, 16)
+    assert spec.backend == "nccl" and spec.partition == "gpu"
+    assert spec.time == "04:00:00" and spec.preset == "default"  # the site's default preset
+
+
+def test_cpu_nodes_get_one_rank_and_gloo(testbed):
+    spec = build_spec(testbed, opts(nodes=4))
+    assert (spec.ntasks_per_node, spec.cpus_per_task, spec.ntasks, spec.backend) == (1, 4, 4, "gloo")
+    assert spec.python == "/venv/bin/python"
+    assert spec.job_name == "train"
+
+
+def test_directives_are_sorted_and_complete(testbed):
+    spec = build_spec(testbed, opts(nodes=2, time="30", account="acct", qos="normal", job_name="j"))
+    names = [n for n, _ in spec.directives]
+    assert names == sorted(names)
+    d = dict(spec.directives)
+    assert d == {
+        "account": "acct", "cpus-per-task": "4", "job-name": "j", "nodes": "2", "ntasks-per-node": "1",
+        "output": "/h/jobs/%j/batch.out", "partition": "debug", "qos": "normal", "time": "30",
+    }
+
+
+def test_percent_in_job_root_is_escaped_for_slurm_patterns(testbed):
+    spec = build_spec(testbed, opts(job_root="/h/100%/jobs"))
+    assert dict(spec.directives)["output"] == "/h/100%%/jobs/%j/batch.out"
+    assert spec.job_root == "/h/100%/jobs"
+
+
+def test_env_precedence_fabric_then_site_then_preset_then_user(hdr):
+    spec = build_spec(hdr, opts(preset="debug", env=("NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=ib1", "X=a=b")))
+    env = dict(spec.env)
+    assert env["NCCL_DEBUG"] == "WARN"  # user beats preset's INFO
+    assert env["NCCL_SOCKET_IFNAME"] == "ib1"
+    assert env["X"] == "a=b"
+    keys = [k for k, _ in spec.env]
+    assert keys.index("NCCL_IB_HCA") < keys.index("NCCL_NET_GDR_LEVEL") < keys.index("X")
+
+
+def test_preset_supplies_partition_and_nodes(hdr):
+    spec = build_spec(hdr, opts(preset="debug"))
+    assert (spec.partition, spec.nodes, spec.time, spec.preset) == ("debug", 1, "00:15:00", "debug")
+
+
+def test_torchrun_gives_one_agent_per_node_with_all_cpus(hdr):
+    spec = build_spec(hdr, opts(launcher="torchrun", nodes=2))
+    d = dict(spec.directives)
+    assert (d["ntasks-per-node"], d["cpus-per-task"], spec.ntasks_per_node) == ("1", "128", 8)
+
+
+def test_module_instead_of_script(testbed):
+    spec = build_spec(testbed, opts(script=None, module="pkg.train", script_args=("--x",)))
+    assert (spec.module, spec.script, spec.job_name) == ("pkg.train", None, "pkg.train")
+
+
+def test_spec_is_frozen(testbed):
+    spec = build_spec(testbed, opts())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.nodes = 3
+
+
+def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed):
+    spec = build_spec(testbed, opts(kind="mpirun", ntasks=16))
+    assert (spec.ntasks, spec.partition, spec.directives) == (16, None, ())
+    with pytest.raises(SpecError, match="number of ranks"):
+        build_spec(testbed, opts(kind="mpirun"))
+
+
+@pytest.mark.parametrize(
+    "kw, message, tip",
+    [
+        (dict(preset="big"), "unknown preset 'big'", "valid presets: 'smoke'"),
+        (dict(partition="debg"), "unknown partition 'debg'", "did you mean 'debug'?"),
+        (dict(nodes=5), "5 nodes requested, but partition 'debug' allows at most 4", "--nodes 4"),
+        (dict(nodes=0), "--nodes must be at least 1", None),
+        (dict(time="1-00:00:01"), "exceeds the maximum 1-00:00:00 of partition 'debug'", "--time 1-00:00:00"),
+        (dict(time="2h"), "invalid --time '2h'", "D-HH:MM:SS"),
+        (dict(gpus_per_node=1), "1 GPUs per node requested, but node type 'cpu'", "--gpus-per-node 0"),
+        (dict(ntasks_per_node=2, cpus_per_task=4), "exceeds the 4 CPUs", "--cpus-per-task 2"),
+        (dict(env=("NOEQUALS",)), "malformed --env 'NOEQUALS': expected NAME=VALUE", "NCCL_DEBUG=INFO"),
+        (dict(env=("1X=y",)), "invalid environment variable name '1X'", None),
+        (dict(env=("A B=y",)), "invalid environment variable name 'A B'", None),
+        (dict(job_name="a\nb"), "contains a newline", None),
+        (dict(account="x\r"), "contains a newline", None),
+        (dict(module="pkg.train"), "exactly one of SCRIPT or -m MODULE", None),
+        (dict(script=None), "exactly one of SCRIPT or -m MODULE", None),
+        (dict(script=None, module="pkg/train"), "invalid module name", None),
+        (dict(backend="nccl2"), "unknown backend 'nccl2'", "auto, nccl, gloo, mpi"),
+        (dict(launcher="ssh"), "unknown launcher 'ssh'", None),
+        (dict(timeout=0), "--timeout must be at least 1", None),
+    ],
+)
+def test_bad_options_raise_spec_error_with_a_tip(testbed, kw, message, tip):
+    with pytest.raises(SpecError) as e:
+        build_spec(testbed, opts(**kw))
+    assert message in e.value.message
+    assert "\n" not in e.value.message
+    if tip:
+        assert tip in e.value.tip
+
+
+def test_parse_env_keeps_everything_after_the_first_equals():
+    assert parse_env(["A=", "B=x=y", "C=a b\nc"]) == [("A", ""), ("B", "x=y"), ("C", "a b\nc")]
+    with pytest.raises(ShellSafetyError):
+        parse_env(["A=\x00"])
+
+
+def test_build_spec_is_deterministic(hdr):
+    o = opts(nodes=2, env=("B=1", "A=2"))
+    assert build_spec(hdr, o) == build_spec(hdr, o)
