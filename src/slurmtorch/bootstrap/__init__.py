@@ -1,0 +1,468 @@
+"""The in-rank entry point: `python -m slurmtorch.bootstrap` and `slurmtorch.init()`.
+
+Whatever started this process (mpirun, srun with or without MPI, torchrun, nothing),
+derive the world, export the env:// / NODE_RANK / CLUSTER_SPEC / TF_CONFIG contract,
+set up `torch.distributed` (unless --no-init), then run the user's SCRIPT or -m MODULE
+as `__main__`.
+
+Decisions, with their why:
+
+- Scripts written for torchrun call `init_process_group` themselves. We wrap
+  `torch.distributed.init_process_group` (also as `distributed_c10d.init_process_group`)
+  when torch.distributed is first imported:
+  * our group already exists (default): the script's call is a no-op when it asks for
+    the same backend (or none) and a compatible rank/world size; a different backend
+    (e.g. `--backend gloo` but the script says "cpu:gloo,cuda:nccl") replaces our group
+    with the script's, re-using our store under a fresh prefix so no port is rebound;
+    a different rank or world size is an error;
+  * no group yet (`--no-init`): the call goes through with our timeout added when the
+    script passed none (gloo's default is 30 minutes of a hung job), and rank 0's port
+    reservation is released once torch's store holds the port.
+  The wrapper is installed by an import hook, so `--no-init` costs nothing for a
+  script that never imports torch.
+- An exception in any rank prints `rank R on HOST failed:` and the traceback (a
+  BootstrapError: its one-line message and tip), then ends the whole job at once:
+  MPI_Abort under MPI (mpirun and srun then kill every rank), otherwise an immediate
+  exit 1 (torchrun kills the others; under srun use --kill-on-bad-exit=1, else the
+  peers fail on the closed connection within seconds). A failing rank skips atexit
+  handlers: promptness first. SystemExit codes pass through (a non-zero one ends the
+  job the same way, with that code). The process group is destroyed at a normal exit.
+- Always a timeout: `--timeout` (default 600 s) goes to init_process_group.
+- torch is imported only when a group is wanted (or by the script itself).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass, field
+
+from .. import rankinfo
+from ..errors import BootstrapError
+from ..rankinfo import RankInfo
+
+__all__ = ["init", "main", "RankInfo"]
+
+DEFAULT_TIMEOUT = 600.0
+BACKENDS = ("auto", "nccl", "gloo", "mpi")
+FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
+
+USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
+         "[--no-init] [--from auto|mpi|slurm|env|single] [--init-args[=rank|node]] "
+         "(SCRIPT | -m MODULE) [ARGS...]")
+
+HELP = USAGE + """
+
+Derive this rank's world from the launcher (mpirun, srun, torchrun, or none), export
+MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/NODE_RANK/GROUP_RANK,
+CLUSTER_SPEC and TF_CONFIG, initialise torch.distributed, and run SCRIPT (or -m MODULE)
+as __main__. Without SCRIPT: a self-check that prints the world and an all_reduce.
+
+  --backend B       auto (nccl with CUDA+NCCL, else gloo) | nccl | gloo | mpi
+  --timeout S       process-group timeout in seconds (default 600)
+  --no-init         only set the environment; the script calls init_process_group
+  --from F          where the world comes from: auto | mpi | slurm | env | single
+  --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
+  --init-args=node  the same per node (node rank / node count; one task per node;
+                    implies --no-init, the script starts its own processes)
+"""
+
+
+@dataclass
+class Options:
+    backend: str = "auto"
+    timeout: float = DEFAULT_TIMEOUT
+    init: bool = True
+    source: str = "auto"
+    init_args: str | None = None
+    script: str | None = None
+    module: str | None = None
+    args: list[str] = field(default_factory=list)
+
+
+class UsageError(BootstrapError):
+    exit_code = 2
+
+
+def parse_args(argv: list[str]) -> Options:
+    """Our options stop at SCRIPT or -m MODULE; everything after belongs to the script."""
+    opts = Options()
+    i = 0
+
+    def value(name: str, inline: str | None) -> str:
+        nonlocal i
+        if inline is not None:
+            return inline
+        if i + 1 >= len(argv):
+            raise UsageError(f"{name} needs a value", tip=USAGE)
+        i += 1
+        return argv[i]
+
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            if i + 1 < len(argv):
+                opts.script, opts.args = argv[i + 1], list(argv[i + 2:])
+            break
+        if arg == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name", tip=USAGE)
+            opts.module, opts.args = argv[i + 1], list(argv[i + 2:])
+            break
+        if arg in ("-h", "--help"):
+            raise SystemExit(print(HELP) or 0)
+        if not arg.startswith("-") or arg == "-":
+            opts.script, opts.args = arg, list(argv[i + 1:])
+            break
+        name, eq, inline = arg.partition("=")
+        inline = inline if eq else None
+        if name == "--backend":
+            opts.backend = value(name, inline)
+            if opts.backend not in BACKENDS:
+                raise UsageError(f"--backend {opts.backend!r} is not one of {', '.join(BACKENDS)}")
+        elif name == "--timeout":
+            text = value(name, inline)
+            try:
+                opts.timeout = float(text)
+            except ValueError:
+                raise UsageError(f"--timeout {text!r} is not a number of seconds") from None
+            if opts.timeout <= 0:
+                raise UsageError("--timeout must be positive (a process group without a timeout can hang forever)")
+        elif name == "--no-init":
+            opts.init = False
+        elif name == "--from":
+            opts.source = value(name, inline)
+            if opts.source not in FROM:
+                raise UsageError(f"--from {opts.source!r} is not one of {', '.join(FROM)}")
+        elif name == "--init-args":
+            # Only the `=` form takes a value: `--init-args train.py` must not eat the script.
+            opts.init_args = inline or "rank"
+            if opts.init_args not in ("rank", "node"):
+                raise UsageError(f"--init-args={opts.init_args} is not rank or node")
+            if opts.init_args == "node":
+                opts.init = False
+        else:
+            raise UsageError(f"unknown option {arg!r}", tip=USAGE)
+        i += 1
+    return opts
+
+
+# ------------------------------------------------------------------ state
+
+_STATE: dict = {}
+
+
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def _release_port() -> None:
+    reservation = _STATE.pop("reservation", None)
+    if reservation is not None:
+        reservation.close()
+
+
+def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str | None = None):
+    """The world and (on the master) the held MASTER_PORT; the side-effecting edge of rankinfo."""
+    from .. import rendezvous
+
+    environ = os.environ if env is None else env
+    hostname = hostname or _hostname()
+    src = rankinfo.detect_source(environ) if source == "auto" else source
+    backend_hint = "nccl" if backend == "nccl" else "gloo"
+    reservation = None
+    if src == "mpi":
+        from .. import mpi
+
+        mpi.apply_mca_defaults(environ, backend)
+        info, reservation = mpi.from_comm(dict(environ), hostname, backend_hint)
+    elif src == "slurm":
+        info = rankinfo.from_env(environ, hostname, "slurm")
+        if info.rank == 0:
+            reservation = rendezvous.reserve_port(info.master_port)
+        elif info.node_rank != 0:
+            rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.num_nodes)
+    elif src in ("env", "torchrun"):
+        info = rankinfo.from_env(environ, hostname, src)
+    elif src == "single":
+        port = environ.get("MASTER_PORT", "").strip()
+        reservation = rendezvous.reserve_port(int(port) if port.isdigit() else 0)
+        addr = environ.get("MASTER_ADDR", "").strip() or "127.0.0.1"
+        info = rankinfo.single(hostname, addr, reservation.port, environ)
+    else:
+        raise BootstrapError(f"unknown world source {src!r}", tip=f"use one of {', '.join(FROM)}")
+    if src != "slurm":
+        rendezvous.check_reachable(info.master_addr, info.num_nodes)
+    return info, reservation
+
+
+def choose_backend(requested: str, cuda: bool, nccl: bool, gloo: bool, mpi: bool, version: str = "") -> str:
+    """Pure: the backend to use, or one clear line about what this torch build lacks."""
+    if requested == "auto":
+        if cuda and nccl:
+            return "nccl"
+        if gloo:
+            return "gloo"
+        raise BootstrapError(f"torch {version} has neither NCCL with CUDA nor gloo", tip="install a torch build with gloo")
+    have = {"nccl": nccl, "gloo": gloo, "mpi": mpi}
+    if requested in have and not have[requested]:
+        tips = {"nccl": "use --backend gloo, or a CUDA build of torch on GPU nodes",
+                "mpi": "use --backend gloo/nccl; torch from PyPI has no MPI backend (build torch against your MPI)",
+                "gloo": "use --backend nccl/mpi, or a torch build with gloo"}
+        raise BootstrapError(f"backend {requested!r} is not built into this torch ({version})", tip=tips[requested])
+    if requested == "nccl" and not cuda:
+        raise BootstrapError("backend 'nccl' needs CUDA, but torch sees no GPU here",
+                             tip="use --backend gloo (or auto) on CPU nodes")
+    return requested
+
+
+def pick_device(local_rank: int, local_world_size: int, device_count: int) -> int:
+    """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK; one visible
+    (Slurm's --gpus-per-task binds one per task) -> 0."""
+    if device_count >= local_world_size:
+        return local_rank
+    if device_count == 1:
+        return 0
+    raise BootstrapError(f"{local_world_size} ranks on this node but {device_count} visible GPUs",
+                         tip="request one GPU per task (--gpus-per-task=1) or as many tasks per node as GPUs")
+
+
+# ------------------------------------------------------------------ torch.distributed
+
+def _install_patch_hook() -> None:
+    """Wrap init_process_group as soon as torch.distributed exists (now or when imported)."""
+    if _STATE.get("hook"):
+        return
+    _STATE["hook"] = True
+    if "torch.distributed" in sys.modules:
+        _patch(sys.modules["torch.distributed"])
+        return
+    import importlib.abc
+    import importlib.util
+
+    class _PatchOnImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "torch.distributed":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            if spec is None or spec.loader is None:
+                return spec
+            exec_module = spec.loader.exec_module
+
+            def exec_and_patch(module):
+                exec_module(module)
+                _patch(module)
+
+            spec.loader.exec_module = exec_and_patch
+            return spec
+
+    sys.meta_path.insert(0, _PatchOnImport())
+
+
+def _patch(dist_module) -> None:
+    c10d = dist_module.distributed_c10d
+    original = c10d.init_process_group
+    if getattr(original, "__slurmtorch__", False):
+        return
+    import functools
+    import inspect
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        import datetime
+
+        call = dict(signature.bind_partial(*args, **kwargs).arguments)
+        info: RankInfo | None = _STATE.get("info")
+        if c10d.is_initialized() and _STATE.get("group_ours") and info is not None:
+            for key, ours in (("rank", info.rank), ("world_size", info.world_size)):
+                theirs = call.get(key, -1)
+                if theirs not in (-1, None) and int(theirs) != ours:
+                    raise BootstrapError(
+                        f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {ours}",
+                        tip="read RANK/WORLD_SIZE from the environment, or run with --no-init")
+            wanted = call.get("backend")
+            if wanted is None or str(wanted).lower() == str(_STATE["backend"]).lower():
+                return None  # our group is the one it asked for
+            # Another backend: replace our group, keeping its store (and port) alive.
+            store = c10d._get_default_store()
+            c10d.destroy_process_group()
+            _STATE["reinits"] = _STATE.get("reinits", 0) + 1
+            call.pop("init_method", None)
+            call["store"] = dist_module.PrefixStore(f"slurmtorch/reinit/{_STATE['reinits']}", store)
+            call["rank"], call["world_size"] = info.rank, info.world_size
+            call.setdefault("timeout", datetime.timedelta(seconds=_STATE["timeout"]))
+            _STATE["backend"] = str(wanted)
+            _STATE["keep_store"] = store
+            return original(**call)
+        if call.get("timeout") is None and "timeout" in _STATE:
+            call["timeout"] = datetime.timedelta(seconds=_STATE["timeout"])
+        try:
+            return original(**call)
+        finally:
+            _release_port()
+
+    init_process_group.__slurmtorch__ = True
+    c10d.init_process_group = init_process_group
+    dist_module.init_process_group = init_process_group
+
+
+def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from .. import contracts
+
+    cuda = torch.cuda.is_available()
+    chosen = choose_backend(backend, cuda, dist.is_nccl_available(), dist.is_gloo_available(),
+                            dist.is_mpi_available(), f"torch {torch.__version__}")
+    if cuda and chosen in ("nccl", "auto"):
+        torch.cuda.set_device(pick_device(info.local_rank, info.local_world_size, torch.cuda.device_count()))
+    kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
+    if chosen != "mpi":  # the MPI backend takes rank and size from MPI_COMM_WORLD
+        kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
+    _STATE["backend"] = chosen
+    dist.init_process_group(**kwargs)  # the wrapper releases the port once the store has it
+    _STATE["group_ours"] = True
+    return chosen
+
+
+def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = "auto",
+         process_group: bool = True) -> RankInfo:
+    """Derive this rank's world, export the contracts, and (by default) init torch.distributed.
+
+    Idempotent: a second call returns the first call's `RankInfo`. `source` is
+    auto | mpi | slurm | env | single; `backend` auto | nccl | gloo | mpi;
+    `timeout` in seconds goes to init_process_group.
+    """
+    if "info" in _STATE:
+        return _STATE["info"]
+    from .. import contracts
+
+    _STATE["timeout"] = float(timeout)
+    info, reservation = derive(source, backend)
+    _STATE["reservation"] = reservation
+    _STATE["info"] = info
+    os.environ.update(contracts.env_for(info))
+    _install_patch_hook()
+    if process_group:
+        _init_group(info, backend, timeout)
+    if not _STATE.get("main"):
+        import atexit
+
+        atexit.register(teardown)
+    return info
+
+
+def teardown() -> None:
+    """Destroy the process group (if any) and free the held port."""
+    _release_port()
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    # A group (or a DDP reducer holding one) caught in a reference cycle would live
+    # until interpreter shutdown, where gloo's worker threads then die with
+    # "terminate called without an active exception" (SIGABRT). Collect it now.
+    import gc
+
+    gc.collect()
+
+
+# ------------------------------------------------------------------ running the target
+
+def run_target(opts: Options) -> None:
+    """Run SCRIPT or -m MODULE as __main__, as `python SCRIPT ARGS` would."""
+    import runpy
+
+    args = list(opts.args)
+    if opts.init_args:
+        from .. import contracts
+
+        args += contracts.init_args(_STATE["info"], opts.init_args)
+    if opts.module:
+        sys.argv = [opts.module, *args]  # run_module puts the file path in argv[0]
+        runpy.run_module(opts.module, run_name="__main__", alter_sys=True)
+        return
+    script = opts.script
+    if not os.path.exists(script):
+        raise BootstrapError(f"script {script!r} not found (cwd {os.getcwd()})")
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+def self_check(info: RankInfo, initialised: bool) -> int:
+    """Print the world; with a group, all_reduce (rank+1) and compare with N(N+1)/2."""
+    line = f"slurmtorch: {info.describe()}"
+    if not initialised:
+        print(line + " (no process group: --no-init)", flush=True)
+        return 0
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", torch.cuda.current_device()) if _STATE["backend"] == "nccl" else "cpu"
+    value = torch.tensor([float(info.rank + 1)], device=device)
+    dist.all_reduce(value)
+    got, expected = int(value.item()), info.world_size * (info.world_size + 1) // 2
+    ok = got == expected
+    print(f"{line} backend {_STATE['backend']} all_reduce {got} (expected {expected}) {'ok' if ok else 'WRONG'}",
+          flush=True)
+    return 0 if ok else 1
+
+
+def _fail(code: int, text: str) -> None:
+    """Report and end the whole job now."""
+    info = _STATE.get("info")
+    who = info.rank if info is not None else rankinfo.rank_hint(os.environ)
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.stderr.write(f"rank {who} on {_hostname()} failed:\n{text.rstrip()}\n")
+    sys.stderr.flush()
+    from .. import mpi
+
+    mpi.abort(code)  # returns only when MPI is not running
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m slurmtorch.bootstrap ...`; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(exc.render() + "\n")
+        return exc.exit_code
+    _STATE["main"] = True
+    code = 0
+    try:
+        info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init)
+        if opts.script or opts.module:
+            run_target(opts)
+        else:
+            code = self_check(info, opts.init)
+    except SystemExit as exc:
+        if exc.code is None or exc.code == 0:
+            code = 0
+        elif isinstance(exc.code, int):
+            _fail(exc.code, f"exited with code {exc.code}")
+        else:
+            _fail(1, str(exc.code))
+    except BootstrapError as exc:
+        _fail(exc.exit_code, exc.render())
+    except KeyboardInterrupt:
+        _fail(130, "interrupted")
+    except BaseException:
+        import traceback
+
+        _fail(1, traceback.format_exc())
+    teardown()
+    return code

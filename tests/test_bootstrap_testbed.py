@@ -1,0 +1,103 @@
+"""The bootstrap on the 4-node Slurm testbed (scripts/testbed): real srun, PMIx, gloo over eth0.
+
+Each node is its own network namespace (node1..node4 at 198.18.0.11..14).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROBE = REPO / "tests" / "scripts" / "probe.py"
+TRAIN = REPO / "examples" / "train_ddp.py"
+BOOT = [sys.executable, "-m", "slurmtorch.bootstrap"]
+
+pytestmark = [pytest.mark.testbed, pytest.mark.torch]
+
+
+@pytest.fixture(scope="module")
+def bed(testbed, has_torch):
+    # The nodes' interface is eth0; keep gloo, c10d and Open MPI's tcp on it.
+    testbed.env.update(GLOO_SOCKET_IFNAME="eth0", OMPI_MCA_btl_tcp_if_include="eth0",
+                       OPAL_PREFIX=sys.prefix)  # Open MPI's help texts for srun-launched ranks
+    for key in ("OMPI_MCA_btl", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+        testbed.env.pop(key, None)
+    return testbed
+
+
+def srun(bed, *argv, timeout=120):
+    return bed.run(["srun", "-p", "debug", "--kill-on-bad-exit=1", *argv], timeout=timeout, cwd=REPO)
+
+
+def probes(out: str) -> list[dict]:
+    records = [json.loads(line[len("PROBE "):]) for line in out.splitlines() if line.startswith("PROBE ")]
+    return sorted(records, key=lambda r: int(r["RANK"]))
+
+
+def check(records, per_node: list[int], source: str, master: str):
+    """Every rank's variables against the layout srun was asked for (block distribution)."""
+    n = sum(per_node)
+    expected = [(node, local) for node, count in enumerate(per_node) for local in range(count)]
+    assert [int(r["RANK"]) for r in records] == list(range(n))
+    for r, (node, local) in zip(records, expected):
+        assert r["host"] == f"node{node + 1}"
+        assert (r["NODE_RANK"], r["GROUP_RANK"], r["GROUP_WORLD_SIZE"]) == (str(node), str(node), str(len(per_node)))
+        assert (r["LOCAL_RANK"], r["LOCAL_WORLD_SIZE"]) == (str(local), str(per_node[node]))
+        assert (r["dist_rank"], r["dist_world"], r["WORLD_SIZE"]) == (int(r["RANK"]), n, str(n))
+        assert r["all_reduce"] == n * (n + 1) / 2
+        assert r["hosts"] == [f"node{nd + 1}" for nd, _ in expected]
+        assert r["SLURMTORCH_SOURCE"] == source and r["MASTER_ADDR"] == master
+        spec = json.loads(r["CLUSTER_SPEC"])
+        assert spec["cluster"]["master"][0].startswith(master + ":")
+        assert [h.split(":")[0] for h in spec["cluster"].get("worker", [])] == r["hosts"][1:]
+    assert len({r["MASTER_PORT"] for r in records}) == 1
+
+
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_srun_pmix_gives_every_rank_its_world(bed, per_node):
+    result = srun(bed, "-N4", f"--ntasks-per-node={per_node}", "--mpi=pmix", *BOOT, PROBE)
+    assert result.returncode == 0, result.stderr
+    # MASTER_ADDR is node1's address on eth0 (GLOO_SOCKET_IFNAME), chosen by rank 0.
+    check(probes(result.stdout), [per_node] * 4, "mpi", "198.18.0.11")
+
+
+def test_plain_srun_without_mpi_uses_the_step_variables(bed):
+    result = srun(bed, "-N4", "--ntasks-per-node=1", "--mpi=none", *BOOT, PROBE)
+    assert result.returncode == 0, result.stderr
+    check(probes(result.stdout), [1, 1, 1, 1], "slurm", "node1")
+
+
+def test_uneven_five_tasks_on_four_nodes(bed):
+    result = srun(bed, "-N4", "-n5", "--mpi=none", *BOOT, PROBE)
+    assert result.returncode == 0, result.stderr
+    check(probes(result.stdout), [2, 1, 1, 1], "slurm", "node1")
+
+
+def test_uneven_layout_under_pmix_matches_mpis_local_ranks(bed):
+    result = srun(bed, "-N4", "-n5", "--mpi=pmix", *BOOT, PROBE)
+    assert result.returncode == 0, result.stderr
+    check(probes(result.stdout), [2, 1, 1, 1], "mpi", "198.18.0.11")
+
+
+def test_ddp_example_trains_across_four_nodes(bed):
+    result = srun(bed, "-N4", "--ntasks-per-node=1", "--mpi=pmix", *BOOT, TRAIN, "--epochs", "2")
+    assert result.returncode == 0, result.stderr
+    assert "trained on 4 ranks across nodes node1,node2,node3,node4 final loss" in result.stdout
+
+
+def test_srun_pmi2_singleton_trap_is_an_error_naming_pmix(bed):
+    result = srun(bed, "-N2", "--ntasks-per-node=1", "--mpi=pmi2", *BOOT, PROBE, timeout=60)
+    assert result.returncode != 0
+    assert "MPI came up as a world of 1 but the launcher started 2 tasks" in result.stderr
+    assert "srun --mpi=pmix" in result.stderr
+    assert "PROBE" not in result.stdout
+
+
+def test_exception_on_one_node_ends_the_step(bed):
+    result = srun(bed, "-N4", "--ntasks-per-node=1", "--mpi=pmix", *BOOT, PROBE, "--fail-rank", "2", timeout=60)
+    assert result.returncode != 0
+    assert "rank 2 on node3 failed:" in result.stderr and "probe told to fail on rank 2" in result.stderr

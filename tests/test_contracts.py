@@ -1,0 +1,81 @@
+"""The compatibility contracts a RankInfo turns into: pure."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurmtorch.contracts import cluster_spec, env_for, init_args, tf_config
+from slurmtorch.errors import BootstrapError
+from slurmtorch.rankinfo import RankInfo
+
+
+def make(rank=0, world=4, local_rank=0, local_world=2, node_rank=0, nodes=("n1", "n2"), trial=None,
+         hosts=None, addr="10.0.0.1", port=29500):
+    if hosts is None:
+        hosts = tuple(h for h in nodes for _ in range(world // len(nodes)))
+    return RankInfo(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
+                    node_rank=node_rank, num_nodes=len(nodes), master_addr=addr, master_port=port,
+                    hostname=hosts[rank] if hosts else "n?", source="mpi", nodes=tuple(nodes),
+                    rank_hosts=tuple(hosts), trial=trial)
+
+
+def test_env_vars_follow_torchrun_names_plus_node_rank():
+    env = env_for(make(rank=3, local_rank=1, node_rank=1))
+    assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE")} == {
+        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
+    assert all(isinstance(v, str) for v in env.values())
+
+
+def test_rank_zero_is_master_in_cluster_spec_and_chief_in_tf_config():
+    info = make(rank=0)
+    spec, tf = json.loads(env_for(info)["CLUSTER_SPEC"]), json.loads(env_for(info)["TF_CONFIG"])
+    assert spec["cluster"] == {"master": ["10.0.0.1:29500"], "worker": ["n1:29501", "n2:29502", "n2:29503"]}
+    assert spec["task"] == {"type": "master", "index": 0}
+    assert tf["cluster"] == {"chief": ["10.0.0.1:29500"], "worker": ["n1:29501", "n2:29502", "n2:29503"]}
+    assert tf["task"] == {"type": "chief", "index": 0}
+
+
+def test_other_ranks_are_workers_indexed_from_zero():
+    info = make(rank=3, local_rank=1, node_rank=1, trial="5")
+    assert cluster_spec(info)["task"] == {"type": "worker", "index": 2, "trial": "5"}
+    assert tf_config(info)["task"] == {"type": "worker", "index": 2, "trial": "5"}
+    assert env_for(info)["SLURMTORCH_TRIAL"] == "5"
+
+
+def test_world_of_one_has_no_workers():
+    info = make(world=1, local_world=1, nodes=("box",))
+    assert cluster_spec(info)["cluster"] == {"master": ["10.0.0.1:29500"]}
+    assert tf_config(info)["cluster"] == {"chief": ["10.0.0.1:29500"]}
+
+
+def test_cluster_maps_are_left_out_when_hosts_are_unknown():
+    env = env_for(make(hosts=()))  # multi-node torchrun: other ranks' hosts are unknown
+    assert "CLUSTER_SPEC" not in env and "TF_CONFIG" not in env and env["RANK"] == "0"
+
+
+def test_nominal_ports_wrap_below_65536():
+    info = make(port=65534)
+    assert cluster_spec(info)["cluster"]["worker"] == ["n1:65535", "n2:1024", "n2:1025"]
+
+
+def test_init_args_per_rank_are_modelarts_style():
+    assert init_args(make(rank=2, node_rank=1)) == [
+        "--init_method", "tcp://10.0.0.1:29500", "--rank", "2", "--world_size", "4"]
+
+
+def test_init_args_per_node_give_node_rank_and_node_count():
+    info = make(rank=1, world=2, local_world=1, node_rank=1)
+    assert init_args(info, "node") == ["--init_method", "tcp://10.0.0.1:29500", "--rank", "1", "--world_size", "2"]
+
+
+def test_init_args_per_node_refuse_several_tasks_per_node():
+    with pytest.raises(BootstrapError, match="each would claim the same rank"):
+        init_args(make(rank=1, local_rank=1), "node")
+
+
+def test_init_method_brackets_ipv6():
+    assert init_args(make(addr="fd00::1"))[1] == "tcp://[fd00::1]:29500"

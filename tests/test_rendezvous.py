@@ -1,0 +1,142 @@
+"""Master address/port choice, Open MPI start-up defaults, and the bootstrap's pure parts."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from slurmtorch import mpi, rendezvous
+from slurmtorch.bootstrap import choose_backend, parse_args, pick_device
+from slurmtorch.errors import BootstrapError
+
+AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
+
+
+@pytest.mark.parametrize("spec, chosen", [
+    ("eth1", "eth1"),
+    ("ib0,eth0", "ib0"),          # first of a comma list
+    ("bond0,eth0", "eth0"),       # first one present
+    ("ib", "ib0"),                # NCCL-style prefix
+    ("=eth", None),               # exact names only
+    ("^docker,lo", "eth0"),       # exclusion list
+    ("^eth,ib,docker", "lo"),     # loopback only when nothing else is left
+    ("wlan0", None),
+])
+def test_socket_ifname_follows_nccl_syntax(spec, chosen):
+    assert rendezvous.pick_interface(spec, AVAILABLE) == chosen
+
+
+def test_the_backends_own_ifname_variable_wins():
+    env = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "ib0"}
+    assert rendezvous.ifname_spec(env, "gloo") == "eth0"
+    assert rendezvous.ifname_spec(env, "nccl") == "ib0"
+    assert rendezvous.ifname_spec({"NCCL_SOCKET_IFNAME": "ib0"}, "gloo") == "ib0"
+    assert rendezvous.ifname_spec({}, "gloo") is None
+
+
+def test_master_address_comes_from_the_named_interface():
+    assert rendezvous.interface_address("lo") == "127.0.0.1"
+    assert rendezvous.master_address({"GLOO_SOCKET_IFNAME": "lo"}, "ignored") == "127.0.0.1"
+    assert rendezvous.master_address({"MASTER_ADDR": "10.9.9.9", "GLOO_SOCKET_IFNAME": "lo"}, "x") == "10.9.9.9"
+
+
+def test_missing_interface_is_a_clear_error():
+    with pytest.raises(BootstrapError, match="no IPv4 address on the interface 'nosuch0'"):
+        rendezvous.master_address({"GLOO_SOCKET_IFNAME": "nosuch0"}, "box")
+
+
+def test_loopback_master_for_several_nodes_is_refused():
+    rendezvous.check_reachable("127.0.0.1", 1)
+    rendezvous.check_reachable("198.18.0.11", 4)
+    with pytest.raises(BootstrapError, match="loopback"):
+        rendezvous.check_reachable("127.0.1.1", 2)
+
+
+def test_reserved_port_stays_ours_until_closed():
+    with rendezvous.reserve_port() as held:
+        other = socket.socket()
+        with pytest.raises(OSError):
+            other.bind(("127.0.0.1", held.port))
+        other.close()
+        with pytest.raises(BootstrapError, match="not free"):
+            blocker = socket.socket()
+            blocker.bind(("", 0))
+            blocker.listen()
+            try:
+                rendezvous.reserve_port(blocker.getsockname()[1])
+            finally:
+                blocker.close()
+
+
+# ------------------------------------------------------------------ Open MPI defaults
+
+def test_btl_default_is_added_only_where_nobody_chose():
+    assert mpi.mca_defaults({}, "gloo") == {"OMPI_MCA_btl": "self,sm,tcp"}
+    assert mpi.mca_defaults({"OMPI_MCA_btl_tcp_if_include": "eth0"}, "auto") == {"OMPI_MCA_btl": "self,sm,tcp"}
+
+
+@pytest.mark.parametrize("env, files", [
+    ({"OMPI_MCA_btl": "^ofi"}, []),
+    ({"OMPI_MCA_pml": "ucx"}, []),
+    ({}, ["# site\nbtl = self,uct\n"]),
+    ({}, ["mtl=ofi # EFA\n"]),
+])
+def test_user_or_site_transport_choice_wins(env, files):
+    assert mpi.mca_defaults(env, "gloo", files) == {}
+
+
+def test_backend_mpi_keeps_open_mpis_transports():
+    assert mpi.mca_defaults({}, "mpi") == {}
+
+
+def test_commented_param_lines_do_not_count():
+    assert mpi.mca_defaults({}, "gloo", ["# btl = tcp\n"]) == {"OMPI_MCA_btl": "self,sm,tcp"}
+
+
+# ------------------------------------------------------------------ bootstrap's pure parts
+
+def test_bootstrap_options_stop_at_the_script():
+    opts = parse_args(["--backend", "gloo", "--timeout=30", "--no-init", "train.py", "--backend", "x"])
+    assert (opts.backend, opts.timeout, opts.init, opts.script, opts.args) == ("gloo", 30.0, False, "train.py",
+                                                                               ["--backend", "x"])
+    opts = parse_args(["--init-args", "train.py"])  # the flag must not eat the script
+    assert (opts.init_args, opts.script, opts.init) == ("rank", "train.py", True)
+    opts = parse_args(["--init-args=node", "--from", "slurm", "-m", "pkg.train", "-v"])
+    assert (opts.init_args, opts.init, opts.source, opts.module, opts.args) == ("node", False, "slurm",
+                                                                                 "pkg.train", ["-v"])
+    assert parse_args([]).script is None
+
+
+@pytest.mark.parametrize("argv", [["--backend", "tpu"], ["--timeout", "0"], ["--from", "k8s"], ["--bogus"],
+                                  ["--timeout"], ["-m"]])
+def test_bad_bootstrap_options_are_usage_errors(argv):
+    with pytest.raises(BootstrapError):
+        parse_args(argv)
+
+
+def test_backend_auto_prefers_nccl_with_cuda():
+    assert choose_backend("auto", cuda=True, nccl=True, gloo=True, mpi=False) == "nccl"
+    assert choose_backend("auto", cuda=False, nccl=True, gloo=True, mpi=False) == "gloo"
+
+
+@pytest.mark.parametrize("backend, lacks", [("nccl", "nccl"), ("mpi", "mpi")])
+def test_backend_the_build_lacks_is_one_clear_line(backend, lacks):
+    with pytest.raises(BootstrapError) as err:
+        choose_backend(backend, cuda=False, nccl=False, gloo=True, mpi=False, version="torch 2.13.0+cpu")
+    assert "\n" not in err.value.message and f"'{lacks}' is not built into" in err.value.message
+
+
+def test_nccl_without_gpu_is_refused():
+    with pytest.raises(BootstrapError, match="needs CUDA"):
+        choose_backend("nccl", cuda=False, nccl=True, gloo=True, mpi=False)
+
+
+@pytest.mark.parametrize("local_rank, local_world, count, device", [(3, 4, 4, 3), (3, 4, 8, 3), (3, 4, 1, 0)])
+def test_gpu_choice_follows_local_rank_or_the_one_visible_gpu(local_rank, local_world, count, device):
+    assert pick_device(local_rank, local_world, count) == device
+
+
+def test_fewer_gpus_than_ranks_is_refused():
+    with pytest.raises(BootstrapError, match="4 ranks on this node but 2 visible GPUs"):
+        pick_device(0, 4, 2)
