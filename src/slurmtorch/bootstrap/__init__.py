@@ -33,9 +33,13 @@ Decisions, with their why:
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
+import time
+
+_T0 = time.perf_counter()  # phase timings (SLURMTORCH_TIMINGS) count from here
+
+import os  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
 from dataclasses import dataclass, field
 
 from .. import rankinfo
@@ -151,6 +155,47 @@ def parse_args(argv: list[str]) -> Options:
 # ------------------------------------------------------------------ state
 
 _STATE: dict = {}
+_MARKS: list[tuple[str, float]] = [("start", _T0)]
+
+
+def _mark(name: str) -> None:
+    _MARKS.append((name, time.perf_counter()))
+
+
+def phase_durations(marks: list[tuple[str, float]], external: dict[str, float]) -> dict[str, float]:
+    """Pure: seconds per phase from consecutive marks, with MPI's and torch's own costs split out.
+
+    `external` holds durations measured inside a phase that are not ours (MPI_Init inside
+    detection, `import torch` inside init); they are moved to their own keys.
+    """
+    out = {}
+    for (_, a), (name, b) in zip(marks, marks[1:]):
+        out[name] = b - a
+    if "detect" in out:
+        for key in ("mpi_init", "agree"):
+            if key in external:
+                out["detect"] -= external[key]
+                out[key] = external[key]
+    if "init_process_group" in out and "import_torch" in external:
+        out["init_process_group"] -= external["import_torch"]
+        out["import_torch"] = external["import_torch"]
+    return out
+
+
+def _write_timings(info: RankInfo) -> None:
+    """With SLURMTORCH_TIMINGS=DIR, each rank writes DIR/rank-R.json (for benchmarks/phases.py)."""
+    folder = os.environ.get("SLURMTORCH_TIMINGS")
+    if not folder:
+        return
+    import json
+
+    from .. import mpi
+
+    external = dict(mpi.TIMINGS)
+    external.update(_STATE.get("timings", {}))
+    with open(os.path.join(folder, f"rank-{info.rank}.json"), "w") as fh:
+        json.dump({"rank": info.rank, "world_size": info.world_size,
+                   "phases": phase_durations(_MARKS, external)}, fh)
 
 
 def _hostname() -> str:
@@ -195,6 +240,28 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
     if src != "slurm":
         rendezvous.check_reachable(info.master_addr, info.num_nodes)
     return info, reservation
+
+
+def _cpus_available() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_defaults(environ, local_world_size: int, cpus: int) -> dict[str, str]:
+    """Pure: OMP_NUM_THREADS for ranks sharing a node, unless the user set it.
+
+    Like torchrun, which sets 1 when several ranks share a node: N ranks each starting
+    a thread per core oversubscribe the node badly. We give each rank its share:
+    srun's SLURM_CPUS_PER_TASK when present, else the CPUs this process may use
+    divided by the ranks on the node. Must be set before torch is imported.
+    """
+    if "OMP_NUM_THREADS" in environ or local_world_size <= 1:
+        return {}
+    per_task = environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    threads = int(per_task) if per_task.isdigit() and int(per_task) > 0 else max(1, cpus // local_world_size)
+    return {"OMP_NUM_THREADS": str(threads)}
 
 
 def choose_backend(requested: str, cuda: bool, nccl: bool, gloo: bool, mpi: bool, version: str = "") -> str:
@@ -313,8 +380,11 @@ def _patch(dist_module) -> None:
 def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
     import datetime
 
+    t = time.perf_counter()
     import torch
     import torch.distributed as dist
+
+    _STATE.setdefault("timings", {})["import_torch"] = time.perf_counter() - t
 
     from .. import contracts
 
@@ -346,12 +416,15 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
 
     _STATE["timeout"] = float(timeout)
     info, reservation = derive(source, backend)
+    _mark("detect")
     _STATE["reservation"] = reservation
     _STATE["info"] = info
     os.environ.update(contracts.env_for(info))
+    os.environ.update(thread_defaults(os.environ, info.local_world_size, _cpus_available()))
     _install_patch_hook()
     if process_group:
         _init_group(info, backend, timeout)
+        _mark("init_process_group")
     if not _STATE.get("main"):
         import atexit
 
@@ -380,6 +453,9 @@ def teardown() -> None:
 def run_target(opts: Options) -> None:
     """Run SCRIPT or -m MODULE as __main__, as `python SCRIPT ARGS` would."""
     import runpy
+
+    _mark("handover")
+    _write_timings(_STATE["info"])
 
     args = list(opts.args)
     if opts.init_args:

@@ -1,0 +1,41 @@
+"""3. The bootstrap's own phases per rank, 1..16 ranks on one host (SLURMTORCH_TIMINGS).
+
+Ours: detect (derive the world, minus MPI_Init and the allgather) + agree (one allgather)
++ handover (group ready -> user script). Not ours, shown for scale: MPI_Init,
+`import torch`, and torch's own init_process_group (TCPStore rendezvous).
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from _common import BIN, REPO, env, med, run, table
+
+PROBE = REPO / "benchmarks" / "probe.py"
+OURS = ("detect", "agree", "handover")
+
+
+def once(n: int) -> list[dict]:
+    folder = Path(tempfile.mkdtemp(prefix="st-bench-phases-"))
+    run([BIN / "mpirun", "-n", n, "--oversubscribe", BIN / "python", "-m", "slurmtorch.bootstrap", PROBE],
+        environ=env(SLURMTORCH_TIMINGS=str(folder)), timeout=600)
+    return [json.loads(p.read_text())["phases"] for p in sorted(folder.glob("rank-*.json"))]
+
+
+def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, dict]:
+    rows, worst = [], 0.0
+    for n in sizes:
+        samples = [ph for _ in range(max(1, reps // 2)) for ph in once(n)]
+        m = {k: med([s.get(k, 0.0) for s in samples]) for k in
+             ("detect", "agree", "handover", "mpi_init", "import_torch", "init_process_group")}
+        own = med([sum(s.get(k, 0.0) for k in OURS) for s in samples])
+        worst = max(worst, own)
+        rows.append([n] + [f"{m[k] * 1000:.1f}" for k in ("detect", "agree", "handover")]
+                    + [f"**{own * 1000:.1f}**"]
+                    + [f"{m[k] * 1000:.0f}" for k in ("mpi_init", "import_torch", "init_process_group")])
+    text = ("## 3. Bootstrap phases per rank (ms, median over ranks and runs; 2 cores, so >2 ranks oversubscribe)\n\n"
+            + table(["ranks", "detect", "agree", "handover", "ours total", "MPI_Init", "import torch",
+                     "torch init_process_group"], rows)
+            + "\n\nTarget: our own work <= 20 ms per rank and flat in the number of ranks.")
+    return text, {"bootstrap own work, worst median (ms)": worst * 1000}
