@@ -1,0 +1,380 @@
+"""`Distributor`: functions and files on real ranks, here (mpirun) and on the Slurm testbed.
+
+No mocks: real Open MPI, real sbatch/srun, real torch.distributed over gloo. The
+functions below live in this (uninstalled) test module, so they travel to the ranks
+by value, as a notebook's would. Every wait is bounded: `result(timeout=...)` or a
+pytest timeout, and a job still running at the end of a test is cancelled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import stat
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from slurmtorch import Distributor
+from slurmtorch.distributor import JobFailed, RemoteError, _group_alive, plan_layout
+from slurmtorch.errors import SlurmtorchError, SpecError
+
+REPO = Path(__file__).resolve().parent.parent
+ARGS_SCRIPT = REPO / "tests" / "scripts" / "dist_args.py"
+ODD_ARGS = ["a b", "$(hostname)", "it's", "--lr=0.1"]
+MB4 = 4 << 20
+SLURM_WAIT_S = 180  # the testbed is shared: a job may queue behind someone else's
+
+
+# --------------------------------------------------------------------------- what the ranks run
+
+
+def world_report(tag):
+    """Every rank: all_reduce(rank+1) and all_gather(hostname); rank 0's dict comes back."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value)
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname())
+    print(f"rank {rank} of {world} {tag}", flush=True)
+    return {"world": world, "sum": value.item(), "hosts": hosts, "tag": tag, "rank": rank,
+            "env": (os.environ["RANK"], os.environ["WORLD_SIZE"])}
+
+
+def make_closure(prefix):
+    def closure(suffix):
+        return {**world_report(prefix + suffix), "closure": True}
+
+    return closure
+
+
+def big_result(seed):
+    """A 4 MB bytes object and a 4 MB tensor, equal on every rank; rank 0's must arrive intact."""
+    import random
+
+    import torch
+    import torch.distributed as dist
+
+    blob = random.Random(seed).randbytes(MB4)
+    tensor = torch.arange(MB4 // 4, dtype=torch.float32)
+    dist.barrier()
+    return blob, tensor
+
+
+def rank_one_raises():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("rank one refuses")
+    dist.barrier()  # the others wait here until the job is ended for them
+    return "unreachable"
+
+
+def sleeper():
+    print("started", flush=True)
+    time.sleep(300)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "st home"
+    monkeypatch.setenv("SLURMTORCH_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def local(mpi_env, has_torch, home, monkeypatch) -> Path:
+    """os.environ fit for mpirun as root on this 2-core host (the API reads os.environ)."""
+    for key in ("PATH", "OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl"):
+        monkeypatch.setenv(key, mpi_env[key])
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID"):
+        monkeypatch.delenv(key, raising=False)
+    return home
+
+
+@pytest.fixture
+def slurm(testbed, has_torch, home, monkeypatch) -> Path:
+    monkeypatch.setenv("SLURM_CONF", testbed.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", testbed.env["PATH"])
+    return home
+
+
+@contextmanager
+def cancelled_at_exit(job):
+    try:
+        yield job
+    finally:
+        job.cancel()
+
+
+def workdirs(home: Path) -> list[Path]:
+    root = home / "distributor"
+    return sorted(root.iterdir()) if root.exists() else []
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+# --------------------------------------------------------------------------- pure: layout and options
+
+
+@pytest.mark.parametrize("n, nodes, gpu, node_gpus, cpus, max_nodes, cpt, want", [
+    (4, None, False, 0, 4, 4, None, (1, 4, 0)),    # the testbed: 4 CPU ranks fit on one 4-CPU node
+    (8, None, False, 0, 4, 4, None, (2, 4, 0)),
+    (6, None, False, 0, 4, 4, None, (2, 3, 0)),    # even spread: 2 x 3, not 4 + 2
+    (4, None, False, 0, 4, 4, 2, (2, 2, 0)),       # cpus_per_task=2 halves a node's capacity
+    (4, 4, False, 0, 4, 4, None, (4, 1, 0)),       # nodes= wins
+    (16, None, True, 8, 64, 8, None, (2, 8, 8)),   # GPU ranks: one per GPU
+    (4, None, True, 8, 64, 8, None, (1, 4, 4)),    # fewer ranks than GPUs: only those GPUs
+    (12, 2, True, 8, 64, 8, None, (2, 6, 6)),
+])
+def test_plan_layout(n, nodes, gpu, node_gpus, cpus, max_nodes, cpt, want):
+    layout = plan_layout(n, nodes, gpu, node_gpus, cpus, max_nodes, cpt)
+    assert (layout.nodes, layout.ranks_per_node, layout.gpus_per_node) == want
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_processes=6, nodes=4), "cannot be spread evenly over nodes=4"),
+    (dict(num_processes=4, use_gpu=True), "has no GPUs"),
+    (dict(num_processes=17), "does not fit evenly on at most 4 nodes"),
+])
+def test_impossible_layouts_fail_before_submission(home, kwargs, message):
+    with pytest.raises(SpecError, match=message):
+        Distributor(site="testbed", **kwargs).submit(world_report, "x")
+    assert not home.exists()
+
+
+def test_bad_options_are_one_line_errors():
+    with pytest.raises(SpecError, match="unknown Distributor option ntasks") as e:
+        Distributor(num_processes=2, ntasks=3)
+    assert "partition" in e.value.tip
+    with pytest.raises(SpecError, match="num_processes must be a positive integer"):
+        Distributor(num_processes=0)
+    with pytest.raises(SpecError, match="local_mode runs on this machine only"):
+        Distributor(num_processes=2, nodes=2, local_mode=True)
+
+
+def test_unpicklable_function_fails_before_anything_is_written(home):
+    lock = threading.Lock()
+
+    def guarded():
+        with lock:
+            return 1
+
+    with pytest.raises(SlurmtorchError) as e:
+        Distributor(num_processes=2, site="testbed").run(guarded)
+    assert "variable 'lock' captured by" in e.value.message and "_thread.lock" in e.value.message
+    assert "Traceback" not in e.value.render() and e.value.render().count("\n") == 1  # error + tip
+
+    with socket.socket() as sock, pytest.raises(SlurmtorchError, match=r"keyword argument 'conn' \(socket.socket\)"):
+        Distributor(num_processes=2, local_mode=True).submit(world_report, conn=sock)
+    with pytest.raises(SpecError, match="SCRIPT .* does not exist"):
+        Distributor(num_processes=2, local_mode=True).run(str(home / "missing.py"))
+    assert not home.exists()  # no payload folder, no job folder
+
+
+# --------------------------------------------------------------------------- local mode: mpirun here
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [2, 4])
+def test_local_mode_returns_rank0s_value_and_streams_its_output(local, capsys, n):
+    result = Distributor(num_processes=n, local_mode=True, timeout=60).run(make_closure("lo"), f"cal{n}")
+    assert result == {"world": n, "sum": n * (n + 1) / 2, "hosts": [socket.gethostname()] * n,
+                      "tag": f"local{n}", "rank": 0, "env": ("0", str(n)), "closure": True}
+    out, err = capsys.readouterr()
+    assert out == f"rank 0 of {n} local{n}\n"  # rank 0 only, as it came
+    assert "RUNNING" in err and "COMPLETED (exit 0)" in err
+    (workdir,) = workdirs(local)
+    assert stat.S_IMODE(workdir.stat().st_mode) == 0o700
+    assert stat.S_IMODE(workdir.parent.stat().st_mode) == 0o700
+    assert (workdir / f"rank-{n - 1}.out").read_text() == f"rank {n - 1} of {n} local{n}\n"
+    assert not (workdir / "payload.pkl").exists() and not (workdir / "result.pkl").exists()
+    assert not [p for p in workdir.iterdir() if ".tmp" in p.name]
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_local_mode_brings_a_few_megabytes_back_intact(local):
+    import torch
+
+    job = Distributor(num_processes=2, local_mode=True, timeout=60).submit(big_result, 7)
+    with cancelled_at_exit(job):
+        answer = job.result(timeout=90)
+    import random
+
+    blob, tensor = answer
+    assert hashlib.sha256(blob).hexdigest() == hashlib.sha256(random.Random(7).randbytes(MB4)).hexdigest()
+    assert torch.equal(tensor, torch.arange(MB4 // 4, dtype=torch.float32))
+    assert job.state() == "COMPLETED" and job.result() is answer  # the answer is kept, not re-read
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_local_mode_rank1_raising_gives_its_traceback_and_host(local):
+    job = Distributor(num_processes=2, local_mode=True, timeout=60).submit(rank_one_raises)
+    with cancelled_at_exit(job), pytest.raises(RemoteError) as e:
+        job.result(timeout=90)
+    err = e.value
+    assert (err.rank, err.host, err.exc_type) == (1, socket.gethostname(), "ValueError")
+    assert err.job_id == job.job_id and isinstance(err, JobFailed) and err.state == "FAILED"
+    lines = err.traceback_text.splitlines()
+    assert lines[0] == "Traceback (most recent call last):"
+    assert "in rank_one_raises" in lines[1]  # the user's frame first, not ours
+    assert "_runfn" not in err.traceback_text and lines[-1] == "ValueError: rank one refuses"
+    assert str(err).startswith(f"rank 1 on {socket.gethostname()} failed (job {job.job_id}):\n")
+    assert "rank 1 on" in job.logs(1, "err")  # the bootstrap's own report, in rank 1's log
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_local_mode_runs_a_file_with_arguments(local, capsys):
+    assert Distributor(num_processes=2, local_mode=True, timeout=60).run(ARGS_SCRIPT, *ODD_ARGS) is None
+    rank0 = json.loads(capsys.readouterr().out)
+    assert rank0 == {"rank": 0, "world": 2, "sum": 3.0, "argv": ODD_ARGS, "argv0": str(ARGS_SCRIPT),
+                     "name": "__main__", "host": socket.gethostname()}
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_local_mode_cancel_ends_every_process(local):
+    job = Distributor(num_processes=2, local_mode=True, progress=False).submit(sleeper)
+    with cancelled_at_exit(job):
+        wait_for(lambda: "started" in job.logs(0, "out"), 60, "rank 0 to start")
+        assert job.state() == "RUNNING"
+        job.cancel()
+        assert job.state() == "CANCELLED"
+        assert not _group_alive(job._handle.pgid)
+        with pytest.raises(JobFailed, match="was cancelled") as e:
+            job.result(timeout=10)
+        assert e.value.state == "CANCELLED" and not isinstance(e.value, RemoteError)
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_interrupting_run_cancels_the_job(local):
+    """Ctrl-C in a notebook must not leave ranks running."""
+    import _thread
+
+    def interrupt_once_started():
+        wait_for(lambda: any("started" in p.read_text() for p in local.glob("distributor/*/rank-0.out")),
+                 60, "rank 0 to start")
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        Distributor(num_processes=2, local_mode=True, progress=False).run(sleeper)
+    (workdir,) = workdirs(local)
+    assert (workdir / "cancelled").exists()
+    pgid = int((workdir / "launcher.pid").read_text())
+    assert not _group_alive(pgid)
+
+
+# --------------------------------------------------------------------------- the Slurm testbed
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_testbed_runs_a_function_across_nodes(slurm, capsys, nodes):
+    d = Distributor(num_processes=nodes, nodes=nodes, site="testbed", time="3", timeout=60)
+    result = d.run(world_report, f"tb{nodes}")
+    want_hosts = [f"node{i}" for i in range(1, nodes + 1)]
+    assert result == {"world": nodes, "sum": nodes * (nodes + 1) / 2, "hosts": want_hosts, "tag": f"tb{nodes}",
+                      "rank": 0, "env": ("0", str(nodes))}
+    out, err = capsys.readouterr()
+    assert out == f"rank 0 of {nodes} tb{nodes}\n"
+    job_id = err.split("slurmtorch: job ", 1)[1].split(":", 1)[0]
+    assert f"job {job_id}: RUNNING on node[1-{nodes}]" in err and f"job {job_id}: COMPLETED (exit 0)" in err
+    folder = slurm / "jobs" / job_id
+    assert (folder / f"rank-{nodes - 1}.out").read_text() == f"rank {nodes - 1} of {nodes} tb{nodes}\n"
+    script = (folder / "script.sh").read_text()
+    assert f"#SBATCH --nodes={nodes}" in script and "#SBATCH --ntasks-per-node=1" in script
+    assert "-m slurmtorch._runfn" in script and "#SBATCH --job-name=world_report" in script
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_packs_ranks_and_brings_a_few_megabytes_back(slurm):
+    import random
+
+    import torch
+
+    job = Distributor(num_processes=2, site="testbed", time="3", timeout=60, progress=False).submit(big_result, 11)
+    with cancelled_at_exit(job):
+        blob, tensor = job.result(timeout=SLURM_WAIT_S)
+    assert hashlib.sha256(blob).digest() == hashlib.sha256(random.Random(11).randbytes(MB4)).digest()
+    assert torch.equal(tensor, torch.arange(MB4 // 4, dtype=torch.float32))
+    script = (slurm / "jobs" / job.job_id / "script.sh").read_text()
+    assert "#SBATCH --nodes=1" in script and "#SBATCH --ntasks-per-node=2" in script  # nodes=None: packed
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_rank1_raising_names_rank_host_and_traceback(slurm):
+    job = Distributor(num_processes=2, nodes=2, site="testbed", time="3", timeout=60,
+                      progress=False).submit(rank_one_raises)
+    with cancelled_at_exit(job), pytest.raises(RemoteError) as e:
+        job.result(timeout=SLURM_WAIT_S)
+    assert (e.value.rank, e.value.host, e.value.job_id) == (1, "node2", job.job_id)
+    assert e.value.traceback_text.rstrip().endswith("ValueError: rank one refuses")
+    assert "in rank_one_raises" in e.value.traceback_text
+    assert job.state() == "FAILED"
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_runs_a_file_with_arguments(slurm, capsys):
+    d = Distributor(num_processes=2, nodes=2, site="testbed", time="3", timeout=60, job_name="args job")
+    assert d.run(str(ARGS_SCRIPT), *ODD_ARGS) is None
+    rank0 = json.loads(capsys.readouterr().out)
+    assert rank0 == {"rank": 0, "world": 2, "sum": 3.0, "argv": ODD_ARGS, "argv0": str(ARGS_SCRIPT),
+                     "name": "__main__", "host": "node1"}
+
+    job = Distributor(num_processes=2, nodes=2, site="testbed", time="3", timeout=60,
+                      progress=False).submit(ARGS_SCRIPT, "--fail-rank", "1")
+    with cancelled_at_exit(job), pytest.raises(RemoteError) as e:
+        job.result(timeout=SLURM_WAIT_S)
+    assert (e.value.rank, e.value.host) == (1, "node2")
+    assert "RuntimeError: dist_args told to fail on rank 1" in e.value.traceback_text
+    assert "dist_args.py" in e.value.traceback_text.splitlines()[1]
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_cancel_of_a_running_job(slurm):
+    job = Distributor(num_processes=1, site="testbed", time="3", progress=False).submit(sleeper)
+    with cancelled_at_exit(job):
+        wait_for(lambda: "started" in job.logs(0), SLURM_WAIT_S, "the job to start")
+        assert job.state() == "RUNNING"
+        job.cancel()
+        with pytest.raises(JobFailed, match=f"job {job.job_id} was cancelled") as e:
+            job.result(timeout=60)
+        assert e.value.state == "CANCELLED" and job.state() == "CANCELLED"
