@@ -58,7 +58,7 @@ def script(tmp_path: Path) -> Path:
         (["sbatch", "--site", "testbed", "-J", "a\nb", "train.py"], "contains a newline"),
         (["sbatch", "train.py"], "no site given"),
         (["sbatch", "--site", "testbed", "-N", "two", "train.py"], "Invalid value for '--nodes'"),
-        (["sbatch", "--site", "testbed", "train.py", "--lr", "1"], "No such option: --lr"),
+        (["sbatch", "--site", "testbed", "train.py", "--lr", "1"], "--lr"),
         (["sbatch", "--site", "bad.yaml", "train.py"], "bad.yaml:2: YAML syntax error"),
         (["mpirun", "train.py"], "mpirun needs the number of ranks"),
         (["status", "12; rm -rf /"], "invalid job id"),
