@@ -49,6 +49,7 @@ def test_directives_are_sorted_and_complete(testbed):
     assert d == {
         "account": "acct", "cpus-per-task": "4", "job-name": "j", "nodes": "2", "ntasks-per-node": "1",
         "output": "/h/jobs/%j/batch.out", "partition": "debug", "qos": "normal", "time": "30",
+        "no-requeue": True,  # requeue only when asked for (--requeue/--signal)
     }
 
 

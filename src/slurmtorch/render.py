@@ -49,6 +49,11 @@ def bootstrap_argv(spec: JobSpec, source: str) -> list[str]:
     return argv
 
 
+def _append(spec: JobSpec) -> list[str]:
+    # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
+    return ["--open-mode=append"] if spec.requeue else []
+
+
 def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure)."""
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
@@ -79,7 +84,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         logs = slurm_pattern_escape(spec.job_root) + "/%j/node-%t"
         srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *pyxis]
+                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun))
 
     rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher])]
@@ -88,7 +93,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
         srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *pyxis]
+                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun))
 
     # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
@@ -116,6 +121,22 @@ def comment_quote(argv: tuple[str, ...] | list[str]) -> str:
     return " ".join(parts)
 
 
+def script_quote(value: object) -> str:
+    """`shell.quote`, except that a value with control characters uses bash's `$'...'`.
+
+    A raw CR before a newline makes sbatch refuse the whole script ("DOS line breaks"),
+    and a raw ESC or newline in a script is a trap for whoever reads it; `$'...'` keeps
+    every command on one line and reads back byte for byte. Our scripts are bash.
+    """
+    text = str(value)
+    quoted = shell.quote(text)  # the audited path; refuses NUL
+    return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted
+
+
+def script_join(argv) -> str:
+    return " ".join(script_quote(a) for a in argv)
+
+
 def _ansi_c_char(c: str) -> str:
     special = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
     if c in special:
@@ -131,7 +152,11 @@ def _sbatch_directive(pair: tuple[str, object]) -> str:
         raise TemplateError(f"invalid #SBATCH option name {name!r}")
     if value is True:
         return f"#SBATCH --{name}"
-    return f"#SBATCH --{name}={shell.directive_value(value, what=f'#SBATCH --{name} value')}"
+    text = shell.directive_value(value, what=f"#SBATCH --{name} value")
+    # sbatch's directive parser honours shell quotes but also treats a backslash as an
+    # escape *inside* single quotes (`'a\\'` is an unmatched quote to it). A value with a
+    # backslash is always quoted by directive_value, so doubling them reads back exactly.
+    return f"#SBATCH --{name}={text.replace(chr(92), chr(92) * 2)}"
 
 
 @lru_cache(maxsize=8)
@@ -149,8 +174,8 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters["q"] = shell.quote
-    env.filters["join_q"] = shell.join
+    env.filters["q"] = script_quote
+    env.filters["join_q"] = script_join
     env.filters["directive"] = shell.directive_value
     env.filters["envname"] = shell.env_name
     env.filters["comment"] = comment_quote

@@ -237,6 +237,8 @@ _PRESET_SCHEMA: dict[str, Any] = {
     "env": ("envmap", "extra environment"),
     "modules": ("strlist", "extra modules to load"),
     "directives": ("directives", "extra #SBATCH directives"),
+    "requeue": ("bool", "let Slurm (and the preemption handler) requeue the job"),
+    "signal": ("str", "preemption signal, [R:]SIG[@SECONDS] (e.g. USR1@60); implies requeue"),
 }
 _CONTAINER_SCHEMA: dict[str, Any] = {
     "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image) or apptainer exec"),
@@ -369,9 +371,12 @@ class _Loader(yaml.SafeLoader):
         seen: dict[Any, int] = {}
         kept = []
         for k, v in reversed(node.value):
-            if k.value in seen and getattr(k, "_merged", False):
+            # A complex key (a mapping or a list) has a list as its value: not hashable;
+            # construct_mapping rejects it with a clear line right after.
+            ident = k.value if isinstance(k, yaml.ScalarNode) else id(k)
+            if ident in seen and getattr(k, "_merged", False):
                 continue
-            seen[k.value] = 1
+            seen[ident] = 1
             kept.append((k, v))
         node.value = list(reversed(kept))
 
@@ -384,7 +389,15 @@ def _read_yaml(path: Path) -> _Marked:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise SiteError(f"cannot read site file {path}: {e.strerror}") from None
-    loader = _Loader(text)
+    except UnicodeDecodeError as e:
+        raise SiteError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
+                        tip="save the site file as UTF-8") from None
+    try:
+        # The reader already refuses NUL and other non-printable characters here.
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:
+        raise SiteError(f"{path}: character {e.character:#06x} at offset {e.position} is not allowed in YAML",
+                        tip="remove control characters from the site file") from None
     loader.name = str(path)
     try:
         data = loader.get_single_data()

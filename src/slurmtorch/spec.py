@@ -17,6 +17,7 @@ from .sites import BACKENDS, LAUNCHERS, Container, Site, parse_time
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 KINDS = ("sbatch", "mpirun")
+MAX_JOB_NAME = 1024  # slurmctld's limit for a job name
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Options:
     launcher: str | None = None
     timeout: int | None = None
     env: tuple[str, ...] = ()  # raw K=V strings as typed
+    requeue: bool | None = None  # --requeue/--no-requeue; --signal implies --requeue
+    signal: str | None = None  # --signal [R:]SIG[@SECONDS], e.g. USR1@60
     python: str = "python3"  # the submitting interpreter; the site's `python` wins
     job_root: str = "~/.slurmtorch/jobs"  # absolute in practice; the CLI resolves it
     command: tuple[str, ...] = ()  # argv that made this, for the provenance header
@@ -84,7 +87,9 @@ class JobSpec:
     templates: str | None = None
     command: tuple[str, ...] = ()
     version: str = __version__
-    extra: tuple[tuple[str, Any], ...] = field(default=())  # room for requeue/signal later
+    requeue: bool = False
+    signal: str | None = None  # as Slurm reads it, e.g. USR1@60
+    extra: tuple[tuple[str, Any], ...] = field(default=())
 
 
 def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
@@ -98,6 +103,33 @@ def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
         shell.quote(value)  # refuses NUL
         out.append((name, value))
     return out
+
+
+# Signals a rank can catch and survive by default action (KILL/STOP cannot be caught).
+PREEMPT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG", "XCPU", "PWR")
+_SIGNAL_RE = re.compile(r"^(?:(?P<flags>[A-Z]+):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<time>[0-9]+))?$")
+
+
+def parse_signal(text: str, what: str = "--signal") -> str:
+    """Check `--signal [R:]SIG[@SECONDS]` and normalise it to Slurm's form (`USR1@60`).
+
+    `B:` (only the batch shell) is refused: slurmtorch's handler runs in the ranks,
+    and a bare batch shell dies of SIGUSR1.
+    """
+    m = _SIGNAL_RE.match(str(text).strip())
+    tip = f"e.g. --signal USR1@60 (signals: {', '.join(PREEMPT_SIGNALS)}; @ seconds before the time limit)"
+    if not m:
+        raise SpecError(f"invalid {what} {text!r}", tip=tip)
+    flags, sig, when = m.group("flags"), m.group("sig").upper(), m.group("time")
+    if flags is not None and flags != "R":
+        raise SpecError(f"{what} {text!r}: only the R: flag is supported",
+                        tip="B: would signal only the batch shell, not the ranks that run the hooks")
+    sig = sig[3:] if sig.startswith("SIG") else sig
+    if sig not in PREEMPT_SIGNALS:
+        raise SpecError(f"{what} {text!r}: {sig} cannot be used for preemption", tip=tip)
+    if when is not None and int(when) > 65535:
+        raise SpecError(f"{what} {text!r}: at most 65535 seconds before the time limit", tip=tip)
+    return f"{'R:' if flags else ''}{sig}{'@' + str(int(when)) if when is not None else ''}"
 
 
 def _positive(name: str, value: int, tip: str | None = None) -> int:
@@ -212,7 +244,21 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     for key, value in parse_env(o.env):
         env[key] = value
 
+    signal = pick("signal")
+    if signal is not None:
+        signal = parse_signal(signal, "--signal" if o.signal is not None else f"preset {o.preset or 'default'!r} signal")
+    requeue = pick("requeue")
+    requeue = bool(signal) if requeue is None else bool(requeue)
+    if signal and o.kind == "sbatch":
+        # The rank's handler (slurmtorch.preempt.install) reads these.
+        env["SLURMTORCH_PREEMPT_SIGNAL"] = signal.split("@", 1)[0].rsplit(":", 1)[-1]
+        env["SLURMTORCH_PREEMPT_REQUEUE"] = "1" if requeue else "0"
+
     job_name = o.job_name or (o.module if o.module else _stem(o.script))
+    if len(job_name) > MAX_JOB_NAME:
+        # slurmctld refuses longer names ("Pathname ... too long") only after submission.
+        raise SpecError(f"job name is {len(job_name)} characters; Slurm allows at most {MAX_JOB_NAME}",
+                        tip="pass a shorter --job-name")
     modules = tuple(site.modules) + tuple(preset.get("modules", ()))
 
     directives: dict[str, str | bool] = dict(site.directives)
@@ -238,6 +284,17 @@ def build_spec(site: Site, options: Options) -> JobSpec:
             directives["account"] = account
         if qos:
             directives["qos"] = qos
+        if requeue:
+            directives["requeue"] = True
+            # A requeued job runs again in the same folder: keep every run's output.
+            directives["open-mode"] = "append"
+        else:
+            # Slurm's default (JobRequeue=1) silently reruns a batch job from the start
+            # when a node fails; without a checkpoint-aware --requeue it should end
+            # (NODE_FAIL) and say so instead.
+            directives["no-requeue"] = True
+        if signal:
+            directives["signal"] = signal
         # The batch step's own output goes into the job folder; `%` in a user's path
         # would be read as a Slurm filename pattern, so it is doubled.
         directives["output"] = f"{slurm_pattern_escape(o.job_root)}/%j/batch.out"
@@ -277,6 +334,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         hostfile=o.hostfile,
         templates=site.templates,
         command=tuple(o.command),
+        requeue=requeue if o.kind == "sbatch" else False,
+        signal=signal if o.kind == "sbatch" else None,
     )
 
 

@@ -4,6 +4,7 @@
 #SBATCH --cpus-per-task=28
 #SBATCH --gpus-per-node=8
 #SBATCH --job-name=train
+#SBATCH --no-requeue
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out

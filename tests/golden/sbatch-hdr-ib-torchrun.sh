@@ -5,6 +5,7 @@
 #SBATCH --exclusive
 #SBATCH --gpus-per-node=8
 #SBATCH --job-name=train
+#SBATCH --no-requeue
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out

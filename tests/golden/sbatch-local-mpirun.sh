@@ -3,6 +3,7 @@
 # Run with: slurmtorch sbatch --site local train.py -- --epochs 3
 #SBATCH --cpus-per-task=1
 #SBATCH --job-name=train
+#SBATCH --no-requeue
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out

@@ -522,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init)
         if opts.script or opts.module:
+            from .. import preempt
+
+            preempt.install()  # no-op unless the job was submitted with --signal
             run_target(opts)
         else:
             code = self_check(info, opts.init)

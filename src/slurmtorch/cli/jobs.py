@@ -11,7 +11,12 @@ def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
     """Print the job's state (squeue, then scontrol, then its folder's exit-code)."""
     from .. import submit
 
-    print(submit.job_status(job_id).line())
+    status = submit.job_status(job_id)
+    print(status.line())
+    folder = submit.job_dir(job_id)
+    if status.done or status.source == "job folder":
+        for line in submit.failure_lines(folder):
+            print(line)
     return 0
 
 
@@ -43,6 +48,8 @@ def logs(
         )
     for p, stream in paths:
         submit.Tail(p, stream).pump()
+    for line in submit.failure_lines(folder):
+        print(f"slurmtorch: {line}", file=sys.stderr)
     return 0
 
 

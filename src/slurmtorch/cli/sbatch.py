@@ -29,6 +29,10 @@ def sbatch(
     launcher: Optional[str] = typer.Option(None, "--launcher", help="srun|mpirun|torchrun"),
     timeout: Optional[int] = typer.Option(None, "--timeout", help="process-group timeout in seconds"),
     env: Optional[List[str]] = typer.Option(None, "--env", help="K=V, repeatable"),
+    requeue: Optional[bool] = typer.Option(None, "--requeue/--no-requeue",
+                                           help="let the job be requeued (default: on with --signal)"),
+    signal: Optional[str] = typer.Option(None, "--signal",
+                                         help="preemption signal to the ranks, [R:]SIG[@SECONDS], e.g. USR1@60"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script, submit nothing"),
     wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its code"),
 ) -> int:
@@ -42,7 +46,7 @@ def sbatch(
         partition=partition, nodes=nodes, ntasks_per_node=ntasks_per_node, gpus_per_node=gpus_per_node,
         cpus_per_task=cpus_per_task, time=time, account=account, qos=qos, job_name=job_name,
         backend=backend, launcher=launcher, timeout=timeout, env=tuple(env or ()),
-        python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch"),
+        requeue=requeue, signal=signal, python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch"),
     )
     job = spec.build_spec(sites.load_site(site_ref(site, None)), options)
     text = render.render_sbatch(job)
@@ -57,4 +61,7 @@ def sbatch(
     status = submit.wait(sub.job_id, root)
     code = submit.exit_code_of(status)
     print(f"job {sub.job_id} {status.state} (exit {code})", file=sys.stderr)
+    if code != 0:
+        for line in submit.failure_lines(sub.job_dir):
+            print(f"slurmtorch: {line}", file=sys.stderr)
     return code

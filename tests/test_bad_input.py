@@ -1,0 +1,160 @@
+"""The bad-input catalogue: every wrong site file or option is one clear line, nothing more.
+
+Each case runs the real CLI boundary (`slurmtorch.cli.main.main`) in-process and pins:
+stderr is `error: ...` (naming the file and key where there is one) plus at most a
+`tip:` line, the exit code is non-zero, nothing escapes as a traceback, and no job
+folder or script is left behind (SLURMTORCH_HOME is in tmp_path; sbatch is never
+reached, and where the case would reach it a fake `sbatch` on PATH records the call).
+
+Broken site files live in tests/bad-sites/, one per error path; each file's first line
+is `# expect: <text the error line must contain>`.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from slurmtorch.cli.main import main
+
+BAD_SITES = Path(__file__).resolve().parent / "bad-sites"
+SITE_CASES = sorted(p for p in BAD_SITES.glob("*.yaml")
+                    if not p.name.startswith("_") and not p.name.endswith("-other.yaml"))
+
+
+def expectation(path: Path) -> str:
+    first = path.read_bytes().split(b"\n", 1)[0].decode()
+    assert first.startswith("# expect: "), path
+    return first[len("# expect: "):]
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """Run `slurmtorch ARGV` in-process in tmp_path; returns (exit code, stdout, stderr)."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("SLURMTORCH_HOME", str(home))
+    monkeypatch.delenv("SLURMTORCH_SITE", raising=False)
+    monkeypatch.delenv("SLURMTORCH_SITE_PATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    # A fake sbatch that records being called: no bad input may get that far.
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "sbatch").write_text(f"#!/bin/sh\necho called >> {tmp_path}/sbatch-called\necho 1\n")
+    (fake_bin / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake_bin}{os.pathsep}{os.environ.get('PATH', '')}")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exc:
+            main([str(a) for a in argv])
+        out, err = capsys.readouterr()
+        return exc.value.code, out, err
+
+    run.tmp_path = tmp_path
+    return run
+
+
+def assert_one_clear_line(cli, code: int, out: str, err: str, message: str) -> None:
+    assert code not in (0, None), (code, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = err.rstrip("\n").split("\n")
+    assert lines[0].startswith("error: "), err
+    assert message in err, f"expected {message!r} in:\n{err}"
+    assert len(lines) <= 2 and all(ln.startswith("tip: ") for ln in lines[1:]), err
+    tmp = cli.tmp_path
+    jobs = tmp / "home" / "jobs"
+    assert not jobs.exists() or list(jobs.iterdir()) == [], list(jobs.iterdir())
+    assert not (tmp / "sbatch-called").exists()
+    assert sorted(p.name for p in tmp.iterdir() if p.name not in ("home",)) == ["bin", "train.py"]
+
+
+@pytest.mark.parametrize("site", SITE_CASES, ids=lambda p: p.stem)
+def test_broken_site_file_is_one_line_naming_file_and_key(cli, site):
+    code, out, err = cli("sbatch", "--site", site, "train.py")
+    assert_one_clear_line(cli, code, out, err, expectation(site))
+
+
+@pytest.mark.parametrize("site", [p for p in SITE_CASES if "template" not in p.stem and "newline" not in p.stem],
+                         ids=lambda p: p.stem)
+def test_site_validate_reports_the_same_line(cli, site):
+    code, out, err = cli("site", "validate", site)
+    assert_one_clear_line(cli, code, out, err, expectation(site))
+
+
+OPTION_CASES = [
+    # (id, argv after `sbatch --site testbed` unless it starts with a verb, expected text)
+    ("nodes-zero", ["-N", "0", "train.py"], "--nodes must be at least 1, got 0"),
+    ("nodes-negative", ["-N", "-2", "train.py"], "--nodes must be at least 1, got -2"),
+    ("ntasks-per-node-zero", ["--ntasks-per-node", "0", "train.py"], "--ntasks-per-node must be at least 1"),
+    ("too-many-cpus", ["--cpus-per-task", "5", "train.py"], "1 tasks x 5 CPUs per node exceeds the 4 CPUs"),
+    ("too-many-tasks", ["--ntasks-per-node", "8", "train.py"], "8 tasks x 1 CPUs per node exceeds"),
+    ("gpus-negative", ["--gpus-per-node", "-1", "train.py"], "--gpus-per-node must not be negative"),
+    ("time-garbage", ["-t", "soon", "train.py"], "invalid --time 'soon'"),
+    ("time-zero", ["-t", "0", "train.py"], "--time '0' is zero"),
+    ("time-too-long-days", ["-t", "30-00", "train.py"], "time limit 30-00 exceeds the maximum 1-00:00:00"),
+    ("timeout-zero", ["--timeout", "0", "train.py"], "--timeout must be at least 1"),
+    ("timeout-not-int", ["--timeout", "1.5", "train.py"], "Invalid value for '--timeout'"),
+    ("backend-unknown", ["--backend", "ncll", "train.py"], "unknown backend 'ncll'"),
+    ("launcher-unknown", ["--launcher", "slurm", "train.py"], "unknown launcher 'slurm'"),
+    ("module-invalid", ["-m", "pkg/train.py"], "invalid module name 'pkg/train.py'"),
+    ("module-and-nothing", ["-m", ""], "invalid module name ''"),
+    ("script-is-a-directory", ["home-dir"], "SCRIPT home-dir does not exist"),
+    ("env-empty-name", ["--env", "=1", "train.py"], "invalid environment variable name ''"),
+    ("env-name-with-space", ["--env", "A B=1", "train.py"], "invalid environment variable name 'A B'"),
+    ("env-name-dollar", ["--env", "$(id)=1", "train.py"], "invalid environment variable name '$(id)'"),
+    ("account-newline", ["-A", "acct\nx", "train.py"], "#SBATCH --account value 'acct\\nx' contains a newline"),
+    ("qos-carriage-return", ["--qos", "q\rx", "train.py"], "contains a newline"),
+    ("job-name-carriage-return", ["-J", "a\rb", "train.py"], "contains a newline"),
+    ("job-name-too-long", ["-J", "x" * 1025, "train.py"], "job name is 1025 characters; Slurm allows at most 1024"),
+    ("partition-newline", ["-p", "debug\n", "train.py"], "unknown partition 'debug\\n'"),
+    ("signal-kill", ["--signal", "KILL@60", "train.py"], "--signal 'KILL@60': KILL cannot be used for preemption"),
+    ("signal-batch-only", ["--signal", "B:USR1@60", "train.py"], "only the R: flag is supported"),
+    ("signal-garbage", ["--signal", "USR1@soon", "train.py"], "invalid --signal 'USR1@soon'"),
+    ("signal-too-early", ["--signal", "USR1@70000", "train.py"], "at most 65535 seconds"),
+    ("preset-unknown-signal-site", ["--preset", "preemptible", "--signal", "usr3", "train.py"], "USR3 cannot be used"),
+    ("site-path-missing", ["--site", "./nowhere.yaml", "train.py"], "site file ./nowhere.yaml does not exist"),
+    ("site-name-injection", ["--site", "x;rm -rf ~", "train.py"], "invalid site name 'x;rm -rf ~'"),
+    ("unknown-option", ["--nodez", "2", "train.py"], "No such option"),
+    ("mpirun-zero-ranks", ["mpirun", "-n", "0", "train.py"], "-n must be at least 1, got 0"),
+    ("mpirun-missing-hostfile", ["mpirun", "-n", "2", "--hostfile", "hosts.txt", "train.py"], "hostfile hosts.txt does not exist"),
+    ("logs-unknown-job", ["logs", "4242"], "no job folder"),
+    ("logs-bad-job-id", ["logs", "../../etc"], "invalid job id '../../etc'"),
+    ("cancel-bad-job-id", ["cancel", "1 2"], "invalid job id '1 2'"),
+    ("site-show-bad-name", ["site", "show", "../etc/passwd"], "site file ../etc/passwd does not exist"),
+    ("site-validate-missing", ["site", "validate", "nope.yaml"], "site file nope.yaml does not exist"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES])
+def test_bad_option_is_one_clear_line(cli, argv, message):
+    verbs = ("mpirun", "logs", "cancel", "site", "status")
+    full = argv if argv[0] in verbs else ["sbatch", "--site", "testbed", *argv]
+    if "home-dir" in argv:
+        (cli.tmp_path / "home-dir").mkdir()
+    code, out, err = cli(*full)
+    if "home-dir" in argv:
+        (cli.tmp_path / "home-dir").rmdir()
+    assert_one_clear_line(cli, code, out, err, message)
+
+
+def test_world_writable_job_root_is_refused_before_anything_is_submitted(cli):
+    jobs = cli.tmp_path / "home" / "jobs"
+    jobs.mkdir(parents=True)
+    jobs.chmod(0o777)
+    code, out, err = cli("sbatch", "--site", "testbed", "train.py")
+    assert code != 0 and err.startswith(f"error: job folder root {jobs} is world-writable")
+    assert "Traceback" not in err and list(jobs.iterdir()) == []
+    assert not (cli.tmp_path / "sbatch-called").exists()
+
+
+def test_the_catalogue_has_at_least_forty_cases():
+    assert len(SITE_CASES) + len(OPTION_CASES) >= 40
+
+
+def test_bad_site_fixtures_are_not_world_writable_or_executable():
+    for p in SITE_CASES:
+        assert not p.stat().st_mode & (stat.S_IWOTH | stat.S_IXUSR), p

@@ -1,0 +1,106 @@
+"""One rank goes wrong on the 4-node testbed: the job ends fast and says who, where and why.
+
+Real ranks under `slurmtorch sbatch --wait` (srun --kill-on-bad-exit, gloo over eth0,
+`--timeout 20` for the process group). Rank 2 runs on node3. Each case runs once here;
+benchmarks/faults.py repeats them and measures the time to end (RELIABILITY.md).
+Every wait is bounded: a run that does not end fails the test instead of hanging it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+FAULT = SCRIPTS / "fault_rank.py"
+sys.path.insert(0, str(SCRIPTS))
+import fault_node  # noqa: E402
+
+pytestmark = [pytest.mark.testbed, pytest.mark.torch]
+
+
+def slurmtorch(testbed, home, *argv, timeout=120, **kw):
+    return testbed.run([testbed.python, "-m", "slurmtorch.cli.main", *map(str, argv)],
+                       env={"SLURMTORCH_HOME": str(home)}, timeout=timeout, **kw)
+
+
+def submit_fault(testbed, home, mode, *, timeout=120):
+    start = time.monotonic()
+    proc = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "4", "--timeout", "20", "-t", "5",
+                      FAULT, "--wait", "--", mode, "2", timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+CASES = [
+    # mode, bound on submit -> end (s), what --wait/status/logs must say about rank 2
+    ("exit", 45, "rank 2 on node3: exited with code 3"),
+    ("kill", 45, "rank 2 on node3: killed by a signal"),
+    ("raise", 45, "rank 2 on node3: ValueError: bad batch at step 3"),
+    ("hang", 75, "rank 2 on node3: hung: reported nothing while ranks 0, 1, 3 timed out"),
+]
+
+
+@pytest.mark.parametrize("mode, bound, named", CASES, ids=[c[0] for c in CASES])
+def test_a_failing_rank_ends_the_job_and_is_named_everywhere(testbed, has_torch, tmp_path, mode, bound, named):
+    home = tmp_path / "home"
+    proc, elapsed = submit_fault(testbed, home, mode)
+    assert proc.returncode != 0, proc.stderr
+    assert elapsed < bound, f"{mode}: took {elapsed:.1f} s"
+    job_id = proc.stdout.splitlines()[0]
+    assert f"job {job_id} FAILED" in proc.stderr
+    # --wait names the root cause first, then the peers that failed because of it.
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("slurmtorch: ")]
+    assert lines and lines[0].startswith(f"slurmtorch: failed: {named}"), proc.stderr
+    assert any(ln.startswith("slurmtorch: then failed: ranks ") for ln in lines), proc.stderr
+
+    status = slurmtorch(testbed, home, "status", job_id)
+    assert status.returncode == 0, status.stderr
+    assert "state=FAILED" in status.stdout and "exit_code=0" not in status.stdout
+    assert status.stdout.splitlines()[1].startswith(f"failed: {named}"), status.stdout
+
+    logs = slurmtorch(testbed, home, "logs", job_id, "--rank", "2")
+    assert logs.returncode == 0, logs.stderr
+    assert f"slurmtorch: failed: {named}" in logs.stderr
+    if mode in ("exit", "raise"):
+        assert "rank 2 on node3 failed:" in logs.stderr  # the rank's own report, traceback included
+
+
+def test_a_lost_node_ends_the_job_with_node_fail_and_names_it(testbed, has_torch, tmp_path):
+    """node3's slurmd, slurmstepd and rank are SIGKILLed mid-job; the testbed is restored after."""
+    home = tmp_path / "home"
+    env = dict(testbed.env, SLURMTORCH_HOME=str(home))
+    waiter = subprocess.Popen(
+        [testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "-N", "4", "--timeout", "20",
+         "-t", "5", str(FAULT), "--wait", "--", "none", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        job_id = waiter.stdout.readline().strip()
+        out = home / "jobs" / job_id / "rank-2.out"
+        deadline = time.monotonic() + 60
+        while not (out.exists() and "started" in out.read_text()):
+            assert time.monotonic() < deadline and waiter.poll() is None, "job never started"
+            time.sleep(0.2)
+        time.sleep(1)
+        killed_at = time.monotonic()
+        fault_node.lose(3)
+        _, err = waiter.communicate(timeout=150)
+        ended_in = time.monotonic() - killed_at
+        # Before the restore: `scripts/testbed up` may restart slurmctld, which forgets jobs.
+        status = slurmtorch(testbed, home, "status", job_id)
+        shown = testbed.run(["scontrol", "-o", "show", "job", job_id]).stdout
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+        fault_node.restore(testbed.env)
+    assert waiter.returncode != 0, err
+    assert ended_in < 120, ended_in
+    assert f"job {job_id} NODE_FAIL" in err, err
+    assert "slurmtorch: failed: rank 2 on node3: lost with its node (srun: Node failure on node3)" in err, err
+    assert "state=NODE_FAIL" in status.stdout, status.stdout
+    assert "failed: rank 2 on node3: lost with its node" in status.stdout, status.stdout
+    # --no-requeue (the default without --requeue): Slurm did not silently rerun it.
+    assert "Restarts=0" in shown and "Requeue=0" in shown, shown
