@@ -138,3 +138,20 @@ def test_rejected_submission_leaves_no_job_folder(testbed, home, tmp_path, probe
     assert proc.stderr.startswith("error: sbatch failed (exit 1): ") and "partition" in proc.stderr
     assert proc.stdout == ""
     assert job_dirs(home) == []
+
+
+@pytest.mark.parametrize("launcher,per_node", [("torchrun", 1), ("mpirun", 2)])
+def test_each_launcher_runs_a_two_node_world_that_agrees(testbed, has_torch, tmp_path, launcher, per_node):
+    """srun is the main job's launcher; torchrun (c10d on the head node) and mpirun (Open MPI in
+    the allocation) must give the same world."""
+    probe = Path(__file__).resolve().parent.parent / "examples" / "probe.py"
+    r = testbed.run([testbed.python, "-m", "slurmtorch.cli.main", "sbatch", str(probe), "--site", "testbed",
+                     "--nodes", "2", "--ntasks-per-node", str(per_node), "--launcher", launcher, "--wait"],
+                    env={"SLURMTORCH_HOME": str(tmp_path)}, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    folder = tmp_path / "jobs" / r.stdout.split()[0]
+    text = "".join(p.read_text() for p in sorted(folder.glob("*.out")))
+    world = 2 * per_node
+    expected = world * (world + 1) // 2
+    lines = [ln for ln in text.splitlines() if "all_reduce=" in ln]
+    assert len(lines) >= 1 and all(f"WORLD_SIZE={world} " in ln and f"all_reduce={expected} " in ln for ln in lines), text

@@ -29,7 +29,9 @@ BACKENDS = ("auto", "nccl", "gloo", "mpi")
 # RoCE v2 over IPv4 is GID index 3 on a default Mellanox/NVIDIA config; NCCL's own
 # default (0) is RoCE v1, which most switches do not route.
 DEFAULT_ROCE_GID_INDEX = 3
-DEFAULT_TIMEOUT_S = 1800
+# Process-group timeout. gloo's own default (30 min) would let one hung peer hold
+# every node of the job that long; 10 min is torch's NCCL default.
+DEFAULT_TIMEOUT_S = 600
 
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 

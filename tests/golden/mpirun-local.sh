@@ -7,7 +7,7 @@ export NCCL_IB_DISABLE=1
 
 # Launch: 4 ranks under mpirun; -x forwards each variable above to remote hosts.
 mpirun -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 1800 --from mpi /home/user/train.py --epochs 3
+    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

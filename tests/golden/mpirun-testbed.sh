@@ -8,10 +8,12 @@ export NCCL_SOCKET_IFNAME=eth0
 export GLOO_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=eth0
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Launch: 4 ranks under mpirun; -x forwards each variable above to remote hosts.
-mpirun -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x GLOO_SOCKET_IFNAME -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 1800 --from mpi /home/user/train.py --epochs 3
+mpirun -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x GLOO_SOCKET_IFNAME -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

@@ -27,9 +27,14 @@ export GLOO_SOCKET_IFNAME=enp0s19
 # Prologue (site)
 nvidia-smi -L | head -n 1 || true
 
+# Rank 0 runs on this node, the first of the allocation: take a port that is free here
+# now, instead of hashing the job id into a range where two jobs can collide.
+MASTER_PORT=$(/opt/conda/bin/python -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+export MASTER_PORT
+
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
 srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=28 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err \
-    /opt/conda/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 1800 --from slurm /home/user/train.py --epochs 3
+    /opt/conda/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from slurm /home/user/train.py --epochs 3
 rc=$?
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.

@@ -27,14 +27,18 @@ export GLOO_SOCKET_IFNAME=enp0s19
 # Prologue (site)
 nvidia-smi -L | head -n 1 || true
 
+# Rank 0 runs on this node, the first of the allocation: take a port that is free here
+# now, instead of hashing the job id into a range where two jobs can collide.
+MASTER_PORT=$(/opt/conda/bin/python -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+export MASTER_PORT
+
 # Launch: one torchrun step; rank logs go to $SLURMTORCH_JOB_DIR.
-# torchrun's c10d rendezvous runs on the first node; the port is spread by job id.
+# torchrun's c10d rendezvous runs on this (the first) node, on the port taken above.
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-rdzv_port=$((29500 + SLURM_JOB_ID % 1000))
 srun --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=224 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err \
     /opt/conda/bin/python -m torch.distributed.run --nnodes 1 --nproc-per-node 8 --rdzv-backend c10d \
-    --rdzv-endpoint "$head_node:$rdzv_port" --rdzv-id "$SLURM_JOB_ID" \
-    -m slurmtorch.bootstrap --backend nccl --timeout 1800 --from env /home/user/train.py --epochs 3
+    --rdzv-endpoint "$head_node:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
+    -m slurmtorch.bootstrap --backend nccl --timeout 600 --from env /home/user/train.py --epochs 3
 rc=$?
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.

@@ -31,7 +31,7 @@ export NCCL_IB_TC=106
 # Launch: one mpirun step; rank logs go to $SLURMTORCH_JOB_DIR.
 mpirun -n 4 \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 1800 --from mpi /home/user/train.py --epochs 3
+    /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.

@@ -22,11 +22,13 @@ export NCCL_SOCKET_IFNAME=eth0
 export GLOO_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=eth0
+export OMPI_ALLOW_RUN_AS_ROOT=1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Launch: one mpirun step; rank logs go to $SLURMTORCH_JOB_DIR.
 mpirun -n 1 \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 1800 --from mpi /home/user/train.py --epochs 3
+    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
