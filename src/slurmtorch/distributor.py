@@ -337,7 +337,7 @@ class Distributor:
             spec = self._spec(site, name, workdir, kind="mpirun")
             text = render.render_mpirun(spec)
         else:
-            from .cli._common import site_ref
+            from .sites import site_ref
 
             site = sites.load_site(site_ref(self.site, None))
             spec = self._spec(site, name, workdir, kind="sbatch")
@@ -722,7 +722,7 @@ def _prepare(target: Any, args: tuple, kwargs: dict) -> tuple[dict, bytes | None
         if kwargs:
             raise SpecError(f"a file takes command-line arguments only, got keyword arguments {sorted(kwargs)}",
                             tip='pass them as strings, e.g. run("train.py", "--lr", "0.1")')
-        from .cli._common import split_script
+        from .spec import split_script
 
         script, argv = split_script([os.fspath(target), *(str(a) for a in args)], None)
         return {"kind": "file", "script": script, "args": argv}, None, Path(script).name

@@ -766,3 +766,10 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         }
     return out
 
+
+def site_ref(site: str | None, fallback: str | None) -> str:
+    """The site to load: --site, else $SLURMTORCH_SITE, else the verb's fallback."""
+    ref = site or os.environ.get("SLURMTORCH_SITE") or fallback
+    if not ref:
+        raise SpecError("no site given", tip="pass --site NAME|PATH or set SLURMTORCH_SITE (see: slurmtorch site list)")
+    return ref

@@ -7,6 +7,8 @@ and passes their results in `Options`.
 
 from __future__ import annotations
 
+import os
+
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -348,3 +350,20 @@ def _stem(script: str | None) -> str:
     name = (script or "job").rstrip("/").rsplit("/", 1)[-1]
     stem = name.rsplit(".", 1)[0] if "." in name[1:] else name
     return stem or "job"
+
+
+def split_script(script_and_args: list[str] | None, module: str | None) -> tuple[str | None, list[str]]:
+    """SCRIPT [ARGS...] or -m MODULE [ARGS...]; SCRIPT must exist and becomes absolute.
+
+    The one filesystem check of the spec side, called at the edge (CLI, Distributor)
+    before `build_spec`, so a missing SCRIPT never reaches a job folder.
+    """
+    items = list(script_and_args or [])
+    if module is not None:
+        return None, items
+    if not items:
+        raise SpecError("missing SCRIPT", tip="e.g. slurmtorch sbatch train.py -- --lr 0.1, or -m pkg.train")
+    script, args = items[0], items[1:]
+    if not os.path.isfile(script):
+        raise SpecError(f"SCRIPT {script} does not exist", tip="check the path; use -m MODULE for a module")
+    return os.path.abspath(script), args

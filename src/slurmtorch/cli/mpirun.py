@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from ._common import provenance, split_script
+from ._common import provenance
 
 
 def mpirun(
@@ -29,7 +29,7 @@ def mpirun(
     from .. import render, sites, spec, submit
     from ..errors import SpecError
 
-    script, args = split_script(script_and_args, module)
+    script, args = spec.split_script(script_and_args, module)
     if hostfile is not None:
         if not os.path.isfile(hostfile):
             raise SpecError(f"hostfile {hostfile} does not exist")

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from ._common import provenance, site_ref, split_script
+from ._common import provenance
 
 
 def sbatch(
@@ -37,10 +37,10 @@ def sbatch(
     wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its code"),
 ) -> int:
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id."""
-    from .. import render, sites, spec, submit
+    from .. import jobdirs, render, sites, spec
 
-    script, args = split_script(script_and_args, module)
-    root = submit.jobs_root()
+    script, args = spec.split_script(script_and_args, module)
+    root = jobdirs.jobs_root()
     options = spec.Options(
         kind="sbatch", script=script, module=module, script_args=tuple(args), preset=preset,
         partition=partition, nodes=nodes, ntasks_per_node=ntasks_per_node, gpus_per_node=gpus_per_node,
@@ -48,11 +48,13 @@ def sbatch(
         backend=backend, launcher=launcher, timeout=timeout, env=tuple(env or ()),
         requeue=requeue, signal=signal, python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch"),
     )
-    job = spec.build_spec(sites.load_site(site_ref(site, None)), options)
+    job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options)
     text = render.render_sbatch(job)
     if dry_run:
         sys.stdout.write(text)
         return 0
+    from .. import submit  # the edge: only a real submission starts processes
+
     sub = submit.submit(text, root)
     print(sub.job_id, flush=True)
     print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
