@@ -138,6 +138,17 @@ def test_mpirun_verb_runs_here_and_exits_with_the_script_code(tmp_path, mpi_env)
     assert proc.returncode == 5, proc.stderr
 
 
+def test_mpirun_verb_runs_more_ranks_than_cores_on_one_host(tmp_path, mpi_env, has_torch):
+    """A laptop user asking for -n 4 on 2 cores gets 4 ranks, as torchrun would give."""
+    env = dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home"))
+    n = (os.cpu_count() or 1) * 2
+    proc = subprocess.run(
+        [sys.executable, "-m", "slurmtorch.cli.main", "mpirun", str(REPO / "examples" / "probe.py"), "-n", str(n)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count(f"all_reduce={n * (n + 1) // 2} ") == n, proc.stdout
+
+
 def test_only_submit_runs_subprocesses():
     """One choke point for side effects: everything else stays pure and testable."""
     src = REPO / "src" / "slurmtorch"

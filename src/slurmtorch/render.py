@@ -102,6 +102,10 @@ def launch_plan(spec: JobSpec) -> Launch:
     if spec.kind == "mpirun":
         if spec.hostfile:
             mpirun += ["--hostfile", spec.hostfile]
+        else:
+            # One host: Open MPI counts cores as slots and refuses -n beyond them; on a
+            # laptop more ranks than cores is the user's call, as with torchrun.
+            mpirun += ["--oversubscribe"]
         for name, _ in spec.env:
             mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun))
