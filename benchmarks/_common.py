@@ -22,6 +22,8 @@ BIN = Path(sys.executable).parent
 def env(**extra: str) -> dict[str, str]:
     e = dict(os.environ)
     e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
+    # Installed packages run from .pyc; so must ours (a wheel install compiles them).
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
     e.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     e.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     e.update(extra)

@@ -30,4 +30,5 @@ import torch.distributed as dist  # noqa: E402
 dist.init_process_group("gloo")
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
-dist.destroy_process_group()
+if dist.is_initialized():  # the probe may have torn it down already
+    dist.destroy_process_group()

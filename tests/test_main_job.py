@@ -21,9 +21,10 @@ def readme_main_command() -> list[str]:
     return [str(Path(sys.executable).parent / "slurmtorch"), *argv[1:]]
 
 
-def test_readme_main_job_trains_ddp_across_four_nodes(testbed, has_torch, tmp_path):
+def test_readme_main_job_trains_ddp_across_four_nodes(testbed, has_torch, tmp_path, capsys):
     r = testbed.run(readme_main_command(), cwd=REPO, timeout=180, env={"SLURMTORCH_HOME": str(tmp_path)})
-    print(r.stdout, r.stderr)
+    with capsys.disabled():  # shown in CI's log
+        print("\n  " + " ".join(readme_main_command()[1:]) + "\n    " + "\n    ".join(r.stdout.splitlines()))
     assert r.returncode == 0, r.stderr
     job_id = r.stdout.splitlines()[0]
     assert re.fullmatch(r"\d+", job_id)
