@@ -504,13 +504,7 @@ class Job:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.job_id} is still {status.state} after {timeout:g} s")
             time.sleep(sub.POLL_S)
-        # Output written just before the end may land a moment after the state changed.
-        quiet = 0
-        for _ in range(20):
-            quiet = 0 if any([t.pump() for t in tails]) else quiet + 1
-            if quiet >= 3:
-                break
-            time.sleep(0.05)
+        sub.drain(tails)
         if stream:
             code = "" if status.exit_code is None else f" (exit {status.exit_code})"
             _say(f"job {self.job_id}: {status.state}{code}")

@@ -459,15 +459,19 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
         if status.done or status.source == "job folder":
             break
         time.sleep(poll_s)
-    # Output written just before the end may land a moment after the state changed:
-    # drain until the files stay quiet for a few polls (at most ~1 s).
+    drain(tails)
+    return status
+
+
+def drain(tails: Sequence[Tail]) -> None:
+    """Output written just before the end may land a moment after the state changed:
+    pump until the files stay quiet for a few polls (at most ~1 s)."""
     quiet = 0
     for _ in range(20):
         quiet = 0 if any([t.pump() for t in tails]) else quiet + 1
         if quiet >= 3:
             break
         time.sleep(0.05)
-    return status
 
 
 def wait(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
