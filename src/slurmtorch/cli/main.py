@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - older typer depends on click
     from click import ClickException as _UsageError
 
 from ..errors import SlurmtorchError
-from . import jobs, mpirun, sbatch, site
+from . import doctor, jobs, mpirun, sbatch, site
 
 _PASSTHROUGH = {"allow_interspersed_args": True}
 
@@ -35,6 +35,7 @@ app.command("mpirun", context_settings=_PASSTHROUGH)(mpirun.mpirun)
 app.command("status")(jobs.status)
 app.command("logs")(jobs.logs)
 app.command("cancel")(jobs.cancel)
+app.command("doctor")(doctor.doctor)
 app.add_typer(site.app, name="site")
 
 

@@ -1,0 +1,257 @@
+"""`slurmtorch doctor`: pure checks over facts, then the real thing on this host and the testbed.
+
+The pure checks take the bundled site configs (real node types) and facts as a node
+would report them; the end-to-end tests run the verb on testbed nodes (real srun, torch,
+mpi4py), with an interpreter that has no torch, and across a 4-node allocation.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from slurmtorch import doctor as d
+from slurmtorch import sites
+
+REPO = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-m", "slurmtorch.cli.main", "doctor"]
+
+OMPI5 = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
+TORCH_CPU = d.TorchFacts(version="2.13.0+cpu", cuda=None, gpus=0, gloo=True, nccl=False, mpi=False)
+TORCH_CUDA = d.TorchFacts(version="2.13.0+cu128", cuda="12.8", gpus=8, gloo=True, nccl=True, mpi=False)
+PLUGINS = ("pmix", "none", "pmi2", "pmix_v4")
+
+
+def node_type(site: str, name: str):
+    return sites.load_site(site).node_type(name)
+
+
+def facts(**kw) -> d.NodeFacts:
+    base = dict(hostname="node1", python="/usr/bin/python3", torch=TORCH_CPU,
+                mpi=d.MpiFacts(library=OMPI5, mpi4py="4.1.2"),
+                interfaces=(d.Interface("lo", "127.0.0.1"), d.Interface("eth0", "198.18.0.11", 10000)),
+                host_address="198.18.0.11", srun_plugins=PLUGINS)
+    base.update(kw)
+    return d.NodeFacts(**base)
+
+
+def statuses(checks, status):
+    return [c for c in checks if c.status == status]
+
+
+# ----------------------------------------------------------------------------- pure checks
+
+
+def test_a_line_is_status_what_and_fix():
+    assert d.Check("fail", "no eth9", "set interfaces").line() == "fail  no eth9  (fix: set interfaces)"
+    assert d.Check("ok", "eth0 up", "never shown").line() == "ok    eth0 up"
+    assert d.summary([d.Check("ok", "a"), d.Check("fail", "b")]) == "doctor: 1 ok, 0 warn, 1 fail"
+
+
+def test_testbed_node_facts_pass_every_check():
+    site = sites.load_site("testbed")
+    nt = site.node_type("cpu")
+    checks = d.node_checks(facts(), site, nt, list(nt.network_env()), "gloo")
+    assert not statuses(checks, "fail") and not statuses(checks, "warn"), [c.line() for c in checks]
+
+
+def test_cpu_torch_on_a_gpu_node_type_fails_the_backend_and_the_gpus():
+    nt = node_type("hdr-ib", "a100")
+    checks = d.check_torch(TORCH_CPU, nt, "nccl") + d.check_gpus(facts(gpu_devices=8), nt)
+    failed = [c.what for c in statuses(checks, "fail")]
+    assert any("backend nccl" in w for w in failed)
+    assert any("CPU build" in w and "8 GPUs" in w and "8 /dev/nvidia" in w for w in failed)
+    assert all(c.fix for c in statuses(checks, "fail"))
+
+
+def test_fewer_gpus_than_the_node_type_fail_and_more_warn():
+    nt = node_type("hdr-ib", "a100")
+    few = d.check_gpus(facts(torch=d.TorchFacts(**{**TORCH_CUDA.__dict__, "gpus": 6})), nt)
+    assert few[0].status == "fail" and "6 of the 8 GPUs" in few[0].what and "CUDA_VISIBLE_DEVICES" in few[0].fix
+    assert d.check_gpus(facts(torch=TORCH_CUDA), nt)[0].status == "ok"
+    cpu = node_type("testbed", "cpu")
+    assert d.check_gpus(facts(gpu_devices=2), cpu)[0].status == "warn"
+
+
+def test_missing_torch_is_one_fail_line_not_a_crash():
+    checks = d.check_torch(d.TorchFacts(error="ModuleNotFoundError: No module named 'torch'"),
+                           node_type("testbed", "cpu"), "gloo")
+    assert [c.status for c in checks] == ["fail"] and "No module named 'torch'" in checks[0].what
+
+
+def test_missing_hcas_are_named_in_one_line_and_unexpected_ones_warn():
+    nt = node_type("hdr-ib", "a100")
+    checks = d.check_infiniband(facts(ib_devices=("mlx5_0", "mlx5_1")), nt)
+    assert [c.status for c in checks] == ["ok", "fail"]
+    assert "mlx5_2, mlx5_3" in checks[1].what and "hcas" in checks[1].fix
+    warn = d.check_infiniband(facts(ib_devices=("mlx5_0",)), node_type("ethernet", "a6000"))
+    assert warn[0].status == "warn" and "NCCL_IB_DISABLE" in warn[0].what
+
+
+def test_interfaces_must_exist_and_have_an_address():
+    nt = node_type("hdr-ib", "a100")
+    missing = d.check_interfaces(facts(), nt)
+    assert missing[0].status == "fail" and "ib0" in missing[0].what and "lo, eth0" in missing[0].what
+    no_addr = d.check_interfaces(facts(interfaces=(d.Interface("ib0", None),)), nt)
+    assert no_addr[0].status == "fail" and "no IPv4 address" in no_addr[0].what
+    unpinned = d.check_interfaces(facts(host_address="127.0.1.1"), node_type("local", "host"))
+    assert unpinned[0].status == "warn" and "loopback" in unpinned[0].what
+
+
+def test_srun_without_the_sites_plugin_or_missing_fails_where_the_site_uses_srun():
+    site = sites.load_site("testbed")
+    assert d.check_srun(facts(), site)[0].status == "ok"
+    none = d.check_srun(facts(srun_plugins=None, srun_error="srun not found on PATH"), site)
+    assert none[0].status == "fail" and "srun not found" in none[0].what
+    no_pmix = d.check_srun(facts(srun_plugins=("none", "pmi2")), site)
+    assert no_pmix[0].status == "fail" and "libpmix" in no_pmix[0].fix
+    assert d.check_srun(facts(srun_plugins=None), sites.load_site("local"))[0].status == "ok"
+
+
+def test_open_mpi_5_under_pmi2_is_the_singleton_trap():
+    site = sites.load_site("ethernet")  # mpi_plugin: pmi2
+    checks = d.check_srun(facts(), site)
+    trap = [c for c in checks if "singleton" in c.what]
+    assert trap and trap[0].status == "fail" and "pmix" in trap[0].fix
+
+
+def test_mpi_vendor_is_read_from_the_library_version():
+    assert d.mpi_vendor(OMPI5) == ("Open MPI", 5)
+    assert d.mpi_vendor("MPICH Version:      4.1.2\nMPICH Release date: ...") == ("MPICH", 4)
+    assert d.mpi_vendor("Intel(R) MPI Library 2021.10 for Linux* OS") == ("Intel MPI", 2021)
+    missing = d.check_mpi(facts(mpi=d.MpiFacts(error="No module named 'mpi4py'")), sites.load_site("testbed"))
+    assert missing[0].status == "warn"
+
+
+def test_site_environment_naming_a_missing_interface_fails():
+    nt = node_type("testbed", "cpu")
+    env = [("GLOO_SOCKET_IFNAME", "eth0"), ("NCCL_SOCKET_IFNAME", "ens5"), ("OMPI_MCA_btl_tcp_if_include", "eth1")]
+    checks = d.check_env(env, facts(environ=(("GLOO_SOCKET_IFNAME", "lo"),)), nt)
+    assert checks[0].status == "ok" and "overrides GLOO_SOCKET_IFNAME=lo" in checks[0].what
+    assert [c.status for c in checks[1:]] == ["fail", "fail"]
+
+
+def test_probe_output_becomes_facts():
+    line = ('noise\nSLURMTORCH_DOCTOR {"torch": {"version": "2.13.0+cpu", "cuda": null, "gpus": 0, "gloo": true, '
+            '"nccl": false, "mpi": false}, "mpi_error": "ModuleNotFoundError: no mpi4py"}\n')
+    torch, mpi = d.parse_probe(line)
+    assert torch == TORCH_CPU and mpi.library is None and "no mpi4py" in mpi.error
+    assert d.parse_probe("Segmentation fault\n") is None
+
+
+def rec(rank, node, local, per_node, host, world=4, nodes=2):
+    return d.RankRecord(rank, world, local, per_node, node, nodes, host, "node1:1234", 0.5)
+
+
+def test_layout_of_a_consistent_world_is_ok_and_a_broken_one_fails():
+    good = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 1, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
+    assert [c.status for c in d.check_layout(good)] == ["ok"]
+    table = d.layout_table(good)
+    assert table[0].split() == ["rank", "local", "node", "host", "device", "master", "connect"] and len(table) == 5
+    twice = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 0, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
+    broken = d.check_layout(twice)
+    assert broken[0].status == "fail" and "node 0: local ranks [0, 0]" in broken[0].what
+    per_gpu = d.check_layout(good, node_type("roce", "l40s"))
+    assert per_gpu[-1].status == "warn" and "4 GPUs" in per_gpu[-1].what
+
+
+def test_bandwidth_is_compared_with_the_link_when_the_site_gives_one():
+    samples = [d.Sample(1024, 1e-4, 10), d.Sample(16 << 20, 0.04, 3)]
+    table = d.bandwidth_table(samples, 4)
+    assert "16 MB" in table[-1] and "1 KB" in table[1]
+    # 16 MiB in 40 ms on 4 ranks: 0.419 GB/s algbw, x1.5 = 0.629 GB/s bus = 5.03 Gb/s.
+    no_link = d.check_bandwidth(samples, 4, 2, node_type("testbed", "cpu"), iface_mbps=10000)
+    assert no_link[0].status == "warn" and "5.03 Gb/s" in no_link[0].what and "link_gbps" in no_link[0].fix
+    assert "10 Gb/s" in no_link[0].what
+    # A node type with the proposed `link_gbps` field (not in sites.py yet).
+    fast = types.SimpleNamespace(name="x", gpus=0, link_gbps=200)
+    assert d.check_bandwidth(samples, 4, 2, fast)[0].status == "warn"
+    slow = types.SimpleNamespace(name="x", gpus=0, link_gbps=10)
+    ok = d.check_bandwidth(samples, 4, 2, slow)[0]
+    assert ok.status == "ok" and "50% of the node type's 10 Gb/s" in ok.what
+
+
+# ----------------------------------------------------------------------------- on real nodes
+
+
+@pytest.fixture(scope="module")
+def bed(testbed, has_torch):
+    for key in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "OMPI_MCA_btl", "GLOO_SOCKET_IFNAME"):
+        testbed.env.pop(key, None)
+    testbed.env["OPAL_PREFIX"] = sys.prefix
+    return testbed
+
+
+def lines(out: str, status: str) -> list[str]:
+    return [ln for ln in out.splitlines() if ln.startswith(status + " ")]
+
+
+@pytest.mark.testbed
+def test_doctor_on_a_testbed_node_finds_nothing_wrong(bed):
+    result = bed.run(["srun", "-p", "debug", "-N1", "-w", "node2", *CLI, "--site", "testbed"], cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "node node2:" in out and not lines(out, "fail") and not lines(out, "warn")
+    for expected in ("torch 2.", "backend gloo: built in (the jobs use it)", "no InfiniBand devices",
+                     "interface 'eth0': eth0 198.18.0.12", "MPI: Open MPI", "srun --mpi=pmix available",
+                     "GLOO_SOCKET_IFNAME=eth0"):
+        assert expected in out, out
+
+
+@pytest.mark.testbed
+def test_doctor_names_what_a_gpu_site_lacks_on_a_cpu_node_and_exits_1(bed):
+    result = bed.run(["srun", "-p", "debug", "-N1", *CLI, "--site", "hdr-ib", "--partition", "gpu"],
+                     cwd=REPO, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = "\n".join(lines(result.stdout, "fail"))
+    for expected in ("backend nccl", "CPU build", "mlx5_0", "interface 'ib0'"):
+        assert expected in failed, result.stdout
+    assert all("(fix: " in ln for ln in lines(result.stdout, "fail"))
+
+
+@pytest.mark.testbed
+def test_doctor_reports_missing_torch_and_srun_instead_of_crashing(bed, tmp_path):
+    # A real interpreter without torch or mpi4py (a bare venv), as the site's `python`,
+    # and a PATH without srun.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "bare"], check=True, timeout=60)
+    site = tmp_path / "bare.yaml"
+    site.write_text(f"extends: testbed\npython: {tmp_path / 'bare' / 'bin' / 'python'}\n")
+    result = bed.run([*CLI, "--site", str(site)], cwd=REPO, timeout=120,
+                     env={"PATH": str(Path(sys.executable).parent)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    failed = "\n".join(lines(result.stdout, "fail"))
+    assert "No module named 'torch'" in failed and "srun not found on PATH" in failed
+    assert "mpi4py cannot be imported" in "\n".join(lines(result.stdout, "warn"))
+
+
+@pytest.mark.testbed
+def test_allocation_doctor_on_four_nodes_shows_layout_reach_and_bandwidth(bed):
+    result = bed.run(["salloc", "-p", "debug", "-N4", "-t", "5", *CLI, "--allocation", "--site", "testbed"],
+                     cwd=REPO, timeout=180)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    table = out[out.index("rank layout"):out.index("all_reduce bandwidth")].splitlines()[2:]
+    assert [row.split()[3] for row in table] == ["node1", "node2", "node3", "node4"]
+    assert "ok    rank layout: 4 ranks on 4 nodes" in out
+    assert "reachable from all 4 nodes" in out
+    assert "ok    all_reduce of rank+1 over 4 ranks: 10 (expected 10)" in out
+    sizes = [row.split()[0] + " " + row.split()[1] for row in out.split("all_reduce bandwidth")[1].splitlines()[2:10]]
+    assert sizes == ["1 KB", "4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB"]
+    assert "the site gives no link speed for node type 'cpu'" in out
+
+
+@pytest.mark.testbed
+def test_a_node_that_cannot_reach_master_addr_says_so(bed):
+    # MASTER_ADDR names an address on the nodes' subnet where nothing listens.
+    argv = ["srun", "-p", "debug", "-N2", "--kill-on-bad-exit=1", "--mpi=none",
+            "env", "MASTER_ADDR=198.18.0.250", sys.executable, "-m", "slurmtorch.bootstrap", "--from", "slurm",
+            "--no-init", "-m", "slurmtorch.doctor", "--connect-timeout", "2"]
+    result = bed.run(argv, cwd=REPO, timeout=120)
+    assert result.returncode != 0
+    assert "cannot reach MASTER_ADDR 198.18.0.250:" in result.stderr, result.stderr
+    assert "rank 1 on node2 failed" in result.stderr or "rank 0 on node1 failed" in result.stderr
