@@ -107,7 +107,9 @@ def test_framework_sees_our_world_under_srun_on_two_nodes(bed, name):
     assert result.returncode == 0, result.stderr[-3000:]
     found = records(result.stdout)
     check_agreement(found, 4, 2, "slurm")
-    assert [r["host"] for r in found] == ["node1", "node1", "node2", "node2"]
+    # Two ranks on each of two nodes (which two depends on what else the testbed runs).
+    hosts = [r["host"] for r in found]
+    assert len(set(hosts)) == 2 and hosts[0] == hosts[1] and hosts[2] == hosts[3], hosts
     if name == "fabric":
         # Under srun Lightning reads SLURM_PROCID/NTASKS/LOCALID/NODEID itself: they agree with ours.
         assert {r["cluster_env"] for r in found} == {"SLURMEnvironment"}
