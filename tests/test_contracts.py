@@ -79,3 +79,27 @@ def test_init_args_per_node_refuse_several_tasks_per_node():
 
 def test_init_method_brackets_ipv6():
     assert init_args(make(addr="fd00::1"))[1] == "tcp://[fd00::1]:29500"
+
+
+def test_mpi_world_overrides_slurm_task_variables_inherited_from_the_mpi_daemon():
+    """mpirun in an allocation: every rank inherits its prted's SLURM_PROCID (the node index)."""
+    from dataclasses import replace
+
+    from slurmtorch.contracts import slurm_task_env
+
+    info = replace(make(rank=3, world=4, local_rank=1, local_world=2, node_rank=1), source="mpi")
+    inherited = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
+    assert slurm_task_env(info, inherited) == {
+        "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4",
+        "SLURM_NPROCS": "4", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "2"}
+
+
+def test_slurm_task_variables_are_left_alone_when_they_agree_or_are_absent():
+    from dataclasses import replace
+
+    from slurmtorch.contracts import slurm_task_env
+
+    info = replace(make(rank=3, world=4), source="mpi")
+    assert slurm_task_env(info, {"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}) == {}
+    assert slurm_task_env(info, {}) == {}
+    assert slurm_task_env(replace(info, source="slurm"), {"SLURM_PROCID": "0"}) == {}

@@ -118,8 +118,6 @@ def test_framework_sees_our_world_under_srun_on_two_nodes(bed, name):
 
 @pytest.mark.testbed
 @pytest.mark.mpi
-@pytest.mark.xfail(strict=True, reason="Lightning reads the prted daemons' SLURM_* under mpirun in an allocation; "
-                                       "fixed by the bootstrap exporting SLURM_* task variables (docs/INTEROP.md)")
 def test_fabric_sees_our_world_under_mpirun_inside_an_allocation(bed):
     # The `launcher: mpirun` job: Open MPI starts one prted per node with srun, so every
     # rank inherits a daemon's SLURM_PROCID (its node index), SLURM_NTASKS (node count) and

@@ -6,6 +6,8 @@
   are nominal (MASTER_PORT for rank 0, MASTER_PORT + r for rank r): nothing listens
   there unless the framework reading the map does. Both are exported only when every
   rank's host is known (MPI, srun block layouts, single-node torchrun);
+- role jobs (`--role master=1 --role worker=3 --role ps=2 --role evaluator=1`): the same
+  maps naming every role's host:port list (`role_cluster_spec`, `role_tf_config`);
 - ModelArts-style arguments `--init_method tcp://ADDR:PORT --rank R --world_size N`,
   per process (`rank`) or per node (`node`: node rank / node count, for scripts that
   start one process per node and spawn their local workers themselves; that needs
@@ -44,8 +46,52 @@ def _task(info: RankInfo, master_role: str) -> dict:
     return task
 
 
+def role_cluster(info: RankInfo, leader: str) -> dict[str, list[str]]:
+    """`{role: [host:port, ...]}` for every role of a role job (pure).
+
+    The leader is at MASTER_ADDR:MASTER_PORT; job rank r elsewhere at its host and the
+    nominal port MASTER_PORT + r (nothing listens there unless the framework does).
+    """
+    layout, hosts = info.layout, info.job_rank_hosts
+    cluster: dict[str, list[str]] = {}
+    rank = 0
+    for role, count in layout.roles:
+        name = leader if role in ("master", "chief") else role
+        entries = []
+        for _ in range(count):
+            entries.append(f"{info.master_addr}:{info.master_port}" if rank == 0
+                           else f"{hosts[rank]}:{_port(info.master_port, rank)}")
+            rank += 1
+        cluster[name] = entries
+    return cluster
+
+
+def _role_task(info: RankInfo, leader: str) -> dict:
+    kind = leader if info.role in ("master", "chief") else info.role
+    task = {"type": kind, "index": info.role_index}
+    if info.trial is not None:
+        task["trial"] = info.trial
+    return task
+
+
+def role_cluster_spec(info: RankInfo) -> dict:
+    """CLUSTER_SPEC of a role job: the leader keeps the name it was given (master or chief)."""
+    leader = info.layout.leader
+    return {"cluster": role_cluster(info, leader), "task": _role_task(info, leader)}
+
+
+def role_tf_config(info: RankInfo) -> dict:
+    """TF_CONFIG of a role job: the leader is always `chief`, and the evaluator is not a
+    member of the cluster (TF's convention: it only reads checkpoints)."""
+    cluster = role_cluster(info, "chief")
+    cluster.pop("evaluator", None)
+    return {"cluster": cluster, "task": _role_task(info, "chief")}
+
+
 def cluster_spec(info: RankInfo) -> dict | None:
     """AI Platform's CLUSTER_SPEC: {cluster: {master: [...], worker: [...]}, task: {...}}."""
+    if info.layout is not None:
+        return role_cluster_spec(info)
     hosts = cluster_hosts(info)
     if hosts is None:
         return None
@@ -57,6 +103,8 @@ def cluster_spec(info: RankInfo) -> dict | None:
 
 def tf_config(info: RankInfo) -> dict | None:
     """TF_CONFIG: {cluster: {chief: [...], worker: [...]}, task: {type, index}}."""
+    if info.layout is not None:
+        return role_tf_config(info)
     hosts = cluster_hosts(info)
     if hosts is None:
         return None
@@ -82,6 +130,15 @@ def env_for(info: RankInfo) -> dict[str, str]:
     }
     if info.trial is not None:
         env["SLURMTORCH_TRIAL"] = info.trial
+    if info.role is not None:
+        env["SLURMTORCH_ROLE"] = info.role
+        env["SLURMTORCH_ROLE_INDEX"] = str(info.role_index)
+        if not info.in_group:
+            # A ps/evaluator is told where the torch world meets, and how big it is, but
+            # has no rank in it: a stray init_process_group fails instead of colliding.
+            for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE"):
+                env.pop(key)
+            env["WORLD_SIZE"] = str(info.layout.training)
     spec, tf = cluster_spec(info), tf_config(info)
     if spec is not None:
         env["CLUSTER_SPEC"] = json.dumps(spec, separators=(",", ":"))
@@ -113,3 +170,21 @@ def init_args(info: RankInfo, shape: str = "rank") -> list[str]:
     else:
         raise BootstrapError(f"unknown --init-args shape {shape!r}", tip="use --init-args or --init-args=node")
     return ["--init_method", init_method(info), "--rank", str(rank), "--world_size", str(world)]
+
+
+def slurm_task_env(info, env) -> dict[str, str]:
+    """SLURM_* task variables that agree with `info`, where an MPI world inherited others.
+
+    Under `mpirun` inside an allocation every rank carries the SLURM_PROCID/NTASKS of
+    the Open MPI daemon that started it (node index, node count). Lightning's
+    SLURMEnvironment trusts those and then sees a wrong world (two "global rank 0"s).
+    Empty when there are none, or when they already agree (srun).
+    """
+    if info.source != "mpi" or "SLURM_PROCID" not in env:
+        return {}
+    if env.get("SLURM_PROCID") == str(info.rank) and env.get("SLURM_NTASKS") in (None, str(info.world_size)):
+        return {}
+    return {"SLURM_PROCID": str(info.rank), "SLURM_LOCALID": str(info.local_rank),
+            "SLURM_NODEID": str(info.node_rank), "SLURM_NTASKS": str(info.world_size),
+            "SLURM_NPROCS": str(info.world_size), "SLURM_NNODES": str(info.num_nodes),
+            "SLURM_NTASKS_PER_NODE": str(info.local_world_size)}

@@ -66,6 +66,18 @@ class RankInfo:
     rank_hosts: tuple[str, ...] = ()
     trial: str | None = None
     extra: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    # Role jobs (`slurmtorch sbatch --role ...`): this rank's role and index in it, the
+    # layout, and the host of every rank of the *job* (all roles, job-rank order). For a
+    # training role (master/chief/worker) rank/world_size describe the torch world; for
+    # ps/evaluator they describe the job and `in_group` is False.
+    role: str | None = None
+    role_index: int = 0
+    layout: "RoleLayout | None" = None
+    job_rank_hosts: tuple[str, ...] = ()
+
+    @property
+    def in_group(self) -> bool:
+        return self.role is None or self.role in TRAINING_ROLES
 
     @property
     def is_master(self) -> bool:
@@ -282,7 +294,10 @@ def from_slurm(env: Mapping[str, str], hostname: str) -> RankInfo:
         raise BootstrapError(f"contradictory srun environment: {'; '.join(contradictions)}; seen: {seen(env, keys)}",
                              tip=_SLURM_TIP)
     dist = env.get("SLURM_DISTRIBUTION", "block").split(":")[0]
-    hosts = block_rank_hosts(nodes, per_node) if dist in ("", "block") else ()
+    # With one task per node every distribution places rank r on node r. That case
+    # matters: inside sbatch SLURM_DISTRIBUTION defaults to cyclic.
+    one_each = all(n == 1 for n in per_node)
+    hosts = block_rank_hosts(nodes, per_node) if dist in ("", "block") or one_each else ()
     if hosts and hosts[rank] != nodes[node_rank]:
         hosts = ()  # an arbitrary layout: do not claim to know where the others are
     addr = env.get("MASTER_ADDR", "").strip() or nodes[0]
@@ -303,6 +318,141 @@ def from_env(env: Mapping[str, str], hostname: str, source: str = "auto") -> Ran
         return from_slurm(env, hostname)
     raise BootstrapError(f"the {source!r} world is not derived from variables alone",
                          tip="use slurmtorch.mpi.from_comm for MPI, rankinfo.single for one process")
+
+
+# ---------------------------------------------------------------- roles
+
+LEADER_ROLES = ("master", "chief")
+TRAINING_ROLES = ("master", "chief", "worker")
+ROLE_ORDER = ("master", "chief", "worker", "ps", "evaluator")
+ROLES_ENV = "SLURMTORCH_ROLES"
+_ROLES_TIP = "e.g. --role master=1 --role worker=3 --role ps=2 --role evaluator=1 (counts in nodes)"
+
+
+@dataclass(frozen=True)
+class RoleLayout:
+    """Roles in launch order (leader, workers, ps, evaluator) with their node counts.
+
+    One task per node: a role replica is a machine, as on AI Platform and Azure ML.
+    Role r occupies the job's nodes (and ranks) right after those of the roles before
+    it, so job rank == job node index; the torch world is the training roles' prefix.
+    """
+
+    roles: tuple[tuple[str, int], ...]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.roles)
+
+    @property
+    def training(self) -> int:
+        return sum(n for r, n in self.roles if r in TRAINING_ROLES)
+
+    @property
+    def leader(self) -> str:
+        return self.roles[0][0]
+
+    def offset(self, role: str) -> int:
+        """First job rank (and node index) of `role`."""
+        off = 0
+        for name, n in self.roles:
+            if name == role:
+                return off
+            off += n
+        raise BootstrapError(f"role {role!r} is not in the layout {self.format()}", tip=_ROLES_TIP)
+
+    def count(self, role: str) -> int:
+        return dict(self.roles).get(role, 0)
+
+    def role_of(self, job_rank: int) -> tuple[str, int]:
+        """(role, index within the role) of a job rank."""
+        off = 0
+        for name, n in self.roles:
+            if job_rank < off + n:
+                return name, job_rank - off
+            off += n
+        raise BootstrapError(f"job rank {job_rank} is outside the layout {self.format()}", tip=_ROLES_TIP)
+
+    def format(self) -> str:
+        return ",".join(f"{r}={n}" for r, n in self.roles)
+
+
+def parse_roles(items: Sequence[str] | str) -> RoleLayout:
+    """`["master=1", "worker=3", "ps=2"]` or "master=1,worker=3,ps=2" -> RoleLayout (pure)."""
+    if isinstance(items, str):
+        items = [i for i in items.split(",") if i.strip()] if items.strip() else []
+    counts: dict[str, int] = {}
+    for item in items:
+        name, sep, count = str(item).partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BootstrapError(f"malformed --role {item!r}: expected ROLE=COUNT", tip=_ROLES_TIP)
+        if name not in ROLE_ORDER:
+            raise BootstrapError(f"unknown role {name!r} in --role {item!r}",
+                                 tip=f"roles: {', '.join(ROLE_ORDER)}")
+        if name in counts:
+            raise BootstrapError(f"role {name!r} given twice", tip=_ROLES_TIP)
+        if not count.strip().isdigit() or not count.strip().isascii():
+            raise BootstrapError(f"malformed --role {item!r}: COUNT must be a whole number of nodes", tip=_ROLES_TIP)
+        counts[name] = int(count)
+    leaders = [r for r in LEADER_ROLES if r in counts]
+    if len(leaders) != 1:
+        raise BootstrapError("a role job needs exactly one of master=1 or chief=1" if not leaders
+                             else "give master or chief, not both (chief is TF's name for the master)",
+                             tip=_ROLES_TIP)
+    if counts[leaders[0]] != 1:
+        raise BootstrapError(f"{leaders[0]}={counts[leaders[0]]}: there is exactly one {leaders[0]}",
+                             tip=f"--role {leaders[0]}=1 and put the rest in --role worker=N")
+    roles = tuple((r, counts[r]) for r in ROLE_ORDER if counts.get(r))
+    return RoleLayout(roles=roles)
+
+
+def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLayout | None = None) -> RankInfo:
+    """The world of one role's srun step in a role job (pure).
+
+    Each role runs as its own step (`srun --relative=OFFSET -N COUNT`), so srun's
+    SLURM_PROCID counts within the role; the job's node list and the layout give
+    every rank's place: job rank = the role's offset + SLURM_PROCID.
+    """
+    what = f"cannot derive the {role} rank of a role job"
+    keys = (*SLURM_KEYS, "SLURM_JOB_NODELIST", ROLES_ENV)
+    if layout is None:
+        if not env.get(ROLES_ENV, "").strip():
+            raise BootstrapError(f"{what}: {ROLES_ENV} is missing; seen: {seen(env, keys)}",
+                                 tip="--role is set by `slurmtorch sbatch --role ...`; it needs SLURMTORCH_ROLES")
+        layout = parse_roles(env[ROLES_ENV])
+    if layout.count(role) == 0:
+        raise BootstrapError(f"{what}: the layout {layout.format()} has no {role}", tip=_ROLES_TIP)
+    import hostlist
+
+    try:
+        job_nodes = tuple(hostlist.expand_hostlist(env.get("SLURM_JOB_NODELIST", "")))
+    except Exception as exc:
+        raise BootstrapError(f"{what}: {exc}; seen: {seen(env, keys)}", tip=_SLURM_TIP) from None
+    if len(job_nodes) < layout.total:
+        raise BootstrapError(f"{what}: the layout {layout.format()} needs {layout.total} nodes, the job has "
+                             f"{len(job_nodes)}; seen: {seen(env, keys)}", tip=_SLURM_TIP)
+    procid = _int(env, "SLURM_PROCID", what, keys, _SLURM_TIP)
+    if not 0 <= procid < layout.count(role):
+        raise BootstrapError(f"{what}: SLURM_PROCID={procid} but the role has {layout.count(role)} tasks; "
+                             f"seen: {seen(env, keys)}", tip=_SLURM_TIP)
+    job_rank = layout.offset(role) + procid
+    hosts = job_nodes[:layout.total]
+    if env.get("SLURMD_NODENAME") and env["SLURMD_NODENAME"] != hosts[job_rank]:
+        raise BootstrapError(f"{what}: {role} {procid} should run on {hosts[job_rank]} but runs on "
+                             f"{env['SLURMD_NODENAME']}; seen: {seen(env, keys)}", tip=_SLURM_TIP)
+    addr = env.get("MASTER_ADDR", "").strip() or hosts[0]
+    common = dict(local_rank=0, local_world_size=1, master_addr=addr, master_port=slurm_port(env),
+                  hostname=hostname, source="slurm", launcher="srun", trial=trial_id(env), role=role,
+                  role_index=procid, layout=layout, job_rank_hosts=hosts)
+    if role in TRAINING_ROLES:
+        n = layout.training
+        info = RankInfo(rank=job_rank, world_size=n, node_rank=job_rank, num_nodes=n, nodes=hosts[:n],
+                        rank_hosts=hosts[:n], **common)
+    else:
+        info = RankInfo(rank=job_rank, world_size=layout.total, node_rank=job_rank, num_nodes=layout.total,
+                        nodes=hosts, rank_hosts=hosts, **common)
+    return validate(info, env, keys, _SLURM_TIP)
 
 
 # ---------------------------------------------------------------- a lone process

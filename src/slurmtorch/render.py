@@ -8,6 +8,7 @@ provenance line); StrictUndefined turns a typo in a template into an error.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ import jinja2
 
 from . import resources, shell
 from .errors import SlurmtorchError, TemplateError
-from .spec import JobSpec, slurm_pattern_escape
+from .spec import JobSpec, slurm_pattern_escape, sweep_args
+from .spec import shell_name as sweep_var
 
 # Per-rank log redirection for launchers without srun's --output patterns. It is a
 # constant passed as `bash -c` text; the job folder and argv arrive as positional
@@ -27,7 +29,27 @@ RANK_LOG_WRAPPER = (
     'exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"'
 )
 
+# A role job runs one srun step per role, so SLURM_PROCID counts within the role; the
+# job rank (the log file's number) is the role's first rank ($1) plus it. Constant text
+# like RANK_LOG_WRAPPER: offset, folder and argv arrive as positional parameters.
+ROLE_LOG_WRAPPER = (
+    'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; '
+    'exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"'
+)
+
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
+
+
+@dataclass(frozen=True)
+class RoleStep:
+    """One role's srun step of a role job, unquoted."""
+
+    role: str
+    offset: int  # first node (= first job rank) of the role
+    count: int
+    training: bool
+    srun_args: tuple[str, ...]
+    rank_argv: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -39,12 +61,16 @@ class Launch:
     mpirun_args: tuple[str, ...] = ()
     torchrun_argv: tuple[str, ...] = ()
     rank_log_wrapper: str = RANK_LOG_WRAPPER
+    role_steps: tuple[RoleStep, ...] = ()
+    role_log_wrapper: str = ROLE_LOG_WRAPPER
 
 
-def bootstrap_argv(spec: JobSpec, source: str) -> list[str]:
+def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None) -> list[str]:
     """`<python> -m slurmtorch.bootstrap ...` as every rank runs it."""
     argv = [spec.python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
             "--timeout", str(spec.timeout), "--from", source]
+    if role is not None:
+        argv += ["--role", role]
     argv += ["-m", spec.module] if spec.module else [spec.script]
     argv += list(spec.script_args)
     return argv
@@ -55,24 +81,47 @@ def _append(spec: JobSpec) -> list[str]:
     return ["--open-mode=append"] if spec.requeue else []
 
 
+def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
+    """(argv prefix for apptainer, srun arguments for pyxis) of container `c` (or None)."""
+    if c is None:
+        return [], []
+    if c.runtime == "apptainer":
+        prefix = ["apptainer", "exec"]
+        if spec.gpus_per_node:
+            prefix.append("--nv")
+        for mount in c.mounts:
+            prefix += ["--bind", mount]
+        return [*prefix, c.image], []
+    pyxis = [f"--container-image={c.image}"]
+    if c.mounts:
+        pyxis.append(f"--container-mounts={','.join(c.mounts)}")
+    return [], pyxis
+
+
+def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
+    from .rankinfo import TRAINING_ROLES
+
+    containers = dict(spec.role_containers)
+    steps, offset = [], 0
+    for role, count in spec.roles:
+        prefix, pyxis = container_args(spec, containers.get(role))
+        # --mpi=none: the ranks take their world from SLURM_* and SLURMTORCH_ROLES, not MPI.
+        srun = ["--kill-on-bad-exit=1", "--mpi=none", f"--relative={offset}",
+                f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
+                f"--cpus-per-task={spec.cpus_per_task}", *pyxis]
+        argv = [*prefix, *bootstrap_argv(spec, "slurm", role)]
+        steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
+                              srun_args=tuple(srun), rank_argv=tuple(argv)))
+        offset += count
+    return tuple(steps)
+
+
 def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure)."""
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
-    container_prefix: list[str] = []
-    pyxis: list[str] = []
-    if spec.container is not None:
-        c = spec.container
-        if c.runtime == "apptainer":
-            container_prefix = ["apptainer", "exec"]
-            if spec.gpus_per_node:
-                container_prefix.append("--nv")
-            for mount in c.mounts:
-                container_prefix += ["--bind", mount]
-            container_prefix.append(c.image)
-        else:
-            pyxis = [f"--container-image={c.image}"]
-            if c.mounts:
-                pyxis.append(f"--container-mounts={','.join(c.mounts)}")
+    if spec.roles:
+        return Launch(rank_argv=(), role_steps=_role_steps(spec))
+    container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
         rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"])]
@@ -82,7 +131,7 @@ def launch_plan(spec: JobSpec) -> Launch:
                     "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.ntasks_per_node),
                     "--rdzv-backend", "c10d"]
         rank_argv = ["-m", "slurmtorch.bootstrap", *rest]
-        logs = slurm_pattern_escape(spec.job_root) + "/%j/node-%t"
+        logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
         srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
@@ -90,7 +139,7 @@ def launch_plan(spec: JobSpec) -> Launch:
 
     rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher])]
     if launcher == "srun":
-        logs = slurm_pattern_escape(spec.job_root) + "/%j/rank-%t"
+        logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/rank-%t"
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
         srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
@@ -202,7 +251,14 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
     env.filters["envname"] = shell.env_name
     env.filters["comment"] = comment_quote
     env.filters["sbatch_directive"] = _sbatch_directive
+    env.filters["sweep_var"] = _sweep_var
+    env.filters["sweep_args"] = sweep_args
+    env.filters["tojson_compact"] = lambda v: json.dumps(dict(v), separators=(",", ":"), ensure_ascii=False)
     return env
+
+
+def _sweep_var(name: str) -> str:
+    return shell.env_name(sweep_var(name))
 
 
 def render_template(name: str, spec: JobSpec) -> str:

@@ -24,6 +24,7 @@ FABRICS = ("infiniband", "roce", "ethernet")
 LAUNCHERS = ("srun", "mpirun", "torchrun")
 MPI_PLUGINS = ("pmix", "pmi2", "none")
 CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+ROLE_NAMES = ("master", "chief", "worker", "ps", "evaluator")  # rankinfo.ROLE_ORDER
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 
 # RoCE v2 over IPv4 is GID index 3 on a default Mellanox/NVIDIA config; NCCL's own
@@ -88,6 +89,7 @@ class Container:
     runtime: str
     image: str
     mounts: tuple[str, ...] = ()
+    roles: tuple[tuple[str, str], ...] = ()  # per-role images of a role job (`--role`)
 
 
 @dataclass(frozen=True)
@@ -246,6 +248,8 @@ _CONTAINER_SCHEMA: dict[str, Any] = {
     "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image) or apptainer exec"),
     "image": ("str", "image reference or path"),
     "mounts": ("strlist", "bind mounts SRC:DST"),
+    "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
+                         "roles not named use `image`"),
 }
 _SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),
@@ -307,6 +311,11 @@ def json_schema() -> dict[str, Any]:
                 "directives": {
                     "type": "object",
                     "additionalProperties": {"type": ["string", "integer", "boolean"]},
+                },
+                "rolemap": {
+                    "type": "object",
+                    "propertyNames": {"enum": list(ROLE_NAMES)},
+                    "additionalProperties": {"type": "string"},
                 },
             }[spec]
             out = dict(out)
@@ -614,6 +623,18 @@ class _Validator:
                               "quote values such as 'yes', 'true' or '1.0' in YAML")
                 out.append((name, None if val is None else str(val)))
             return tuple(out)
+        if spec == "rolemap":
+            if not isinstance(v, dict):
+                self.fail(mapping, key, keypath, f"expected a mapping role: image, got {_tname(v)}")
+            out = []
+            for name, val in v.items():
+                kp = f"{keypath}.{name}"
+                if name not in ROLE_NAMES:
+                    self.fail(v, name, kp, f"unknown role {name!r}", _valid_tip(str(name), list(ROLE_NAMES), "roles"))
+                if not isinstance(val, str) or not val or any(c in val for c in "\n\r\x00"):
+                    self.fail(v, name, kp, "expected an image reference (one line)")
+                out.append((name, val))
+            return tuple(out)
         if spec == "directives":
             if not isinstance(v, dict):
                 self.fail(mapping, key, keypath, f"expected a mapping name: value, got {_tname(v)}")
@@ -748,7 +769,8 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "epilogue": list(site.epilogue),
         "templates": site.templates,
         "container": None if site.container is None else {
-            "runtime": site.container.runtime, "image": site.container.image, "mounts": list(site.container.mounts)},
+            "runtime": site.container.runtime, "image": site.container.image, "mounts": list(site.container.mounts),
+            **({"roles": dict(site.container.roles)} if site.container.roles else {})},
         "node_types": {},
         "partitions": {},
         "presets": {name: dict(body) for name, body in site.presets},

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import __version__, shell
 from .errors import SpecError
-from .sites import BACKENDS, LAUNCHERS, Container, Site, parse_time
+from .sites import BACKENDS, CONTAINER_RUNTIMES, LAUNCHERS, Container, Site, parse_time
 
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 KINDS = ("sbatch", "mpirun")
@@ -51,6 +51,12 @@ class Options:
     python: str = "python3"  # the submitting interpreter; the site's `python` wins
     job_root: str = "~/.slurmtorch/jobs"  # absolute in practice; the CLI resolves it
     command: tuple[str, ...] = ()  # argv that made this, for the provenance header
+    roles: tuple[str, ...] = ()  # raw ROLE=COUNT strings (counts in nodes)
+    container_image: str | None = None  # default image for every role
+    container_runtime: str | None = None  # pyxis | apptainer (default: the site's, else pyxis)
+    role_images: tuple[str, ...] = ()  # raw ROLE=IMAGE strings
+    array: str | None = None  # Slurm --array text, e.g. 0-19%4 (or %2 with --sweep)
+    sweep: tuple[str, ...] = ()  # raw NAME=V1,V2 strings; the grid is their product
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,20 @@ class JobSpec:
     requeue: bool = False
     signal: str | None = None  # as Slurm reads it, e.g. USR1@60
     extra: tuple[tuple[str, Any], ...] = field(default=())
+    # Role job: (role, nodes) in launch order and each role's container (None: none).
+    roles: tuple[tuple[str, int], ...] = ()
+    role_containers: tuple[tuple[str, Container | None], ...] = ()
+    # Job array: Slurm's --array text, the trial ids it selects, and the sweep grid
+    # (name, values) with the parameters of every trial id in the array.
+    array: str | None = None
+    trial_ids: tuple[int, ...] = ()
+    sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    trials: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
+
+    @property
+    def job_dir_pattern(self) -> str:
+        """The job folder below job_root as a Slurm filename pattern."""
+        return "%A/trial-%a" if self.array else "%j"
 
 
 def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
@@ -132,6 +152,106 @@ def parse_signal(text: str, what: str = "--signal") -> str:
     if when is not None and int(when) > 65535:
         raise SpecError(f"{what} {text!r}: at most 65535 seconds before the time limit", tip=tip)
     return f"{'R:' if flags else ''}{sig}{'@' + str(int(when)) if when is not None else ''}"
+
+
+_ARRAY_RE = re.compile(r"^(?P<ranges>[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*)?"
+                       r"(?:%(?P<limit>[0-9]+))?$")
+_SWEEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001
+ARRAY_TIP = "e.g. --array 0-19%4 (indices 0..19, at most 4 at a time), --array 1,3,5-7, or --array %2 with --sweep"
+
+
+def parse_array(text: str, grid: int | None = None) -> tuple[str, tuple[int, ...]]:
+    """Check `--array` and expand its indices (pure); returns (Slurm's text, indices).
+
+    With a sweep of `grid` trials the indices must be trial ids (0..grid-1), and a bare
+    `%N` means every trial, at most N at a time.
+    """
+    text = str(text).strip()
+    m = _ARRAY_RE.match(text)
+    if not text or not m:
+        raise SpecError(f"malformed --array {text!r}", tip=ARRAY_TIP)
+    ranges, limit = m.group("ranges"), m.group("limit")
+    if limit is not None and int(limit) < 1:
+        raise SpecError(f"--array {text!r}: %{limit} would never run a task", tip=ARRAY_TIP)
+    if ranges is None:
+        if grid is None:
+            raise SpecError(f"--array {text!r} names no indices", tip=ARRAY_TIP)
+        ranges = f"0-{grid - 1}" if grid > 1 else "0"
+        text = ranges + text
+    indices: set[int] = set()
+    for part in ranges.split(","):
+        lo, _, rest = part.partition("-")
+        hi, _, step = rest.partition(":")
+        lo_i, hi_i, step_i = int(lo), int(hi) if hi else int(lo), int(step) if step else 1
+        if hi_i < lo_i or step_i < 1:
+            raise SpecError(f"--array {text!r}: range {part!r} is empty", tip=ARRAY_TIP)
+        indices.update(range(lo_i, hi_i + 1, step_i))
+    if max(indices) > MAX_ARRAY_INDEX:
+        raise SpecError(f"--array {text!r}: index {max(indices)} exceeds Slurm's default limit {MAX_ARRAY_INDEX}",
+                        tip=ARRAY_TIP)
+    if grid is not None and max(indices) >= grid:
+        raise SpecError(f"--array {text!r}: the sweep has {grid} trials (ids 0..{grid - 1}), not {max(indices) + 1}",
+                        tip="leave --array out, or give only the limit: --array %2")
+    return text, tuple(sorted(indices))
+
+
+def parse_sweep(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`NAME=V1,V2` strings -> ((name, values), ...) in the order given (pure)."""
+    tip = "e.g. --sweep lr=1e-3,1e-4 --sweep bs=32,64 (a grid: every combination)"
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for item in items:
+        name, sep, values = str(item).partition("=")
+        if not sep or not _SWEEP_NAME_RE.match(name):
+            raise SpecError(f"malformed --sweep {item!r}: expected NAME=V1,V2,... "
+                            "(NAME: letters, digits, '_' or '-')", tip=tip)
+        if name in dict(out) or shell_name(name) in {shell_name(n) for n, _ in out}:
+            raise SpecError(f"--sweep {name!r} given twice", tip=tip)
+        vals = tuple(values.split(","))
+        if any(v == "" for v in vals):
+            raise SpecError(f"malformed --sweep {item!r}: an empty value", tip=tip)
+        if len(set(vals)) != len(vals):
+            raise SpecError(f"--sweep {item!r} repeats a value", tip=tip)
+        for v in vals:
+            shell.quote(v)  # refuses NUL
+        out.append((name, vals))
+    return tuple(out)
+
+
+def shell_name(name: str) -> str:
+    """Sweep parameter NAME -> its variable SLURMTORCH_SWEEP_<NAME> (upper case, '-' -> '_')."""
+    return "SLURMTORCH_SWEEP_" + name.upper().replace("-", "_")
+
+
+def sweep_grid(sweep: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[tuple[str, str], ...]]:
+    """Every combination, the last parameter varying fastest: trial k is the k-th."""
+    import itertools
+
+    if not sweep:
+        return []
+    names = [n for n, _ in sweep]
+    return [tuple(zip(names, combo)) for combo in itertools.product(*(v for _, v in sweep))]
+
+
+def sweep_args(params: tuple[tuple[str, str], ...]) -> list[str]:
+    """A trial's parameters as script arguments: `--lr 1e-3 --bs 32`."""
+    return [x for name, value in params for x in (f"--{name}", value)]
+
+
+def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    from .rankinfo import ROLE_ORDER
+
+    out: dict[str, str] = {}
+    for item in items:
+        role, sep, image = str(item).partition("=")
+        if not sep or not image:
+            raise SpecError(f"malformed --role-image {item!r}: expected ROLE=IMAGE",
+                            tip="e.g. --role-image ps=nvcr.io/org/ps:1.0")
+        if role not in ROLE_ORDER:
+            raise SpecError(f"unknown role {role!r} in --role-image {item!r}", tip=f"roles: {', '.join(ROLE_ORDER)}")
+        shell.directive_value(image, what="--role-image")  # no newline/NUL
+        out[role] = image
+    return out
 
 
 def _positive(name: str, value: int, tip: str | None = None) -> int:
@@ -188,8 +308,34 @@ def build_spec(site: Site, options: Options) -> JobSpec:
             tip=f"use --cpus-per-task {default_cpus} or fewer tasks per node",
         )
 
+    layout = None
+    if o.roles:
+        from .errors import BootstrapError
+        from .rankinfo import parse_roles
+
+        if o.kind != "sbatch":
+            raise SpecError("--role needs slurmtorch sbatch")
+        try:
+            layout = parse_roles(list(o.roles))
+        except BootstrapError as exc:
+            raise SpecError(exc.message, tip=exc.tip) from None
+        if launcher != "srun":
+            raise SpecError(f"--role runs one srun step per role; launcher {launcher!r} cannot",
+                            tip="use --launcher srun")
+        if ntasks_per_node != 1:
+            raise SpecError(f"--role counts nodes, one task each; --ntasks-per-node {ntasks_per_node} cannot apply",
+                            tip="leave --ntasks-per-node out (a role replica is a node, as on AI Platform)")
+        if o.nodes is not None and o.nodes != layout.total:
+            raise SpecError(f"--nodes {o.nodes} but the roles add up to {layout.total} nodes",
+                            tip="leave --nodes out with --role")
+        if layout.total > partition.max_nodes:
+            raise SpecError(
+                f"roles {layout.format()} need {layout.total} nodes, but partition {partition.name!r} "
+                f"allows at most {partition.max_nodes}",
+                tip="lower the role counts, or use another partition",
+            )
     if o.kind == "sbatch":
-        nodes = _positive("--nodes", pick("nodes", 1))
+        nodes = layout.total if layout else _positive("--nodes", pick("nodes", 1))
         if nodes > partition.max_nodes:
             raise SpecError(
                 f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
@@ -256,6 +402,46 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         env["SLURMTORCH_PREEMPT_SIGNAL"] = signal.split("@", 1)[0].rsplit(":", 1)[-1]
         env["SLURMTORCH_PREEMPT_REQUEUE"] = "1" if requeue else "0"
 
+    # Sweeps and arrays: one Slurm job array; each array task is one multi-node job.
+    sweep = parse_sweep(o.sweep)
+    grid = sweep_grid(sweep)
+    array, trial_ids = None, ()
+    if o.array is not None or sweep:
+        if o.kind != "sbatch":
+            raise SpecError("--array and --sweep need slurmtorch sbatch")
+        array, trial_ids = parse_array(o.array if o.array is not None else "%" + str(len(grid)),
+                                       len(grid) if sweep else None)
+    trials = tuple((t, grid[t] if grid else ()) for t in trial_ids)
+
+    # Containers: the site's, or --container-image/--container-runtime; --role-image per role.
+    role_images = parse_role_images(o.role_images)
+    base = site.container
+    runtime = o.container_runtime or (base.runtime if base else "pyxis")
+    if runtime not in CONTAINER_RUNTIMES:
+        raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
+    if o.container_image is not None:
+        shell.directive_value(o.container_image, what="--container-image")
+        base = Container(runtime=runtime, image=o.container_image, mounts=base.mounts if base else ())
+    elif base is not None and o.container_runtime is not None:
+        base = Container(runtime=runtime, image=base.image, mounts=base.mounts)
+    if role_images and not layout:
+        raise SpecError("--role-image needs --role", tip="use --container-image for a job without roles")
+    role_containers: list[tuple[str, Container | None]] = []
+    if layout:
+        site_roles = dict(getattr(site.container, "roles", ()) or ())
+        for role, _ in layout.roles:
+            image = role_images.get(role) or site_roles.get(role)
+            if image is not None:
+                c = Container(runtime=runtime, image=image, mounts=base.mounts if base else ())
+            else:
+                c = base
+            role_containers.append((role, c))
+    for unknown in set(role_images) - {r for r, _ in (layout.roles if layout else ())}:
+        raise SpecError(f"--role-image {unknown}=...: the job has no {unknown} role")
+    any_pyxis = any(c is not None and c.runtime == "pyxis" for c in [base, *(c for _, c in role_containers)])
+    if any_pyxis and launcher != "srun":
+        raise SpecError("pyxis containers (srun --container-image) need --launcher srun")
+
     job_name = o.job_name or (o.module if o.module else _stem(o.script))
     if len(job_name) > MAX_JOB_NAME:
         # slurmctld refuses longer names ("Pathname ... too long") only after submission.
@@ -299,7 +485,10 @@ def build_spec(site: Site, options: Options) -> JobSpec:
             directives["signal"] = signal
         # The batch step's own output goes into the job folder; `%` in a user's path
         # would be read as a Slurm filename pattern, so it is doubled.
-        directives["output"] = f"{slurm_pattern_escape(o.job_root)}/%j/batch.out"
+        folder = "%A/trial-%a" if array else "%j"
+        directives["output"] = f"{slurm_pattern_escape(o.job_root)}/{folder}/batch.out"
+        if array:
+            directives["array"] = array
     for name, value in directives.items():
         if value is not True:
             shell.directive_value(value, what=f"#SBATCH --{name} value")
@@ -332,13 +521,28 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         script_args=tuple(o.script_args),
         timeout=timeout,
         job_root=o.job_root,
-        container=site.container,
+        container=base,
         hostfile=o.hostfile,
         templates=site.templates,
         command=tuple(o.command),
         requeue=requeue if o.kind == "sbatch" else False,
         signal=signal if o.kind == "sbatch" else None,
+        roles=layout.roles if layout else (),
+        role_containers=tuple(role_containers),
+        array=array,
+        trial_ids=trial_ids,
+        sweep=sweep,
+        trials=trials,
     )
+
+
+def trials_record(spec: JobSpec) -> dict | None:
+    """What `trials.json` in an array job's folder holds: the array and every trial's
+    parameters (for `status` and `logs --trial`); None for a job without --array/--sweep."""
+    if not spec.array:
+        return None
+    return {"array": spec.array, "sweep": [[n, list(v)] for n, v in spec.sweep],
+            "trials": {str(t): dict(params) for t, params in spec.trials}}
 
 
 def slurm_pattern_escape(path: str) -> str:

@@ -2,7 +2,9 @@
 
 Job folder: `$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holding
 `script.sh` (the exact submitted text), `batch.out`, `rank-<r>.out|err` and, once
-the launch step ends, `exit-code`. It is created under a temporary name, the job is
+the launch step ends, `exit-code`. A job array (`--array`, `--sweep`) has one folder
+per array job holding `script.sh`, `trials.json` and a `trial-<K>/` folder per array
+task (made before the job is released, so `batch.out` can be opened there). It is created under a temporary name, the job is
 submitted *held* so that it cannot start before its folder exists, then the folder
 is renamed to the job id and the job released. Any failure on the way removes the
 folder (and cancels the held job): nothing half-written is left behind.
@@ -10,6 +12,7 @@ folder (and cancels the held job): nothing half-written is left behind.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -105,8 +108,11 @@ class Submission:
     job_dir: Path
 
 
-def submit(script: str, root: Path | None = None, *, runner: Runner = run) -> Submission:
-    """Write the job folder, submit held, rename the folder to the job id, release."""
+def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None) -> Submission:
+    """Write the job folder, submit held, rename the folder to the job id, release.
+
+    `trials` (spec.trials_record) makes it an array job's folder: trials.json and trial-K/.
+    """
     root = root or jobs_root()
     _ensure_root(root)
     tmp = Path(tempfile.mkdtemp(prefix=".submitting-", dir=root))
@@ -118,6 +124,10 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run) -> Su
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(script)
+        if trials is not None:
+            (tmp / "trials.json").write_text(json.dumps(trials, indent=1, ensure_ascii=False) + "\n")
+            for t in trials["trials"]:
+                os.mkdir(tmp / f"trial-{int(t)}", 0o755)
         # Held, so that the job cannot start (and open batch.out) before its folder exists.
         argv = ["sbatch", "--parsable", "--hold", str(path)]
         job_id = parse_job_id(runner(argv).stdout, argv)
@@ -227,7 +237,11 @@ def _scontrol_exit(fields: dict[str, str], state: str) -> int:
 def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
     """State of a job without an accounting DB: squeue, then scontrol, then the job folder."""
     check_job_id(job_id)
-    folder = job_dir(job_id, root)
+    return _status(job_id, job_dir(job_id, root), runner)
+
+
+def _status(job_id: str, folder: Path, runner: Runner) -> JobStatus:
+    """`job_id` may be an array task (`123_4`), whose folder is the trial's."""
     fields = None
     sq = _squeue_state(job_id, runner)
     if sq is not None:
@@ -254,6 +268,90 @@ def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -
         f"job {job_id} is unknown to squeue and scontrol, and {folder} does not exist",
         tip="check the job id and SLURMTORCH_HOME",
     )
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def read_trials(folder: Path) -> dict | None:
+    """An array job's trials.json, or None for a plain job."""
+    try:
+        return json.loads((folder / "trials.json").read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SubmitError(f"cannot read {folder / 'trials.json'}: {exc}") from None
+
+
+def task_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
+    """job_status of `JOBID` or of one array task `JOBID_K` (its folder is trial-K)."""
+    base, sep, task = str(job_id).partition("_")
+    if not sep:
+        return job_status(job_id, root, runner=runner)
+    check_job_id(base)
+    check_job_id(task)
+    return _status(job_id, trial_dir(base, int(task), root), runner)
+
+
+def trial_dir(job_id: str, trial: int, root: Path | None = None) -> Path:
+    return job_dir(job_id, root) / f"trial-{int(trial)}"
+
+
+@dataclass(frozen=True)
+class TrialStatus:
+    trial: int
+    params: dict
+    status: JobStatus
+
+    def line(self) -> str:
+        s = self.status
+        parts = [f"trial={self.trial}", f"job={s.job_id}", f"state={s.state}"]
+        if s.exit_code is not None:
+            parts.append(f"exit_code={s.exit_code}")
+        if s.nodes:
+            parts.append(f"nodes={s.nodes}")
+        if s.reason and s.reason not in ("None", "(null)"):
+            parts.append(f"reason={s.reason}")
+        if self.params:
+            parts.append("params=" + ",".join(f"{k}={v}" for k, v in self.params.items()))
+        parts.append(f"source={s.source}")
+        return " ".join(parts)
+
+
+def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> list[TrialStatus]:
+    """Every trial (array task) of an array job submitted by slurmtorch."""
+    folder = job_dir(job_id, root)
+    record = read_trials(folder)
+    if record is None:
+        raise SubmitError(f"job {job_id} is not an array job (no {folder / 'trials.json'})")
+    out = []
+    for t, params in sorted(record["trials"].items(), key=lambda kv: int(kv[0])):
+        task = f"{job_id}_{int(t)}"
+        out.append(TrialStatus(int(t), params, _status(task, folder / f"trial-{int(t)}", runner)))
+    return out
+
+
+def wait_array(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
+               err: IO[str] | None = None) -> int:
+    """Block until every trial has ended, reporting each; 0 only if all succeeded."""
+    err = err or sys.stderr
+    reported: set[int] = set()
+    while True:
+        trials = array_status(job_id, root, runner=runner)
+        for t in trials:
+            if t.trial not in reported and (t.status.done or t.status.source == "job folder"):
+                reported.add(t.trial)
+                print(f"trial {t.trial} {t.status.state} (exit {exit_code_of(t.status)})", file=err, flush=True)
+                if exit_code_of(t.status) != 0:
+                    for line in failure_lines(trial_dir(job_id, t.trial, root)):
+                        print(f"slurmtorch: trial {t.trial}: {line}", file=err)
+        if len(reported) == len(trials):
+            break
+        time.sleep(poll_s)
+    failed = [t.trial for t in trials if exit_code_of(t.status) != 0]
+    print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
+          + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
+    return 1 if failed else 0
 
 
 # --------------------------------------------------------------------------- failures
@@ -455,7 +553,7 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
     while True:
         for t in tails:
             t.pump()
-        status = job_status(job_id, root, runner=runner)
+        status = task_status(job_id, root, runner=runner)
         if status.done or status.source == "job folder":
             break
         time.sleep(poll_s)

@@ -53,7 +53,7 @@ BACKENDS = ("auto", "nccl", "gloo", "mpi")
 FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
 
 USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
-         "[--no-init] [--from auto|mpi|slurm|env|single] [--init-args[=rank|node]] "
+         "[--no-init] [--from auto|mpi|slurm|env|single] [--init-args[=rank|node]] [--role ROLE] "
          "(SCRIPT | -m MODULE) [ARGS...]")
 
 HELP = USAGE + """
@@ -70,6 +70,9 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
   --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
   --init-args=node  the same per node (node rank / node count; one task per node;
                     implies --no-init, the script starts its own processes)
+  --role ROLE       this srun step runs ROLE of a role job (master|chief|worker|ps|
+                    evaluator; layout in $SLURMTORCH_ROLES); ps and evaluator ranks
+                    get the contracts but no process group
 """
 
 
@@ -80,6 +83,7 @@ class Options:
     init: bool = True
     source: str = "auto"
     init_args: str | None = None
+    role: str | None = None
     script: str | None = None
     module: str | None = None
     args: list[str] = field(default_factory=list)
@@ -139,6 +143,10 @@ def parse_args(argv: list[str]) -> Options:
             opts.source = value(name, inline)
             if opts.source not in FROM:
                 raise UsageError(f"--from {opts.source!r} is not one of {', '.join(FROM)}")
+        elif name == "--role":
+            opts.role = value(name, inline)
+            if opts.role not in rankinfo.ROLE_ORDER:
+                raise UsageError(f"--role {opts.role!r} is not one of {', '.join(rankinfo.ROLE_ORDER)}")
         elif name == "--init-args":
             # Only the `=` form takes a value: `--init-args train.py` must not eat the script.
             opts.init_args = inline or "rank"
@@ -208,12 +216,21 @@ def _release_port() -> None:
         reservation.close()
 
 
-def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str | None = None):
+def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str | None = None,
+           role: str | None = None):
     """The world and (on the master) the held MASTER_PORT; the side-effecting edge of rankinfo."""
     from .. import rendezvous
 
     environ = os.environ if env is None else env
     hostname = hostname or _hostname()
+    if role is not None:
+        info = rankinfo.from_roles(environ, hostname, role)
+        reservation = None
+        if info.rank == 0 and info.in_group:
+            reservation = rendezvous.reserve_port(info.master_port)
+        else:
+            rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.layout.total)
+        return info, reservation
     src = rankinfo.detect_source(environ) if source == "auto" else source
     backend_hint = "nccl" if backend == "nccl" else "gloo"
     reservation = None
@@ -403,7 +420,7 @@ def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
 
 
 def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = "auto",
-         process_group: bool = True) -> RankInfo:
+         process_group: bool = True, role: str | None = None) -> RankInfo:
     """Derive this rank's world, export the contracts, and (by default) init torch.distributed.
 
     Idempotent: a second call returns the first call's `RankInfo`. `source` is
@@ -415,11 +432,13 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     from .. import contracts
 
     _STATE["timeout"] = float(timeout)
-    info, reservation = derive(source, backend)
+    info, reservation = derive(source, backend, role=role)
+    process_group = process_group and info.in_group
     _mark("detect")
     _STATE["reservation"] = reservation
     _STATE["info"] = info
     os.environ.update(contracts.env_for(info))
+    os.environ.update(contracts.slurm_task_env(info, os.environ))
     os.environ.update(thread_defaults(os.environ, info.local_world_size, _cpus_available()))
     _install_patch_hook()
     if process_group:
@@ -520,14 +539,14 @@ def main(argv: list[str] | None = None) -> int:
     _STATE["main"] = True
     code = 0
     try:
-        info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init)
+        info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role)
         if opts.script or opts.module:
             from .. import preempt
 
             preempt.install()  # no-op unless the job was submitted with --signal
             run_target(opts)
         else:
-            code = self_check(info, opts.init)
+            code = self_check(info, opts.init and info.in_group)
     except SystemExit as exc:
         if exc.code is None or exc.code == 0:
             code = 0

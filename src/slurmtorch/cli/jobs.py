@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 import typer
 
@@ -11,9 +12,17 @@ def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
     """Print the job's state (squeue, then scontrol, then its folder's exit-code)."""
     from .. import submit
 
+    folder = submit.job_dir(job_id)
+    if submit.read_trials(folder) is not None:
+        trials = submit.array_status(job_id)
+        for t in trials:
+            print(t.line())
+            if t.status.done or t.status.source == "job folder":
+                for line in submit.failure_lines(folder / f"trial-{t.trial}"):
+                    print(f"  {line}")
+        return 0
     status = submit.job_status(job_id)
     print(status.line())
-    folder = submit.job_dir(job_id)
     if status.done or status.source == "job folder":
         for line in submit.failure_lines(folder):
             print(line)
@@ -23,6 +32,7 @@ def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
 def logs(
     job_id: str = typer.Argument(..., metavar="JOBID"),
     rank: int = typer.Option(0, "--rank", "-r", help="which rank's output"),
+    trial: Optional[int] = typer.Option(None, "--trial", "-k", help="which trial (array task) of an array job"),
     batch: bool = typer.Option(False, "--batch", help="the batch script's own output instead"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
 ) -> int:
@@ -33,6 +43,18 @@ def logs(
     folder = submit.job_dir(job_id)
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
+    record = submit.read_trials(folder)
+    if record is not None:
+        ids = sorted(int(t) for t in record["trials"])
+        if trial is None:
+            raise SubmitError(f"job {job_id} is an array of {len(ids)} trials: say which",
+                              tip=f"slurmtorch logs {job_id} --trial {ids[0]} [--rank R]")
+        if trial not in ids:
+            raise SubmitError(f"job {job_id} has no trial {trial}", tip=f"trials: {', '.join(map(str, ids))}")
+        folder = folder / f"trial-{trial}"
+        job_id = f"{job_id}_{trial}"
+    elif trial is not None:
+        raise SubmitError(f"job {job_id} is not an array job; --trial does not apply")
     if batch:
         paths = [(folder / "batch.out", sys.stdout)]
     else:

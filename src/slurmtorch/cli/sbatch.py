@@ -33,8 +33,29 @@ def sbatch(
                                            help="let the job be requeued (default: on with --signal)"),
     signal: Optional[str] = typer.Option(None, "--signal",
                                          help="preemption signal to the ranks, [R:]SIG[@SECONDS], e.g. USR1@60"),
+    role: Optional[List[str]] = typer.Option(
+        None, "--role", metavar="ROLE=NODES",
+        help="a role job: master|chief=1, worker=N, ps=N, evaluator=N (counts in NODES, one task each; "
+             "repeatable). Each rank gets CLUSTER_SPEC/TF_CONFIG with every role's host:port list; the torch "
+             "world is master/chief + workers; ps/evaluator get MASTER_ADDR/PORT but no process group. "
+             "--role chief=1 names the leader chief in CLUSTER_SPEC too"),
+    container_image: Optional[str] = typer.Option(None, "--container-image", metavar="IMAGE",
+                                                  help="run every rank in IMAGE (default: the site's container)"),
+    container_runtime: Optional[str] = typer.Option(None, "--container-runtime", help="pyxis|apptainer (default: the site's, else pyxis)"),
+    role_image: Optional[List[str]] = typer.Option(None, "--role-image", metavar="ROLE=IMAGE",
+                                                   help="image for one role of a --role job (repeatable)"),
+    array: Optional[str] = typer.Option(
+        None, "--array", metavar="INDICES[%MAX]",
+        help="a Slurm job array of multi-node jobs, e.g. 0-19%4; with --sweep the indices are trial ids and "
+             "a bare %MAX limits how many run at once"),
+    sweep: Optional[List[str]] = typer.Option(
+        None, "--sweep", metavar="NAME=V1,V2",
+        help="a grid sweep (the product of every --sweep), one array task per trial; trial K gets "
+             "SLURMTORCH_TRIAL=K, SLURMTORCH_SWEEP_<NAME>=V, SLURMTORCH_PARAMS (JSON) and --NAME V appended "
+             "to the script arguments"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script, submit nothing"),
-    wait: bool = typer.Option(False, "--wait", help="block until the job ends; exit with its code"),
+    wait: bool = typer.Option(False, "--wait", help="block until the job (every array task) ends; exit with its "
+                                                    "code (non-zero if any trial failed)"),
 ) -> int:
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id."""
     from .. import jobdirs, render, sites, spec
@@ -47,6 +68,8 @@ def sbatch(
         cpus_per_task=cpus_per_task, time=time, account=account, qos=qos, job_name=job_name,
         backend=backend, launcher=launcher, timeout=timeout, env=tuple(env or ()),
         requeue=requeue, signal=signal, python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch"),
+        roles=tuple(role or ()), container_image=container_image, container_runtime=container_runtime,
+        role_images=tuple(role_image or ()), array=array, sweep=tuple(sweep or ()),
     )
     job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options)
     text = render.render_sbatch(job)
@@ -55,11 +78,13 @@ def sbatch(
         return 0
     from .. import submit  # the edge: only a real submission starts processes
 
-    sub = submit.submit(text, root)
+    sub = submit.submit(text, root, trials=spec.trials_record(job))
     print(sub.job_id, flush=True)
     print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
     if not wait:
         return 0
+    if job.array:
+        return submit.wait_array(sub.job_id, root)
     status = submit.wait(sub.job_id, root)
     code = submit.exit_code_of(status)
     print(f"job {sub.job_id} {status.state} (exit {code})", file=sys.stderr)

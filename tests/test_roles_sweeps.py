@@ -1,0 +1,255 @@
+"""Roles (CLUSTER_SPEC/TF_CONFIG per role), sweeps/arrays and containers: pure parts and goldens."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slurmtorch import render, sites
+from slurmtorch.contracts import env_for
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.rankinfo import from_roles, from_slurm, parse_roles
+from slurmtorch.spec import build_spec, parse_array, parse_sweep, sweep_args, sweep_grid
+
+from test_render import bash_syntax_ok, check_golden, golden_options
+
+NODES = "node[1-4]"
+
+
+def role_env(procid, **kw):
+    env = {"SLURM_JOB_NODELIST": NODES, "SLURM_PROCID": str(procid), "MASTER_PORT": "29500",
+           "SLURMTORCH_ROLES": "master=1,worker=2,ps=1"}
+    env.update(kw)
+    return env
+
+
+# ------------------------------------------------------------------ roles (pure)
+
+def test_roles_are_ordered_leader_workers_ps_evaluator_whatever_the_flag_order():
+    layout = parse_roles(["ps=2", "evaluator=1", "worker=3", "master=1"])
+    assert layout.roles == (("master", 1), ("worker", 3), ("ps", 2), ("evaluator", 1))
+    assert (layout.total, layout.training, layout.offset("ps"), layout.role_of(5)) == (7, 4, 4, ("ps", 1))
+
+
+@pytest.mark.parametrize("items, message", [
+    (["worker=2"], "exactly one of master=1 or chief=1"),
+    (["master=1", "chief=1"], "not both"),
+    (["master=2"], "exactly one master"),
+    (["master=1", "boss=1"], "unknown role 'boss'"),
+    (["master=1", "worker"], "expected ROLE=COUNT"),
+    (["master=1", "worker=x"], "whole number"),
+    (["master=1", "worker=1", "worker=2"], "given twice"),
+])
+def test_malformed_roles_are_refused_with_the_reason(items, message):
+    with pytest.raises(BootstrapError, match=message):
+        parse_roles(items)
+
+
+def test_every_rank_of_a_role_job_sees_every_role_and_its_own_task():
+    master = env_for(from_roles(role_env(0), "node1", "master"))
+    worker1 = env_for(from_roles(role_env(1, SLURMD_NODENAME="node3"), "node3", "worker"))
+    ps = env_for(from_roles(role_env(0), "node4", "ps"))
+    cluster = {"master": ["node1:29500"], "worker": ["node2:29501", "node3:29502"], "ps": ["node4:29503"]}
+    for env in (master, worker1, ps):
+        assert json.loads(env["CLUSTER_SPEC"])["cluster"] == cluster
+        tf = json.loads(env["TF_CONFIG"])["cluster"]
+        assert tf == {"chief": cluster["master"], "worker": cluster["worker"], "ps": cluster["ps"]}
+    assert json.loads(worker1["CLUSTER_SPEC"])["task"] == {"type": "worker", "index": 1}
+    assert json.loads(master["TF_CONFIG"])["task"] == {"type": "chief", "index": 0}
+    assert (worker1["RANK"], worker1["WORLD_SIZE"], worker1["NODE_RANK"]) == ("2", "3", "2")
+    assert json.loads(ps["CLUSTER_SPEC"])["task"] == {"type": "ps", "index": 0}
+
+
+def test_parameter_servers_know_the_master_but_have_no_rank_in_the_torch_world():
+    info = from_roles(role_env(0), "node4", "ps")
+    env = env_for(info)
+    assert not info.in_group
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"]) == ("node1", "29500", "3")
+    assert "RANK" not in env and "LOCAL_RANK" not in env
+    assert (env["SLURMTORCH_ROLE"], env["SLURMTORCH_ROLE_INDEX"]) == ("ps", "0")
+
+
+def test_chief_role_is_named_chief_in_cluster_spec_and_evaluator_stays_out_of_tf_config():
+    env = role_env(0, SLURMTORCH_ROLES="chief=1,worker=1,evaluator=1", SLURM_ARRAY_TASK_ID="7")
+    spec_env = env_for(from_roles(env, "node3", "evaluator"))
+    spec, tf = json.loads(spec_env["CLUSTER_SPEC"]), json.loads(spec_env["TF_CONFIG"])
+    assert spec["cluster"] == {"chief": ["node1:29500"], "worker": ["node2:29501"], "evaluator": ["node3:29502"]}
+    assert spec["task"] == {"type": "evaluator", "index": 0, "trial": "7"}
+    assert "evaluator" not in tf["cluster"] and tf["task"]["type"] == "evaluator"
+
+
+def test_a_role_rank_on_the_wrong_node_or_past_its_role_is_an_error():
+    with pytest.raises(BootstrapError, match="should run on node2"):
+        from_roles(role_env(0, SLURMD_NODENAME="node4"), "node4", "worker")
+    with pytest.raises(BootstrapError, match="the role has 1 tasks"):
+        from_roles(role_env(1), "node4", "ps")
+    with pytest.raises(BootstrapError, match="needs 4 nodes, the job has 2"):
+        from_roles(role_env(0, SLURM_JOB_NODELIST="node[1-2]"), "node1", "master")
+    with pytest.raises(BootstrapError, match="SLURMTORCH_ROLES is missing"):
+        from_roles({"SLURM_JOB_NODELIST": NODES, "SLURM_PROCID": "0"}, "node1", "master")
+
+
+def test_one_task_per_node_knows_every_host_even_under_sbatchs_default_cyclic_distribution():
+    env = {"SLURM_JOB_ID": "42", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+           "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+           "SLURM_DISTRIBUTION": "cyclic"}
+    info = from_slurm(env, "node2")
+    assert info.rank_hosts == ("node1", "node2") and "CLUSTER_SPEC" in env_for(info)
+
+
+# ------------------------------------------------------------------ sweeps and arrays (pure)
+
+def test_sweep_grid_is_the_product_with_the_last_parameter_fastest():
+    grid = sweep_grid(parse_sweep(["lr=1e-3,1e-4", "bs=32,64"]))
+    assert grid == [(("lr", "1e-3"), ("bs", "32")), (("lr", "1e-3"), ("bs", "64")),
+                    (("lr", "1e-4"), ("bs", "32")), (("lr", "1e-4"), ("bs", "64"))]
+    assert sweep_args(grid[2]) == ["--lr", "1e-4", "--bs", "32"]
+
+
+@pytest.mark.parametrize("text, grid, expected", [
+    ("0-19%4", None, ("0-19%4", tuple(range(20)))),
+    ("1,3,5-9:2", None, ("1,3,5-9:2", (1, 3, 5, 7, 9))),
+    ("%2", 4, ("0-3%2", (0, 1, 2, 3))),
+    ("0-1", 4, ("0-1", (0, 1))),
+])
+def test_array_indices_expand(text, grid, expected):
+    assert parse_array(text, grid) == expected
+
+
+@pytest.mark.parametrize("text, grid, message", [
+    ("", None, "malformed"), ("0-", None, "malformed"), ("a", None, "malformed"), ("3-1", None, "empty"),
+    ("%0", 4, "never run"), ("%2", None, "names no indices"), ("0-4", 4, "has 4 trials"),
+    ("0-5000", None, "exceeds"), ("0;rm -rf /", None, "malformed"),
+])
+def test_malformed_arrays_are_refused(text, grid, message):
+    with pytest.raises(SpecError, match=message):
+        parse_array(text, grid)
+
+
+@pytest.mark.parametrize("items, message", [
+    (["lr"], "malformed"), (["=1"], "malformed"), (["l r=1"], "malformed"), (["lr=1,,2"], "empty value"),
+    (["lr=1,1"], "repeats"), (["lr=1", "lr=2"], "twice"), (["a-b=1", "a_b=2"], "twice"),
+])
+def test_malformed_sweeps_are_refused(items, message):
+    with pytest.raises(SpecError, match=message):
+        parse_sweep(items)
+
+
+ODD = ["a b", "it's", "$(touch /tmp/pwned-sweep)", "`id`", "x\ny", "*", "é"]
+
+
+def test_sweep_values_reach_the_script_exactly_through_a_real_bash(tmp_path):
+    site = sites.load_site("testbed")
+    spec = build_spec(site, golden_options("testbed", nodes=2, sweep=("p=" + ",".join(ODD),)))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    block = text[text.index('case "$SLURMTORCH_TRIAL"'):text.index("esac") + 4]
+    for trial, value in enumerate(ODD):
+        code = (f"SLURMTORCH_TRIAL={trial}\n{block}\n"
+                "printf '%s\\0' \"${sweep_args[@]}\" \"$SLURMTORCH_SWEEP_P\" \"$SLURMTORCH_PARAMS\"")
+        out = subprocess.run(["bash", "-c", code], capture_output=True, check=True, cwd=tmp_path)
+        assert out.stdout.decode().split("\0")[:-1] == ["--p", value, value, json.dumps({"p": value},
+                                                                                     ensure_ascii=False,
+                                                                                     separators=(",", ":"))]
+    assert not os.path.exists("/tmp/pwned-sweep")
+
+
+def test_array_jobs_write_each_trial_into_its_own_folder():
+    site = sites.load_site("testbed")
+    text = render.render_sbatch(build_spec(site, golden_options("testbed", array="0-19%4")))
+    assert "#SBATCH --array=0-19%4" in text
+    assert "#SBATCH --output=/home/user/.slurmtorch/jobs/%A/trial-%a/batch.out" in text
+    assert "--output=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.out" in text
+    assert 'SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLURM_ARRAY_TASK_ID"' in text
+
+
+# ------------------------------------------------------------------ spec checks
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(roles=("master=1", "worker=4")), "need 5 nodes, but partition 'debug' allows at most 4"),
+    (dict(roles=("master=1", "worker=1"), nodes=3), "roles add up to 2"),
+    (dict(roles=("master=1",), launcher="torchrun"), "one srun step per role"),
+    (dict(roles=("master=1",), ntasks_per_node=2), "one task each"),
+    (dict(role_images=("ps=img",)), "--role-image needs --role"),
+    (dict(roles=("master=1",), role_images=("ps=img",)), "no ps role"),
+    (dict(roles=("master=1",), role_images=("ps",)), "expected ROLE=IMAGE"),
+    (dict(container_image="img", container_runtime="docker"), "unknown --container-runtime"),
+    (dict(container_image="img", launcher="mpirun"), "need --launcher srun"),
+])
+def test_impossible_role_and_container_requests_are_refused(kw, message):
+    with pytest.raises(SpecError, match=message):
+        build_spec(sites.load_site("testbed"), golden_options("testbed", **kw))
+
+
+# ------------------------------------------------------------------ goldens: roles and containers
+
+ROLES = ("master=1", "worker=2", "ps=1")
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("roles-testbed", dict(roles=ROLES)),
+    ("roles-pyxis", dict(roles=ROLES, container_image="nvcr.io#nvidia/pytorch:24.01-py3",
+                         role_images=("ps=registry.example/ps image:1",))),
+    ("roles-apptainer", dict(roles=ROLES, container_image="/images/train.sif", container_runtime="apptainer",
+                             role_images=("ps=/images/ps.sif",))),
+    ("sweep-testbed", dict(nodes=2, sweep=("lr=1e-3,1e-4", "bs=32,64"), array="%2")),
+    ("sweep-roles-testbed", dict(roles=ROLES, sweep=("lr=1e-3,1e-4",))),
+])
+def test_role_sweep_and_container_scripts_match_golden(name, kw):
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", **kw))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden(f"sbatch-{name}.sh", text)
+
+
+def test_site_container_roles_pick_per_role_images_with_gpus(tmp_path):
+    site_file = tmp_path / "gpu.yaml"
+    site_file.write_text(
+        "container:\n  runtime: apptainer\n  image: /img/base.sif\n  mounts: [/data:/data]\n"
+        "  roles:\n    ps: /img/ps.sif\n"
+        "node_types:\n  g:\n    gpus: 1\n    cpus: 8\n    fabric: ethernet\n"
+        "partitions:\n  p:\n    max_nodes: 8\n    max_time: '1:00:00'\n    node_type: g\n    default: true\n")
+    site = sites.load_site(str(site_file))
+    spec = build_spec(site, golden_options("gpu", roles=("chief=1", "worker=1", "ps=1")))
+    steps = {s.role: s.rank_argv for s in render.launch_plan(spec).role_steps}
+    assert steps["chief"][:6] == ("apptainer", "exec", "--nv", "--bind", "/data:/data", "/img/base.sif")
+    assert steps["ps"][:6] == ("apptainer", "exec", "--nv", "--bind", "/data:/data", "/img/ps.sif")
+    assert "--nv" not in render.render_sbatch(build_spec(site, golden_options("gpu", roles=("chief=1",), gpus_per_node=0))) \
+        .split("apptainer exec", 1)[1].split("\n", 1)[0]
+
+
+def test_site_container_roles_must_name_known_roles(tmp_path):
+    from slurmtorch.errors import SiteError
+
+    site_file = tmp_path / "bad.yaml"
+    site_file.write_text(
+        "container:\n  runtime: pyxis\n  image: base\n  roles:\n    boss: x\n"
+        "node_types:\n  g:\n    gpus: 0\n    cpus: 8\n    fabric: ethernet\n"
+        "partitions:\n  p:\n    max_nodes: 8\n    max_time: '1:00:00'\n    node_type: g\n    default: true\n")
+    with pytest.raises(SiteError, match="unknown role 'boss'"):
+        sites.load_site(str(site_file))
+
+
+# ------------------------------------------------------------------ CLI: bad input, no folder
+
+@pytest.mark.parametrize("args, message", [
+    (["--role", "worker=2"], "error: a role job needs exactly one of master=1 or chief=1"),
+    (["--role", "master=1", "--role", "worker=9"], "error: roles master=1,worker=9 need 10 nodes"),
+    (["--sweep", "lr"], "error: malformed --sweep 'lr'"),
+    (["--array", "0-3%x"], "error: malformed --array '0-3%x'"),
+    (["--sweep", "lr=1,2", "--array", "0-5"], "error: --array '0-5': the sweep has 2 trials"),
+])
+def test_bad_role_sweep_array_input_is_one_error_line_and_no_job_folder(tmp_path, args, message):
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+    env = dict(os.environ, SLURMTORCH_HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", *args,
+                           str(script)], capture_output=True, text=True, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[0].startswith(message), proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "home").exists()
