@@ -20,22 +20,26 @@ def once(n: int) -> list[dict]:
     folder = Path(tempfile.mkdtemp(prefix="st-bench-phases-"))
     run([BIN / "mpirun", "-n", n, "--oversubscribe", BIN / "python", "-m", "slurmtorch.bootstrap", PROBE],
         environ=env(SLURMTORCH_TIMINGS=str(folder)), timeout=600)
-    return [json.loads(p.read_text())["phases"] for p in sorted(folder.glob("rank-*.json"))]
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
 
 
 def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, dict]:
     rows, worst = [], 0.0
     for n in sizes:
-        samples = [ph for _ in range(max(1, reps // 2)) for ph in once(n)]
+        runs = [r for _ in range(max(1, reps // 2)) for r in once(n)]
+        samples, cpu = [r["phases"] for r in runs], [r["cpu"] for r in runs]
         m = {k: med([s.get(k, 0.0) for s in samples]) for k in
              ("detect", "agree", "handover", "mpi_init", "import_torch", "init_process_group")}
         own = med([sum(s.get(k, 0.0) for k in OURS) for s in samples])
-        worst = max(worst, own)
+        own_cpu = med([sum(s.get(k, 0.0) for k in OURS) for s in cpu])
+        worst = max(worst, own_cpu)
         rows.append([n] + [f"{m[k] * 1000:.1f}" for k in ("detect", "agree", "handover")]
-                    + [f"**{own * 1000:.1f}**"]
+                    + [f"{own * 1000:.1f}", f"**{own_cpu * 1000:.1f}**"]
                     + [f"{m[k] * 1000:.0f}" for k in ("mpi_init", "import_torch", "init_process_group")])
     text = ("## 3. Bootstrap phases per rank (ms, median over ranks and runs; 2 cores, so >2 ranks oversubscribe)\n\n"
-            + table(["ranks", "detect", "agree", "handover", "ours total", "MPI_Init", "import torch",
-                     "torch init_process_group"], rows)
-            + "\n\nTarget: our own work <= 20 ms per rank and flat in the number of ranks.")
-    return text, {"bootstrap own work, worst median (ms)": worst * 1000}
+            + table(["ranks", "detect", "agree", "handover", "ours (wall)", "ours (CPU)", "MPI_Init",
+                     "import torch", "torch init_process_group"], rows)
+            + "\n\nTarget: our own work <= 20 ms per rank and flat in the number of ranks. Wall times grow "
+            "once ranks outnumber the 2 cores (each rank gets a share of a core); the CPU column is the work "
+            "itself, this process's CPU time in the same phases.")
+    return text, {"bootstrap own work per rank, worst median CPU (ms)": worst * 1000}

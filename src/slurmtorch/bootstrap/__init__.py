@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 
 _T0 = time.perf_counter()  # phase timings (SLURMTORCH_TIMINGS) count from here
+_C0 = time.process_time()
 
 import os  # noqa: E402
 import socket  # noqa: E402
@@ -164,10 +165,12 @@ def parse_args(argv: list[str]) -> Options:
 
 _STATE: dict = {}
 _MARKS: list[tuple[str, float]] = [("start", _T0)]
+_CPU_MARKS: list[tuple[str, float]] = [("start", _C0)]
 
 
 def _mark(name: str) -> None:
     _MARKS.append((name, time.perf_counter()))
+    _CPU_MARKS.append((name, time.process_time()))
 
 
 def phase_durations(marks: list[tuple[str, float]], external: dict[str, float]) -> dict[str, float]:
@@ -199,11 +202,15 @@ def _write_timings(info: RankInfo) -> None:
 
     from .. import mpi
 
-    external = dict(mpi.TIMINGS)
+    external = {k: v for k, v in mpi.TIMINGS.items()}
     external.update(_STATE.get("timings", {}))
     with open(os.path.join(folder, f"rank-{info.rank}.json"), "w") as fh:
+        # Wall time, and this process's CPU time for the same phases: with more ranks than
+        # cores, wall time grows with the oversubscription while the work does not.
         json.dump({"rank": info.rank, "world_size": info.world_size,
-                   "phases": phase_durations(_MARKS, external)}, fh)
+                   "phases": phase_durations(_MARKS, external),
+                   "cpu": phase_durations(_CPU_MARKS, {k[:-4]: v for k, v in external.items()
+                                                       if k.endswith("_cpu")})}, fh)
 
 
 def _hostname() -> str:
@@ -322,13 +329,14 @@ def _install_patch_hook() -> None:
     if "torch.distributed" in sys.modules:
         _patch(sys.modules["torch.distributed"])
         return
-    import importlib.abc
-    import importlib.util
-
-    class _PatchOnImport(importlib.abc.MetaPathFinder):
+    # A meta path finder needs only find_spec; subclassing importlib.abc's would cost
+    # ~8 ms of imports in every rank, for a script that may never import torch.
+    class _PatchOnImport:
         def find_spec(self, name, path, target=None):
             if name != "torch.distributed":
                 return None
+            import importlib.util
+
             sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)
             if spec is None or spec.loader is None:
@@ -397,11 +405,13 @@ def _patch(dist_module) -> None:
 def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
     import datetime
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     import torch
     import torch.distributed as dist
 
-    _STATE.setdefault("timings", {})["import_torch"] = time.perf_counter() - t
+    timings = _STATE.setdefault("timings", {})
+    timings["import_torch"] = time.perf_counter() - t
+    timings["import_torch_cpu"] = time.process_time() - c
 
     from .. import contracts
 
