@@ -164,10 +164,11 @@ def test_bandwidth_is_compared_with_the_link_when_the_site_gives_one():
     table = d.bandwidth_table(samples, 4)
     assert "16 MB" in table[-1] and "1 KB" in table[1]
     # 16 MiB in 40 ms on 4 ranks: 0.419 GB/s algbw, x1.5 = 0.629 GB/s bus = 5.03 Gb/s.
-    no_link = d.check_bandwidth(samples, 4, 2, node_type("testbed", "cpu"), iface_mbps=10000)
+    unknown = types.SimpleNamespace(name="cpu", gpus=0, link_gbps=None)
+    no_link = d.check_bandwidth(samples, 4, 2, unknown, iface_mbps=10000)
     assert no_link[0].status == "warn" and "5.03 Gb/s" in no_link[0].what and "link_gbps" in no_link[0].fix
     assert "10 Gb/s" in no_link[0].what
-    # A node type with the proposed `link_gbps` field (not in sites.py yet).
+    # Node types whose site gives `link_gbps`.
     fast = types.SimpleNamespace(name="x", gpus=0, link_gbps=200)
     assert d.check_bandwidth(samples, 4, 2, fast)[0].status == "warn"
     slow = types.SimpleNamespace(name="x", gpus=0, link_gbps=10)
@@ -242,7 +243,7 @@ def test_allocation_doctor_on_four_nodes_shows_layout_reach_and_bandwidth(bed):
     assert "ok    all_reduce of rank+1 over 4 ranks: 10 (expected 10)" in out
     sizes = [row.split()[0] + " " + row.split()[1] for row in out.split("all_reduce bandwidth")[1].splitlines()[2:10]]
     assert sizes == ["1 KB", "4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB"]
-    assert "the site gives no link speed for node type 'cpu'" in out
+    assert "of the node type's 10 Gb/s link" in out  # testbed.yaml's link_gbps
 
 
 @pytest.mark.testbed

@@ -54,6 +54,7 @@ class NodeType:
     interfaces: tuple[str, ...] = ()
     rdma: bool = False
     gid_index: int | None = None
+    link_gbps: int | None = None
     env: tuple[tuple[str, str | None], ...] = ()
 
     def network_env(self) -> tuple[tuple[str, str], ...]:
@@ -217,6 +218,8 @@ _NODE_TYPE_SCHEMA: dict[str, Any] = {
     "interfaces": ("strlist", "IP interfaces for NCCL/Gloo bootstrap sockets"),
     "rdma": ("bool", "whether RDMA works on the fabric"),
     "gid_index": ("int", "RoCE GID index for NCCL_IB_GID_INDEX (default 3: RoCE v2/IPv4)"),
+    "link_gbps": ("int", "link speed per node in Gb/s; `slurmtorch doctor --allocation` compares the measured "
+                         "all_reduce bus bandwidth with it"),
     "env": ("envmap", "environment for jobs on this node type; overrides the fabric's, null removes"),
 }
 _PARTITION_SCHEMA: dict[str, Any] = {
@@ -779,7 +782,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         out["node_types"][nt.name] = {
             "gpus": nt.gpus, "gpu_model": nt.gpu_model, "cpus": nt.cpus, "memory_gb": nt.memory_gb,
             "fabric": nt.fabric, "hcas": list(nt.hcas), "interfaces": list(nt.interfaces), "rdma": nt.rdma,
-            "network_env": dict(nt.network_env()),
+            "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
         }
     for p in site.partitions:
         out["partitions"][p.name] = {
