@@ -2,7 +2,9 @@
 
     .venv/bin/python benchmarks/run_all.py [--reps N] [--only render,startup,phases,turnaround,allreduce]
 
-Benchmarks, not tests: nothing here asserts a time. Run it on a quiet machine.
+Benchmarks, not tests: nothing here asserts a time. Run it on a quiet machine, after
+`scripts/setup` and `.venv/bin/pip install torchx` (the render baseline). Section 4
+starts the local Slurm testbed. benchmarks/NOTES.md is appended as written.
 """
 from __future__ import annotations
 
@@ -35,15 +37,19 @@ def main() -> int:
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         mod = __import__(name)
         fn = getattr(mod, "run_bench", None) or mod.run
-        text, r = fn(max(1, args.reps if name not in ("turnaround", "allreduce") else max(3, args.reps // 2)))
+        # Cheap or noisy sections get more repetitions; the Slurm one fewer (each is a job).
+        reps = {"render": max(15, 2 * args.reps), "turnaround": max(3, args.reps // 2)}.get(name, args.reps)
+        text, r = fn(max(1, reps))
         sections.append(text)
         ratios.update(r)
         print(text + f"\n({time.perf_counter() - t0:.0f} s)\n", file=sys.stderr, flush=True)
     head = (f"# Benchmarks\n\nMeasured {datetime.date.today().isoformat()} on {_common.machine()}.\n"
             f"Command: `.venv/bin/python benchmarks/run_all.py --reps {args.reps}`. Each case alternates with its "
             "baselines in the same run; figures are medians.\n\n## Summary (slurmtorch / baseline; lower is faster)\n\n"
-            + _common.table(["comparison", "ratio"], [[k, f"{v:.2f}x"] for k, v in ratios.items()]))
-    Path(args.out).write_text(head + "\n\n" + "\n\n".join(sections) + "\n")
+            + _common.table(["comparison", "value"],
+                            [[k, f"{v:.1f}" if "(ms)" in k else f"{v:.2f}x"] for k, v in ratios.items()]))
+    notes = (_common.REPO / "benchmarks" / "NOTES.md").read_text()
+    Path(args.out).write_text(head + "\n\n" + "\n\n".join(sections) + "\n\n" + notes)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
