@@ -29,6 +29,20 @@ def need(condition: bool, why: str) -> None:
     pytest.skip(why)
 
 
+def pytest_collection_modifyitems(items):
+    """Mark every test by the real parts its fixtures need, so `-m "not testbed and not mpi"`
+    selects exactly the tests that run without a cluster or mpirun (quick loops, and while
+    another run holds the one testbed this machine can host)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if "testbed" in names:
+            item.add_marker(pytest.mark.testbed)
+        if "mpi_env" in names:
+            item.add_marker(pytest.mark.mpi)
+        if "has_torch" in names:
+            item.add_marker(pytest.mark.torch)
+
+
 @dataclass
 class Testbed:
     """A running local Slurm cluster and the client environment that reaches it."""
