@@ -440,3 +440,19 @@ def test_sbatch_variables_in_the_environment_are_named_in_one_warning(tmp_path, 
     assert len(err) == 1 and err[0].startswith("warning: SBATCH_PARTITION, SBATCH_TIMELIMIT set in the environment "
                                                "override the script's #SBATCH lines"), err
     assert slurm.called("sbatch")  # still submitted, with them: users may rely on them
+
+
+def test_testbed_wait_and_logs_show_a_torchrun_jobs_output(testbed, has_torch, tmp_path):
+    """torchrun writes node-N.out only once the job runs: --wait streams node 0's; logs asks by node."""
+    env = {"SLURMTORCH_HOME": str(tmp_path / "home")}
+    r = testbed.run([testbed.python, "-m", "slurmtorch.cli.main", "sbatch", str(REPO / "examples" / "probe.py"),
+                     "--site", "testbed", "--nodes", "2", "--ntasks-per-node", "2", "--launcher", "torchrun",
+                     "--wait"], env=env, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id, streamed = r.stdout.split("\n", 1)
+    assert streamed.count("all_reduce=10 ") == 2, r.stdout  # node 0's two ranks
+    logs = [testbed.run([testbed.python, "-m", "slurmtorch.cli.main", "logs", job_id, *extra], env=env)
+            for extra in (["--node", "1"], ["--rank", "3"], ["--follow"])]
+    assert logs[0].returncode == 0 and logs[0].stdout.count("all_reduce=10 ") == 2, logs[0].stderr
+    assert logs[1].returncode != 0 and logs[1].stderr.startswith("error: this torchrun job writes one log per node")
+    assert logs[2].returncode == 0 and logs[2].stdout == streamed
