@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -155,3 +156,303 @@ def test_only_submit_runs_subprocesses():
     users = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
                    if "import subprocess" in p.read_text() or "from subprocess" in p.read_text())
     assert users == ["submit.py"]
+
+
+# --------------------------------------------------------------------------- the submit edge, without Slurm
+# A runner stands in for sbatch/squeue/scontrol/scancel (the `runner` parameter is the seam
+# for this); the folders, files and modes are real.
+
+NOT_FOUND = (1, "", "slurm_load_jobs error: Invalid job id specified\n")
+
+
+class FakeSlurm:
+    """Answers scheduler commands from `answer(argv) -> (rc, stdout, stderr)`; records every call."""
+
+    def __init__(self, answer=None, job_id="123"):
+        self.calls: list[list[str]] = []
+        self.answer = answer or (lambda argv: NOT_FOUND if argv[0] in ("squeue", "scontrol") else (0, "", ""))
+        self.job_id = job_id
+
+    def __call__(self, argv, check=True, timeout=60):
+        argv = [str(a) for a in argv]
+        self.calls.append(argv)
+        if argv[0] == "sbatch":
+            return subprocess.CompletedProcess(argv, 0, f"{self.job_id}\n", "")
+        rc, out, err = self.answer(argv)
+        return subprocess.CompletedProcess(argv, rc, out, err)
+
+    def called(self, command: str) -> list[list[str]]:
+        return [c for c in self.calls if c[0] == command]
+
+
+def all_paths(top: Path) -> list[Path]:
+    return [top, *sorted(top.rglob("*"))]
+
+
+def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path):
+    """Cancelled while pending, timed out, lost with its node: no exit-code, and once
+    squeue and scontrol forget it, only its folder is left. Waiting must end there."""
+    from slurmtorch import submit
+
+    root = tmp_path / "jobs"
+    (root / "123").mkdir(parents=True)
+    status = submit.job_status("123", root, runner=FakeSlurm())
+    assert status.state == "ENDED" and status.source == "job folder" and status.done
+    assert submit.exit_code_of(status) == 1
+    out, err = io.StringIO(), io.StringIO()
+    start = time.monotonic()
+    assert submit.wait("123", root, runner=FakeSlurm(), poll_s=0.01, out=out, err=err).state == "ENDED"
+    assert time.monotonic() - start < 5
+
+
+def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):
+    from slurmtorch import submit
+    from slurmtorch.errors import SubmitError
+
+    root = tmp_path / "jobs"
+    old = root / "123"
+    old.mkdir(parents=True)
+    (old / "exit-code").write_text("0\n")
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if ".stale-" in str(dst):
+            raise PermissionError(13, "Permission denied", str(src))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(submit.os, "rename", rename)
+    slurm = FakeSlurm()
+    with pytest.raises(SubmitError, match=r"cannot write the job folder .*123: Permission denied"):
+        submit.submit("#!/bin/bash\n", root, runner=slurm)
+    assert (old / "exit-code").read_text() == "0\n"  # the older job's folder is untouched
+    assert sorted(p.name for p in root.iterdir()) == ["123"]  # and the new one is gone
+    assert slurm.called("scancel") == [["scancel", "123"]]
+
+
+def test_an_unwritable_slurmtorch_home_is_one_error_line(tmp_path, script):
+    (tmp_path / "a-file").write_text("")
+    proc = cli(["sbatch", "--site", "testbed", "train.py"], tmp_path,
+               env={"SLURMTORCH_HOME": str(tmp_path / "a-file" / "home")})
+    assert_clean_failure(proc, tmp_path, "cannot write the job folder")
+    assert "a-file" in proc.stderr and "SLURMTORCH_HOME" in proc.stderr
+
+
+UNEXPECTED = ("import sys; from slurmtorch import submit\n"
+              "def boom(*a, **k):\n    raise RuntimeError('surprise\\nsecond line')\n"
+              "submit.job_dir = boom\n"
+              "from slurmtorch.cli.main import main\nmain(['status', '1'])\n")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_an_unexpected_exception_is_one_error_line_and_a_traceback_only_when_debugging(tmp_path, debug):
+    env = dict(os.environ, SLURMTORCH_HOME=str(tmp_path / "home"))
+    env.pop("SLURMTORCH_DEBUG", None)
+    if debug:
+        env["SLURMTORCH_DEBUG"] = "1"
+    proc = subprocess.run([sys.executable, "-c", UNEXPECTED], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 70
+    lines = proc.stderr.strip().splitlines()
+    if debug:
+        assert lines[0].startswith("Traceback") and lines[-1] == "error: unexpected RuntimeError: surprise second line"
+    else:
+        assert "Traceback" not in proc.stderr
+        assert lines[0] == "error: unexpected RuntimeError: surprise second line"
+        assert len(lines) == 2 and lines[1].startswith("tip: ") and "SLURMTORCH_DEBUG=1" in lines[1]
+
+
+def test_an_argument_that_is_not_utf8_is_submitted_as_the_dry_run_prints_it(tmp_path):
+    """A byte that is not UTF-8 (a Latin-1 file name, say) reaches script.sh as given."""
+    from slurmtorch import submit
+
+    script = "#!/bin/bash\necho " + os.fsdecode(b"caf\xe9") + "\n"
+    sub = submit.submit(script, tmp_path / "jobs", runner=FakeSlurm())
+    assert (sub.job_dir / "script.sh").read_bytes() == b"#!/bin/bash\necho caf\xe9\n"
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o002, 0o022])
+def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask):
+    from slurmtorch import submit
+
+    root = tmp_path / "missing" / "parents" / "jobs"
+    old = os.umask(umask)
+    try:
+        sub = submit.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
+                            trials={"array": "0-1", "trials": {"0": {}, "1": {"lr": "0.1"}}})
+    finally:
+        os.umask(old)
+    made = [*all_paths(tmp_path / "missing")]
+    assert sub.job_dir / "trials.json" in made and sub.job_dir / "trial-1" in made
+    for p in made:
+        mode = p.stat().st_mode
+        assert not mode & 0o002, (p, oct(mode))
+        assert bool(mode & 0o020) == (not umask & 0o020), (p, oct(mode))  # group bits: the umask's
+
+
+def _torchrun_script(tmp_path: Path, nodes: int, per_node: int) -> str:
+    (tmp_path / "t.py").write_text("pass\n")
+    proc = cli(["sbatch", "--site", "testbed", "-N", nodes, "--ntasks-per-node", per_node, "--launcher", "torchrun",
+                "t.py", "--dry-run"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
+    from slurmtorch import submit
+    from slurmtorch.errors import SpecError
+
+    assert submit.torchrun_layout(_torchrun_script(tmp_path, 2, 3)) == (2, 3)
+    srun = cli(["sbatch", "--site", "testbed", "-N", "2", "t.py", "--dry-run"], tmp_path).stdout
+    assert submit.torchrun_layout(srun) is None
+    assert submit.log_names(None) == ("rank-0.out", "rank-0.err")
+    assert submit.log_names(None, 5) == ("rank-5.out", "rank-5.err")
+    assert submit.log_names((1, 4), 3) == ("node-0.out", "node-0.err")  # one node holds every rank
+    assert submit.log_names((2, 2)) == ("node-0.out", "node-0.err")
+    assert submit.log_names((2, 2), node=1) == ("node-1.out", "node-1.err")
+    with pytest.raises(SpecError, match="one log per node.*which of its 2 nodes holds rank 1"):
+        submit.log_names((2, 2), 1)
+    with pytest.raises(SpecError, match="node 2 is not in this job"):
+        submit.log_names((2, 2), node=2)
+    with pytest.raises(SpecError, match="one log per rank"):
+        submit.log_names(None, node=0)
+
+
+def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path):
+    """torchrun writes node-0.out, and only once the job runs: --wait must still show it."""
+    from slurmtorch import submit
+
+    root = tmp_path / "jobs"
+    folder = root / "123"
+    folder.mkdir(parents=True)
+    (folder / "script.sh").write_text(_torchrun_script(tmp_path, 2, 2))
+    polls = []
+
+    def answer(argv):
+        if argv[0] == "squeue":
+            polls.append(argv)
+            if len(polls) == 1:
+                return 0, "PENDING|Resources|\n", ""
+            if len(polls) == 2:
+                (folder / "node-0.out").write_text("hello from node 0\n")
+                (folder / "node-0.err").write_text("warn\n")
+                return 0, "RUNNING|None|node[1-2]\n", ""
+            (folder / "exit-code").write_text("0\n")
+            return NOT_FOUND
+        return NOT_FOUND
+
+    out, err = io.StringIO(), io.StringIO()
+    status = submit.wait("123", root, runner=FakeSlurm(answer), poll_s=0.01, out=out, err=err)
+    assert status.state == "COMPLETED" and out.getvalue() == "hello from node 0\n" and err.getvalue() == "warn\n"
+
+
+def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
+    folder = tmp_path / "home" / "jobs" / "123"
+    folder.mkdir(parents=True)
+    (folder / "script.sh").write_text(_torchrun_script(tmp_path, 2, 2))
+    for n in range(2):
+        (folder / f"node-{n}.out").write_text(f"node {n} out\n")
+        (folder / f"node-{n}.err").write_text("")
+    by_rank = cli(["logs", "123", "--rank", "1"], tmp_path)
+    assert_clean_failure(by_rank, tmp_path / "elsewhere", "this torchrun job writes one log per node")
+    assert "node 0..1" in by_rank.stderr
+    by_node = cli(["logs", "123", "--node", "1"], tmp_path)
+    assert by_node.returncode == 0 and by_node.stdout == "node 1 out\n", by_node.stderr
+    default = cli(["logs", "123"], tmp_path)
+    assert default.returncode == 0 and default.stdout == "node 0 out\n", default.stderr
+
+
+def test_squeue_array_lines_are_parsed_per_task():
+    from slurmtorch import submit
+
+    text = ("123_0|RUNNING|None|node1\n123_1|PENDING|Resources|\n 123_12|COMPLETING|None|node[2-3]\n"
+            "124_0|RUNNING|None|node4\n123|RUNNING|None|node1\nnonsense\n")
+    assert submit.parse_squeue_tasks(text, "123") == {
+        0: ("RUNNING", "None", "node1"), 1: ("PENDING", "Resources", ""), 12: ("COMPLETING", "None", "node[2-3]")}
+    assert submit.parse_squeue_tasks("", "123") == {}
+
+
+def test_array_waits_ask_squeue_once_per_poll_scontrol_only_for_tasks_that_left_and_back_off(tmp_path, monkeypatch):
+    from slurmtorch import submit
+
+    root = tmp_path / "jobs"
+    sub = submit.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
+                        trials={"array": "0-2", "trials": {"0": {}, "1": {}, "2": {}}})
+    queue = [  # what squeue shows at each poll: task -> state
+        {0: "PENDING", 1: "PENDING", 2: "PENDING"},
+        {0: "PENDING", 1: "PENDING", 2: "PENDING"},
+        {0: "RUNNING", 2: "PENDING"},
+        {2: "RUNNING"},
+        {2: "RUNNING"},
+        {2: "RUNNING"},
+        {2: "RUNNING"},
+        {2: "RUNNING"},
+        {},
+    ]
+    ended = {"1": "COMPLETED 0:0", "0": "FAILED 3:0", "2": "COMPLETED 0:0"}
+    polls = []
+
+    def answer(argv):
+        if argv[0] == "squeue":
+            assert argv[1:6] == ["-h", "-r", "-j", "123", "-o"], argv
+            shown = queue[min(len(polls), len(queue) - 1)]
+            polls.append(shown)
+            return 0, "".join(f"123_{t}|{s}|None|node1\n" for t, s in shown.items()), ""
+        task = argv[-1].split("_")[1]
+        state, code = ended[task].split()
+        return 0, f"JobId={argv[-1]} JobState={state} Reason=None ExitCode={code}\n", ""
+
+    slurm = FakeSlurm(answer)
+    sleeps = []
+    monkeypatch.setattr(submit.time, "sleep", sleeps.append)
+    err = io.StringIO()
+    assert submit.wait_array(sub.job_id, root, runner=slurm, err=err) == 1
+    assert len(slurm.called("squeue")) == len(queue)  # one per poll, for every task at once
+    assert [c[-1] for c in slurm.called("scontrol")] == ["123_1", "123_0", "123_2"]  # once each, on leaving
+    assert sleeps == [0.25, 0.5, 0.25, 0.25, 0.5, 1.0, 2.0, 2.0]
+    assert "job 123: 2 of 3 trials succeeded; failed: 0" in err.getvalue()
+
+
+def test_mpirun_scripts_beyond_the_argument_size_limit_run(tmp_path):
+    """One argv element is limited to 128 KiB (E2BIG): the script goes to bash as a file."""
+    from slurmtorch import submit
+
+    big = "#!/bin/bash\n" + "# padding\n" * 30_000 + 'test "$#" = 0 || exit 9\nexit 7\n'
+    assert len(big) > 256 * 1024
+    assert submit.run_local(big) == 7
+    assert submit.run_local(big, tmp_path / "kept.sh") == 7
+    assert (tmp_path / "kept.sh").read_text() == big
+
+
+def test_sbatch_variables_in_the_environment_are_named_in_one_warning(tmp_path, monkeypatch, capsys):
+    from slurmtorch import submit
+
+    env = {"SBATCH_TIMELIMIT": "5", "SLURM_CONF": "/x", "SBATCH_PARTITION": "big", "PATH": "/bin"}
+    assert submit.sbatch_env_overrides(env) == ["SBATCH_PARTITION", "SBATCH_TIMELIMIT"]
+    assert submit.sbatch_env_warning([]) is None
+    for key in [k for k in os.environ if k.startswith("SBATCH_")]:
+        monkeypatch.delenv(key)
+    submit.submit("#!/bin/bash\n", tmp_path / "a", runner=FakeSlurm(job_id="1"))
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("SBATCH_PARTITION", "big")
+    monkeypatch.setenv("SBATCH_TIMELIMIT", "5")
+    slurm = FakeSlurm(job_id="2")
+    submit.submit("#!/bin/bash\n", tmp_path / "b", runner=slurm)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: SBATCH_PARTITION, SBATCH_TIMELIMIT set in the environment "
+                                               "override the script's #SBATCH lines"), err
+    assert slurm.called("sbatch")  # still submitted, with them: users may rely on them
+
+
+def test_testbed_wait_and_logs_show_a_torchrun_jobs_output(testbed, has_torch, tmp_path):
+    """torchrun writes node-N.out only once the job runs: --wait streams node 0's; logs asks by node."""
+    env = {"SLURMTORCH_HOME": str(tmp_path / "home")}
+    r = testbed.run([testbed.python, "-m", "slurmtorch.cli.main", "sbatch", str(REPO / "examples" / "probe.py"),
+                     "--site", "testbed", "--nodes", "2", "--ntasks-per-node", "2", "--launcher", "torchrun",
+                     "--wait"], env=env, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job_id, streamed = r.stdout.split("\n", 1)
+    assert streamed.count("all_reduce=10 ") == 2, r.stdout  # node 0's two ranks
+    logs = [testbed.run([testbed.python, "-m", "slurmtorch.cli.main", "logs", job_id, *extra], env=env)
+            for extra in (["--node", "1"], ["--rank", "3"], ["--follow"])]
+    assert logs[0].returncode == 0 and logs[0].stdout.count("all_reduce=10 ") == 2, logs[0].stderr
+    assert logs[1].returncode != 0 and logs[1].stderr.startswith("error: this torchrun job writes one log per node")
+    assert logs[2].returncode == 0 and logs[2].stdout == streamed

@@ -379,3 +379,173 @@ def test_testbed_cancel_of_a_running_job(slurm):
         with pytest.raises(JobFailed, match=f"job {job.job_id} was cancelled") as e:
             job.result(timeout=60)
         assert e.value.state == "CANCELLED" and job.state() == "CANCELLED"
+
+
+# --------------------------------------------------------------------------- the API's edges, without Slurm
+# A runner stands in for squeue/scontrol/scancel (submit's `runner` seam); the job and run
+# folders are real, as the ranks would have left them.
+
+
+def fake_slurm(scontrol: str | None = None, calls: list | None = None):
+    """squeue no longer shows the job; scontrol shows `scontrol` (a `-o show job` line) or nothing."""
+    import subprocess
+
+    def runner(argv, check=True, timeout=60):
+        argv = [str(a) for a in argv]
+        if calls is not None:
+            calls.append(argv)
+        if argv[0] == "scontrol" and scontrol is not None:
+            return subprocess.CompletedProcess(argv, 0, scontrol + "\n", "")
+        if argv[0] in ("squeue", "scontrol"):
+            return subprocess.CompletedProcess(argv, 1, "", "slurm_load_jobs error: Invalid job id specified\n")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    return runner
+
+
+def slurm_job(home: Path, runner, ntasks: int = 2, torchrun=None, kind: str = "function"):
+    from slurmtorch.distributor import Job, _SlurmHandle
+
+    root, workdir = home / "jobs", home / "distributor" / "run"
+    (root / "123").mkdir(parents=True)
+    workdir.mkdir(parents=True)
+    return Job(_SlurmHandle("123", root / "123", root, torchrun, runner=runner), workdir, kind, "fn", ntasks)
+
+
+def error_record(workdir: Path, rank: int, restart: int, when: float, message: str) -> None:
+    record = {"rank": rank, "host": f"node{rank + 1}", "time": when, "exc_type": "ValueError", "restart": restart,
+              "traceback": f"Traceback (most recent call last):\nValueError: {message}\n"}
+    (workdir / f"error-rank-{rank}.json").write_text(json.dumps(record))
+
+
+@pytest.mark.timeout(30)
+def test_result_of_a_job_slurm_forgot_without_an_exit_code_ends_at_once(home):
+    """Cancelled while pending, timed out, lost with its node, then forgotten by slurmctld:
+    result() must end (it used to poll forever), and cancel() must leave it alone."""
+    calls = []
+    job = slurm_job(home, fake_slurm(calls=calls))
+    with pytest.raises(JobFailed, match="job 123 ended without recording an exit code") as e:
+        job.result()
+    assert e.value.state == "ENDED"
+    assert job.wait(timeout=5) == "ENDED"
+    job.cancel()
+    assert not [c for c in calls if c[0] == "scancel"]
+
+
+def test_a_requeued_run_that_completed_returns_its_result_despite_the_first_runs_error(home):
+    import cloudpickle
+
+    job = slurm_job(home, fake_slurm("JobId=123 JobState=COMPLETED Reason=None ExitCode=0:0"))
+    error_record(job.workdir, 1, 0, 1.0, "first run fails")
+    (job.workdir / "result.pkl").write_bytes(cloudpickle.dumps("rerun ok"))
+    assert job.result(timeout=5) == "rerun ok"
+
+
+def test_a_failed_rerun_reports_its_own_error_not_the_first_runs(home):
+    job = slurm_job(home, fake_slurm("JobId=123 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0"))
+    error_record(job.workdir, 1, 0, 1.0, "first run")
+    error_record(job.workdir, 0, 1, 2.0, "second run")
+    with pytest.raises(RemoteError, match="second run") as e:
+        job.result(timeout=5)
+    assert (e.value.rank, e.value.host) == (0, "node1")
+
+
+def test_a_ranks_error_report_records_which_run_of_the_job_it_is(tmp_path, monkeypatch):
+    from slurmtorch import _runfn
+
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    _runfn._report(str(tmp_path), 1, ValueError("x"))
+    monkeypatch.delenv("SLURM_RESTART_COUNT")
+    _runfn._report(str(tmp_path), 0, ValueError("y"))
+    assert json.loads((tmp_path / "error-rank-1.json").read_text())["restart"] == 2
+    assert json.loads((tmp_path / "error-rank-0.json").read_text())["restart"] == 0
+
+
+def test_torchrun_logs_are_per_node_and_a_rank_is_not_guessed(home):
+    job = slurm_job(home, fake_slurm(), ntasks=4, torchrun=(2, 2))
+    for n in range(2):
+        (job._handle.job_dir / f"node-{n}.out").write_text(f"node {n}\n")
+    assert job.logs() == "node 0\n" and job.logs(node=1, stream="out") == "node 1\n"
+    with pytest.raises(SpecError, match="one log per node") as e:
+        job.logs(3)
+    assert "node 0..1" in e.value.tip
+    one_node = slurm_job(home / "b", fake_slurm(), ntasks=4, torchrun=(1, 4))
+    (one_node._handle.job_dir / "node-0.out").write_text("all four\n")
+    assert one_node.logs(3, "out") == "all four\n"
+
+
+@pytest.mark.timeout(60)
+def test_local_mode_starts_a_script_beyond_the_argument_size_limit(tmp_path):
+    """The mpirun script reaches bash as a file: one argv element is limited to 128 KiB."""
+    from slurmtorch.distributor import _LocalHandle
+
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    big = "#!/bin/bash\n" + "# padding\n" * 30_000 + "echo started\nexit 3\n"
+    handle = _LocalHandle.start(big, workdir, "x")
+    wait_for(lambda: handle.status().state != "RUNNING", 30, "the script to end")
+    assert (handle.status().state, handle.status().exit_code) == ("FAILED", 3)
+    assert (workdir / "launcher.out").read_text() == "started\n"
+
+
+def test_run_folders_and_their_parents_are_never_world_writable_under_umask_000(home):
+    from slurmtorch.distributor import _make_workdir
+
+    old = os.umask(0)
+    try:
+        _make_workdir(home / "distributor" / "run")
+    finally:
+        os.umask(old)
+    for p in (home.parent, home, home / "distributor", home / "distributor" / "run"):
+        assert not p.stat().st_mode & stat.S_IWOTH, (p, oct(p.stat().st_mode))
+    assert stat.S_IMODE((home / "distributor" / "run").stat().st_mode) == 0o700
+
+
+def test_an_unwritable_slurmtorch_home_is_a_submit_error_naming_it(tmp_path, monkeypatch):
+    from slurmtorch.errors import SubmitError
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path / "a-file" / "home"))
+    with pytest.raises(SubmitError, match="cannot write the run folder .*a-file") as e:
+        Distributor(num_processes=2, local_mode=True).submit(len, [1])
+    assert "SLURMTORCH_HOME" in e.value.tip
+
+
+def fails_on_the_first_run():
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1 and not os.environ.get("SLURM_RESTART_COUNT"):
+        raise ValueError("first run fails")
+    dist.barrier()
+    return "rerun ok"
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(2 * SLURM_WAIT_S + 60)
+def test_testbed_requeued_run_that_succeeds_returns_its_result(slurm, testbed):
+    """The first run leaves error-rank-1.json; the rerun (scontrol requeue, as preemption
+    does) completes in the same folder: its result is the answer."""
+    job = Distributor(num_processes=2, nodes=2, site="testbed", preset="preemptible", time="3", timeout=60,
+                      progress=False).submit(fails_on_the_first_run)
+    with cancelled_at_exit(job):
+        assert job.wait(timeout=SLURM_WAIT_S) == "FAILED"
+        assert (job.workdir / "error-rank-1.json").exists()
+        requeue = testbed.run(["scontrol", "requeue", job.job_id])
+        assert requeue.returncode == 0, requeue.stderr
+        assert job.result(timeout=SLURM_WAIT_S) == "rerun ok"
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_torchrun_job_logs_are_asked_by_node(slurm):
+    job = Distributor(num_processes=4, nodes=2, site="testbed", launcher="torchrun", time="3", timeout=60,
+                      progress=False).submit(world_report, "tr")
+    with cancelled_at_exit(job):
+        assert job.result(timeout=SLURM_WAIT_S)["world"] == 4
+        both = job.logs(node=0, stream="out") + job.logs(node=1, stream="out")
+        assert sorted(ln.split(" of ")[0] for ln in both.splitlines() if ln.startswith("rank ")) == \
+            [f"rank {r}" for r in range(4)]
+        with pytest.raises(SpecError, match="one log per node"):
+            job.logs(2)

@@ -344,16 +344,23 @@ class Distributor:
             text = render.render_sbatch(spec)
 
         meta["redirect_logs"] = self.local_mode
-        _make_workdir(workdir)
         try:
-            _runfn.write_atomic(str(workdir / _runfn.META), json.dumps(meta).encode())
-            if payload is not None:
-                _runfn.write_atomic(str(workdir / _runfn.PAYLOAD), payload)
+            _make_workdir(workdir)
+        except OSError as exc:
+            raise _workdir_error(exc, workdir) from None
+        try:
+            try:
+                _runfn.write_atomic(str(workdir / _runfn.META), json.dumps(meta).encode())
+                if payload is not None:
+                    _runfn.write_atomic(str(workdir / _runfn.PAYLOAD), payload)
+            except OSError as exc:
+                raise _workdir_error(exc, workdir) from None
             if self.local_mode:
                 handle: _Handle = _LocalHandle.start(text, workdir, run_id)
             else:
                 s = sub.submit(text, sub.jobs_root())
-                handle = _SlurmHandle(s.job_id, s.job_dir, sub.jobs_root(), spec.launcher)
+                torchrun = (spec.nodes, spec.ntasks_per_node) if spec.launcher == "torchrun" else None
+                handle = _SlurmHandle(s.job_id, s.job_dir, sub.jobs_root(), torchrun)
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
@@ -444,13 +451,18 @@ class Job:
         TimeoutError when the job is still running after `timeout` seconds."""
         return self._result(timeout, stream=False)
 
-    def logs(self, rank: int = 0, stream: str = "both") -> str:
-        """What rank `rank` printed so far: stream "out", "err" or "both" (out, then err)."""
+    def logs(self, rank: int | None = None, stream: str = "both", *, node: int | None = None) -> str:
+        """What rank `rank` (default 0) printed so far: stream "out", "err" or "both" (out, then err).
+
+        Under torchrun each node writes one log holding all its ranks, and torchrun, not
+        Slurm, decides which node holds which rank: ask by `node=` (default node 0) on
+        more than one node; `rank=` then raises SpecError.
+        """
         if stream not in ("out", "err", "both"):
             raise SpecError(f"stream must be 'out', 'err' or 'both', got {stream!r}")
-        if not 0 <= rank < self.ntasks:
+        if rank is not None and not 0 <= rank < self.ntasks:
             raise SpecError(f"rank {rank} is not in this job (ranks 0..{self.ntasks - 1})")
-        out, err = self._handle.log_paths(rank)
+        out, err = self._handle.log_paths(rank, node)
         chosen = {"out": [out], "err": [err], "both": [out, err]}[stream]
         return "".join(_read_text(p) for p in chosen)
 
@@ -485,7 +497,7 @@ class Job:
         deadline = None if timeout is None else time.monotonic() + timeout
         tails = []
         if stream:
-            out, err = self._handle.log_paths(0)
+            out, err = self._handle.log_paths(None, None)  # rank 0's (node 0's under torchrun)
             tails = [sub.Tail(out, sys.stdout), sub.Tail(err, sys.stderr)]
         shown = None
         while True:
@@ -511,15 +523,23 @@ class Job:
         return status
 
     def _collect(self, status) -> Any:
-        """Turn the ended job's files into rank 0's value, a RemoteError or a JobFailed."""
+        """Turn the ended job's files into rank 0's value, a RemoteError or a JobFailed.
+
+        A job that COMPLETED with exit 0 succeeded, whatever error files the folder holds:
+        a requeued job (a `requeue: true` preset, preemption) runs again in the same
+        folder, where an earlier run's error-rank-*.json and *.err stay; within one run a
+        rank that raises always makes the job's exit non-zero. So the result comes first,
+        and a failure is told from the latest run's reports (`_reported_error`).
+        """
         exit_code = status.exit_code
-        error = self._reported_error() or self._logged_failure()
+        completed = status.state == "COMPLETED" and not exit_code
+        error = None if completed else (self._reported_error() or self._logged_failure())
         if error is not None:
             rank, host, text, exc_type = error
             self._drop_pickles()
             raise RemoteError(rank, host, text, job_id=self.job_id, exc_type=exc_type, state=status.state,
                               job_exit_code=exit_code)
-        if status.state == "COMPLETED" and not exit_code:
+        if completed:
             if self.kind != "function":
                 self._drop_pickles()
                 return None
@@ -541,14 +561,22 @@ class Job:
             self._drop_pickles()
             return value
         self._drop_pickles()
-        word = "was cancelled" if status.state.startswith("CANCELLED") else f"ended {status.state}"
+        if status.state.startswith("CANCELLED"):
+            word = "was cancelled"
+        elif status.state == "ENDED":  # known only from its folder, and no exit-code in it
+            word = "ended without recording an exit code (cancelled, timed out or lost with its node?)"
+        else:
+            word = f"ended {status.state}"
         code = "" if exit_code is None else f" (exit {exit_code})"
         line = self._handle.headline()
         raise JobFailed(f"job {self.job_id} {word}{code}" + (f": {line}" if line else ""),
                         tip=self._handle.log_tip(), job_id=self.job_id, state=status.state, job_exit_code=exit_code)
 
     def _reported_error(self) -> tuple[int, str, str, str] | None:
-        """The first error a rank wrote (earliest time): later ones are peers losing it."""
+        """The first error a rank wrote (earliest time) in the latest run: later ones are
+        peers losing it, and a requeued job's earlier runs (a lower SLURM_RESTART_COUNT,
+        recorded as `restart`) are history. A rerun that failed without reporting shows
+        the earlier run's error: the best account left."""
         records = []
         for path in self.workdir.glob(f"{_runfn.ERROR_PREFIX}*.json"):
             try:
@@ -557,6 +585,8 @@ class Job:
                 continue
         if not records:
             return None
+        latest = max(int(r.get("restart", 0)) for r in records)
+        records = [r for r in records if int(r.get("restart", 0)) == latest]
         r = min(records, key=lambda r: (r.get("time", 0), r.get("rank", 0)))
         return int(r["rank"]), str(r["host"]), str(r["traceback"]), str(r.get("exc_type", ""))
 
@@ -591,7 +621,7 @@ class _Handle:
 
     def cancel(self) -> None: ...
 
-    def log_paths(self, rank: int) -> tuple[Path, Path]: ...
+    def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]: ...
 
     def failure_logs(self) -> list[Path]: ...
 
@@ -601,28 +631,37 @@ class _Handle:
 
 
 class _SlurmHandle(_Handle):
-    def __init__(self, job_id: str, job_dir: Path, root: Path, launcher: str):
-        self.job_id, self.job_dir, self.root, self.launcher = job_id, job_dir, root, launcher
+    """`torchrun`: (nodes, ranks per node) when torchrun launches the ranks (one log per node).
+    `runner`: submit's, for the scheduler commands (tests pass a fake)."""
+
+    def __init__(self, job_id: str, job_dir: Path, root: Path, torchrun: tuple[int, int] | None = None,
+                 runner: Callable | None = None):
+        self.job_id, self.job_dir, self.root, self.torchrun = job_id, job_dir, root, torchrun
+        self.runner = runner
+
+    def _runner(self) -> dict:
+        return {} if self.runner is None else {"runner": self.runner}
 
     def status(self):
         from . import submit as sub
 
-        return sub.job_status(self.job_id, self.root)
+        return sub.job_status(self.job_id, self.root, **self._runner())
 
     def cancel(self) -> None:
         from . import submit as sub
         from .errors import SubmitError
 
         try:
-            sub.cancel(self.job_id)
+            sub.cancel(self.job_id, **self._runner())
         except SubmitError:
             if not self.status().done:  # else it ended between our look and scancel: fine
                 raise
 
-    def log_paths(self, rank: int) -> tuple[Path, Path]:
-        if self.launcher == "torchrun":  # one log per node; rank 0 is on node 0
-            return self.job_dir / f"node-{rank}.out", self.job_dir / f"node-{rank}.err"
-        return self.job_dir / f"rank-{rank}.out", self.job_dir / f"rank-{rank}.err"
+    def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
+        from . import submit as sub
+
+        out, err = sub.log_names(self.torchrun, rank, node)
+        return self.job_dir / out, self.job_dir / err
 
     def failure_logs(self) -> list[Path]:
         return sorted(self.job_dir.glob("*.err"))
@@ -646,15 +685,20 @@ class _LocalHandle(_Handle):
         from . import submit as sub
         from .errors import SubmitError
 
-        # `set -m`: the background job gets its own process group. It runs the script,
-        # then records its exit code (tmp + rename); the outer shell returns at once.
-        inner = ('bash -c "$1" slurmtorch-mpirun </dev/null >"$2/launcher.out" 2>&1; '
-                 'printf "%s\\n" "$?" >"$2/exit-code.tmp"; mv -f "$2/exit-code.tmp" "$2/exit-code"')
+        # `set -m`: the background job gets its own process group. It runs the script
+        # (a file: one argument is limited to 128 KiB), then records its exit code
+        # (tmp + rename); the outer shell returns at once.
+        try:
+            sub.write_new(workdir / "mpirun.sh", script)
+        except OSError as exc:
+            raise _workdir_error(exc, workdir) from None
+        inner = ('bash "$1/mpirun.sh" </dev/null >"$1/launcher.out" 2>&1; '
+                 'printf "%s\\n" "$?" >"$1/exit-code.tmp"; mv -f "$1/exit-code.tmp" "$1/exit-code"')
         pidfile = shell.quote(str(workdir / "launcher.pid"))
-        wrapper = (f"set -m\nbash -c {shell.quote(inner)} slurmtorch-local {shell.quote(script)} "
+        wrapper = (f"set -m\nbash -c {shell.quote(inner)} slurmtorch-local "
                    f"{shell.quote(str(workdir))} </dev/null >/dev/null 2>&1 &\n"
                    f"printf '%s\\n' \"$!\" >{pidfile}\n")
-        rc = sub.run_local(wrapper)
+        rc = sub.run_local(wrapper, workdir / "start.sh")
         try:
             pgid = int((workdir / "launcher.pid").read_text())
         except (OSError, ValueError):
@@ -694,8 +738,11 @@ class _LocalHandle(_Handle):
                     return
                 time.sleep(0.05)
 
-    def log_paths(self, rank: int) -> tuple[Path, Path]:
-        return self.workdir / f"rank-{rank}.out", self.workdir / f"rank-{rank}.err"
+    def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
+        from . import submit as sub
+
+        out, err = sub.log_names(None, rank, node)  # mpirun here: `_runfn` writes rank-R.out|err
+        return self.workdir / out, self.workdir / err
 
     def failure_logs(self) -> list[Path]:
         return [*sorted(self.workdir.glob("rank-*.err")), self.workdir / "launcher.out"]
@@ -728,13 +775,23 @@ def _prepare(target: Any, args: tuple, kwargs: dict) -> tuple[dict, bytes | None
 
 
 def _make_workdir(workdir: Path) -> None:
-    """`$SLURMTORCH_HOME/distributor/<run>`: private (0700), like everything under it."""
+    """`$SLURMTORCH_HOME/distributor/<run>`: private (0700), like everything under it;
+    missing levels above it (SLURMTORCH_HOME) never world-writable, whatever the umask."""
+    from . import submit as sub
+
     parent = workdir.parent
-    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sub.ensure_folder(parent.parent)
+    parent.mkdir(exist_ok=True, mode=0o700)
     if parent.stat().st_mode & 0o022:
         os.chmod(parent, 0o700)
     os.mkdir(workdir, 0o700)
     os.chmod(workdir, 0o700)  # mkdir's mode is masked by the umask
+
+
+def _workdir_error(exc: OSError, workdir: Path):
+    from . import submit as sub
+
+    return sub.folder_error(exc, workdir.parent, "run folder")
 
 
 def _env_items(env: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subp
             tip="run this on a Slurm login node, or use --dry-run to only print the script",
             argv=argv,
         ) from None
+    except OSError as e:  # e.g. not executable
+        raise SubmitError(f"cannot run {argv[0]}: {e.strerror or e}", argv=argv) from None
     except subprocess.TimeoutExpired as e:
         raise SubmitError(
             f"{argv[0]} did not answer within {timeout:g} s", tip="is slurmctld reachable? (scontrol ping)",
@@ -84,22 +87,79 @@ def parse_job_id(stdout: str, argv: Sequence[str] = ()) -> str:
     return m.group("id")
 
 
-def _ensure_root(root: Path) -> None:
-    # Each missing level 0755 whatever the umask (mkdir(parents=True) would give the
-    # parents 0777 under umask 000, and a world-writable parent lets anyone swap folders).
+def no_world_write(path: Path | str) -> None:
+    """Take o+w off whatever the umask let through; group bits stay as the umask gave them
+    (a project group may share job folders). A world-writable folder lets anyone swap files."""
+    mode = os.stat(path).st_mode
+    if mode & 0o002:
+        os.chmod(path, (mode & 0o7777) & ~0o002)
+
+
+def ensure_folder(folder: Path) -> None:
+    """Create `folder` and its missing parents, none of them world-writable whatever the umask
+    (mkdir(parents=True) would leave the parents 0777 under umask 000). Existing levels
+    are left alone."""
     missing = []
-    for p in (root, *root.parents):
+    for p in (folder, *folder.parents):
         if p.exists():
             break
         missing.append(p)
     for p in reversed(missing):
         try:
-            os.mkdir(p, 0o755)
+            os.mkdir(p, 0o777)
         except FileExistsError:
-            pass
-        os.chmod(p, 0o755)
+            continue  # made by someone else meanwhile: not ours to change
+        no_world_write(p)
+
+
+def _ensure_root(root: Path) -> None:
+    ensure_folder(root)
     if root.stat().st_mode & 0o002:
         raise SubmitError(f"job folder root {root} is world-writable", tip=f"chmod o-w {root}")
+
+
+def _make_temp_folder(root: Path) -> Path:
+    """mkdtemp's name, but the umask's group bits (mkdtemp always makes 0700)."""
+    while True:
+        path = root / f".submitting-{secrets.token_hex(6)}"
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        no_world_write(path)
+        return path
+
+
+def write_new(path: Path, text: str) -> None:
+    """A new file, never world-writable. `surrogateescape`: an argument or file name that is
+    not UTF-8 reaches the file as the bytes the user gave, as `--dry-run` prints them."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        os.fchmod(fd, os.fstat(fd).st_mode & 0o7777 & ~0o002)
+        f.write(text)
+
+
+def folder_error(exc: OSError, place: Path, what: str = "job folder") -> SubmitError:
+    """An OSError while writing under `place` (a job root, a run folder) as one line + tip."""
+    return SubmitError(
+        f"cannot write the {what} {exc.filename or place}: {exc.strerror or exc}",
+        tip=f"{what}s live in {place}: make it writable, or set SLURMTORCH_HOME to a folder "
+            "you can write on the file system the nodes share",
+    )
+
+
+def sbatch_env_overrides(environ) -> list[str]:
+    """The SBATCH_* input variables set in `environ` (pure): sbatch lets each override the
+    script's matching #SBATCH line, so the job would differ from the dry run."""
+    return sorted(k for k in environ if k.startswith("SBATCH_"))
+
+
+def sbatch_env_warning(names: Sequence[str]) -> str | None:
+    if not names:
+        return None
+    return (f"warning: {', '.join(names)} set in the environment override{'s' if len(names) == 1 else ''} "
+            "the script's #SBATCH lines (the job may differ from --dry-run); unset "
+            f"{'it' if len(names) == 1 else 'them'} to run exactly the script")
 
 
 @dataclass(frozen=True)
@@ -112,32 +172,47 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
     """Write the job folder, submit held, rename the folder to the job id, release.
 
     `trials` (spec.trials_record) makes it an array job's folder: trials.json and trial-K/.
+    Nothing in it is world-writable, whatever the umask. A file system error becomes a
+    SubmitError naming the path; any failure removes what was made and cancels the job.
     """
     root = root or jobs_root()
-    _ensure_root(root)
-    tmp = Path(tempfile.mkdtemp(prefix=".submitting-", dir=root))
+    try:
+        _ensure_root(root)
+        tmp = _make_temp_folder(root)
+    except OSError as exc:
+        raise folder_error(exc, root) from None
     job_id: str | None = None
     final: Path | None = None
     try:
-        os.chmod(tmp, 0o755)
-        path = tmp / "script.sh"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(script)
-        if trials is not None:
-            (tmp / "trials.json").write_text(json.dumps(trials, indent=1, ensure_ascii=False) + "\n")
-            for t in trials["trials"]:
-                os.mkdir(tmp / f"trial-{int(t)}", 0o755)
+        try:
+            path = tmp / "script.sh"
+            write_new(path, script)
+            if trials is not None:
+                # ASCII JSON: a value that is not UTF-8 reads back as it was written.
+                write_new(tmp / "trials.json", json.dumps(trials, indent=1) + "\n")
+                for t in trials["trials"]:
+                    os.mkdir(tmp / f"trial-{int(t)}", 0o777)
+                    no_world_write(tmp / f"trial-{int(t)}")
+        except OSError as exc:
+            raise folder_error(exc, root) from None
+        warning = sbatch_env_warning(sbatch_env_overrides(os.environ))
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         # Held, so that the job cannot start (and open batch.out) before its folder exists.
         argv = ["sbatch", "--parsable", "--hold", str(path)]
         job_id = parse_job_id(runner(argv).stdout, argv)
-        final = root / job_id
-        if final.exists() or final.is_symlink():
-            # Job ids restart when a cluster's state is reset; keep the old folder.
-            stale = root / f"{job_id}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-            os.rename(final, stale)
-            print(f"note: moved an older folder for job id {job_id} to {stale}", file=sys.stderr)
-        os.rename(tmp, final)
+        target = root / job_id
+        try:
+            if target.exists() or target.is_symlink():
+                # Job ids restart when a cluster's state is reset; keep the old folder.
+                stale = root / f"{job_id}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+                os.rename(target, stale)
+                print(f"note: moved an older folder for job id {job_id} to {stale}", file=sys.stderr)
+            os.rename(tmp, target)
+        except OSError as exc:
+            raise folder_error(exc, root) from None
+        # Only now is the folder at `target` ours: before, it may be an older job's.
+        final = target
         runner(["scontrol", "release", job_id])
     except BaseException:
         for folder in (tmp, final):
@@ -152,10 +227,27 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
     return Submission(job_id=job_id, job_dir=final)
 
 
-def run_local(script: str) -> int:
-    """Run a rendered mpirun script here (`bash -c`), output straight to the terminal."""
+def run_local(script: str, path: Path | None = None) -> int:
+    """Run a rendered mpirun script here, output straight to the terminal.
+
+    The script goes to bash as a file, not as `bash -c TEXT`: one argument is limited
+    to 128 KiB (E2BIG), and bash reading it from stdin would share stdin with mpirun.
+    `path` keeps it (e.g. in a Distributor's folder); else a temporary file is used.
+    """
+    if path is not None:
+        return _run_bash(script, path)
+    with tempfile.TemporaryDirectory(prefix="slurmtorch-mpirun-") as folder:
+        return _run_bash(script, Path(folder) / "mpirun.sh")
+
+
+def _run_bash(script: str, path: Path) -> int:
     try:
-        return subprocess.run(["bash", "-c", script, "slurmtorch-mpirun"]).returncode
+        write_new(path, script)
+    except OSError as exc:
+        raise SubmitError(f"cannot write the mpirun script {path}: {exc.strerror or exc}",
+                          tip="check that its folder (or TMPDIR) is writable") from None
+    try:
+        return subprocess.run(["bash", str(path)]).returncode
     except FileNotFoundError:
         raise SubmitError("bash not found on PATH") from None
 
@@ -174,6 +266,11 @@ class JobStatus:
 
     @property
     def done(self) -> bool:
+        """Ended: a terminal Slurm state, or known only from its folder (the scheduler has
+        forgotten it, so it cannot run any more, exit-code file or not). Every wait
+        stops on this."""
+        if self.source == "job folder":
+            return True
         return self.state.split()[0] in TERMINAL_STATES if self.state else False
 
     def line(self) -> str:
@@ -242,8 +339,12 @@ def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -
 
 def _status(job_id: str, folder: Path, runner: Runner) -> JobStatus:
     """`job_id` may be an array task (`123_4`), whose folder is the trial's."""
-    fields = None
-    sq = _squeue_state(job_id, runner)
+    return _status_after_squeue(job_id, folder, runner, _squeue_state(job_id, runner))
+
+
+def _status_after_squeue(job_id: str, folder: Path, runner: Runner, sq: tuple[str, str, str] | None) -> JobStatus:
+    """The status given squeue's (state, reason, nodes) or None: scontrol and the folder
+    are asked only once squeue no longer shows the job running or waiting."""
     if sq is not None:
         state, reason, nodes = sq
         if state not in TERMINAL_STATES:
@@ -318,36 +419,91 @@ class TrialStatus:
         return " ".join(parts)
 
 
-def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> list[TrialStatus]:
-    """Every trial (array task) of an array job submitted by slurmtorch."""
+def parse_squeue_tasks(stdout: str, job_id: str) -> dict[int, tuple[str, str, str]]:
+    """`squeue -h -r -j JOB -o %i|%T|%r|%N` -> {task: (state, reason, nodes)} (pure).
+
+    `-r` puts every array task on its own line as `JOB_TASK`, pending ones included;
+    anything else (a heterogeneous job, another job's line) is ignored.
+    """
+    tasks: dict[int, tuple[str, str, str]] = {}
+    for line in stdout.splitlines():
+        ident, sep, rest = line.strip().partition("|")
+        base, _, task = ident.partition("_")
+        if not sep or base != job_id or not task.isdigit():
+            continue
+        state, _, rest = rest.partition("|")
+        reason, _, nodes = rest.partition("|")
+        tasks[int(task)] = (state, reason, nodes)
+    return tasks
+
+
+def _squeue_tasks(job_id: str, runner: Runner) -> dict[int, tuple[str, str, str]]:
+    """Every queued task of an array job in one squeue call."""
+    argv = ["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%r|%N"]
+    proc = runner(argv, check=False, timeout=30)
+    if proc.returncode != 0:
+        if "Invalid job id" in proc.stderr:
+            return {}  # the whole array has left the queue
+        raise SubmitError(
+            f"squeue failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
+            argv=argv, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
+        )
+    return parse_squeue_tasks(proc.stdout, job_id)
+
+
+def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run,
+                 known: dict[int, JobStatus] | None = None) -> list[TrialStatus]:
+    """Every trial (array task) of an array job submitted by slurmtorch.
+
+    One squeue for all tasks; scontrol (then the trial's folder) only for a task that
+    has left the queue. Trials in `known` (ended ones a waiter has already reported)
+    are taken as they are, without asking the scheduler again.
+    """
     folder = job_dir(job_id, root)
     record = read_trials(folder)
     if record is None:
         raise SubmitError(f"job {job_id} is not an array job (no {folder / 'trials.json'})")
+    known = known or {}
+    trials = sorted(((int(t), params) for t, params in record["trials"].items()), key=lambda kv: kv[0])
+    queued = _squeue_tasks(job_id, runner) if any(t not in known for t, _ in trials) else {}
     out = []
-    for t, params in sorted(record["trials"].items(), key=lambda kv: int(kv[0])):
-        task = f"{job_id}_{int(t)}"
-        out.append(TrialStatus(int(t), params, _status(task, folder / f"trial-{int(t)}", runner)))
+    for t, params in trials:
+        status = known.get(t) or _status_after_squeue(f"{job_id}_{t}", folder / f"trial-{t}", runner, queued.get(t))
+        out.append(TrialStatus(t, params, status))
     return out
+
+
+MAX_POLL_S = 2.0
 
 
 def wait_array(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
                err: IO[str] | None = None) -> int:
-    """Block until every trial has ended, reporting each; 0 only if all succeeded."""
+    """Block until every trial has ended, reporting each; 0 only if all succeeded.
+
+    Polls back off from `poll_s` to MAX_POLL_S while nothing ends (an array can run for
+    hours; the controller serves every user's squeue), and ended trials are not asked
+    about again.
+    """
     err = err or sys.stderr
-    reported: set[int] = set()
+    reported: dict[int, JobStatus] = {}
+    delay = poll_s
     while True:
-        trials = array_status(job_id, root, runner=runner)
+        trials = array_status(job_id, root, runner=runner, known=reported)
+        ended = False
         for t in trials:
-            if t.trial not in reported and (t.status.done or t.status.source == "job folder"):
-                reported.add(t.trial)
+            if t.trial not in reported and t.status.done:
+                reported[t.trial] = t.status
+                ended = True
                 print(f"trial {t.trial} {t.status.state} (exit {exit_code_of(t.status)})", file=err, flush=True)
                 if exit_code_of(t.status) != 0:
                     for line in failure_lines(trial_dir(job_id, t.trial, root)):
                         print(f"slurmtorch: trial {t.trial}: {line}", file=err)
         if len(reported) == len(trials):
             break
-        time.sleep(poll_s)
+        if ended:
+            delay = poll_s  # others may be about to end too
+        time.sleep(delay)
+        delay = min(delay * 2, MAX_POLL_S)
     failed = [t.trial for t in trials if exit_code_of(t.status) != 0]
     print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
           + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
@@ -538,12 +694,52 @@ class Tail:
         return True
 
 
-def rank_log_paths(folder: Path, rank: int) -> tuple[Path, Path]:
-    """rank-R.out/err (srun, mpirun); torchrun writes one file per node (node-R)."""
-    out, err = folder / f"rank-{rank}.out", folder / f"rank-{rank}.err"
-    if not out.exists() and (folder / f"node-{rank}.out").exists():
-        return folder / f"node-{rank}.out", folder / f"node-{rank}.err"
-    return out, err
+_TORCHRUN_RE = re.compile(r"\btorch\.distributed\.run --nnodes (\d+) --nproc-per-node (\d+)\b")
+
+
+def torchrun_layout(script: str) -> tuple[int, int] | None:
+    """(nodes, ranks per node) when a job script launches torchrun, else None (pure)."""
+    m = _TORCHRUN_RE.search(script)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: int | None = None) -> tuple[str, str]:
+    """Names of the stdout and stderr files of a rank, or of a node under torchrun (pure).
+
+    srun and mpirun write rank-R.out|err. torchrun writes one pair per node, node-N.out|err,
+    with every rank of that node in it; its rendezvous, not Slurm, decides which node
+    holds which ranks (it sorts the nodes by host name), so a rank names a file only when
+    there is one node. Neither rank nor node: rank 0's, or node 0's under torchrun.
+    """
+    if torchrun is None:
+        if node is not None:
+            raise SpecError("this job writes one log per rank; a node's log applies to torchrun jobs only",
+                            tip="ask for a rank's log instead")
+        return f"rank-{rank or 0}.out", f"rank-{rank or 0}.err"
+    nodes, per = torchrun
+    if node is None:
+        if rank is not None and nodes > 1:
+            raise SpecError(
+                f"this torchrun job writes one log per node, each with its {per} rank{'s' if per > 1 else ''}, "
+                f"and torchrun (not Slurm) decides which of its {nodes} nodes holds rank {rank}",
+                tip=f"ask for a node's log instead (node 0..{nodes - 1}; node 0 is the allocation's first)")
+        node = 0
+    if not 0 <= node < nodes:
+        raise SpecError(f"node {node} is not in this job (nodes 0..{nodes - 1})")
+    return f"node-{node}.out", f"node-{node}.err"
+
+
+def rank_log_paths(folder: Path, rank: int | None = None, node: int | None = None) -> tuple[Path, Path]:
+    """`log_names` in a job (or trial) folder, by the launcher its script.sh records."""
+    script = folder / "script.sh"
+    if not script.exists() and folder.name.startswith("trial-"):
+        script = folder.parent / "script.sh"  # an array task: the array job's script
+    try:
+        layout = torchrun_layout(script.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        layout = None
+    out, err = log_names(layout, rank, node)
+    return folder / out, folder / err
 
 
 def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None = None, *,
@@ -554,7 +750,7 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
         for t in tails:
             t.pump()
         status = task_status(job_id, root, runner=runner)
-        if status.done or status.source == "job folder":
+        if status.done:
             break
         time.sleep(poll_s)
     drain(tails)
@@ -574,9 +770,10 @@ def drain(tails: Sequence[Tail]) -> None:
 
 def wait(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
          out: IO[str] | None = None, err: IO[str] | None = None) -> JobStatus:
-    """Block until the job ends, streaming rank 0's output; return the final status."""
+    """Block until the job ends, streaming rank 0's output (node 0's under torchrun);
+    return the final status."""
     folder = job_dir(job_id, root)
-    o, e = rank_log_paths(folder, 0)
+    o, e = rank_log_paths(folder)
     return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, runner=runner, poll_s=poll_s)
 
 

@@ -17,13 +17,13 @@ def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
         trials = submit.array_status(job_id)
         for t in trials:
             print(t.line())
-            if t.status.done or t.status.source == "job folder":
+            if t.status.done:
                 for line in submit.failure_lines(folder / f"trial-{t.trial}"):
                     print(f"  {line}")
         return 0
     status = submit.job_status(job_id)
     print(status.line())
-    if status.done or status.source == "job folder":
+    if status.done:
         for line in submit.failure_lines(folder):
             print(line)
     return 0
@@ -31,12 +31,17 @@ def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
 
 def logs(
     job_id: str = typer.Argument(..., metavar="JOBID"),
-    rank: int = typer.Option(0, "--rank", "-r", help="which rank's output"),
+    rank: Optional[int] = typer.Option(None, "--rank", "-r", help="which rank's output (default 0)"),
+    node: Optional[int] = typer.Option(None, "--node", help="torchrun jobs: which node's output (one file per "
+                                                            "node, all its ranks; default 0)"),
     trial: Optional[int] = typer.Option(None, "--trial", "-k", help="which trial (array task) of an array job"),
     batch: bool = typer.Option(False, "--batch", help="the batch script's own output instead"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
 ) -> int:
-    """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder."""
+    """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder.
+
+    torchrun writes one log per node (every rank on it), not per rank: --node N.
+    """
     from .. import submit
     from ..errors import SubmitError
 
@@ -58,14 +63,15 @@ def logs(
     if batch:
         paths = [(folder / "batch.out", sys.stdout)]
     else:
-        out, err = submit.rank_log_paths(folder, rank)
+        out, err = submit.rank_log_paths(folder, rank, node)
         paths = [(out, sys.stdout), (err, sys.stderr)]
     if follow:
         submit.follow(job_id, paths)
         return 0
     if not any(p.exists() for p, _ in paths):
         raise SubmitError(
-            f"no output yet for {'the batch step' if batch else f'rank {rank}'} of job {job_id} in {folder}",
+            f"no output yet for {'the batch step' if batch else paths[0][0].stem.replace('-', ' ')} "
+            f"of job {job_id} in {folder}",
             tip=f"is it still pending? slurmtorch status {job_id}",
         )
     for p, stream in paths:

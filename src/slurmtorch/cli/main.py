@@ -1,14 +1,18 @@
 """`slurmtorch`: compose the verbs and own the one error boundary.
 
 Every SlurmtorchError (and every usage error) becomes `error: ...` (+ `tip: ...`)
-on stderr and a non-zero exit, never a traceback. Rich tracebacks show no locals:
-a site's environment may hold secrets. Nothing heavy is imported here, so
-`slurmtorch --help` stays fast; verbs import what they need when they run.
+on stderr and a non-zero exit, never a traceback. Anything else is a bug, but still
+one `error:` line (+ a tip) and exit 70 (EX_SOFTWARE); SLURMTORCH_DEBUG=1 adds the
+traceback. Rich tracebacks show no locals: a site's environment may hold secrets.
+Nothing heavy is imported here, so `slurmtorch --help` stays fast; verbs import
+what they need when they run.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 
 import typer
 
@@ -56,7 +60,24 @@ def main(argv: list[str] | None = None) -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("error: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the last line of defence: no traceback for users
+        sys.exit(_unexpected(e))
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+EX_SOFTWARE = 70
+
+
+def _unexpected(e: Exception) -> int:
+    debug = os.environ.get("SLURMTORCH_DEBUG", "") not in ("", "0")
+    if debug:
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    detail = " ".join(str(e).split())  # one line, whatever the message holds
+    print(f"error: unexpected {type(e).__name__}" + (f": {detail}" if detail else ""), file=sys.stderr)
+    if not debug:
+        print("tip: this is a slurmtorch bug; rerun with SLURMTORCH_DEBUG=1 for the traceback and report it",
+              file=sys.stderr)
+    return EX_SOFTWARE
 
 
 if __name__ == "__main__":
