@@ -122,6 +122,16 @@ def test_site_by_path(tmp_path):
     assert sites.load_site(str(p)).name == "my-site"
 
 
+def test_a_site_named_by_a_file_name_with_a_newline_is_refused(tmp_path):
+    p = write(tmp_path, "evil\n#SBATCH --uid=0.yaml", MINIMAL)
+    with pytest.raises(SiteError) as e:
+        sites.load_site(p)
+    assert e.value.message.startswith("invalid site name 'evil\\n#SBATCH --uid=0' (the name of site file '")
+    assert "\n" not in e.value.message
+    assert "set `name:`" in e.value.tip
+    assert sites.load_site(write(tmp_path, "ok.yaml", MINIMAL + "name: fine-1.0_x\n")).name == "fine-1.0_x"
+
+
 def test_unknown_site_suggests_a_close_name():
     with pytest.raises(SiteError) as e:
         sites.load_site("tesbed")

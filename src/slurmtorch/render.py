@@ -160,12 +160,14 @@ def launch_plan(spec: JobSpec) -> Launch:
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun))
 
 
-def comment_quote(argv: tuple[str, ...] | list[str]) -> str:
-    """Quote argv for a `# Run with:` comment: copy-pasteable, and never a second line.
+def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
+    """Quote argv (or one word) for a comment: copy-pasteable, and never a second line.
 
     shell.quote keeps a newline literally, which inside a comment would end it and
     turn the rest into a script line; such arguments use bash's $'...' instead.
     """
+    if isinstance(argv, str):
+        argv = [argv]
     parts = []
     for arg in argv:
         if re.search(r"[\x00-\x1f\x7f]", arg):

@@ -34,6 +34,10 @@ DEFAULT_ROCE_GID_INDEX = 3
 # every node of the job that long; 10 min is torch's NCCL default.
 DEFAULT_TIMEOUT_S = 600
 
+# Site and preset names: they are typed on command lines and written into the
+# script's provenance comment, where a newline would start a script line.
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+NAME_TIP = "names are letters, digits, '.', '_' and '-'"
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -526,8 +530,8 @@ def find_site(ref: str) -> Path:
         if p.is_file():
             return p
         raise SiteError(f"site file {ref} does not exist", tip="pass an existing path or a site name (slurmtorch site list)")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", ref):
-        raise SiteError(f"invalid site name {ref!r}", tip="site names are letters, digits, '.', '_' and '-'")
+    if not NAME_RE.fullmatch(ref):
+        raise SiteError(f"invalid site name {ref!r}", tip=f"site {NAME_TIP}")
     for d in search_path():
         for ext in (".yaml", ".yml"):
             p = d / f"{ref}{ext}"
@@ -615,6 +619,8 @@ class _Validator:
         self.path = path
 
     def fail(self, mapping, key, keypath: str, problem: str, tip: str | None = None):
+        if not keypath.isprintable():  # a key with a newline: the error stays one line
+            keypath = repr(keypath)
         raise SiteError(f"{_where(mapping, key, self.path)}: {keypath}: {problem}", tip=tip)
 
     def check_keys(self, mapping: dict, schema: dict, keypath: str, required=()):
@@ -769,6 +775,8 @@ def _validate(raw: _Marked, path: Path) -> Site:
         V.fail(raw, "presets", "presets", "expected a mapping of preset names")
     for name, body in raw_presets.items():
         kp = f"presets.{name}"
+        if not NAME_RE.fullmatch(str(name)):
+            V.fail(raw_presets, name, kp, f"invalid preset name {str(name)!r}", f"preset {NAME_TIP}")
         if not isinstance(body, dict):
             V.fail(raw_presets, name, kp, f"expected a mapping, got {_tname(body)}")
         V.check_keys(body, _PRESET_SCHEMA, kp)
@@ -795,6 +803,11 @@ def _validate(raw: _Marked, path: Path) -> Site:
         V.fail(raw, "templates", "templates", f"folder {site['templates']} does not exist")
 
     name = site.pop("name", None) or path.stem
+    if not NAME_RE.fullmatch(name):
+        if "name" in raw:
+            V.fail(raw, "name", "name", f"invalid site name {name!r}", f"site {NAME_TIP}")
+        raise SiteError(f"invalid site name {name!r} (the name of site file {str(path)!r})",
+                        tip=f"rename the file or set `name:`; site {NAME_TIP}")
     return Site(
         name=name,
         source=str(path),
