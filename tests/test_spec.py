@@ -148,6 +148,23 @@ def test_bad_options_raise_spec_error_with_a_tip(testbed_site, kw, message, tip)
         assert tip in e.value.tip
 
 
+@pytest.mark.parametrize("name", ["SLURM_EXPORT_ENV", "SLURMTORCH_JOB_DIR", "MASTER_PORT", "MASTER_ADDR",
+                                  "SLURMTORCH_ROLES", "SLURMTORCH_TRIAL", "SLURMTORCH_PARAMS", "SLURMTORCH_SWEEP_LR",
+                                  "SLURMTORCH_PREEMPT_SIGNAL"])
+def test_env_refuses_names_the_batch_script_sets_itself(testbed_site, name):
+    with pytest.raises(SpecError) as e:
+        build_spec(testbed_site, opts(env=(f"{name}=x",)))
+    assert e.value.message == f"--env {name}: the batch script sets {name} itself" and e.value.tip
+    assert build_spec(testbed_site, opts(env=("MASTER_PORTS=1", "SLURM_CPU_BIND=none"))).env[-2:] == (
+        ("MASTER_PORTS", "1"), ("SLURM_CPU_BIND", "none"))
+
+
+def test_mpirun_kind_keeps_a_users_master_addr_and_port(testbed_site):
+    """`slurmtorch mpirun` (and Distributor's local mode) write no such variables."""
+    spec = build_spec(testbed_site, opts(kind="mpirun", ntasks=2, env=("MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500")))
+    assert dict(spec.env)["MASTER_ADDR"] == "127.0.0.1" and dict(spec.env)["MASTER_PORT"] == "29500"
+
+
 def test_parse_env_keeps_everything_after_the_first_equals():
     assert parse_env(["A=", "B=x=y", "C=a b\nc"]) == [("A", ""), ("B", "x=y"), ("C", "a b\nc")]
     with pytest.raises(ShellSafetyError):

@@ -114,14 +114,33 @@ class JobSpec:
         return "%A/trial-%a" if self.array else "%j"
 
 
-def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
-    """`K=V` strings -> pairs; the name must be a plain shell name."""
+# Variables the batch script sets itself. An --env value for one would be overwritten
+# or, worse, win: SLURM_EXPORT_ENV=NONE strips every srun step's environment, and a
+# MASTER_ADDR/PORT typed on the submitting host sends the ranks to the wrong rendezvous.
+SCRIPT_ENV = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "SLURM_EXPORT_ENV", "SLURMTORCH_JOB_DIR", "SLURMTORCH_PARAMS",
+    "SLURMTORCH_PREEMPT_REQUEUE", "SLURMTORCH_PREEMPT_SIGNAL", "SLURMTORCH_ROLES", "SLURMTORCH_TRIAL",
+})
+SCRIPT_ENV_PREFIX = "SLURMTORCH_SWEEP_"
+
+
+def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[tuple[str, str]]:
+    """`K=V` strings -> pairs; the name must be a plain shell name.
+
+    With `batch`, names the batch script sets itself (SCRIPT_ENV) are refused.
+    """
     out = []
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
             raise SpecError(f"malformed --env {item!r}: expected NAME=VALUE", tip="e.g. --env NCCL_DEBUG=INFO")
         shell.env_name(name)
+        if batch and (name in SCRIPT_ENV or name.startswith(SCRIPT_ENV_PREFIX)):
+            raise SpecError(
+                f"--env {name}: the batch script sets {name} itself",
+                tip="a site that needs a fixed one sets it in its `env:`" if name.startswith("MASTER_")
+                else f"leave --env {name} out; slurmtorch sets it for every job that needs it",
+            )
         shell.quote(value)  # refuses NUL
         out.append((name, value))
     return out
@@ -389,7 +408,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
             env.pop(key, None)
         else:
             env[key] = value
-    for key, value in parse_env(o.env):
+    for key, value in parse_env(o.env, batch=o.kind == "sbatch"):
         env[key] = value
 
     signal = pick("signal")
