@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import __version__, render, resources, shell, sites
-from slurmtorch.errors import TemplateError
+from slurmtorch.errors import ShellSafetyError, TemplateError
 from slurmtorch.spec import Options, build_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -154,6 +154,15 @@ def test_site_and_preset_names_stay_inside_the_provenance_comment(tmp_path):
                                     "/ preset $'p\\ntouch /tmp/pwned'")
     assert "#SBATCH --uid" not in text.replace("$'x\\n#SBATCH --uid=0'", "")
     bash_syntax_ok(text)
+
+
+def test_every_quoting_path_refuses_a_lone_surrogate():
+    for quote in (shell.quote, shell.directive_value, render.script_quote, render.comment_quote):
+        with pytest.raises(ShellSafetyError, match="is not UTF-8 text"):
+            quote("a\udcffb")
+    with pytest.raises(ShellSafetyError, match="^job name 'x\\\\udcff' is not UTF-8 text"):
+        shell.quote("x\udcff", what="job name")
+    assert render.comment_quote(["a\nb", "c d"]) == "$'a\\nb' 'c d'"  # unchanged for UTF-8 text
 
 
 def test_percent_and_spaces_in_job_root():

@@ -165,6 +165,20 @@ def test_mpirun_kind_keeps_a_users_master_addr_and_port(testbed_site):
     assert dict(spec.env)["MASTER_ADDR"] == "127.0.0.1" and dict(spec.env)["MASTER_PORT"] == "29500"
 
 
+@pytest.mark.parametrize("kw, what", [
+    (dict(script="/w/caf\udce9.py"), "SCRIPT path '/w/caf\\udce9.py'"),
+    (dict(script_args=("a", "\udcff")), "script argument 2 '\\udcff'"),
+    (dict(sweep=("lr=1,\udcff",)), "--sweep lr value '\\udcff'"),
+    (dict(account="\ud800"), "#SBATCH --account value '\\ud800'"),
+])
+def test_text_that_is_not_utf8_is_refused_naming_the_value(testbed_site, kw, what):
+    """A lone surrogate (a non-UTF-8 byte from argv or a file name) could not be written."""
+    with pytest.raises(ShellSafetyError) as e:
+        build_spec(testbed_site, opts(**kw))
+    assert e.value.message.startswith(f"{what} is not UTF-8 text"), e.value.message
+    assert e.value.tip
+
+
 def test_parse_env_keeps_everything_after_the_first_equals():
     assert parse_env(["A=", "B=x=y", "C=a b\nc"]) == [("A", ""), ("B", "x=y"), ("C", "a b\nc")]
     with pytest.raises(ShellSafetyError):

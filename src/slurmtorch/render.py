@@ -170,10 +170,11 @@ def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
         argv = [argv]
     parts = []
     for arg in argv:
+        quoted = shell.quote(arg)  # the audited path: refuses NUL and text that is not UTF-8
         if re.search(r"[\x00-\x1f\x7f]", arg):
             parts.append("$'" + "".join(_ansi_c_char(c) for c in arg) + "'")
         else:
-            parts.append(shell.quote(arg))
+            parts.append(quoted)
     return " ".join(parts)
 
 

@@ -141,7 +141,7 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
                 tip="a site that needs a fixed one sets it in its `env:`" if name.startswith("MASTER_")
                 else f"leave --env {name} out; slurmtorch sets it for every job that needs it",
             )
-        shell.quote(value)  # refuses NUL
+        shell.quote(value, what=f"--env {name} value")  # refuses NUL and non-UTF-8 text
         out.append((name, value))
     return out
 
@@ -232,7 +232,7 @@ def parse_sweep(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, tuple[st
         if len(set(vals)) != len(vals):
             raise SpecError(f"--sweep {item!r} repeats a value", tip=tip)
         for v in vals:
-            shell.quote(v)  # refuses NUL
+            shell.quote(v, what=f"--sweep {name} value")  # refuses NUL and non-UTF-8 text
         out.append((name, vals))
     return tuple(out)
 
@@ -288,6 +288,12 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         raise SpecError("give exactly one of SCRIPT or -m MODULE", tip="e.g. slurmtorch sbatch train.py, or -m pkg.train")
     if o.module is not None and not _MODULE_RE.match(o.module):
         raise SpecError(f"invalid module name {o.module!r}", tip="a dotted Python module path, e.g. pkg.train")
+
+    # Checked here to name the value; rendering quotes each of them again.
+    if o.script is not None:
+        shell.quote(o.script, what="SCRIPT path")
+    for i, arg in enumerate(o.script_args, 1):
+        shell.quote(arg, what=f"script argument {i}")
 
     preset = site.preset(o.preset)
 
