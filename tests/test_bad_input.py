@@ -157,6 +157,13 @@ def test_world_writable_job_root_is_refused_before_anything_is_submitted(cli):
     assert not (cli.tmp_path / "sbatch-called").exists()
 
 
+def test_a_backslash_in_slurmtorch_home_is_refused_before_anything_is_written(cli, monkeypatch):
+    monkeypatch.setenv("SLURMTORCH_HOME", str(cli.tmp_path / "home" / "a\\b"))
+    code, out, err = cli("sbatch", "--site", "testbed", "train.py")
+    assert_one_clear_line(cli, code, out, err, "contains a backslash, which turns off Slurm's %j/%t patterns")
+    assert not (cli.tmp_path / "home").exists()
+
+
 def test_the_catalogue_has_at_least_forty_cases():
     assert len(SITE_CASES) + len(OPTION_CASES) >= 40
 

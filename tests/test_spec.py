@@ -76,6 +76,14 @@ def test_percent_in_job_root_is_escaped_for_slurm_patterns(testbed_site):
     assert spec.job_root == "/h/100%/jobs"
 
 
+def test_a_backslash_in_the_job_root_is_refused_for_batch_jobs(testbed_site):
+    with pytest.raises(SpecError) as e:
+        build_spec(testbed_site, opts(job_root="/h/a\\b/jobs"))
+    assert e.value.message.startswith("job folder root '/h/a\\\\b/jobs' contains a backslash")
+    assert "SLURMTORCH_HOME" in e.value.tip
+    build_spec(testbed_site, opts(kind="mpirun", ntasks=2, job_root="/h/a\\b/jobs"))  # no Slurm patterns there
+
+
 def test_env_precedence_fabric_then_site_then_preset_then_user(hdr):
     spec = build_spec(hdr, opts(preset="debug", env=("NCCL_DEBUG=WARN", "NCCL_SOCKET_IFNAME=ib1", "X=a=b")))
     env = dict(spec.env)

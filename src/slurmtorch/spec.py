@@ -295,6 +295,12 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     for i, arg in enumerate(o.script_args, 1):
         shell.quote(arg, what=f"script argument {i}")
 
+    if o.kind == "sbatch" and "\\" in o.job_root:
+        # Slurm turns off every %-pattern in an --output/--error path that holds a
+        # backslash: each rank's log would be one literal `rank-%t.out` in `%j`.
+        raise SpecError(f"job folder root {o.job_root!r} contains a backslash, which turns off Slurm's "
+                        "%j/%t patterns in log paths", tip="set SLURMTORCH_HOME to a path without '\\'")
+
     preset = site.preset(o.preset)
 
     def pick(name: str, default: Any = None) -> Any:
