@@ -218,6 +218,23 @@ def test_an_undefined_name_in_a_template_is_an_error(tmp_path):
         render.render_sbatch(build_spec(sites.load_site(p), golden_options("broken")))
 
 
+@pytest.mark.parametrize("body, message", [
+    ("{{ spec.nodes // 0 }}", "ZeroDivisionError: integer division or modulo by zero"),
+    ("{{ spec.nodes | first }}", "TypeError: 'int' object is not iterable"),
+    ("{{ [1] | map(\"nofilter\") | list }}", "TemplateRuntimeError: No filter named 'nofilter'"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "RecursionError: maximum recursion depth exceeded"),
+])
+def test_a_site_templates_runtime_error_is_one_line_naming_file_and_line(tmp_path, body, message):
+    (tmp_path / "tpl").mkdir()
+    (tmp_path / "tpl" / "sbatch.sh.j2").write_text("#!/bin/bash\n\n" + body + "\n")
+    p = tmp_path / "broken.yaml"
+    p.write_text((resources.site_configs_dir() / "testbed.yaml").read_text() + "templates: tpl\n")
+    with pytest.raises(TemplateError) as e:
+        render.render_sbatch(build_spec(sites.load_site(p), golden_options("broken")))
+    assert e.value.message.startswith(f"{tmp_path / 'tpl' / 'sbatch.sh.j2'}:3: error while rendering: ")
+    assert message in e.value.message and "\n" not in e.value.message
+
+
 def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
     """Run the CLI's dry run in a fresh interpreter and look at what got imported."""
     script = tmp_path / "train.py"

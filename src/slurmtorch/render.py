@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import traceback
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -265,9 +266,10 @@ def _sweep_var(name: str) -> str:
 
 
 def render_template(name: str, spec: JobSpec) -> str:
+    launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
-        return template.render(spec=spec, launch=launch_plan(spec))
+        return template.render(spec=spec, launch=launch)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:
@@ -276,6 +278,19 @@ def render_template(name: str, spec: JobSpec) -> str:
         raise TemplateError(f"{e.filename or e.name}:{e.lineno}: template syntax error: {e.message}") from None
     except jinja2.UndefinedError as e:
         raise TemplateError(f"template {name!r}: {e.message}") from None
+    except Exception as e:  # noqa: BLE001 - a site's template can raise anything while rendering
+        where = _template_line(e) or f"template {name!r}"
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise TemplateError(f"{where}: error while rendering: {type(e).__name__}{': ' + detail if detail else ''}",
+                            tip="check the site's `templates:` folder") from None
+
+
+def _template_line(exc: BaseException) -> str | None:
+    """`file:line` of the innermost template frame (Jinja maps its frames to template lines)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.endswith(".j2"):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
 
 
 def render_sbatch(spec: JobSpec) -> str:
