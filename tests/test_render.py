@@ -165,6 +165,19 @@ def test_every_quoting_path_refuses_a_lone_surrogate():
     assert render.comment_quote(["a\nb", "c d"]) == "$'a\\nb' 'c d'"  # unchanged for UTF-8 text
 
 
+@pytest.mark.parametrize("kind", ["sbatch", "mpirun"])
+@pytest.mark.parametrize("before, after", [("0000", "0002"), ("0002", "0002"), ("0027", "0027"), ("0020", "0022")])
+def test_script_drops_world_write_from_the_umask_and_keeps_group_write(kind, before, after):
+    site = sites.load_site("testbed")
+    spec = build_spec(site, golden_options("testbed", kind=kind, ntasks=2))
+    text = render.render(spec)
+    head = text[:text.index("umask o-w")]
+    assert "mkdir" not in head and ">" not in head.replace("#SBATCH", "")  # nothing written before it
+    block = text[:text.index("\n\n", text.index("umask o-w"))]
+    out = _read_back(f"umask {before}\n{block}\nmask=$(umask)", ["mask", "SLURM_UMASK"])
+    assert out[0] == after and (kind == "mpirun" or out[1] == after)
+
+
 def test_percent_and_spaces_in_job_root():
     site = sites.load_site("testbed")
     text = render.render_sbatch(build_spec(site, golden_options("testbed", job_root="/h/my 100%/jobs")))

@@ -10,6 +10,13 @@
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out
 #SBATCH --partition=a4r
 
+# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
+# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
+# set at submission), not this shell's umask, so that follows too.
+umask o-w
+SLURM_UMASK=$(umask)
+export SLURM_UMASK
+
 # `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
