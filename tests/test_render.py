@@ -198,6 +198,23 @@ def test_mpirun_launcher_inside_sbatch_writes_rank_logs_via_a_constant_wrapper(t
     assert (tmp_path / "rank-3.err").read_text() == "err\n"
 
 
+@pytest.mark.parametrize("kind", ["sbatch", "mpirun"])
+def test_mpirun_is_the_one_beside_the_jobs_python_else_the_one_on_path(tmp_path, kind):
+    venv = tmp_path / "my venv's" / "bin"
+    venv.mkdir(parents=True)
+    site = sites.load_site("testbed")
+    spec = build_spec(site, golden_options("testbed", kind=kind, launcher="mpirun", ntasks=2,
+                                           python=str(venv / "python")))
+    text = render.render(spec)
+    start = text.index("mpirun=")
+    block = text[start:text.index('\n"$mpirun" ', start)]
+    assert _read_back(block, ["mpirun"]) == ["mpirun"]  # none there: PATH's
+    (venv / "mpirun").write_text("#!/bin/sh\n")
+    (venv / "mpirun").chmod(0o755)
+    assert _read_back(block, ["mpirun"]) == [str(venv / "mpirun")]
+    assert "\nmpirun " not in text  # never a bare mpirun from PATH without the check
+
+
 def test_containers_pyxis_and_apptainer(tmp_path):
     base = (resources.site_configs_dir() / "testbed.yaml").read_text()
     p = tmp_path / "pyx.yaml"

@@ -9,7 +9,13 @@ umask o-w
 export NCCL_IB_DISABLE=1
 
 # Launch: 4 ranks under mpirun; -x forwards each variable above to remote hosts.
-mpirun -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE \
+# Open MPI from a pip wheel sits beside the job's python, which need not be on PATH
+# (`sbatch --export=NONE`, a venv not activated): use that mpirun if there is one, else
+# PATH's. Started by its full path, Open MPI finds its daemons on other hosts (--prefix).
+mpirun=/opt/venv/bin/python
+mpirun="${mpirun%/*}/mpirun"
+[ -x "$mpirun" ] || mpirun=mpirun
+"$mpirun" -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
