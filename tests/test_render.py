@@ -215,6 +215,25 @@ def test_mpirun_is_the_one_beside_the_jobs_python_else_the_one_on_path(tmp_path,
     assert "\nmpirun " not in text  # never a bare mpirun from PATH without the check
 
 
+@pytest.mark.parametrize("roles", [(), ("master=1", "worker=1")])
+def test_rank_logs_of_a_requeueable_job_are_appended_not_overwritten(tmp_path, roles):
+    """Under mpirun (and in role steps) our wrapper opens the logs; srun's --open-mode=append
+    cannot help there. A requeued run must not erase the first run's logs."""
+    site = sites.load_site("testbed")
+    kw = dict(launcher="srun", roles=roles) if roles else dict(launcher="mpirun")
+    plain = render.launch_plan(build_spec(site, golden_options("testbed", **kw)))
+    again = render.launch_plan(build_spec(site, golden_options("testbed", requeue=True, **kw)))
+    wrapper = again.role_log_wrapper if roles else again.rank_log_wrapper
+    assert (plain.role_log_wrapper if roles else plain.rank_log_wrapper) == (
+        render.ROLE_LOG_WRAPPER if roles else render.RANK_LOG_WRAPPER)
+    env = dict(os.environ, OMPI_COMM_WORLD_RANK="1", SLURM_PROCID="1")
+    lead = ["0"] if roles else []
+    for run in ("first", "second"):
+        subprocess.run(["bash", "-c", wrapper, "x", *lead, str(tmp_path), "bash", "-c", f"echo {run}; echo {run} >&2"],
+                       env=env, check=True)
+    assert (tmp_path / "rank-1.out").read_text() == (tmp_path / "rank-1.err").read_text() == "first\nsecond\n"
+
+
 def test_containers_pyxis_and_apptainer(tmp_path):
     base = (resources.site_configs_dir() / "testbed.yaml").read_text()
     p = tmp_path / "pyx.yaml"

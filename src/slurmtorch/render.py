@@ -82,6 +82,11 @@ def _append(spec: JobSpec) -> list[str]:
     return ["--open-mode=append"] if spec.requeue else []
 
 
+def _log_wrapper(spec: JobSpec, wrapper: str) -> str:
+    """A rank log wrapper that appends (`>>`) when the job can be requeued, like _append."""
+    return wrapper.replace('>"$d/', '>>"$d/') if spec.requeue else wrapper
+
+
 def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
     """(argv prefix for apptainer, srun arguments for pyxis) of container `c` (or None)."""
     if c is None:
@@ -121,7 +126,8 @@ def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure)."""
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     if spec.roles:
-        return Launch(rank_argv=(), role_steps=_role_steps(spec))
+        return Launch(rank_argv=(), role_steps=_role_steps(spec),
+                      role_log_wrapper=_log_wrapper(spec, ROLE_LOG_WRAPPER))
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
@@ -158,7 +164,8 @@ def launch_plan(spec: JobSpec) -> Launch:
             mpirun += ["--oversubscribe"]
         for name, _ in spec.env:
             mpirun += ["-x", name]
-    return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun))
+    return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
+                  rank_log_wrapper=_log_wrapper(spec, RANK_LOG_WRAPPER))
 
 
 def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
