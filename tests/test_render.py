@@ -244,7 +244,30 @@ def test_containers_pyxis_and_apptainer(tmp_path):
     p = tmp_path / "app.yaml"
     p.write_text(base + "container: {runtime: apptainer, image: /img/pt.sif}\n")
     text = render.render_sbatch(build_spec(sites.load_site(p), golden_options("app", launcher="mpirun")))
-    assert "apptainer exec /img/pt.sif /opt/venv/bin/python -m slurmtorch.bootstrap" in text
+    assert "apptainer exec /img/pt.sif python3 -m slurmtorch.bootstrap" in text
+
+
+@pytest.mark.parametrize("runtime, launcher", [("pyxis", "srun"), ("apptainer", "srun"), ("apptainer", "mpirun"),
+                                               ("apptainer", "torchrun")])
+def test_ranks_in_a_container_use_its_python_not_the_submitting_one(tmp_path, runtime, launcher):
+    base = (resources.site_configs_dir() / "testbed.yaml").read_text()
+    p = tmp_path / "c.yaml"
+
+    def python_of_ranks(container: str, **kw) -> set[str]:
+        p.write_text(base + f"container: {{runtime: {runtime}, image: /img/pt.sif{container}}}\n")
+        spec = build_spec(sites.load_site(p), golden_options("c", launcher=launcher, **kw))
+        plan = render.launch_plan(spec)
+        argvs = [s.rank_argv for s in plan.role_steps] or [plan.torchrun_argv or plan.rank_argv]
+        assert "/opt/venv/bin/python" in render.render_sbatch(spec)  # the batch shell runs on the host
+        return {a for argv in argvs for a in argv if "python" in a}
+
+    assert python_of_ranks("") == {"python3"}
+    assert python_of_ranks(", python: /opt/conda/bin/python") == {"/opt/conda/bin/python"}
+    assert python_of_ranks(", python: /opt/conda/bin/python", container_image="/img/x.sif") == {"/opt/conda/bin/python"}
+    if launcher == "srun":
+        assert python_of_ranks(", python: /opt/conda/bin/python", roles=("master=1", "worker=1")) == {
+            "/opt/conda/bin/python"}
+    assert sites.site_as_dict(sites.load_site(p))["container"]["python"] == "/opt/conda/bin/python"
 
 
 def test_a_site_can_override_templates(tmp_path):

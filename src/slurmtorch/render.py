@@ -66,9 +66,10 @@ class Launch:
     role_log_wrapper: str = ROLE_LOG_WRAPPER
 
 
-def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None) -> list[str]:
-    """`<python> -m slurmtorch.bootstrap ...` as every rank runs it."""
-    argv = [spec.python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
+def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
+    """`<python> -m slurmtorch.bootstrap ...` as every rank runs it (in `container`, if any)."""
+    python = container.interpreter if container is not None else spec.python
+    argv = [python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
             "--timeout", str(spec.timeout), "--from", source]
     if role is not None:
         argv += ["--role", role]
@@ -115,7 +116,7 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
         srun = ["--kill-on-bad-exit=1", "--mpi=none", f"--relative={offset}",
                 f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.cpus_per_task}", *pyxis]
-        argv = [*prefix, *bootstrap_argv(spec, "slurm", role)]
+        argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
         steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
                               srun_args=tuple(srun), rank_argv=tuple(argv)))
         offset += count
@@ -131,7 +132,7 @@ def launch_plan(spec: JobSpec) -> Launch:
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
-        rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"])]
+        rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"], container=spec.container)]
         # torchrun runs `python -m torch.distributed.run ... -m slurmtorch.bootstrap`.
         python, rest = rank[len(container_prefix)], rank[len(container_prefix) + 3:]
         torchrun = [*container_prefix, python, "-m", "torch.distributed.run",
@@ -144,7 +145,7 @@ def launch_plan(spec: JobSpec) -> Launch:
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun))
 
-    rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher])]
+    rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher], container=spec.container)]
     if launcher == "srun":
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/rank-%t"
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.

@@ -95,6 +95,12 @@ class Container:
     image: str
     mounts: tuple[str, ...] = ()
     roles: tuple[tuple[str, str], ...] = ()  # per-role images of a role job (`--role`)
+    python: str | None = None  # interpreter inside the image; None: python3
+
+    @property
+    def interpreter(self) -> str:
+        """The python ranks run inside the image (the submitting one is not in it)."""
+        return self.python or "python3"
 
 
 @dataclass(frozen=True)
@@ -257,6 +263,8 @@ _CONTAINER_SCHEMA: dict[str, Any] = {
     "mounts": ("strlist", "bind mounts SRC:DST"),
     "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
                          "roles not named use `image`"),
+    "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
+                      "site's `python` is the one on the host)"),
 }
 _SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),
@@ -264,7 +272,8 @@ _SITE_SCHEMA: dict[str, Any] = {
     "description": ("str", "one line for `slurmtorch site list`"),
     "launcher": (LAUNCHERS, "how ranks are started"),
     "mpi_plugin": (MPI_PLUGINS, "srun --mpi plugin (pmix for Open MPI 5)"),
-    "python": ("str", "interpreter on the compute nodes (default: the submitting one)"),
+    "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
+                      "`container.python`"),
     "modules": ("strlist", "environment modules to load"),
     "container": (_CONTAINER_SCHEMA, "container for every rank"),
     "directives": ("directives", "extra #SBATCH directives (name: value, or true for a flag)"),
@@ -837,6 +846,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "templates": site.templates,
         "container": None if site.container is None else {
             "runtime": site.container.runtime, "image": site.container.image, "mounts": list(site.container.mounts),
+            "python": site.container.interpreter,
             **({"roles": dict(site.container.roles)} if site.container.roles else {})},
         "node_types": {},
         "partitions": {},

@@ -452,9 +452,10 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
     if o.container_image is not None:
         shell.directive_value(o.container_image, what="--container-image")
-        base = Container(runtime=runtime, image=o.container_image, mounts=base.mounts if base else ())
+        base = Container(runtime=runtime, image=o.container_image, mounts=base.mounts if base else (),
+                         python=base.python if base else None)
     elif base is not None and o.container_runtime is not None:
-        base = Container(runtime=runtime, image=base.image, mounts=base.mounts)
+        base = Container(runtime=runtime, image=base.image, mounts=base.mounts, python=base.python)
     if role_images and not layout:
         raise SpecError("--role-image needs --role", tip="use --container-image for a job without roles")
     role_containers: list[tuple[str, Container | None]] = []
@@ -463,7 +464,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         for role, _ in layout.roles:
             image = role_images.get(role) or site_roles.get(role)
             if image is not None:
-                c = Container(runtime=runtime, image=image, mounts=base.mounts if base else ())
+                c = Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
+                              python=base.python if base else None)
             else:
                 c = base
             role_containers.append((role, c))

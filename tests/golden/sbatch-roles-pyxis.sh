@@ -46,15 +46,15 @@ roles=()
 training=()
 srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &
+    python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &
 pids+=("$!"); roles+=(master); training+=(1)
 srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 &
+    python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 &
 pids+=("$!"); roles+=(worker); training+=(1)
 srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=registry.example/ps image:1' \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 &
+    python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 &
 pids+=("$!"); roles+=(ps); training+=(0)
 # Steps are reaped as they end (`wait -n`, bash 4.3+). The first one that fails stops all
 # the others at once (srun passes the TERM on to its tasks): a dead worker would
