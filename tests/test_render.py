@@ -178,6 +178,24 @@ def test_script_drops_world_write_from_the_umask_and_keeps_group_write(kind, bef
     assert out[0] == after and (kind == "mpirun" or out[1] == after)
 
 
+def test_master_port_is_a_free_random_port_below_the_ephemeral_range():
+    """A port 0 pick comes from the ephemeral range, which outgoing connections share."""
+    import socket
+
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", python=sys.executable))
+    text = render.render_sbatch(spec)
+    block = text[text.index("MASTER_PORT=$("):text.index("export MASTER_PORT")]
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except OSError:
+        low = 32768
+    ports = [int(_read_back(block, ["MASTER_PORT"])[0]) for _ in range(4)]
+    assert all(20000 <= p < (low if low > 21000 else 32768) for p in ports), (ports, low)
+    assert len(set(ports)) > 1
+    with socket.socket() as s:
+        s.bind(("", ports[-1]))  # it was free, and nothing kept it
+
+
 def test_percent_and_spaces_in_job_root():
     site = sites.load_site("testbed")
     text = render.render_sbatch(build_spec(site, golden_options("testbed", job_root="/h/my 100%/jobs")))
