@@ -106,6 +106,12 @@ OPTION_CASES = [
     ("env-empty-name", ["--env", "=1", "train.py"], "invalid environment variable name ''"),
     ("env-name-with-space", ["--env", "A B=1", "train.py"], "invalid environment variable name 'A B'"),
     ("env-name-dollar", ["--env", "$(id)=1", "train.py"], "invalid environment variable name '$(id)'"),
+    ("env-script-owned-export-env", ["--env", "SLURM_EXPORT_ENV=NONE", "train.py"],
+     "--env SLURM_EXPORT_ENV: the batch script sets SLURM_EXPORT_ENV itself"),
+    ("env-script-owned-master-port", ["--env", "MASTER_PORT=1", "train.py"], "the batch script sets MASTER_PORT itself"),
+    ("arg-not-utf8", ["train.py", "--", "ok", "caf\udce9"], "script argument 2 'caf\\udce9' is not UTF-8 text"),
+    ("env-value-not-utf8", ["--env", "A=\udcff", "train.py"], "--env A value '\\udcff' is not UTF-8 text"),
+    ("job-name-not-utf8", ["-J", "\udcff", "train.py"], "#SBATCH --job-name value '\\udcff' is not UTF-8"),
     ("account-newline", ["-A", "acct\nx", "train.py"], "#SBATCH --account value 'acct\\nx' contains a newline"),
     ("qos-carriage-return", ["--qos", "q\rx", "train.py"], "contains a newline"),
     ("job-name-carriage-return", ["-J", "a\rb", "train.py"], "contains a newline"),
@@ -149,6 +155,13 @@ def test_world_writable_job_root_is_refused_before_anything_is_submitted(cli):
     assert code != 0 and err.startswith(f"error: job folder root {jobs} is world-writable")
     assert "Traceback" not in err and list(jobs.iterdir()) == []
     assert not (cli.tmp_path / "sbatch-called").exists()
+
+
+def test_a_backslash_in_slurmtorch_home_is_refused_before_anything_is_written(cli, monkeypatch):
+    monkeypatch.setenv("SLURMTORCH_HOME", str(cli.tmp_path / "home" / "a\\b"))
+    code, out, err = cli("sbatch", "--site", "testbed", "train.py")
+    assert_one_clear_line(cli, code, out, err, "contains a backslash, which turns off Slurm's %j/%t patterns")
+    assert not (cli.tmp_path / "home").exists()
 
 
 def test_the_catalogue_has_at_least_forty_cases():

@@ -253,3 +253,69 @@ def test_bad_role_sweep_array_input_is_one_error_line_and_no_job_folder(tmp_path
     assert proc.stderr.splitlines()[0].startswith(message), proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "home").exists()
+
+
+# ------------------------------------------------------------------ the role wait loop (real bash, stand-in srun)
+
+FAKE_SRUN = """#!/bin/bash
+# Stand-in for srun in a unit test of the batch script's wait loop: runs $FAKE_<ROLE>.
+role=; prev=
+for a in "$@"; do [ "$prev" = --role ] && role=$a; prev=$a; done
+var=FAKE_${role^^}
+eval "${!var}"
+"""
+
+
+def run_role_script(tmp_path, grace=None, **behaviour):
+    """Render a master=1,worker=2,ps=1 job, then run the whole script in bash with `srun`
+    replaced by a stand-in whose per-role behaviour is a shell snippet. Returns
+    (exit status, stderr, seconds, exit-code file)."""
+    import time
+
+    spec = build_spec(sites.load_site("testbed"), golden_options(
+        "testbed", roles=ROLES, python=sys.executable, job_root=str(tmp_path / "jobs")))
+    text = render.render_sbatch(spec)
+    if grace is not None:
+        assert "grace=30\n" in text
+        text = text.replace("grace=30\n", f"grace={grace}\n")
+    (tmp_path / "jobs" / "7").mkdir(parents=True)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text(FAKE_SRUN)
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}", SLURM_JOB_ID="7",
+               **{f"FAKE_{role.upper()}": snippet for role, snippet in behaviour.items()})
+    start = time.monotonic()
+    # Output to a file, not a pipe: a stand-in left behind (as a task that ignores TERM
+    # would be, until Slurm ends the job) must not hold the test until it exits.
+    with open(tmp_path / "batch.out", "w") as out:
+        proc = subprocess.run(["bash", "-c", text], env=env, stdout=out, stderr=out, timeout=60)
+    took = time.monotonic() - start
+    return (proc.returncode, (tmp_path / "batch.out").read_text(), took,
+            (tmp_path / "jobs" / "7" / "exit-code").read_text())
+
+
+def test_role_wait_loop_a_failing_worker_stops_the_master_at_once(tmp_path):
+    rc, err, took, code = run_role_script(tmp_path, master="exec sleep 30", worker="sleep 0.3; exit 3",
+                                          ps="exec sleep 30")
+    assert (rc, code) == (3, "3\n")
+    assert "slurmtorch: role worker exited with 3; stopping the other roles" in err
+    assert took < 10, took
+
+
+def test_role_wait_loop_a_failing_parameter_server_stops_training(tmp_path):
+    rc, err, took, code = run_role_script(tmp_path, master="exec sleep 30", worker="exec sleep 30",
+                                          ps="sleep 0.3; exit 5")
+    assert (rc, code) == (5, "5\n") and "role ps exited with 5" in err and took < 10
+
+
+def test_role_wait_loop_ends_when_training_succeeds_and_stops_the_parameter_server(tmp_path):
+    rc, err, took, code = run_role_script(tmp_path, master="sleep 1; exit 0", worker="exit 0", ps="exec sleep 30")
+    assert (rc, code) == (0, "0\n") and "stopping" not in err
+    assert 1 <= took < 10, took
+
+
+def test_role_wait_loop_does_not_wait_forever_for_a_step_that_ignores_term(tmp_path):
+    rc, err, took, code = run_role_script(tmp_path, grace=1, master="sleep 0.3; exit 4",
+                                          worker="trap '' TERM; sleep 8", ps="exec sleep 30")
+    assert (rc, code) == (4, "4\n") and "role master exited with 4" in err
+    assert took < 6, took

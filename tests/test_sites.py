@@ -122,6 +122,16 @@ def test_site_by_path(tmp_path):
     assert sites.load_site(str(p)).name == "my-site"
 
 
+def test_a_site_named_by_a_file_name_with_a_newline_is_refused(tmp_path):
+    p = write(tmp_path, "evil\n#SBATCH --uid=0.yaml", MINIMAL)
+    with pytest.raises(SiteError) as e:
+        sites.load_site(p)
+    assert e.value.message.startswith("invalid site name 'evil\\n#SBATCH --uid=0' (the name of site file '")
+    assert "\n" not in e.value.message
+    assert "set `name:`" in e.value.tip
+    assert sites.load_site(write(tmp_path, "ok.yaml", MINIMAL + "name: fine-1.0_x\n")).name == "fine-1.0_x"
+
+
 def test_unknown_site_suggests_a_close_name():
     with pytest.raises(SiteError) as e:
         sites.load_site("tesbed")
@@ -184,6 +194,10 @@ def test_extends_cycle_is_an_error(tmp_path):
         (MINIMAL + "node_types: {}\n", r"s\.yaml:5: duplicate key 'node_types'"),
         (MINIMAL + "launcher: [srun\n", r"s\.yaml:\d+: YAML syntax error"),
         ("- a\n- b\n", r"must be a mapping"),
+        # libyaml refuses these too, tersely; the message is the pure loader's.
+        ("a: [1\n", r"s\.yaml:2: YAML syntax error: expected ',' or ']', but got '<stream end>'"),
+        ("a:\n\tb: 1\n", r"s\.yaml:2: YAML syntax error: found character '\\t' that cannot start any token"),
+        ("a: 1\x07\n", r"s\.yaml: character 0x0007 at offset 4 is not allowed in YAML"),
     ],
 )
 def test_invalid_site_names_file_line_key_and_fix(tmp_path, text, expect):
@@ -245,3 +259,40 @@ def test_parse_time_reads_slurm_formats(text, seconds):
 def test_parse_time_refuses_other_text(text):
     with pytest.raises(ValueError):
         sites.parse_time(text)
+
+
+def test_yaml_1_1_number_forms_stay_the_strings_the_admin_typed(tmp_path):
+    """`2:00:00` unquoted is two hours, not the sexagesimal 7200 read as minutes."""
+    p = write(tmp_path, "s.yaml", MINIMAL + """\
+env: {MODE: 0755, MASK: 0x1F, BIG: 1_000, DAY: 2024-01-01, N: 12, ZERO: 0}
+directives: {comment: 1:30}
+presets:
+  default: {time: 2:00:00, nodes: 2, timeout: 60}
+""")
+    site = sites.load_site(p)
+    assert dict(site.env) == {"MODE": "0755", "MASK": "0x1F", "BIG": "1_000", "DAY": "2024-01-01", "N": "12",
+                              "ZERO": "0"}
+    assert dict(site.directives) == {"comment": "1:30"}
+    preset = site.preset(None)
+    assert (preset["time"], preset["nodes"], preset["timeout"]) == ("2:00:00", 2, 60)
+    assert sites.parse_time(preset["time"]) == 7200
+    assert site.partition("debug").max_time == "01:00:00"
+
+
+def test_plain_scalars_still_resolve_as_numbers_bools_and_null(tmp_path):
+    p = write(tmp_path, "s.yaml", "a: 12\nb: -3\nc: 1.5\nd: .5\ne: yes\nf: false\ng: ~\nh:\ni: 1e3\nj: 007\n")
+    data = sites._read_yaml(p)
+    assert data == {"a": 12, "b": -3, "c": 1.5, "d": 0.5, "e": True, "f": False, "g": None, "h": None,
+                    "i": "1e3", "j": "007"}
+
+
+def test_fast_and_pure_loaders_agree_on_values_and_line_marks(tmp_path):
+    def marks(d):
+        return [(d.where, [marks(v) for v in d.values() if isinstance(v, dict)])] if isinstance(d, dict) else []
+
+    if sites._CLoader is None:
+        pytest.skip("this PyYAML has no libyaml: every file takes the pure loader")
+    for f in sorted(resources.site_configs_dir().glob("*.yaml")):
+        fast, pure = sites._read_yaml(f), sites._parse_pure(f.read_text(), f)
+        assert fast == pure and marks(fast) == marks(pure), f
+

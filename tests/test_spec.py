@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from slurmtorch import sites
+from slurmtorch import resources, sites
 from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.spec import Options, build_spec, parse_env
 
@@ -18,7 +18,7 @@ def opts(**kw) -> Options:
 
 
 @pytest.fixture(scope="module")
-def testbed():
+def testbed_site():
     return sites.load_site("testbed")
 
 
@@ -31,18 +31,35 @@ def test_defaults_use_every_gpu_with_one_rank_each(hdr):
     spec = build_spec(hdr, opts(nodes=2))
     assert (spec.gpus_per_node, spec.ntasks_per_node, spec.ntasks, spec.cpus_per_task) == (8, 8, 16, 16)
     assert spec.backend == "nccl" and spec.partition == "gpu"
-    assert spec.time == "04:00:00" and spec.preset == "default"  # the site's default preset
+    assert spec.time == "04:00:00"  # the gpu partition's default_time
 
 
-def test_cpu_nodes_get_one_rank_and_gloo(testbed):
-    spec = build_spec(testbed, opts(nodes=4))
+@pytest.mark.parametrize("site_name", sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml")))
+def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name):
+    """A default time (preset or partition) never exceeds a partition's max_time."""
+    site = sites.load_site(site_name)
+    for partition in site.partitions:
+        spec = build_spec(site, opts(partition=partition.name))
+        assert spec.time == partition.default_time
+    for name, _ in site.presets:
+        build_spec(site, opts(preset=name))
+
+
+def test_hdr_ib_debug_partition_gets_its_own_default_time(hdr):
+    assert build_spec(hdr, opts(partition="debug")).time == "00:15:00"
+    assert build_spec(hdr, opts(preset="debug")).time == "00:15:00"
+    assert build_spec(hdr, opts(partition="h100")).time == "04:00:00"
+
+
+def test_cpu_nodes_get_one_rank_and_gloo(testbed_site):
+    spec = build_spec(testbed_site, opts(nodes=4))
     assert (spec.ntasks_per_node, spec.cpus_per_task, spec.ntasks, spec.backend) == (1, 4, 4, "gloo")
     assert spec.python == "/venv/bin/python"
     assert spec.job_name == "train"
 
 
-def test_directives_are_sorted_and_complete(testbed):
-    spec = build_spec(testbed, opts(nodes=2, time="30", account="acct", qos="normal", job_name="j"))
+def test_directives_are_sorted_and_complete(testbed_site):
+    spec = build_spec(testbed_site, opts(nodes=2, time="30", account="acct", qos="normal", job_name="j"))
     names = [n for n, _ in spec.directives]
     assert names == sorted(names)
     d = dict(spec.directives)
@@ -53,10 +70,18 @@ def test_directives_are_sorted_and_complete(testbed):
     }
 
 
-def test_percent_in_job_root_is_escaped_for_slurm_patterns(testbed):
-    spec = build_spec(testbed, opts(job_root="/h/100%/jobs"))
+def test_percent_in_job_root_is_escaped_for_slurm_patterns(testbed_site):
+    spec = build_spec(testbed_site, opts(job_root="/h/100%/jobs"))
     assert dict(spec.directives)["output"] == "/h/100%%/jobs/%j/batch.out"
     assert spec.job_root == "/h/100%/jobs"
+
+
+def test_a_backslash_in_the_job_root_is_refused_for_batch_jobs(testbed_site):
+    with pytest.raises(SpecError) as e:
+        build_spec(testbed_site, opts(job_root="/h/a\\b/jobs"))
+    assert e.value.message.startswith("job folder root '/h/a\\\\b/jobs' contains a backslash")
+    assert "SLURMTORCH_HOME" in e.value.tip
+    build_spec(testbed_site, opts(kind="mpirun", ntasks=2, job_root="/h/a\\b/jobs"))  # no Slurm patterns there
 
 
 def test_env_precedence_fabric_then_site_then_preset_then_user(hdr):
@@ -80,22 +105,22 @@ def test_torchrun_gives_one_agent_per_node_with_all_cpus(hdr):
     assert (d["ntasks-per-node"], d["cpus-per-task"], spec.ntasks_per_node) == ("1", "128", 8)
 
 
-def test_module_instead_of_script(testbed):
-    spec = build_spec(testbed, opts(script=None, module="pkg.train", script_args=("--x",)))
+def test_module_instead_of_script(testbed_site):
+    spec = build_spec(testbed_site, opts(script=None, module="pkg.train", script_args=("--x",)))
     assert (spec.module, spec.script, spec.job_name) == ("pkg.train", None, "pkg.train")
 
 
-def test_spec_is_frozen(testbed):
-    spec = build_spec(testbed, opts())
+def test_spec_is_frozen(testbed_site):
+    spec = build_spec(testbed_site, opts())
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.nodes = 3
 
 
-def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed):
-    spec = build_spec(testbed, opts(kind="mpirun", ntasks=16))
+def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed_site):
+    spec = build_spec(testbed_site, opts(kind="mpirun", ntasks=16))
     assert (spec.ntasks, spec.partition, spec.directives) == (16, None, ())
     with pytest.raises(SpecError, match="number of ranks"):
-        build_spec(testbed, opts(kind="mpirun"))
+        build_spec(testbed_site, opts(kind="mpirun"))
 
 
 @pytest.mark.parametrize(
@@ -122,13 +147,44 @@ def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed):
         (dict(timeout=0), "--timeout must be at least 1", None),
     ],
 )
-def test_bad_options_raise_spec_error_with_a_tip(testbed, kw, message, tip):
+def test_bad_options_raise_spec_error_with_a_tip(testbed_site, kw, message, tip):
     with pytest.raises(SpecError) as e:
-        build_spec(testbed, opts(**kw))
+        build_spec(testbed_site, opts(**kw))
     assert message in e.value.message
     assert "\n" not in e.value.message
     if tip:
         assert tip in e.value.tip
+
+
+@pytest.mark.parametrize("name", ["SLURM_EXPORT_ENV", "SLURMTORCH_JOB_DIR", "MASTER_PORT", "MASTER_ADDR",
+                                  "SLURMTORCH_ROLES", "SLURMTORCH_TRIAL", "SLURMTORCH_PARAMS", "SLURMTORCH_SWEEP_LR",
+                                  "SLURMTORCH_PREEMPT_SIGNAL"])
+def test_env_refuses_names_the_batch_script_sets_itself(testbed_site, name):
+    with pytest.raises(SpecError) as e:
+        build_spec(testbed_site, opts(env=(f"{name}=x",)))
+    assert e.value.message == f"--env {name}: the batch script sets {name} itself" and e.value.tip
+    assert build_spec(testbed_site, opts(env=("MASTER_PORTS=1", "SLURM_CPU_BIND=none"))).env[-2:] == (
+        ("MASTER_PORTS", "1"), ("SLURM_CPU_BIND", "none"))
+
+
+def test_mpirun_kind_keeps_a_users_master_addr_and_port(testbed_site):
+    """`slurmtorch mpirun` (and Distributor's local mode) write no such variables."""
+    spec = build_spec(testbed_site, opts(kind="mpirun", ntasks=2, env=("MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500")))
+    assert dict(spec.env)["MASTER_ADDR"] == "127.0.0.1" and dict(spec.env)["MASTER_PORT"] == "29500"
+
+
+@pytest.mark.parametrize("kw, what", [
+    (dict(script="/w/caf\udce9.py"), "SCRIPT path '/w/caf\\udce9.py'"),
+    (dict(script_args=("a", "\udcff")), "script argument 2 '\\udcff'"),
+    (dict(sweep=("lr=1,\udcff",)), "--sweep lr value '\\udcff'"),
+    (dict(account="\ud800"), "#SBATCH --account value '\\ud800'"),
+])
+def test_text_that_is_not_utf8_is_refused_naming_the_value(testbed_site, kw, what):
+    """A lone surrogate (a non-UTF-8 byte from argv or a file name) could not be written."""
+    with pytest.raises(ShellSafetyError) as e:
+        build_spec(testbed_site, opts(**kw))
+    assert e.value.message.startswith(f"{what} is not UTF-8 text"), e.value.message
+    assert e.value.tip
 
 
 def test_parse_env_keeps_everything_after_the_first_equals():

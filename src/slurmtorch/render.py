@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import traceback
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -65,9 +66,10 @@ class Launch:
     role_log_wrapper: str = ROLE_LOG_WRAPPER
 
 
-def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None) -> list[str]:
-    """`<python> -m slurmtorch.bootstrap ...` as every rank runs it."""
-    argv = [spec.python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
+def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
+    """`<python> -m slurmtorch.bootstrap ...` as every rank runs it (in `container`, if any)."""
+    python = container.interpreter if container is not None else spec.python
+    argv = [python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
             "--timeout", str(spec.timeout), "--from", source]
     if role is not None:
         argv += ["--role", role]
@@ -79,6 +81,11 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None) -> list[
 def _append(spec: JobSpec) -> list[str]:
     # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
     return ["--open-mode=append"] if spec.requeue else []
+
+
+def _log_wrapper(spec: JobSpec, wrapper: str) -> str:
+    """A rank log wrapper that appends (`>>`) when the job can be requeued, like _append."""
+    return wrapper.replace('>"$d/', '>>"$d/') if spec.requeue else wrapper
 
 
 def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
@@ -109,7 +116,7 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
         srun = ["--kill-on-bad-exit=1", "--mpi=none", f"--relative={offset}",
                 f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.cpus_per_task}", *pyxis]
-        argv = [*prefix, *bootstrap_argv(spec, "slurm", role)]
+        argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
         steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
                               srun_args=tuple(srun), rank_argv=tuple(argv)))
         offset += count
@@ -120,11 +127,12 @@ def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure)."""
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     if spec.roles:
-        return Launch(rank_argv=(), role_steps=_role_steps(spec))
+        return Launch(rank_argv=(), role_steps=_role_steps(spec),
+                      role_log_wrapper=_log_wrapper(spec, ROLE_LOG_WRAPPER))
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
-        rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"])]
+        rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"], container=spec.container)]
         # torchrun runs `python -m torch.distributed.run ... -m slurmtorch.bootstrap`.
         python, rest = rank[len(container_prefix)], rank[len(container_prefix) + 3:]
         torchrun = [*container_prefix, python, "-m", "torch.distributed.run",
@@ -137,7 +145,7 @@ def launch_plan(spec: JobSpec) -> Launch:
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun))
 
-    rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher])]
+    rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher], container=spec.container)]
     if launcher == "srun":
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/rank-%t"
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
@@ -157,21 +165,25 @@ def launch_plan(spec: JobSpec) -> Launch:
             mpirun += ["--oversubscribe"]
         for name, _ in spec.env:
             mpirun += ["-x", name]
-    return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun))
+    return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
+                  rank_log_wrapper=_log_wrapper(spec, RANK_LOG_WRAPPER))
 
 
-def comment_quote(argv: tuple[str, ...] | list[str]) -> str:
-    """Quote argv for a `# Run with:` comment: copy-pasteable, and never a second line.
+def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
+    """Quote argv (or one word) for a comment: copy-pasteable, and never a second line.
 
     shell.quote keeps a newline literally, which inside a comment would end it and
     turn the rest into a script line; such arguments use bash's $'...' instead.
     """
+    if isinstance(argv, str):
+        argv = [argv]
     parts = []
     for arg in argv:
+        quoted = shell.quote(arg)  # the audited path: refuses NUL and text that is not UTF-8
         if re.search(r"[\x00-\x1f\x7f]", arg):
             parts.append("$'" + "".join(_ansi_c_char(c) for c in arg) + "'")
         else:
-            parts.append(shell.quote(arg))
+            parts.append(quoted)
     return " ".join(parts)
 
 
@@ -262,9 +274,10 @@ def _sweep_var(name: str) -> str:
 
 
 def render_template(name: str, spec: JobSpec) -> str:
+    launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
-        return template.render(spec=spec, launch=launch_plan(spec))
+        return template.render(spec=spec, launch=launch)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:
@@ -273,6 +286,19 @@ def render_template(name: str, spec: JobSpec) -> str:
         raise TemplateError(f"{e.filename or e.name}:{e.lineno}: template syntax error: {e.message}") from None
     except jinja2.UndefinedError as e:
         raise TemplateError(f"template {name!r}: {e.message}") from None
+    except Exception as e:  # noqa: BLE001 - a site's template can raise anything while rendering
+        where = _template_line(e) or f"template {name!r}"
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise TemplateError(f"{where}: error while rendering: {type(e).__name__}{': ' + detail if detail else ''}",
+                            tip="check the site's `templates:` folder") from None
+
+
+def _template_line(exc: BaseException) -> str | None:
+    """`file:line` of the innermost template frame (Jinja maps its frames to template lines)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.endswith(".j2"):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
 
 
 def render_sbatch(spec: JobSpec) -> str:

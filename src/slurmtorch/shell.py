@@ -2,7 +2,9 @@
 
 Everything a user types (script arguments, env values, job names, paths) goes
 through `quote` before it is written into a script. Values that a directive
-cannot carry at all (newlines, NUL) are refused, not passed on.
+cannot carry at all (newlines, NUL) are refused, not passed on, and so is text
+that is not UTF-8 (a lone surrogate, from a non-UTF-8 byte in argv or a file name:
+the script could not even be written).
 """
 
 from __future__ import annotations
@@ -16,12 +18,24 @@ from .errors import ShellSafetyError
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def quote(value: object) -> str:
+def quote(value: object, what: str = "value") -> str:
     """Quote one value so a POSIX shell reads it back byte for byte."""
-    text = str(value)
+    text = _utf8(value, what)
     if "\x00" in text:
-        raise ShellSafetyError(f"value {text!r} contains a NUL byte, which no shell can carry")
+        raise ShellSafetyError(f"{what} {text!r} contains a NUL byte, which no shell can carry")
     return shlex.quote(text)
+
+
+def _utf8(value: object, what: str) -> str:
+    text = str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ShellSafetyError(
+            f"{what} {text!r} is not UTF-8 text ({text[e.start]!r} at index {e.start})",
+            tip="a byte that is not UTF-8 came from the command line or a file name; use UTF-8 names",
+        ) from None
+    return text
 
 
 def join(argv: Iterable[object]) -> str:
@@ -45,7 +59,7 @@ def directive_value(value: object, what: str = "value") -> str:
     sbatch reads directives with its own parser, not a shell: a newline would end
     the directive and start a new script line, so it is refused.
     """
-    text = str(value)
+    text = _utf8(value, what)
     if any(c in text for c in "\n\r\x00"):
         raise ShellSafetyError(
             f"{what} {text!r} contains a newline or NUL, which an #SBATCH directive cannot carry"

@@ -34,6 +34,10 @@ DEFAULT_ROCE_GID_INDEX = 3
 # every node of the job that long; 10 min is torch's NCCL default.
 DEFAULT_TIMEOUT_S = 600
 
+# Site and preset names: they are typed on command lines and written into the
+# script's provenance comment, where a newline would start a script line.
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+NAME_TIP = "names are letters, digits, '.', '_' and '-'"
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
@@ -91,6 +95,12 @@ class Container:
     image: str
     mounts: tuple[str, ...] = ()
     roles: tuple[tuple[str, str], ...] = ()  # per-role images of a role job (`--role`)
+    python: str | None = None  # interpreter inside the image; None: python3
+
+    @property
+    def interpreter(self) -> str:
+        """The python ranks run inside the image (the submitting one is not in it)."""
+        return self.python or "python3"
 
 
 @dataclass(frozen=True)
@@ -253,6 +263,8 @@ _CONTAINER_SCHEMA: dict[str, Any] = {
     "mounts": ("strlist", "bind mounts SRC:DST"),
     "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
                          "roles not named use `image`"),
+    "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
+                      "site's `python` is the one on the host)"),
 }
 _SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),
@@ -260,7 +272,8 @@ _SITE_SCHEMA: dict[str, Any] = {
     "description": ("str", "one line for `slurmtorch site list`"),
     "launcher": (LAUNCHERS, "how ranks are started"),
     "mpi_plugin": (MPI_PLUGINS, "srun --mpi plugin (pmix for Open MPI 5)"),
-    "python": ("str", "interpreter on the compute nodes (default: the submitting one)"),
+    "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
+                      "`container.python`"),
     "modules": ("strlist", "environment modules to load"),
     "container": (_CONTAINER_SCHEMA, "container for every rank"),
     "directives": ("directives", "extra #SBATCH directives (name: value, or true for a flag)"),
@@ -351,8 +364,34 @@ class _Marked(dict):
         self.where: dict[Any, tuple[str, int | None]] = {}
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that records line numbers and refuses duplicate keys."""
+def _plain_resolvers() -> dict[Any, list[tuple[str, re.Pattern]]]:
+    """Implicit scalar types for site files: plain decimal ints and floats, bools, null, `<<`.
+
+    PyYAML resolves YAML 1.1's other forms too, and silently: `time: 2:00:00` is the
+    sexagesimal int 7200 (then read as minutes: five days), `0755` is 493, `0x1F` is 31
+    and `1_000` is 1000; a date becomes a datetime. Here those stay the strings the
+    admin typed, which is what a Slurm time, an env value or a directive wants.
+    """
+    keep = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null", "tag:yaml.org,2002:merge")
+    table: dict[Any, list[tuple[str, re.Pattern]]] = {}
+    for first, resolvers in yaml.resolver.Resolver.yaml_implicit_resolvers.items():
+        kept = [(tag, rx) for tag, rx in resolvers if tag in keep]
+        if kept:
+            table[first] = kept
+    for tag, rx, firsts in (
+        ("tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), "-+0123456789"),
+        ("tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"),
+         "-+0123456789."),
+    ):
+        for first in firsts:
+            table.setdefault(first, []).append((tag, rx))
+    return table
+
+
+class _SiteConstruction:
+    """Loader mixin: plain scalar types, line numbers recorded, duplicate keys refused."""
+
+    yaml_implicit_resolvers = _plain_resolvers()
 
     def construct_mapping(self, node, deep=False):
         self.flatten_mapping(node)
@@ -395,7 +434,17 @@ class _Loader(yaml.SafeLoader):
         node.value = list(reversed(kept))
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
+class _Loader(_SiteConstruction, yaml.SafeLoader):
+    """The pure-Python loader: slower, but its syntax errors say the most."""
+
+
+# libyaml's parser is ~20x faster on our files; its marks are the same, its messages
+# terser, so a file it refuses is parsed again by _Loader for the error.
+_CLoader = type("_CLoader", (_SiteConstruction, yaml.CSafeLoader), {}) if hasattr(yaml, "CSafeLoader") else None
+
+for _cls in (_Loader, _CLoader):
+    if _cls is not None:
+        _cls.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
 
 
 def _read_yaml(path: Path) -> _Marked:
@@ -406,6 +455,26 @@ def _read_yaml(path: Path) -> _Marked:
     except UnicodeDecodeError as e:
         raise SiteError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
                         tip="save the site file as UTF-8") from None
+    if _CLoader is not None:
+        loader = _CLoader(text)
+        loader.name = str(path)
+        try:
+            data = loader.get_single_data()
+        except yaml.YAMLError:
+            data = _parse_pure(text, path)
+        finally:
+            loader.dispose()
+    else:
+        data = _parse_pure(text, path)
+    if data is None:
+        data = _Marked()
+    if not isinstance(data, dict):
+        raise SiteError(f"{path}: a site file must be a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def _parse_pure(text: str, path: Path) -> Any:
+    """Parse with the pure-Python loader; its YAML errors become one-line SiteErrors."""
     try:
         # The reader already refuses NUL and other non-printable characters here.
         loader = _Loader(text)
@@ -414,7 +483,7 @@ def _read_yaml(path: Path) -> _Marked:
                         tip="remove control characters from the site file") from None
     loader.name = str(path)
     try:
-        data = loader.get_single_data()
+        return loader.get_single_data()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
@@ -426,11 +495,6 @@ def _read_yaml(path: Path) -> _Marked:
         raise SiteError(f"{path}: YAML error: {e}") from None
     finally:
         loader.dispose()
-    if data is None:
-        data = _Marked()
-    if not isinstance(data, dict):
-        raise SiteError(f"{path}: a site file must be a mapping of keys, not {type(data).__name__}")
-    return data
 
 
 def _deep_merge(base: dict, over: dict) -> _Marked:
@@ -475,8 +539,8 @@ def find_site(ref: str) -> Path:
         if p.is_file():
             return p
         raise SiteError(f"site file {ref} does not exist", tip="pass an existing path or a site name (slurmtorch site list)")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", ref):
-        raise SiteError(f"invalid site name {ref!r}", tip="site names are letters, digits, '.', '_' and '-'")
+    if not NAME_RE.fullmatch(ref):
+        raise SiteError(f"invalid site name {ref!r}", tip=f"site {NAME_TIP}")
     for d in search_path():
         for ext in (".yaml", ".yml"):
             p = d / f"{ref}{ext}"
@@ -564,6 +628,8 @@ class _Validator:
         self.path = path
 
     def fail(self, mapping, key, keypath: str, problem: str, tip: str | None = None):
+        if not keypath.isprintable():  # a key with a newline: the error stays one line
+            keypath = repr(keypath)
         raise SiteError(f"{_where(mapping, key, self.path)}: {keypath}: {problem}", tip=tip)
 
     def check_keys(self, mapping: dict, schema: dict, keypath: str, required=()):
@@ -718,6 +784,8 @@ def _validate(raw: _Marked, path: Path) -> Site:
         V.fail(raw, "presets", "presets", "expected a mapping of preset names")
     for name, body in raw_presets.items():
         kp = f"presets.{name}"
+        if not NAME_RE.fullmatch(str(name)):
+            V.fail(raw_presets, name, kp, f"invalid preset name {str(name)!r}", f"preset {NAME_TIP}")
         if not isinstance(body, dict):
             V.fail(raw_presets, name, kp, f"expected a mapping, got {_tname(body)}")
         V.check_keys(body, _PRESET_SCHEMA, kp)
@@ -744,6 +812,11 @@ def _validate(raw: _Marked, path: Path) -> Site:
         V.fail(raw, "templates", "templates", f"folder {site['templates']} does not exist")
 
     name = site.pop("name", None) or path.stem
+    if not NAME_RE.fullmatch(name):
+        if "name" in raw:
+            V.fail(raw, "name", "name", f"invalid site name {name!r}", f"site {NAME_TIP}")
+        raise SiteError(f"invalid site name {name!r} (the name of site file {str(path)!r})",
+                        tip=f"rename the file or set `name:`; site {NAME_TIP}")
     return Site(
         name=name,
         source=str(path),
@@ -773,6 +846,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "templates": site.templates,
         "container": None if site.container is None else {
             "runtime": site.container.runtime, "image": site.container.image, "mounts": list(site.container.mounts),
+            "python": site.container.interpreter,
             **({"roles": dict(site.container.roles)} if site.container.roles else {})},
         "node_types": {},
         "partitions": {},

@@ -114,15 +114,34 @@ class JobSpec:
         return "%A/trial-%a" if self.array else "%j"
 
 
-def parse_env(items: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
-    """`K=V` strings -> pairs; the name must be a plain shell name."""
+# Variables the batch script sets itself. An --env value for one would be overwritten
+# or, worse, win: SLURM_EXPORT_ENV=NONE strips every srun step's environment, and a
+# MASTER_ADDR/PORT typed on the submitting host sends the ranks to the wrong rendezvous.
+SCRIPT_ENV = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "SLURM_EXPORT_ENV", "SLURMTORCH_JOB_DIR", "SLURMTORCH_PARAMS",
+    "SLURMTORCH_PREEMPT_REQUEUE", "SLURMTORCH_PREEMPT_SIGNAL", "SLURMTORCH_ROLES", "SLURMTORCH_TRIAL",
+})
+SCRIPT_ENV_PREFIX = "SLURMTORCH_SWEEP_"
+
+
+def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[tuple[str, str]]:
+    """`K=V` strings -> pairs; the name must be a plain shell name.
+
+    With `batch`, names the batch script sets itself (SCRIPT_ENV) are refused.
+    """
     out = []
     for item in items:
         name, sep, value = item.partition("=")
         if not sep:
             raise SpecError(f"malformed --env {item!r}: expected NAME=VALUE", tip="e.g. --env NCCL_DEBUG=INFO")
         shell.env_name(name)
-        shell.quote(value)  # refuses NUL
+        if batch and (name in SCRIPT_ENV or name.startswith(SCRIPT_ENV_PREFIX)):
+            raise SpecError(
+                f"--env {name}: the batch script sets {name} itself",
+                tip="a site that needs a fixed one sets it in its `env:`" if name.startswith("MASTER_")
+                else f"leave --env {name} out; slurmtorch sets it for every job that needs it",
+            )
+        shell.quote(value, what=f"--env {name} value")  # refuses NUL and non-UTF-8 text
         out.append((name, value))
     return out
 
@@ -213,7 +232,7 @@ def parse_sweep(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, tuple[st
         if len(set(vals)) != len(vals):
             raise SpecError(f"--sweep {item!r} repeats a value", tip=tip)
         for v in vals:
-            shell.quote(v)  # refuses NUL
+            shell.quote(v, what=f"--sweep {name} value")  # refuses NUL and non-UTF-8 text
         out.append((name, vals))
     return tuple(out)
 
@@ -269,6 +288,18 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         raise SpecError("give exactly one of SCRIPT or -m MODULE", tip="e.g. slurmtorch sbatch train.py, or -m pkg.train")
     if o.module is not None and not _MODULE_RE.match(o.module):
         raise SpecError(f"invalid module name {o.module!r}", tip="a dotted Python module path, e.g. pkg.train")
+
+    # Checked here to name the value; rendering quotes each of them again.
+    if o.script is not None:
+        shell.quote(o.script, what="SCRIPT path")
+    for i, arg in enumerate(o.script_args, 1):
+        shell.quote(arg, what=f"script argument {i}")
+
+    if o.kind == "sbatch" and "\\" in o.job_root:
+        # Slurm turns off every %-pattern in an --output/--error path that holds a
+        # backslash: each rank's log would be one literal `rank-%t.out` in `%j`.
+        raise SpecError(f"job folder root {o.job_root!r} contains a backslash, which turns off Slurm's "
+                        "%j/%t patterns in log paths", tip="set SLURMTORCH_HOME to a path without '\\'")
 
     preset = site.preset(o.preset)
 
@@ -389,7 +420,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
             env.pop(key, None)
         else:
             env[key] = value
-    for key, value in parse_env(o.env):
+    for key, value in parse_env(o.env, batch=o.kind == "sbatch"):
         env[key] = value
 
     signal = pick("signal")
@@ -421,9 +452,10 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
     if o.container_image is not None:
         shell.directive_value(o.container_image, what="--container-image")
-        base = Container(runtime=runtime, image=o.container_image, mounts=base.mounts if base else ())
+        base = Container(runtime=runtime, image=o.container_image, mounts=base.mounts if base else (),
+                         python=base.python if base else None)
     elif base is not None and o.container_runtime is not None:
-        base = Container(runtime=runtime, image=base.image, mounts=base.mounts)
+        base = Container(runtime=runtime, image=base.image, mounts=base.mounts, python=base.python)
     if role_images and not layout:
         raise SpecError("--role-image needs --role", tip="use --container-image for a job without roles")
     role_containers: list[tuple[str, Container | None]] = []
@@ -432,7 +464,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         for role, _ in layout.roles:
             image = role_images.get(role) or site_roles.get(role)
             if image is not None:
-                c = Container(runtime=runtime, image=image, mounts=base.mounts if base else ())
+                c = Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
+                              python=base.python if base else None)
             else:
                 c = base
             role_containers.append((role, c))

@@ -10,6 +10,13 @@
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out
 #SBATCH --partition=a4r
 
+# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
+# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
+# set at submission), not this shell's umask, so that follows too.
+umask o-w
+SLURM_UMASK=$(umask)
+export SLURM_UMASK
+
 # `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
@@ -28,7 +35,13 @@ export GLOO_SOCKET_IFNAME=enp0s19
 nvidia-smi -L | head -n 1 || true
 
 # Launch: one mpirun step; rank logs go to $SLURMTORCH_JOB_DIR.
-mpirun -n 8 \
+# Open MPI from a pip wheel sits beside the job's python, which need not be on PATH
+# (`sbatch --export=NONE`, a venv not activated): use that mpirun if there is one, else
+# PATH's. Started by its full path, Open MPI finds its daemons on other hosts (--prefix).
+mpirun=/opt/conda/bin/python
+mpirun="${mpirun%/*}/mpirun"
+[ -x "$mpirun" ] || mpirun=mpirun
+"$mpirun" -n 8 \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
     /opt/conda/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?

@@ -10,6 +10,13 @@
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out
 #SBATCH --partition=gpu
 
+# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
+# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
+# set at submission), not this shell's umask, so that follows too.
+umask o-w
+SLURM_UMASK=$(umask)
+export SLURM_UMASK
+
 # `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
@@ -29,7 +36,13 @@ export GLOO_SOCKET_IFNAME=ens1f0np0,ens1f1np1
 export NCCL_IB_TC=106
 
 # Launch: one mpirun step; rank logs go to $SLURMTORCH_JOB_DIR.
-mpirun -n 4 \
+# Open MPI from a pip wheel sits beside the job's python, which need not be on PATH
+# (`sbatch --export=NONE`, a venv not activated): use that mpirun if there is one, else
+# PATH's. Started by its full path, Open MPI finds its daemons on other hosts (--prefix).
+mpirun=/opt/venv/bin/python
+mpirun="${mpirun%/*}/mpirun"
+[ -x "$mpirun" ] || mpirun=mpirun
+"$mpirun" -n 4 \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?

@@ -10,6 +10,13 @@
 #SBATCH --output=/home/user/.slurmtorch/jobs/%A/trial-%a/batch.out
 #SBATCH --partition=debug
 
+# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
+# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
+# set at submission), not this shell's umask, so that follows too.
+umask o-w
+SLURM_UMASK=$(umask)
+export SLURM_UMASK
+
 # `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
@@ -65,8 +72,30 @@ case "$SLURMTORCH_TRIAL" in
 esac
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, instead of hashing the job id into a range where two jobs can collide.
-MASTER_PORT=$(/opt/venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+# now, at random (hashing the job id lets two jobs collide). It is below the kernel's
+# ephemeral range: a port from there (bind to port 0) can be taken by any outgoing
+# connection in the seconds before rank 0 binds it again.
+MASTER_PORT=$(/opt/venv/bin/python -c '
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
+    s = socket.socket()
+    try:
+        s.bind(("", port))
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+else:
+    s = socket.socket()
+    s.bind(("", 0))
+    port = s.getsockname()[1]
+print(port)
+')
 export MASTER_PORT
 
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
