@@ -1,8 +1,15 @@
-"""Master address/port choice, Open MPI start-up defaults, and the bootstrap's pure parts."""
+"""Master address/port choice, Open MPI start-up defaults, the bootstrap's pure parts, and its
+init_process_group wrapper in a world of one (real torch and gloo, no launcher)."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
@@ -164,3 +171,47 @@ def test_phase_durations_split_mpi_and_torch_costs_out_of_ours():
     got = phase_durations(marks, {"mpi_init": 0.9, "agree": 0.05, "import_torch": 1.5})
     assert got == pytest.approx({"detect": 0.05, "mpi_init": 0.9, "agree": 0.05,
                                  "init_process_group": 0.5, "import_torch": 1.5, "handover": 0.01})
+
+
+# ------------------------------------------------------------------ init_process_group wrapper, world of one
+
+PROBE = Path(__file__).resolve().parent / "scripts" / "probe.py"
+
+
+def run_probe(*argv):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.bootstrap", "--from", "single", "--timeout", "77",
+                           *argv], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    return json.loads(line[len("PROBE "):])
+
+
+@pytest.mark.parametrize("argv, replaced, timeout", [
+    ([PROBE, "--init-self"], False, 77),                                  # same call: a no-op
+    ([PROBE, "--init-self", "--init-timeout", "7200"], False, 7200),      # its timeout, on our group
+    ([PROBE, "--init-self", "--pg-options"], True, 77),                   # other options: a new group
+    ([PROBE, "--init-self", "--pg-options", "--init-timeout", "50"], True, 50),
+    ([PROBE, "--init-self", "--pg-options", "--init-timeout", "none"], True, 77),  # explicit None: ours
+    (["--no-init", PROBE, "--init-self", "--init-timeout", "none"], False, 77),
+    (["--no-init", PROBE, "--mesh"], False, 77),                          # init_device_mesh, as FSDP2 does
+])
+def test_a_scripts_own_init_gets_the_timeout_it_asked_for_else_ours(has_torch, argv, replaced, timeout):
+    record = run_probe(*argv)
+    assert record["group_replaced"] is replaced
+    assert (record["pg_timeout"], record["store_timeout"]) == (timeout, timeout)
+    assert record["store_port"] == int(record["MASTER_PORT"]) and record["all_reduce"] == 1.0
+
+
+def test_patching_a_torch_without_what_we_wrap_is_a_silent_no_op():
+    from slurmtorch.bootstrap import _patch
+
+    _patch(types.SimpleNamespace(__name__="torch.distributed"))  # a build without distributed_c10d
+    def unreadable():
+        pass
+
+    unreadable.__signature__ = "not a signature"  # inspect.signature raises TypeError
+    odd = types.SimpleNamespace(init_process_group=unreadable)
+    _patch(types.SimpleNamespace(__name__="torch.distributed", distributed_c10d=odd))
+    assert odd.init_process_group is unreadable

@@ -8,13 +8,16 @@ as `__main__`.
 Decisions, with their why:
 
 - Scripts written for torchrun call `init_process_group` themselves. We wrap
-  `torch.distributed.init_process_group` (also as `distributed_c10d.init_process_group`)
-  when torch.distributed is first imported:
+  `torch.distributed.init_process_group` (also as `distributed_c10d.init_process_group`
+  and the name `torch.distributed.device_mesh` imported, which `init_device_mesh`
+  calls) when torch.distributed is first imported:
   * our group already exists (default): the script's call is a no-op when it asks for
-    the same backend (or none) and a compatible rank/world size; a different backend
-    (e.g. `--backend gloo` but the script says "cpu:gloo,cuda:nccl") replaces our group
-    with the script's, re-using our store under a fresh prefix so no port is rebound;
-    a different rank or world size is an error;
+    the same backend (or none) and a compatible rank/world size; a `timeout=` other
+    than ours is applied to our group in place (the script's long barriers must not
+    fail at our 600 s); a different backend (e.g. `--backend gloo` but the script says
+    "cpu:gloo,cuda:nccl"), or `pg_options`/`device_id`, replaces our group with the
+    script's, re-using our store under a fresh prefix so no port is rebound; a
+    different rank or world size is an error;
   * no group yet (`--no-init`): the call goes through with our timeout added when the
     script passed none (gloo's default is 30 minutes of a hung job), and rank 0's port
     reservation is released once torch's store holds the port.
@@ -339,24 +342,57 @@ def _install_patch_hook() -> None:
 
             sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)
-            if spec is None or spec.loader is None:
-                return spec
-            exec_module = spec.loader.exec_module
+            exec_module = getattr(spec and spec.loader, "exec_module", None)
+            if exec_module is None:
+                return spec  # an unusual loader: torch.distributed stays unwrapped
 
             def exec_and_patch(module):
                 exec_module(module)
                 _patch(module)
 
-            spec.loader.exec_module = exec_and_patch
+            try:
+                spec.loader.exec_module = exec_and_patch
+            except (AttributeError, TypeError):
+                pass
             return spec
 
     sys.meta_path.insert(0, _PatchOnImport())
 
 
 def _patch(dist_module) -> None:
-    c10d = dist_module.distributed_c10d
-    original = c10d.init_process_group
-    if getattr(original, "__slurmtorch__", False):
+    """Wrap init_process_group in a freshly imported torch.distributed.
+
+    Runs inside the user's `import torch`, so it never raises: a torch build without
+    distributed_c10d (or one whose init_process_group we cannot read) is left unwrapped.
+    """
+    try:
+        _wrap_init(dist_module)
+    except Exception:  # noqa: BLE001 - an unusual torch build must still import
+        pass
+
+
+def _set_group_timeout(c10d, timeout) -> bool:
+    """Give the existing default group (and its store) `timeout`; False when this torch cannot.
+
+    c10d's `_set_pg_timeout` changes the gloo/NCCL backends' default timeout in place
+    (checked on torch 2.13: a gloo all_reduce then waits for exactly the new time); the
+    store's timeout bounds NCCL's lazy communicator set-up and new_group.
+    """
+    setter = getattr(c10d, "_set_pg_timeout", None)
+    if setter is None:
+        return False
+    try:
+        setter(timeout)
+        c10d._get_default_store().set_timeout(timeout)
+    except Exception:  # noqa: BLE001 - fall back to replacing the group
+        return False
+    return True
+
+
+def _wrap_init(dist_module) -> None:
+    c10d = getattr(dist_module, "distributed_c10d", None)
+    original = getattr(c10d, "init_process_group", None)
+    if not callable(original) or getattr(original, "__slurmtorch__", False):
         return
     import functools
     import inspect
@@ -369,29 +405,44 @@ def _patch(dist_module) -> None:
 
         call = dict(signature.bind_partial(*args, **kwargs).arguments)
         info: RankInfo | None = _STATE.get("info")
+        ours = datetime.timedelta(seconds=_STATE["timeout"]) if "timeout" in _STATE else None
         if c10d.is_initialized() and _STATE.get("group_ours") and info is not None:
-            for key, ours in (("rank", info.rank), ("world_size", info.world_size)):
+            for key, mine in (("rank", info.rank), ("world_size", info.world_size)):
                 theirs = call.get(key, -1)
-                if theirs not in (-1, None) and int(theirs) != ours:
+                if theirs not in (-1, None) and int(theirs) != mine:
                     raise BootstrapError(
-                        f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {ours}",
+                        f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {mine}",
                         tip="read RANK/WORLD_SIZE from the environment, or run with --no-init")
             wanted = call.get("backend")
-            if wanted is None or str(wanted).lower() == str(_STATE["backend"]).lower():
-                return None  # our group is the one it asked for
-            # Another backend: replace our group, keeping its store (and port) alive.
+            timeout = call.get("timeout")
+            if timeout is not None and not isinstance(timeout, datetime.timedelta):
+                raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout)}")
+            same_backend = wanted is None or str(wanted).lower() == str(_STATE["backend"]).lower()
+            # Options our group was not made with (pg_options, device_id) need a new group.
+            same_options = all(call.get(key) is None for key in ("pg_options", "device_id"))
+            if same_backend and same_options:
+                if timeout is None or timeout == ours:
+                    return None  # our group is the one it asked for
+                if _set_group_timeout(c10d, timeout):
+                    _STATE["timeout"] = timeout.total_seconds()
+                    return None  # our group, with the script's timeout
+            # Replace our group with the one asked for, keeping its store (and port) alive.
             store = c10d._get_default_store()
             c10d.destroy_process_group()
             _STATE["reinits"] = _STATE.get("reinits", 0) + 1
             call.pop("init_method", None)
             call["store"] = dist_module.PrefixStore(f"slurmtorch/reinit/{_STATE['reinits']}", store)
             call["rank"], call["world_size"] = info.rank, info.world_size
-            call.setdefault("timeout", datetime.timedelta(seconds=_STATE["timeout"]))
-            _STATE["backend"] = str(wanted)
+            call["backend"] = wanted if wanted is not None else _STATE["backend"]
+            if call.get("timeout") is None:
+                call["timeout"] = ours
+            store.set_timeout(call["timeout"])  # a store handed to torch keeps its own timeout
+            _STATE["timeout"] = call["timeout"].total_seconds()
+            _STATE["backend"] = str(call["backend"])
             _STATE["keep_store"] = store
             return original(**call)
-        if call.get("timeout") is None and "timeout" in _STATE:
-            call["timeout"] = datetime.timedelta(seconds=_STATE["timeout"])
+        if call.get("timeout") is None and ours is not None:
+            call["timeout"] = ours
         try:
             return original(**call)
         finally:
@@ -400,6 +451,12 @@ def _patch(dist_module) -> None:
     init_process_group.__slurmtorch__ = True
     c10d.init_process_group = init_process_group
     dist_module.init_process_group = init_process_group
+    # torch.distributed.device_mesh took the name while torch.distributed loaded (before
+    # this runs), and init_device_mesh calls it: without this an FSDP2 script under
+    # --no-init would get torch's 30-minute gloo default instead of our timeout.
+    mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
+    if mesh is not None and getattr(mesh, "init_process_group", None) is original:
+        mesh.init_process_group = init_process_group
 
 
 def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
