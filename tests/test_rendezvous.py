@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import mpi, rendezvous
-from slurmtorch.bootstrap import choose_backend, parse_args, pick_device
+from slurmtorch.bootstrap import FROM, HELP, USAGE, choose_backend, parse_args, pick_device, rank_device
 from slurmtorch.errors import BootstrapError
 
 AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
@@ -97,6 +97,13 @@ def test_backend_mpi_keeps_open_mpis_transports():
     assert mpi.mca_defaults({}, "mpi") == {}
 
 
+def test_mpi_launch_without_mpi4py_is_one_clear_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # what `import mpi4py` sees when it is not installed
+    with pytest.raises(BootstrapError, match="an MPI launcher started this process but mpi4py cannot be imported") as err:
+        mpi.from_comm({"OMPI_COMM_WORLD_SIZE": "2"}, "box")
+    assert "pip install 'slurmtorch[mpi]'" in err.value.tip
+
+
 def test_commented_param_lines_do_not_count():
     assert mpi.mca_defaults({}, "gloo", ["# btl = tcp\n"]) == {"OMPI_MCA_btl": "self,sm,tcp"}
 
@@ -147,6 +154,32 @@ def test_gpu_choice_follows_local_rank_or_the_one_visible_gpu(local_rank, local_
 def test_fewer_gpus_than_ranks_is_refused():
     with pytest.raises(BootstrapError, match="4 ranks on this node but 2 visible GPUs"):
         pick_device(0, 4, 2)
+
+
+@pytest.mark.parametrize("backend, local_rank, local_world, count, device", [
+    ("nccl", 3, 4, 4, 3), ("gloo", 3, 4, 4, 3), ("mpi", 1, 2, 1, 0),  # GPUs visible: every backend uses them
+    ("gloo", 1, 2, 0, None),                                          # no GPU: CUDA left alone
+    ("gloo", 2, 4, 2, None),                                          # more ranks than GPUs: fine for gloo
+])
+def test_every_backend_gets_the_ranks_gpu_when_gpus_are_visible(backend, local_rank, local_world, count, device):
+    assert rank_device(backend, local_rank, local_world, count) == device
+
+
+def test_nccl_with_more_ranks_than_gpus_is_still_refused():
+    with pytest.raises(BootstrapError, match="4 ranks on this node but 2 visible GPUs"):
+        rank_device("nccl", 0, 4, 2)
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "Infinity", "1e300"])
+def test_timeout_must_be_a_finite_number_of_seconds(text):
+    with pytest.raises(BootstrapError, match=r"--timeout \S+: must be"):
+        parse_args(["--timeout", text, "train.py"])
+
+
+def test_usage_and_help_name_every_world_source():
+    for source in FROM:
+        assert source in USAGE.split("--from ")[1].split("]")[0].split("|")
+        assert f" {source} " in HELP.split("--from F")[1].splitlines()[0] + " "
 
 
 def test_thread_default_gives_each_rank_its_share_of_the_node():
@@ -215,3 +248,15 @@ def test_patching_a_torch_without_what_we_wrap_is_a_silent_no_op():
     odd = types.SimpleNamespace(init_process_group=unreadable)
     _patch(types.SimpleNamespace(__name__="torch.distributed", distributed_c10d=odd))
     assert odd.init_process_group is unreadable
+
+
+def test_a_process_group_without_torch_installed_is_one_clear_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    code = ("import sys; sys.modules['torch'] = None; from slurmtorch.bootstrap import main; "
+            f"sys.exit(main(['--from', 'single', {str(script)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    assert proc.returncode == 1 and "ran" not in proc.stdout
+    assert "error: a process group needs torch, but it cannot be imported" in proc.stderr
+    assert "tip: pip install 'slurmtorch[torch]'" in proc.stderr and "Traceback" not in proc.stderr

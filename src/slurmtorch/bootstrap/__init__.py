@@ -41,6 +41,7 @@ import time
 _T0 = time.perf_counter()  # phase timings (SLURMTORCH_TIMINGS) count from here
 _C0 = time.process_time()
 
+import math  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
@@ -57,7 +58,7 @@ BACKENDS = ("auto", "nccl", "gloo", "mpi")
 FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
 
 USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
-         "[--no-init] [--from auto|mpi|slurm|env|single] [--init-args[=rank|node]] [--role ROLE] "
+         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node]] [--role ROLE] "
          "(SCRIPT | -m MODULE) [ARGS...]")
 
 HELP = USAGE + """
@@ -70,7 +71,7 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
   --backend B       auto (nccl with CUDA+NCCL, else gloo) | nccl | gloo | mpi
   --timeout S       process-group timeout in seconds (default 600)
   --no-init         only set the environment; the script calls init_process_group
-  --from F          where the world comes from: auto | mpi | slurm | env | single
+  --from F          where the world comes from: auto | mpi | slurm | env | torchrun | single
   --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
   --init-args=node  the same per node (node rank / node count; one task per node;
                     implies --no-init, the script starts its own processes)
@@ -95,6 +96,21 @@ class Options:
 
 class UsageError(BootstrapError):
     exit_code = 2
+
+
+# About 31 years: longer than any job runs, far below where torch's microsecond count of
+# a timedelta overflows (~9.2e12 s, which gloo then rejects as a negative timeout).
+MAX_TIMEOUT = 1e9
+
+
+def timeout_problem(seconds: float) -> str | None:
+    """Pure: why `seconds` cannot be a process-group timeout, or None when it can."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        return ("must be a positive, finite number of seconds "
+                "(a process group without a timeout can hang forever)")
+    if seconds > MAX_TIMEOUT:
+        return f"must be at most {MAX_TIMEOUT:.0f} seconds"
+    return None
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -139,8 +155,9 @@ def parse_args(argv: list[str]) -> Options:
                 opts.timeout = float(text)
             except ValueError:
                 raise UsageError(f"--timeout {text!r} is not a number of seconds") from None
-            if opts.timeout <= 0:
-                raise UsageError("--timeout must be positive (a process group without a timeout can hang forever)")
+            problem = timeout_problem(opts.timeout)
+            if problem:
+                raise UsageError(f"--timeout {text}: {problem}")
         elif name == "--no-init":
             opts.init = False
         elif name == "--from":
@@ -322,6 +339,24 @@ def pick_device(local_rank: int, local_world_size: int, device_count: int) -> in
                          tip="request one GPU per task (--gpus-per-task=1) or as many tasks per node as GPUs")
 
 
+def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int) -> int | None:
+    """Pure: the GPU to make current in this rank, or None to leave CUDA alone.
+
+    Whenever GPUs are visible, whatever the backend: a gloo job's CUDA tensors and
+    libraries that read `torch.cuda.current_device()` would otherwise all pile onto
+    GPU 0. Only NCCL insists that the GPUs fit the ranks; gloo/mpi with more ranks
+    than GPUs keep CUDA's default.
+    """
+    if device_count < 1:
+        return None
+    try:
+        return pick_device(local_rank, local_world_size, device_count)
+    except BootstrapError:
+        if backend == "nccl":
+            raise
+        return None
+
+
 # ------------------------------------------------------------------ torch.distributed
 
 def _install_patch_hook() -> None:
@@ -463,8 +498,13 @@ def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
     import datetime
 
     t, c = time.perf_counter(), time.process_time()
-    import torch
-    import torch.distributed as dist
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise BootstrapError(f"a process group needs torch, but it cannot be imported in {sys.executable}: {exc}",
+                             tip="pip install 'slurmtorch[torch]' (or run with --no-init to only set the "
+                                 "environment)") from None
 
     timings = _STATE.setdefault("timings", {})
     timings["import_torch"] = time.perf_counter() - t
@@ -475,8 +515,9 @@ def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
     cuda = torch.cuda.is_available()
     chosen = choose_backend(backend, cuda, dist.is_nccl_available(), dist.is_gloo_available(),
                             dist.is_mpi_available(), f"torch {torch.__version__}")
-    if cuda and chosen in ("nccl", "auto"):
-        torch.cuda.set_device(pick_device(info.local_rank, info.local_world_size, torch.cuda.device_count()))
+    device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0)
+    if device is not None:
+        torch.cuda.set_device(device)
     kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
     if chosen != "mpi":  # the MPI backend takes rank and size from MPI_COMM_WORLD
         kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
@@ -491,20 +532,26 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     """Derive this rank's world, export the contracts, and (by default) init torch.distributed.
 
     Idempotent: a second call returns the first call's `RankInfo`. `source` is
-    auto | mpi | slurm | env | single; `backend` auto | nccl | gloo | mpi;
+    auto | mpi | slurm | env | torchrun | single; `backend` auto | nccl | gloo | mpi;
     `timeout` in seconds goes to init_process_group.
     """
     if "info" in _STATE:
         return _STATE["info"]
     from .. import contracts
 
+    problem = timeout_problem(float(timeout))
+    if problem:
+        raise BootstrapError(f"timeout={timeout!r} {problem}", tip="e.g. timeout=600 (seconds)")
     _STATE["timeout"] = float(timeout)
     info, reservation = derive(source, backend, role=role)
     process_group = process_group and info.in_group
     _mark("detect")
     _STATE["reservation"] = reservation
     _STATE["info"] = info
-    os.environ.update(contracts.env_for(info))
+    exported = contracts.env_for(info)
+    os.environ.update(exported)
+    for key in contracts.unset_keys(exported):  # inherited from a parent process, not ours
+        os.environ.pop(key, None)
     os.environ.update(contracts.slurm_task_env(info, os.environ))
     os.environ.update(thread_defaults(os.environ, info.local_world_size, _cpus_available()))
     _install_patch_hook()
