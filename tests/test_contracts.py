@@ -60,6 +60,16 @@ def test_cluster_maps_are_left_out_when_hosts_are_unknown():
     assert "CLUSTER_SPEC" not in env and "TF_CONFIG" not in env and env["RANK"] == "0"
 
 
+def test_every_process_knows_its_job_rank_parameter_servers_included():
+    from slurmtorch.rankinfo import from_roles
+
+    assert env_for(make(rank=3))["SLURMTORCH_JOB_RANK"] == "3"
+    env = {"SLURMTORCH_ROLES": "master=1,worker=2,ps=1", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_PROCID": "0",
+           "SLURM_JOB_ID": "42"}
+    ps = env_for(from_roles(env, "node4", "ps"))
+    assert ps["SLURMTORCH_JOB_RANK"] == "3" and "RANK" not in ps  # SLURM_PROCID=0 within its own step
+
+
 def test_inherited_cluster_maps_are_removed_when_this_rank_cannot_build_them():
     assert unset_keys(env_for(make())) == []
     assert set(unset_keys(env_for(make(hosts=())))) == {"CLUSTER_SPEC", "TF_CONFIG"}

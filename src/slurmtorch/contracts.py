@@ -128,6 +128,9 @@ def env_for(info: RankInfo) -> dict[str, str]:
         "GROUP_RANK": str(info.node_rank),
         "GROUP_WORLD_SIZE": str(info.num_nodes),
         "SLURMTORCH_SOURCE": info.source,
+        # This process's rank in the whole job, for every process, ps/evaluator included
+        # (they have no RANK): preemption's requeue is done by job rank 0 alone.
+        "SLURMTORCH_JOB_RANK": str(info.rank),
     }
     if info.trial is not None:
         env["SLURMTORCH_TRIAL"] = info.trial
