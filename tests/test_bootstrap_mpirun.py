@@ -75,7 +75,7 @@ def test_mpirun_sets_the_cheap_btl_default_but_keeps_a_users_choice(env):
     mine = {k: v for k, v in env.items() if k != "OMPI_MCA_btl"}
     result = run(mpirun(1, PROBE), mine)
     assert result.returncode == 0, result.stderr
-    assert probes(result.stdout)[0]["OMPI_MCA_btl"] == "self,sm,tcp"
+    assert probes(result.stdout)[0]["OMPI_MCA_btl"] == "^ofi,uct"
     result = run(mpirun(1, PROBE), {**mine, "OMPI_MCA_btl": "self,tcp"})
     assert result.returncode == 0, result.stderr
     assert probes(result.stdout)[0]["OMPI_MCA_btl"] == "self,tcp"

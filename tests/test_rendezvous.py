@@ -79,8 +79,15 @@ def test_reserved_port_stays_ours_until_closed():
 # ------------------------------------------------------------------ Open MPI defaults
 
 def test_btl_default_is_added_only_where_nobody_chose():
-    assert mpi.mca_defaults({}, "gloo") == {"OMPI_MCA_btl": "self,sm,tcp"}
-    assert mpi.mca_defaults({"OMPI_MCA_btl_tcp_if_include": "eth0"}, "auto") == {"OMPI_MCA_btl": "self,sm,tcp"}
+    assert mpi.mca_defaults({}, "gloo") == {"OMPI_MCA_btl": "^ofi,uct"}
+    assert mpi.mca_defaults({"OMPI_MCA_btl_tcp_if_include": "eth0"}, "auto") == {"OMPI_MCA_btl": "^ofi,uct"}
+
+
+def test_btl_default_excludes_fabric_probes_instead_of_naming_a_versions_components():
+    # Open MPI 4.x calls its shared-memory btl `vader` (`sm` is a removed stub there), 5.x
+    # calls it `sm`: an exclusion keeps whichever exists; a missing included one is an error.
+    (value,) = mpi.mca_defaults({}, "gloo").values()
+    assert value.startswith("^") and not {"sm", "vader", "self", "tcp"} & set(value[1:].split(","))
 
 
 @pytest.mark.parametrize("env, files", [
@@ -105,7 +112,7 @@ def test_mpi_launch_without_mpi4py_is_one_clear_line(monkeypatch):
 
 
 def test_commented_param_lines_do_not_count():
-    assert mpi.mca_defaults({}, "gloo", ["# btl = tcp\n"]) == {"OMPI_MCA_btl": "self,sm,tcp"}
+    assert mpi.mca_defaults({}, "gloo", ["# btl = tcp\n"]) == {"OMPI_MCA_btl": "^ofi,uct"}
 
 
 # ------------------------------------------------------------------ bootstrap's pure parts
