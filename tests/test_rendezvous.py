@@ -28,6 +28,12 @@ AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
     ("=eth", None),               # exact names only
     ("^docker,lo", "eth0"),       # exclusion list
     ("^eth,ib,docker", "lo"),     # loopback only when nothing else is left
+    ("^=eth0", "eth1"),           # NCCL's exact exclusion: only eth0 itself
+    ("^=eth", "eth0"),            # ... so a prefix excludes nothing
+    ("^eth", "ib0"),              # while a plain exclusion is by prefix
+    ("^=eth0, eth1,ib0", "docker0"),
+    ("=eth0", "eth0"),
+    ("=eth1,eth0", "eth1"),
     ("wlan0", None),
 ])
 def test_socket_ifname_follows_nccl_syntax(spec, chosen):
@@ -74,6 +80,23 @@ def test_reserved_port_stays_ours_until_closed():
                 rendezvous.reserve_port(blocker.getsockname()[1])
             finally:
                 blocker.close()
+
+
+def test_a_reservation_is_not_exclusive_against_another_reuseaddr_bind():
+    # What the module docstring promises and what it does not: a second SO_REUSEADDR
+    # bind of the held port succeeds, and the clash shows only at listen().
+    with rendezvous.reserve_port() as held:
+        first, second = socket.socket(), socket.socket()
+        try:
+            for s in (first, second):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("", held.port))
+            first.listen()
+            with pytest.raises(OSError):
+                second.listen()
+        finally:
+            first.close()
+            second.close()
 
 
 # ------------------------------------------------------------------ Open MPI defaults
