@@ -75,7 +75,7 @@ def test_mpirun_sets_the_cheap_btl_default_but_keeps_a_users_choice(env):
     mine = {k: v for k, v in env.items() if k != "OMPI_MCA_btl"}
     result = run(mpirun(1, PROBE), mine)
     assert result.returncode == 0, result.stderr
-    assert probes(result.stdout)[0]["OMPI_MCA_btl"] == "self,sm,tcp"
+    assert probes(result.stdout)[0]["OMPI_MCA_btl"] == "^ofi,uct"
     result = run(mpirun(1, PROBE), {**mine, "OMPI_MCA_btl": "self,tcp"})
     assert result.returncode == 0, result.stderr
     assert probes(result.stdout)[0]["OMPI_MCA_btl"] == "self,tcp"
@@ -117,11 +117,23 @@ def test_torchrun_style_ddp_script_runs_unchanged(env, flags, n):
 
 
 def test_script_that_inits_itself_after_no_init_gets_our_timeout_and_port(env):
-    result = run(mpirun(2, "--no-init", PROBE, "--init-self"), env)
+    result = run(mpirun(2, "--timeout", "77", "--no-init", PROBE, "--init-self"), env)
     assert result.returncode == 0, result.stderr
     records = probes(result.stdout)
     check_world(records, 2, "mpi")
     assert not any(r["was_initialized"] for r in records)
+    for r in records:
+        assert (r["pg_timeout"], r["store_timeout"]) == (77, 77)
+        assert r["store_port"] == int(r["MASTER_PORT"])  # rank 0's reserved port, handed to torch's store
+
+
+def test_script_asking_a_longer_timeout_gets_it_on_our_group(env):
+    result = run(mpirun(2, "--timeout", "77", PROBE, "--init-self", "--init-timeout", "7200"), env)
+    assert result.returncode == 0, result.stderr
+    records = probes(result.stdout)
+    check_world(records, 2, "mpi")
+    assert all(r["was_initialized"] and not r["group_replaced"] for r in records)
+    assert all((r["pg_timeout"], r["store_timeout"]) == (7200, 7200) for r in records)
 
 
 def test_second_init_with_another_backend_replaces_our_group(env):

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from slurmtorch.contracts import cluster_spec, env_for, init_args, tf_config
+from slurmtorch.contracts import cluster_spec, env_for, init_args, tf_config, unset_keys
 from slurmtorch.errors import BootstrapError
 from slurmtorch.rankinfo import RankInfo
 
@@ -55,6 +58,35 @@ def test_world_of_one_has_no_workers():
 def test_cluster_maps_are_left_out_when_hosts_are_unknown():
     env = env_for(make(hosts=()))  # multi-node torchrun: other ranks' hosts are unknown
     assert "CLUSTER_SPEC" not in env and "TF_CONFIG" not in env and env["RANK"] == "0"
+
+
+def test_every_process_knows_its_job_rank_parameter_servers_included():
+    from slurmtorch.rankinfo import from_roles
+
+    assert env_for(make(rank=3))["SLURMTORCH_JOB_RANK"] == "3"
+    env = {"SLURMTORCH_ROLES": "master=1,worker=2,ps=1", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_PROCID": "0",
+           "SLURM_JOB_ID": "42"}
+    ps = env_for(from_roles(env, "node4", "ps"))
+    assert ps["SLURMTORCH_JOB_RANK"] == "3" and "RANK" not in ps  # SLURM_PROCID=0 within its own step
+
+
+def test_inherited_cluster_maps_are_removed_when_this_rank_cannot_build_them():
+    assert unset_keys(env_for(make())) == []
+    assert set(unset_keys(env_for(make(hosts=())))) == {"CLUSTER_SPEC", "TF_CONFIG"}
+
+
+def test_bootstrap_removes_a_stale_cluster_spec_it_cannot_rebuild(tmp_path):
+    # Multi-node env:// world (other nodes' hosts unknown), started from a process that
+    # had its own CLUSTER_SPEC/TF_CONFIG: they must not reach the script.
+    script = tmp_path / "show.py"
+    script.write_text("import os; print('SEEN', os.environ.get('CLUSTER_SPEC'), os.environ.get('TF_CONFIG'))\n")
+    env = {**os.environ, "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+           "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "198.18.0.11", "MASTER_PORT": "29500",
+           "CLUSTER_SPEC": '{"cluster": {"master": ["old:1"]}}', "TF_CONFIG": '{"cluster": {}}'}
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.bootstrap", "--from", "env", "--no-init", str(script)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "SEEN None None" in proc.stdout
 
 
 def test_nominal_ports_wrap_below_65536():

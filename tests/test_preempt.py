@@ -52,29 +52,54 @@ HANDLER = textwrap.dedent("""
     def broken():
         raise RuntimeError("disk full")
     preempt.on_preempt(lambda: print("HOOK third", flush=True))
-    env = dict(RANK=sys.argv[1], SLURM_JOB_ID="77", SLURM_ARRAY_JOB_ID="70", SLURM_ARRAY_TASK_ID="7",
+    who = dict(kv.split("=") for kv in sys.argv[1].split(",") if kv)  # e.g. SLURMTORCH_JOB_RANK=1
+    env = dict(who, SLURM_JOB_ID="77", SLURM_ARRAY_JOB_ID="70", SLURM_ARRAY_TASK_ID="7",
                SLURMTORCH_PREEMPT_SIGNAL="USR1", SLURMTORCH_PREEMPT_REQUEUE=sys.argv[2])
     preempt.WAIT_FOR_RANK0_S = 0.5
     assert preempt.install(runner=runner, environ=env) == signal.SIGUSR1
     os.kill(os.getpid(), signal.SIGUSR1)
     time.sleep(0.2)
     print("CARRIED ON", flush=True)
+    time.sleep(float(sys.argv[3]))  # training goes on; a fallback requeue would end it here
 """)
 
 
-@pytest.mark.parametrize("rank", ["0", "1"])
-def test_handler_runs_every_hook_then_requeues_the_array_task_and_exits(rank):
-    proc = subprocess.run([sys.executable, "-c", HANDLER, rank, "1"], capture_output=True, text=True, timeout=30)
+def run_handler(who, requeue="1", train_s="0"):
+    return subprocess.run([sys.executable, "-c", HANDLER, who, requeue, train_s], capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_job_rank_0_runs_every_hook_then_requeues_the_array_task_and_exits():
+    proc = run_handler("SLURMTORCH_JOB_RANK=0,RANK=0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["HOOK first", "HOOK third", "RAN scontrol requeue 70_7"]
     assert "preemption hook 'broken' failed" in proc.stderr and "RuntimeError: disk full" in proc.stderr
-    assert "requeued job 70_7; it restarts as restart 1" in proc.stderr
-    if rank == "1":  # rank 0 never requeued (no cluster here): the waiting rank does it
-        assert "rank 0 did not requeue within 0.5 s; requeueing" in proc.stderr
+    assert "rank 0 on " in proc.stderr and "requeued job 70_7; it restarts as restart 1" in proc.stderr
+
+
+@pytest.mark.parametrize("who", [
+    "SLURMTORCH_JOB_RANK=1,RANK=1",
+    "SLURMTORCH_JOB_RANK=4,SLURM_PROCID=0",  # a ps: no RANK, first of its own step
+    "SLURM_PROCID=0",                        # job rank unknown: never guessed as 0
+])
+def test_other_ranks_run_their_hooks_return_at_once_and_requeue_only_if_rank_0_never_does(who):
+    proc = run_handler(who, train_s="10")
+    assert proc.returncode == 0, proc.stderr
+    # Back to training right after the hooks (rank 0 may be waiting for this rank in a
+    # collective); the fallback requeue comes 0.5 s later, because nobody else did.
+    assert proc.stdout.splitlines() == ["HOOK first", "HOOK third", "CARRIED ON", "RAN scontrol requeue 70_7"]
+    assert "job rank 0 did not requeue within 0.5 s; requeueing" in proc.stderr
+    assert "requeued job 70_7" in proc.stderr
+
+
+def test_job_rank_comes_from_the_bootstrap_or_a_job_wide_rank_only():
+    assert preempt.job_rank({"SLURMTORCH_JOB_RANK": "3", "RANK": "0"}) == 3
+    assert preempt.job_rank({"RANK": "0"}) == 0  # torchrun/env:// outside the bootstrap
+    assert preempt.job_rank({"SLURM_PROCID": "0", "PMIX_RANK": "0"}) is None
 
 
 def test_without_requeue_the_hooks_run_and_training_carries_on():
-    proc = subprocess.run([sys.executable, "-c", HANDLER, "0", "0"], capture_output=True, text=True, timeout=30)
+    proc = run_handler("SLURMTORCH_JOB_RANK=0", requeue="0")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["HOOK first", "HOOK third", "CARRIED ON"]
 
@@ -83,7 +108,8 @@ def test_a_failed_requeue_is_one_clear_error_and_a_non_zero_exit():
     code = HANDLER.replace("calls.append(argv)",
                            "from slurmtorch.errors import SubmitError; raise SubmitError('scontrol failed (exit 1): "
                            "Requested operation is presently disabled')")
-    proc = subprocess.run([sys.executable, "-c", code, "0", "1"], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run([sys.executable, "-c", code, "SLURMTORCH_JOB_RANK=0", "1", "0"], capture_output=True,
+                          text=True, timeout=30)
     assert proc.returncode == 1
     assert "requeue failed:\nerror: scontrol failed (exit 1): Requested operation is presently disabled" in proc.stderr
 

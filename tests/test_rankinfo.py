@@ -52,6 +52,33 @@ def test_batch_script_of_multi_task_job_is_refused_not_a_world_of_one():
     assert "srun" in err.value.tip and "SLURM_NTASKS=4" in err.value.message
 
 
+@pytest.mark.parametrize("env, seen", [
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "4", "SLURM_NNODES": "4"}, "SLURM_JOB_NUM_NODES=4"),  # sbatch -N4
+    ({"SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SLURM_STEP_ID": "batch"}, "SLURM_NNODES=2"),
+    # salloc's interactive step on node 1 of a 2-node allocation: a step, but not of tasks
+    ({"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_ID": "4294967290",
+      "SLURM_STEP_NODELIST": "node1", "SLURM_STEP_NUM_NODES": "1"}, "SLURM_STEP_ID=4294967290"),
+])
+def test_lone_process_in_a_multi_node_job_is_refused_not_a_world_of_one(env, seen):
+    with pytest.raises(BootstrapError) as err:
+        detect_source(env)
+    assert "-node Slurm job" in err.value.message and seen in err.value.message
+    assert "srun" in err.value.tip and "--from single" in err.value.tip
+
+
+@pytest.mark.parametrize("env", [
+    {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1"},     # one-node batch script
+    {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "1"},     # asked for one task
+    {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "batch", "SLURM_NNODES": "1"},
+])
+def test_lone_process_where_the_job_asked_for_one_is_a_world_of_one(env):
+    assert detect_source(env) == "single"
+
+
+def test_a_task_of_a_multi_node_step_reads_the_step():
+    assert detect_source(srun_env(5, 2, 1, SLURM_JOB_NUM_NODES="4", SLURM_STEP_NUM_NODES="4")) == "slurm"
+
+
 # ------------------------------------------------------------------ torchrun / env://
 
 def test_torchrun_variables_are_taken_as_they_are():
@@ -148,6 +175,8 @@ def test_missing_srun_variable_never_defaults_to_rank_zero(missing):
     (srun_env(0, 5, 0), "outside the step's 4 nodes"),
     (srun_env(0, 0, 0, SLURM_STEP_NUM_NODES=3), "SLURM_STEP_NUM_NODES=3"),
     (srun_env(0, 0, 0, tasks="2(x4"), "cannot read srun's step layout"),
+    (srun_env(8, 3, 1), "SLURM_PROCID=8 is outside the step's 8 tasks"),
+    (srun_env(9, 3, 1, ntasks=8), "SLURM_PROCID=9 is outside"),
 ])
 def test_contradictory_srun_environments_are_refused(env, problem):
     with pytest.raises(BootstrapError, match=problem.replace("(", r"\(")):

@@ -1,13 +1,20 @@
-"""Master address/port choice, Open MPI start-up defaults, and the bootstrap's pure parts."""
+"""Master address/port choice, Open MPI start-up defaults, the bootstrap's pure parts, and its
+init_process_group wrapper in a world of one (real torch and gloo, no launcher)."""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
 
 import pytest
 
 from slurmtorch import mpi, rendezvous
-from slurmtorch.bootstrap import choose_backend, parse_args, pick_device
+from slurmtorch.bootstrap import FROM, HELP, USAGE, choose_backend, parse_args, pick_device, rank_device
 from slurmtorch.errors import BootstrapError
 
 AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
@@ -21,6 +28,12 @@ AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
     ("=eth", None),               # exact names only
     ("^docker,lo", "eth0"),       # exclusion list
     ("^eth,ib,docker", "lo"),     # loopback only when nothing else is left
+    ("^=eth0", "eth1"),           # NCCL's exact exclusion: only eth0 itself
+    ("^=eth", "eth0"),            # ... so a prefix excludes nothing
+    ("^eth", "ib0"),              # while a plain exclusion is by prefix
+    ("^=eth0, eth1,ib0", "docker0"),
+    ("=eth0", "eth0"),
+    ("=eth1,eth0", "eth1"),
     ("wlan0", None),
 ])
 def test_socket_ifname_follows_nccl_syntax(spec, chosen):
@@ -69,11 +82,35 @@ def test_reserved_port_stays_ours_until_closed():
                 blocker.close()
 
 
+def test_a_reservation_is_not_exclusive_against_another_reuseaddr_bind():
+    # What the module docstring promises and what it does not: a second SO_REUSEADDR
+    # bind of the held port succeeds, and the clash shows only at listen().
+    with rendezvous.reserve_port() as held:
+        first, second = socket.socket(), socket.socket()
+        try:
+            for s in (first, second):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("", held.port))
+            first.listen()
+            with pytest.raises(OSError):
+                second.listen()
+        finally:
+            first.close()
+            second.close()
+
+
 # ------------------------------------------------------------------ Open MPI defaults
 
 def test_btl_default_is_added_only_where_nobody_chose():
-    assert mpi.mca_defaults({}, "gloo") == {"OMPI_MCA_btl": "self,sm,tcp"}
-    assert mpi.mca_defaults({"OMPI_MCA_btl_tcp_if_include": "eth0"}, "auto") == {"OMPI_MCA_btl": "self,sm,tcp"}
+    assert mpi.mca_defaults({}, "gloo") == {"OMPI_MCA_btl": "^ofi,uct"}
+    assert mpi.mca_defaults({"OMPI_MCA_btl_tcp_if_include": "eth0"}, "auto") == {"OMPI_MCA_btl": "^ofi,uct"}
+
+
+def test_btl_default_excludes_fabric_probes_instead_of_naming_a_versions_components():
+    # Open MPI 4.x calls its shared-memory btl `vader` (`sm` is a removed stub there), 5.x
+    # calls it `sm`: an exclusion keeps whichever exists; a missing included one is an error.
+    (value,) = mpi.mca_defaults({}, "gloo").values()
+    assert value.startswith("^") and not {"sm", "vader", "self", "tcp"} & set(value[1:].split(","))
 
 
 @pytest.mark.parametrize("env, files", [
@@ -90,8 +127,15 @@ def test_backend_mpi_keeps_open_mpis_transports():
     assert mpi.mca_defaults({}, "mpi") == {}
 
 
+def test_mpi_launch_without_mpi4py_is_one_clear_line(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # what `import mpi4py` sees when it is not installed
+    with pytest.raises(BootstrapError, match="an MPI launcher started this process but mpi4py cannot be imported") as err:
+        mpi.from_comm({"OMPI_COMM_WORLD_SIZE": "2"}, "box")
+    assert "pip install 'slurmtorch[mpi]'" in err.value.tip
+
+
 def test_commented_param_lines_do_not_count():
-    assert mpi.mca_defaults({}, "gloo", ["# btl = tcp\n"]) == {"OMPI_MCA_btl": "self,sm,tcp"}
+    assert mpi.mca_defaults({}, "gloo", ["# btl = tcp\n"]) == {"OMPI_MCA_btl": "^ofi,uct"}
 
 
 # ------------------------------------------------------------------ bootstrap's pure parts
@@ -142,6 +186,32 @@ def test_fewer_gpus_than_ranks_is_refused():
         pick_device(0, 4, 2)
 
 
+@pytest.mark.parametrize("backend, local_rank, local_world, count, device", [
+    ("nccl", 3, 4, 4, 3), ("gloo", 3, 4, 4, 3), ("mpi", 1, 2, 1, 0),  # GPUs visible: every backend uses them
+    ("gloo", 1, 2, 0, None),                                          # no GPU: CUDA left alone
+    ("gloo", 2, 4, 2, None),                                          # more ranks than GPUs: fine for gloo
+])
+def test_every_backend_gets_the_ranks_gpu_when_gpus_are_visible(backend, local_rank, local_world, count, device):
+    assert rank_device(backend, local_rank, local_world, count) == device
+
+
+def test_nccl_with_more_ranks_than_gpus_is_still_refused():
+    with pytest.raises(BootstrapError, match="4 ranks on this node but 2 visible GPUs"):
+        rank_device("nccl", 0, 4, 2)
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "nan", "Infinity", "1e300"])
+def test_timeout_must_be_a_finite_number_of_seconds(text):
+    with pytest.raises(BootstrapError, match=r"--timeout \S+: must be"):
+        parse_args(["--timeout", text, "train.py"])
+
+
+def test_usage_and_help_name_every_world_source():
+    for source in FROM:
+        assert source in USAGE.split("--from ")[1].split("]")[0].split("|")
+        assert f" {source} " in HELP.split("--from F")[1].splitlines()[0] + " "
+
+
 def test_thread_default_gives_each_rank_its_share_of_the_node():
     from slurmtorch.bootstrap import thread_defaults
 
@@ -164,3 +234,59 @@ def test_phase_durations_split_mpi_and_torch_costs_out_of_ours():
     got = phase_durations(marks, {"mpi_init": 0.9, "agree": 0.05, "import_torch": 1.5})
     assert got == pytest.approx({"detect": 0.05, "mpi_init": 0.9, "agree": 0.05,
                                  "init_process_group": 0.5, "import_torch": 1.5, "handover": 0.01})
+
+
+# ------------------------------------------------------------------ init_process_group wrapper, world of one
+
+PROBE = Path(__file__).resolve().parent / "scripts" / "probe.py"
+
+
+def run_probe(*argv):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.bootstrap", "--from", "single", "--timeout", "77",
+                           *argv], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    return json.loads(line[len("PROBE "):])
+
+
+@pytest.mark.parametrize("argv, replaced, timeout", [
+    ([PROBE, "--init-self"], False, 77),                                  # same call: a no-op
+    ([PROBE, "--init-self", "--init-timeout", "7200"], False, 7200),      # its timeout, on our group
+    ([PROBE, "--init-self", "--pg-options"], True, 77),                   # other options: a new group
+    ([PROBE, "--init-self", "--pg-options", "--init-timeout", "50"], True, 50),
+    ([PROBE, "--init-self", "--pg-options", "--init-timeout", "none"], True, 77),  # explicit None: ours
+    (["--no-init", PROBE, "--init-self", "--init-timeout", "none"], False, 77),
+    (["--no-init", PROBE, "--mesh"], False, 77),                          # init_device_mesh, as FSDP2 does
+])
+def test_a_scripts_own_init_gets_the_timeout_it_asked_for_else_ours(has_torch, argv, replaced, timeout):
+    record = run_probe(*argv)
+    assert record["group_replaced"] is replaced
+    assert (record["pg_timeout"], record["store_timeout"]) == (timeout, timeout)
+    assert record["store_port"] == int(record["MASTER_PORT"]) and record["all_reduce"] == 1.0
+
+
+def test_patching_a_torch_without_what_we_wrap_is_a_silent_no_op():
+    from slurmtorch.bootstrap import _patch
+
+    _patch(types.SimpleNamespace(__name__="torch.distributed"))  # a build without distributed_c10d
+    def unreadable():
+        pass
+
+    unreadable.__signature__ = "not a signature"  # inspect.signature raises TypeError
+    odd = types.SimpleNamespace(init_process_group=unreadable)
+    _patch(types.SimpleNamespace(__name__="torch.distributed", distributed_c10d=odd))
+    assert odd.init_process_group is unreadable
+
+
+def test_a_process_group_without_torch_installed_is_one_clear_line(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('ran')\n")
+    code = ("import sys; sys.modules['torch'] = None; from slurmtorch.bootstrap import main; "
+            f"sys.exit(main(['--from', 'single', {str(script)!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    assert proc.returncode == 1 and "ran" not in proc.stdout
+    assert "error: a process group needs torch, but it cannot be imported" in proc.stderr
+    assert "tip: pip install 'slurmtorch[torch]'" in proc.stderr and "Traceback" not in proc.stderr

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from .errors import BootstrapError
 from .rankinfo import RankInfo
@@ -127,6 +128,9 @@ def env_for(info: RankInfo) -> dict[str, str]:
         "GROUP_RANK": str(info.node_rank),
         "GROUP_WORLD_SIZE": str(info.num_nodes),
         "SLURMTORCH_SOURCE": info.source,
+        # This process's rank in the whole job, for every process, ps/evaluator included
+        # (they have no RANK): preemption's requeue is done by job rank 0 alone.
+        "SLURMTORCH_JOB_RANK": str(info.rank),
     }
     if info.trial is not None:
         env["SLURMTORCH_TRIAL"] = info.trial
@@ -145,6 +149,18 @@ def env_for(info: RankInfo) -> dict[str, str]:
     if tf is not None:
         env["TF_CONFIG"] = json.dumps(tf, separators=(",", ":"))
     return env
+
+
+# Contract variables a rank may not get: the cluster maps when other ranks' hosts are
+# unknown, the torch-world ones for a ps/evaluator. A value inherited from a parent
+# process (a launcher's own world, an outer job) would describe some other world.
+OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                 "GROUP_RANK", "GROUP_WORLD_SIZE")
+
+
+def unset_keys(exported: Mapping[str, str]) -> list[str]:
+    """The contract variables to remove from os.environ: those `env_for` did not set."""
+    return [key for key in OPTIONAL_KEYS if key not in exported]
 
 
 def init_method(info: RankInfo) -> str:

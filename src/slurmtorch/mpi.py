@@ -4,12 +4,20 @@ MPI is used here to *agree on the world*, not to move tensors (torch's gloo/NCCL
 that), so Open MPI's transport probing is pure start-up cost: with its default
 component selection `from mpi4py import MPI` (MPI_Init) takes ~1.08 s on our CI
 machines, almost all of it the `ofi` byte-transfer component probing for fabric
-hardware; with `btl=self,sm,tcp` it takes ~70 ms. We set that default before MPI_Init
-reads the environment, and only where neither the user nor the site chose: any
-OMPI_MCA_btl/pml/mtl in the environment, or a `btl`/`pml`/`mtl` line in an Open MPI
-parameter file, wins. Backend `mpi` (torch tensors over MPI) keeps Open MPI's choice.
-mpi4py's thread level made no measurable difference, so it stays at its default
-(MULTIPLE), which torch's MPI backend and user code may need.
+hardware. We exclude the fabric components (`btl=^ofi,uct`: ~90 ms, the same as
+listing `self,sm,tcp`) rather than list the ones to use, because the list would be
+version-specific: the shared-memory component is `vader` in Open MPI 4.x and `sm`
+from 5.0 (4.x's `sm` is a removed stub), and a listed component that is missing is
+an error, while an excluded one that does not exist is silently ignored (4.0 has no
+`btl/ofi`). Nothing to detect before MPI_Init, which no cheap signal could do under
+`srun --mpi=pmix` anyway (only Open MPI 5's own mpirun exports OMPI_VERSION).
+
+We set that default before MPI_Init reads the environment, and only where neither the
+user nor the site chose: any OMPI_MCA_btl/pml/mtl in the environment, or a
+`btl`/`pml`/`mtl` line in an Open MPI parameter file, wins. Backend `mpi` (torch
+tensors over MPI) keeps Open MPI's choice. mpi4py's thread level made no measurable
+difference, so it stays at its default (MULTIPLE), which torch's MPI backend and user
+code may need.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from .errors import BootstrapError
 # Seconds spent in MPI_Init and in the one allgather (read by the bootstrap's timings).
 TIMINGS: dict[str, float] = {}
 
-MCA_DEFAULTS = {"OMPI_MCA_btl": "self,sm,tcp"}
+MCA_DEFAULTS = {"OMPI_MCA_btl": "^ofi,uct"}
 # A user or site that chose any of these made a transport decision; leave it alone.
 _TRANSPORT_PARAMS = ("btl", "pml", "mtl")
 

@@ -8,13 +8,23 @@ The flow (submit with `--signal USR1@60`, which also sets `--requeue`):
 2. `install()` (called by the bootstrap before it runs the user's script) has set a
    handler for that signal. In each rank it runs the hooks registered with
    `on_preempt(fn)`, in order (a typical hook saves a checkpoint on rank 0).
-3. Rank 0 then runs `scontrol requeue JOBID` (an array task is
-   `ARRAYJOBID_TASKID`) and exits. Slurm ends every rank, puts the job back in the
-   queue with the same id and folder, and starts the batch script again with
-   SLURM_RESTART_COUNT incremented. The other ranks wait for that; if rank 0 never
-   requeued (it did not see the signal, or died) the first of them to give up
-   waiting requeues instead.
-4. The next run reads `restart_count()` and resumes from its checkpoint.
+3. Exactly one process requeues: job rank 0 ($SLURMTORCH_JOB_RANK, which the bootstrap
+   sets for every process, ps/evaluator included). After its hooks it runs
+   `scontrol requeue JOBID` (an array task is `ARRAYJOBID_TASKID`) and exits; Slurm
+   ends every rank, puts the job back in the queue with the same id and folder, and
+   starts the batch script again with SLURM_RESTART_COUNT incremented.
+4. Every other process (and one whose job rank is unknown: never a second requeuer)
+   runs its hooks and *returns* to training at once. It must not wait inside the
+   handler: Python runs a handler between bytecodes, so rank 0 blocked in a collective
+   that waits for this rank would never get to run its own hooks. Instead it arms a
+   fallback timer thread: if the process is still alive WAIT_FOR_RANK0_S later (rank 0
+   never saw the signal, or died), it requeues itself.
+5. The next run reads `restart_count()` and resumes from its checkpoint.
+
+Hooks run at a different point of the training loop in each rank, so a hook must not
+use collectives (no all_reduce, no barrier, no gathering a sharded state dict): it would
+meet the other ranks' training collectives instead. Save what this rank holds, locally;
+typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_RANK0_S.
 
 Without requeue (`--signal` with `--no-requeue`) the signal only runs the hooks and
 the job carries on. Everything here is in-rank, imports nothing heavy and runs
@@ -33,13 +43,15 @@ from collections.abc import Callable, Mapping
 
 from .errors import BootstrapError, SlurmtorchError
 
-__all__ = ["on_preempt", "install", "restart_count", "requeue_target", "preempt_signal"]
+__all__ = ["on_preempt", "install", "restart_count", "requeue_target", "preempt_signal", "job_rank"]
 
 ENV_SIGNAL = "SLURMTORCH_PREEMPT_SIGNAL"  # e.g. USR1; set by the rendered script for --signal
 ENV_REQUEUE = "SLURMTORCH_PREEMPT_REQUEUE"  # 1 (default) or 0
-# How long a rank other than 0 waits for rank 0's requeue to end it before it
-# requeues itself. Short enough to fit in a `--signal ...@60` warning.
-WAIT_FOR_RANK0_S = 20.0
+ENV_JOB_RANK = "SLURMTORCH_JOB_RANK"  # set by the bootstrap (contracts.env_for)
+# How long after the signal a process other than job rank 0 requeues the job itself,
+# should it still be running (rank 0's requeue ends it first). Long enough for rank 0's
+# checkpoint, short enough to leave a `--signal ...@60` warning time to requeue.
+WAIT_FOR_RANK0_S = 30.0
 
 _HOOKS: list[Callable[[], object]] = []
 _STATE: dict = {"installed": None, "handling": False}
@@ -51,6 +63,8 @@ def on_preempt(fn: Callable[[], object]) -> Callable[[], object]:
     Hooks run in registration order, in every rank, in the main thread between two
     Python statements of the training loop (so never inside a half-done step). Usable
     as a decorator. An exception in a hook is printed and the job is still requeued.
+    Ranks reach their hooks at different points of the loop: a hook must not use
+    collectives; save this rank's own state (typically: rank 0 saves, others do nothing).
     """
     if not callable(fn):
         raise TypeError(f"on_preempt needs a callable, got {fn!r}")
@@ -114,12 +128,18 @@ def install(sig: str | int | None = None, *, requeue: bool | None = None, runner
     return signum
 
 
-def _rank(environ: Mapping[str, str]) -> int:
-    for key in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+def job_rank(environ: Mapping[str, str]) -> int | None:
+    """This process's rank in the whole job, or None when unknown (never guessed as 0).
+
+    $SLURMTORCH_JOB_RANK under the bootstrap; else RANK (torchrun's and env:// worlds
+    are job-wide). Not SLURM_PROCID or PMIX_RANK: they count within one srun step, and
+    a job with several steps (roles) would have several zeros.
+    """
+    for key in (ENV_JOB_RANK, "RANK"):
         value = str(environ.get(key, "")).strip()
         if value.isdigit():
             return int(value)
-    return 0
+    return None
 
 
 def _say(text: str) -> None:
@@ -152,30 +172,41 @@ def requeue(environ: Mapping[str, str] | None = None, runner=None) -> str:
     return target
 
 
+def _requeue_and_exit(who: str, host: str, environ: Mapping[str, str]) -> None:
+    try:
+        target = requeue(environ, _STATE["runner"])
+    except SlurmtorchError as e:
+        _say(f"{who} on {host}: requeue failed:\n{e.render()}")
+        os._exit(1)
+    _say(f"{who} on {host}: requeued job {target}; it restarts as restart {restart_count(environ) + 1}")
+    os._exit(0)
+
+
+def _fallback(who: str, host: str, environ: Mapping[str, str]) -> None:
+    _say(f"{who}: job rank 0 did not requeue within {WAIT_FOR_RANK0_S:g} s; requeueing")
+    _requeue_and_exit(who, host, environ)
+
+
 def _handle(signum, frame) -> None:
     if _STATE["handling"]:
         return  # a second signal while the first is being handled
     _STATE["handling"] = True
     environ = _STATE["environ"]
-    rank, host, name = _rank(environ), socket.gethostname(), signal.Signals(signum).name
-    _say(f"rank {rank} on {host}: {name} received (restart {restart_count(environ)}); "
+    rank, host, name = job_rank(environ), socket.gethostname(), signal.Signals(signum).name
+    who = f"rank {'?' if rank is None else rank}"
+    _say(f"{who} on {host}: {name} received (restart {restart_count(environ)}); "
          f"running {len(_HOOKS)} preemption hook(s)")
     run_hooks()
     if not _STATE["requeue"]:
-        _say(f"rank {rank}: hooks done; not requeueing (--no-requeue), carrying on")
+        _say(f"{who}: hooks done; not requeueing (--no-requeue), carrying on")
         _STATE["handling"] = False
         return
-    if rank != 0:
-        # Rank 0's requeue will end this process; wait for it, bounded.
-        deadline = time.monotonic() + WAIT_FOR_RANK0_S
-        while time.monotonic() < deadline:
-            time.sleep(0.2)
-        _say(f"rank {rank}: rank 0 did not requeue within {WAIT_FOR_RANK0_S:g} s; requeueing")
-    try:
-        target = requeue(environ, _STATE["runner"])
-    except SlurmtorchError as e:
-        _say(f"rank {rank} on {host}: requeue failed:\n{e.render()}")
-        os._exit(1)
-    _say(f"rank {rank} on {host}: requeued job {target}; it restarts as restart "
-         f"{restart_count(environ) + 1}")
-    os._exit(0)
+    if rank == 0:
+        _requeue_and_exit(who, host, environ)
+    # Not the requeuer: back to training now (rank 0 may be waiting for us in a
+    # collective before its handler can run), with a fallback should rank 0 never requeue.
+    import threading
+
+    timer = threading.Timer(WAIT_FOR_RANK0_S, _fallback, args=(who, host, environ))
+    timer.daemon = True
+    timer.start()

@@ -15,7 +15,8 @@ Sources:
 - MPI (Open MPI, MPICH/Hydra, PMI, PMIx): the environment only *hints* (it cannot name
   the nodes or the master); `slurmtorch.mpi` asks the communicator and
   `world_from_mpi` assembles the answer here.
-- nothing: a lone process is a world of 1.
+- nothing: a lone process is a world of 1 (unless the Slurm job around it asked for more:
+  see `detect_source`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ TORCHRUN_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_
 SLURM_KEYS = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID", "SLURM_NODEID",
               "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_TASKS_PER_NODE",
               "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_DISTRIBUTION", "SLURM_MPI_TYPE",
-              "SLURM_JOB_ID", "MASTER_ADDR", "MASTER_PORT")
+              "SLURM_JOB_ID", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "MASTER_ADDR", "MASTER_PORT")
 MPI_KEYS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
             "MPI_LOCALNRANKS", "PMIX_RANK", "PMIX_NAMESPACE", "SLURM_PROCID", "SLURM_NTASKS",
@@ -149,31 +150,65 @@ def validate(info: RankInfo, env: Mapping[str, str], keys: Sequence[str], tip: s
 
 # ---------------------------------------------------------------- detection
 
+# Step ids from here up are Slurm's special steps (batch 0xfffffffb, extern 0xfffffffc,
+# salloc's interactive step 0xfffffffa, ...), not an srun of tasks.
+SPECIAL_STEP_IDS = 0xFFFFFFF0
+
+
+def in_task_step(env: Mapping[str, str]) -> bool:
+    """Whether srun started this process as a task of a step.
+
+    Not for the batch script, the extern step or salloc's interactive step (shown as a
+    special number or as a name like `batch`, depending on the Slurm version).
+    """
+    step = env.get("SLURM_STEP_ID", "").strip()
+    if step:
+        return step.isdigit() and int(step) < SPECIAL_STEP_IDS
+    return "SLURM_STEP_NODELIST" in env
+
+
+def _count(env: Mapping[str, str], key: str) -> int | None:
+    text = env.get(key, "").strip()
+    return int(text) if text.isdigit() else None
+
+
 def detect_source(env: Mapping[str, str]) -> str:
     """Which launcher started us, for `--from auto`.
 
     torchrun first: its children inherit SLURM_* when torchrun itself runs under srun,
     and its variables are the ones that describe them. MPI before Slurm: under
     `srun --mpi=pmix` both are present and MPI is the one that can be cross-checked.
+
+    A lone process (no launcher, not a task of an srun step) is a world of 1, except
+    inside a Slurm job that asked for more: several tasks (SLURM_NTASKS > 1), or several
+    nodes (SLURM_JOB_NUM_NODES/SLURM_NNODES/SLURM_STEP_NUM_NODES > 1) without saying
+    SLURM_NTASKS=1. There it is almost always the batch script (or an salloc shell)
+    missing its `srun`, and a world of 1 would train on one process while the other
+    nodes idle. The environment cannot tell that from a one-off on purpose (a
+    preprocessing step on the batch node), so that one says so: `--from single`
+    (`slurmtorch.init(source="single")`). Plain `python` that never asks slurmtorch for
+    its world is not affected, nor is a one-node, one-task job's batch script.
     """
     if "TORCHELASTIC_RUN_ID" in env and "RANK" in env:
         return "torchrun"
     if any(k in env for k in MPI_MARKERS):
         return "mpi"
-    if "SLURM_STEP_NODELIST" in env or "SLURM_STEP_ID" in env:
+    if in_task_step(env):
         return "slurm"
     if "RANK" in env and "WORLD_SIZE" in env:
         return "env"
-    ntasks = env.get("SLURM_NTASKS", "")
-    if "SLURM_JOB_ID" in env and ntasks.isdigit() and int(ntasks) > 1:
-        # The batch script of a multi-task job, not a step: a world of 1 here is almost
-        # always a forgotten `srun`, and would silently train on one process.
-        raise BootstrapError(
-            f"running in the batch script of a {ntasks}-task Slurm job, outside any step; "
-            f"seen: {seen(env, SLURM_KEYS)}",
-            tip="start it with `srun python -m slurmtorch.bootstrap ...`, "
-                "or pass --from single to run one process on purpose",
-        )
+    if "SLURM_JOB_ID" in env:
+        tasks = _count(env, "SLURM_NTASKS")
+        nodes = max(_count(env, k) or 0 for k in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NUM_NODES"))
+        what = (f"{tasks}-task" if tasks is not None and tasks > 1
+                else f"{nodes}-node" if nodes > 1 and tasks != 1 else None)
+        if what:
+            raise BootstrapError(
+                f"running outside any srun step (the batch script or an salloc shell) of a {what} Slurm job, "
+                f"where a world of 1 is almost always a forgotten srun; seen: {seen(env, SLURM_KEYS)}",
+                tip="start it with `srun python -m slurmtorch.bootstrap ...`, "
+                    "or pass --from single to run one process on purpose",
+            )
     return "single"
 
 
@@ -288,6 +323,8 @@ def from_slurm(env: Mapping[str, str], hostname: str) -> RankInfo:
     elif env.get("SLURMD_NODENAME") and env["SLURMD_NODENAME"] != nodes[node_rank]:
         contradictions.append(f"SLURMD_NODENAME={env['SLURMD_NODENAME']} but node {node_rank} of the step is "
                               f"{nodes[node_rank]} (variables inherited from another step?)")
+    if not 0 <= rank < world:
+        contradictions.append(f"SLURM_PROCID={rank} is outside the step's {world} tasks ({world_key}={world})")
     if rank == 0 and node_rank != 0:
         contradictions.append("rank 0 is not on the step's first node")
     if contradictions:
@@ -487,7 +524,7 @@ def launcher_world(env: Mapping[str, str]) -> LauncherWorld | None:
         if size_key in env:
             rank = _int(env, rank_key, what, MPI_KEYS, tip)
             return LauncherWorld(rank, _int(env, size_key, what, MPI_KEYS, tip), f"{rank_key}/{size_key}")
-    if "SLURM_STEP_ID" in env and "SLURM_PROCID" in env:
+    if in_task_step(env) and "SLURM_PROCID" in env:
         size_key = "SLURM_STEP_NUM_TASKS" if "SLURM_STEP_NUM_TASKS" in env else "SLURM_NTASKS"
         if size_key in env:
             return LauncherWorld(_int(env, "SLURM_PROCID", what, MPI_KEYS, tip),
@@ -500,7 +537,7 @@ def check_mpi_world(rank: int, size: int, env: Mapping[str, str]) -> None:
     told = launcher_world(env)
     if told is None or (told.rank, told.size) == (rank, size):
         return
-    in_srun = "SLURM_STEP_ID" in env
+    in_srun = in_task_step(env)
     if size == 1 and told.size > 1:
         mpi_type = env.get("SLURM_MPI_TYPE", "")
         tip = ("launch with `srun --mpi=pmix` (Open MPI 5 cannot read pmi2; check `srun --mpi=list`)"

@@ -7,9 +7,13 @@ may resolve to the wrong one, or to 127.0.1.1 on Debian-style /etc/hosts.
 
 MASTER_PORT: rank 0 binds port 0 with SO_REUSEADDR and *keeps the socket open* (bound,
 not listening) until torch's TCPStore has bound the same port. c10d binds its listening
-socket with SO_REUSEADDR too, which Linux allows next to a bound, non-listening one,
-while any other bind (a plain one, or the kernel handing out port 0) is refused. So no
-other process can take the port between choosing and using it.
+socket with SO_REUSEADDR too, which Linux allows next to a bound, non-listening one.
+While we hold it, the kernel never hands the port out for a port-0 bind and a plain bind
+of it fails, so nothing that picks a free port (most servers, other jobs' rank 0) can
+take it. It is not exclusive: another process that binds the same explicit port with
+SO_REUSEADDR (say a second job given the same MASTER_PORT) succeeds too, and the clash
+shows only at listen(): the second listener (or a bind after the first listen()) gets
+EADDRINUSE, which torch reports as a store error.
 """
 
 from __future__ import annotations
@@ -39,13 +43,16 @@ def pick_interface(spec: str, available: Sequence[str]) -> str | None:
 
     `eth0,ib0`: the first entry present (gloo takes the first; NCCL treats entries as
     prefixes, so `eth` matches eth0). `=eth0`: exact names only. `^docker,lo`: any
-    interface except those prefixes; loopback only when nothing else exists.
-    Returns None when nothing matches.
+    interface except those prefixes; `^=docker0`: except exactly those names. Loopback
+    only when nothing else is left. Returns None when nothing matches.
     """
     spec = spec.strip()
     if spec.startswith("^"):
-        excluded = [p.strip() for p in spec[1:].split(",") if p.strip()]
-        candidates = [n for n in available if not any(n.startswith(p) for p in excluded)]
+        rest = spec[1:].strip()
+        exact = rest.startswith("=")
+        excluded = [p.strip() for p in rest.lstrip("=").split(",") if p.strip()]
+        candidates = [n for n in available
+                      if not any(n == p if exact else n.startswith(p) for p in excluded)]
         non_lo = [n for n in candidates if n != "lo"]
         return (non_lo or candidates or [None])[0]
     exact = spec.startswith("=")
@@ -119,7 +126,8 @@ def check_reachable(address: str, num_nodes: int) -> None:
 
 
 class PortReservation:
-    """A bound (not listening) SO_REUSEADDR socket that keeps a port ours until closed."""
+    """A bound (not listening) SO_REUSEADDR socket that keeps the kernel and plain binds off
+    a port until closed (not other SO_REUSEADDR binds of it: see the module docstring)."""
 
     def __init__(self, port: int = 0, host: str = ""):
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

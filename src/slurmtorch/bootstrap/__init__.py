@@ -8,13 +8,16 @@ as `__main__`.
 Decisions, with their why:
 
 - Scripts written for torchrun call `init_process_group` themselves. We wrap
-  `torch.distributed.init_process_group` (also as `distributed_c10d.init_process_group`)
-  when torch.distributed is first imported:
+  `torch.distributed.init_process_group` (also as `distributed_c10d.init_process_group`
+  and the name `torch.distributed.device_mesh` imported, which `init_device_mesh`
+  calls) when torch.distributed is first imported:
   * our group already exists (default): the script's call is a no-op when it asks for
-    the same backend (or none) and a compatible rank/world size; a different backend
-    (e.g. `--backend gloo` but the script says "cpu:gloo,cuda:nccl") replaces our group
-    with the script's, re-using our store under a fresh prefix so no port is rebound;
-    a different rank or world size is an error;
+    the same backend (or none) and a compatible rank/world size; a `timeout=` other
+    than ours is applied to our group in place (the script's long barriers must not
+    fail at our 600 s); a different backend (e.g. `--backend gloo` but the script says
+    "cpu:gloo,cuda:nccl"), or `pg_options`/`device_id`, replaces our group with the
+    script's, re-using our store under a fresh prefix so no port is rebound; a
+    different rank or world size is an error;
   * no group yet (`--no-init`): the call goes through with our timeout added when the
     script passed none (gloo's default is 30 minutes of a hung job), and rank 0's port
     reservation is released once torch's store holds the port.
@@ -38,6 +41,7 @@ import time
 _T0 = time.perf_counter()  # phase timings (SLURMTORCH_TIMINGS) count from here
 _C0 = time.process_time()
 
+import math  # noqa: E402
 import os  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
@@ -54,7 +58,7 @@ BACKENDS = ("auto", "nccl", "gloo", "mpi")
 FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
 
 USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
-         "[--no-init] [--from auto|mpi|slurm|env|single] [--init-args[=rank|node]] [--role ROLE] "
+         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node]] [--role ROLE] "
          "(SCRIPT | -m MODULE) [ARGS...]")
 
 HELP = USAGE + """
@@ -67,7 +71,7 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
   --backend B       auto (nccl with CUDA+NCCL, else gloo) | nccl | gloo | mpi
   --timeout S       process-group timeout in seconds (default 600)
   --no-init         only set the environment; the script calls init_process_group
-  --from F          where the world comes from: auto | mpi | slurm | env | single
+  --from F          where the world comes from: auto | mpi | slurm | env | torchrun | single
   --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
   --init-args=node  the same per node (node rank / node count; one task per node;
                     implies --no-init, the script starts its own processes)
@@ -92,6 +96,21 @@ class Options:
 
 class UsageError(BootstrapError):
     exit_code = 2
+
+
+# About 31 years: longer than any job runs, far below where torch's microsecond count of
+# a timedelta overflows (~9.2e12 s, which gloo then rejects as a negative timeout).
+MAX_TIMEOUT = 1e9
+
+
+def timeout_problem(seconds: float) -> str | None:
+    """Pure: why `seconds` cannot be a process-group timeout, or None when it can."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        return ("must be a positive, finite number of seconds "
+                "(a process group without a timeout can hang forever)")
+    if seconds > MAX_TIMEOUT:
+        return f"must be at most {MAX_TIMEOUT:.0f} seconds"
+    return None
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -136,8 +155,9 @@ def parse_args(argv: list[str]) -> Options:
                 opts.timeout = float(text)
             except ValueError:
                 raise UsageError(f"--timeout {text!r} is not a number of seconds") from None
-            if opts.timeout <= 0:
-                raise UsageError("--timeout must be positive (a process group without a timeout can hang forever)")
+            problem = timeout_problem(opts.timeout)
+            if problem:
+                raise UsageError(f"--timeout {text}: {problem}")
         elif name == "--no-init":
             opts.init = False
         elif name == "--from":
@@ -319,6 +339,24 @@ def pick_device(local_rank: int, local_world_size: int, device_count: int) -> in
                          tip="request one GPU per task (--gpus-per-task=1) or as many tasks per node as GPUs")
 
 
+def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int) -> int | None:
+    """Pure: the GPU to make current in this rank, or None to leave CUDA alone.
+
+    Whenever GPUs are visible, whatever the backend: a gloo job's CUDA tensors and
+    libraries that read `torch.cuda.current_device()` would otherwise all pile onto
+    GPU 0. Only NCCL insists that the GPUs fit the ranks; gloo/mpi with more ranks
+    than GPUs keep CUDA's default.
+    """
+    if device_count < 1:
+        return None
+    try:
+        return pick_device(local_rank, local_world_size, device_count)
+    except BootstrapError:
+        if backend == "nccl":
+            raise
+        return None
+
+
 # ------------------------------------------------------------------ torch.distributed
 
 def _install_patch_hook() -> None:
@@ -339,24 +377,57 @@ def _install_patch_hook() -> None:
 
             sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)
-            if spec is None or spec.loader is None:
-                return spec
-            exec_module = spec.loader.exec_module
+            exec_module = getattr(spec and spec.loader, "exec_module", None)
+            if exec_module is None:
+                return spec  # an unusual loader: torch.distributed stays unwrapped
 
             def exec_and_patch(module):
                 exec_module(module)
                 _patch(module)
 
-            spec.loader.exec_module = exec_and_patch
+            try:
+                spec.loader.exec_module = exec_and_patch
+            except (AttributeError, TypeError):
+                pass
             return spec
 
     sys.meta_path.insert(0, _PatchOnImport())
 
 
 def _patch(dist_module) -> None:
-    c10d = dist_module.distributed_c10d
-    original = c10d.init_process_group
-    if getattr(original, "__slurmtorch__", False):
+    """Wrap init_process_group in a freshly imported torch.distributed.
+
+    Runs inside the user's `import torch`, so it never raises: a torch build without
+    distributed_c10d (or one whose init_process_group we cannot read) is left unwrapped.
+    """
+    try:
+        _wrap_init(dist_module)
+    except Exception:  # noqa: BLE001 - an unusual torch build must still import
+        pass
+
+
+def _set_group_timeout(c10d, timeout) -> bool:
+    """Give the existing default group (and its store) `timeout`; False when this torch cannot.
+
+    c10d's `_set_pg_timeout` changes the gloo/NCCL backends' default timeout in place
+    (checked on torch 2.13: a gloo all_reduce then waits for exactly the new time); the
+    store's timeout bounds NCCL's lazy communicator set-up and new_group.
+    """
+    setter = getattr(c10d, "_set_pg_timeout", None)
+    if setter is None:
+        return False
+    try:
+        setter(timeout)
+        c10d._get_default_store().set_timeout(timeout)
+    except Exception:  # noqa: BLE001 - fall back to replacing the group
+        return False
+    return True
+
+
+def _wrap_init(dist_module) -> None:
+    c10d = getattr(dist_module, "distributed_c10d", None)
+    original = getattr(c10d, "init_process_group", None)
+    if not callable(original) or getattr(original, "__slurmtorch__", False):
         return
     import functools
     import inspect
@@ -369,29 +440,44 @@ def _patch(dist_module) -> None:
 
         call = dict(signature.bind_partial(*args, **kwargs).arguments)
         info: RankInfo | None = _STATE.get("info")
+        ours = datetime.timedelta(seconds=_STATE["timeout"]) if "timeout" in _STATE else None
         if c10d.is_initialized() and _STATE.get("group_ours") and info is not None:
-            for key, ours in (("rank", info.rank), ("world_size", info.world_size)):
+            for key, mine in (("rank", info.rank), ("world_size", info.world_size)):
                 theirs = call.get(key, -1)
-                if theirs not in (-1, None) and int(theirs) != ours:
+                if theirs not in (-1, None) and int(theirs) != mine:
                     raise BootstrapError(
-                        f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {ours}",
+                        f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {mine}",
                         tip="read RANK/WORLD_SIZE from the environment, or run with --no-init")
             wanted = call.get("backend")
-            if wanted is None or str(wanted).lower() == str(_STATE["backend"]).lower():
-                return None  # our group is the one it asked for
-            # Another backend: replace our group, keeping its store (and port) alive.
+            timeout = call.get("timeout")
+            if timeout is not None and not isinstance(timeout, datetime.timedelta):
+                raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout)}")
+            same_backend = wanted is None or str(wanted).lower() == str(_STATE["backend"]).lower()
+            # Options our group was not made with (pg_options, device_id) need a new group.
+            same_options = all(call.get(key) is None for key in ("pg_options", "device_id"))
+            if same_backend and same_options:
+                if timeout is None or timeout == ours:
+                    return None  # our group is the one it asked for
+                if _set_group_timeout(c10d, timeout):
+                    _STATE["timeout"] = timeout.total_seconds()
+                    return None  # our group, with the script's timeout
+            # Replace our group with the one asked for, keeping its store (and port) alive.
             store = c10d._get_default_store()
             c10d.destroy_process_group()
             _STATE["reinits"] = _STATE.get("reinits", 0) + 1
             call.pop("init_method", None)
             call["store"] = dist_module.PrefixStore(f"slurmtorch/reinit/{_STATE['reinits']}", store)
             call["rank"], call["world_size"] = info.rank, info.world_size
-            call.setdefault("timeout", datetime.timedelta(seconds=_STATE["timeout"]))
-            _STATE["backend"] = str(wanted)
+            call["backend"] = wanted if wanted is not None else _STATE["backend"]
+            if call.get("timeout") is None:
+                call["timeout"] = ours
+            store.set_timeout(call["timeout"])  # a store handed to torch keeps its own timeout
+            _STATE["timeout"] = call["timeout"].total_seconds()
+            _STATE["backend"] = str(call["backend"])
             _STATE["keep_store"] = store
             return original(**call)
-        if call.get("timeout") is None and "timeout" in _STATE:
-            call["timeout"] = datetime.timedelta(seconds=_STATE["timeout"])
+        if call.get("timeout") is None and ours is not None:
+            call["timeout"] = ours
         try:
             return original(**call)
         finally:
@@ -400,14 +486,25 @@ def _patch(dist_module) -> None:
     init_process_group.__slurmtorch__ = True
     c10d.init_process_group = init_process_group
     dist_module.init_process_group = init_process_group
+    # torch.distributed.device_mesh took the name while torch.distributed loaded (before
+    # this runs), and init_device_mesh calls it: without this an FSDP2 script under
+    # --no-init would get torch's 30-minute gloo default instead of our timeout.
+    mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
+    if mesh is not None and getattr(mesh, "init_process_group", None) is original:
+        mesh.init_process_group = init_process_group
 
 
 def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
     import datetime
 
     t, c = time.perf_counter(), time.process_time()
-    import torch
-    import torch.distributed as dist
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise BootstrapError(f"a process group needs torch, but it cannot be imported in {sys.executable}: {exc}",
+                             tip="pip install 'slurmtorch[torch]' (or run with --no-init to only set the "
+                                 "environment)") from None
 
     timings = _STATE.setdefault("timings", {})
     timings["import_torch"] = time.perf_counter() - t
@@ -418,8 +515,9 @@ def _init_group(info: RankInfo, backend: str, timeout: float) -> str:
     cuda = torch.cuda.is_available()
     chosen = choose_backend(backend, cuda, dist.is_nccl_available(), dist.is_gloo_available(),
                             dist.is_mpi_available(), f"torch {torch.__version__}")
-    if cuda and chosen in ("nccl", "auto"):
-        torch.cuda.set_device(pick_device(info.local_rank, info.local_world_size, torch.cuda.device_count()))
+    device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0)
+    if device is not None:
+        torch.cuda.set_device(device)
     kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
     if chosen != "mpi":  # the MPI backend takes rank and size from MPI_COMM_WORLD
         kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
@@ -434,20 +532,26 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     """Derive this rank's world, export the contracts, and (by default) init torch.distributed.
 
     Idempotent: a second call returns the first call's `RankInfo`. `source` is
-    auto | mpi | slurm | env | single; `backend` auto | nccl | gloo | mpi;
+    auto | mpi | slurm | env | torchrun | single; `backend` auto | nccl | gloo | mpi;
     `timeout` in seconds goes to init_process_group.
     """
     if "info" in _STATE:
         return _STATE["info"]
     from .. import contracts
 
+    problem = timeout_problem(float(timeout))
+    if problem:
+        raise BootstrapError(f"timeout={timeout!r} {problem}", tip="e.g. timeout=600 (seconds)")
     _STATE["timeout"] = float(timeout)
     info, reservation = derive(source, backend, role=role)
     process_group = process_group and info.in_group
     _mark("detect")
     _STATE["reservation"] = reservation
     _STATE["info"] = info
-    os.environ.update(contracts.env_for(info))
+    exported = contracts.env_for(info)
+    os.environ.update(exported)
+    for key in contracts.unset_keys(exported):  # inherited from a parent process, not ours
+        os.environ.pop(key, None)
     os.environ.update(contracts.slurm_task_env(info, os.environ))
     os.environ.update(thread_defaults(os.environ, info.local_world_size, _cpus_available()))
     _install_patch_hook()
