@@ -255,4 +255,5 @@ def test_a_node_that_cannot_reach_master_addr_says_so(bed):
     result = bed.run(argv, cwd=REPO, timeout=120)
     assert result.returncode != 0
     assert "cannot reach MASTER_ADDR 198.18.0.250:" in result.stderr, result.stderr
-    assert "rank 1 on node2 failed" in result.stderr or "rank 0 on node1 failed" in result.stderr
+    # Whichever two nodes were free: the testbed is shared.
+    assert any(f"rank {r} on {n} failed" in result.stderr for r in (0, 1) for n in bed.nodes), result.stderr
