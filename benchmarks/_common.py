@@ -13,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +57,42 @@ def alternate(cases: dict, reps: int, warmup: int = 1) -> dict[str, list[float]]
         for name in order:
             out[name].append(cases[name]())
     return out
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of the summary: this run's value, which way is better, and the target
+    if there is one (met or missed is computed from the value, never written by hand)."""
+
+    name: str
+    value: float
+    unit: str = "x"  # "x": slurmtorch / baseline; "ms": milliseconds
+    better: str = "lower"  # "lower" or "higher"
+    target: float | None = None
+
+    def show(self, v: float | None = None) -> str:
+        v = self.value if v is None else v
+        return f"{v:.1f} ms" if self.unit == "ms" else f"{v:.2f}x"
+
+    def met(self) -> bool | None:
+        if self.target is None:
+            return None
+        return self.value <= self.target if self.better == "lower" else self.value >= self.target
+
+    def target_text(self) -> str:
+        if self.target is None:
+            return "-"
+        return ("<= " if self.better == "lower" else ">= ") + self.show(self.target)
+
+    def verdict(self) -> str:
+        met = self.met()
+        return "-" if met is None else ("met" if met else "**missed**")
+
+
+def summary(figures: list[Figure]) -> str:
+    """The summary table: each figure with its direction, its target and met/missed."""
+    rows = [[f.name, f.show(), f"{f.better} is better", f.target_text(), f.verdict()] for f in figures]
+    return table(["comparison", "this run", "direction", "target", "result"], rows)
 
 
 def med(xs) -> float:

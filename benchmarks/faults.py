@@ -1,7 +1,7 @@
 """Time to end for one misbehaving rank on the 4-node testbed, N runs per case.
 
-    eval "$(scripts/testbed env)"; /tmp/v/bin/python benchmarks/faults.py --reps 5
-    /tmp/v/bin/python benchmarks/faults.py --reps 2 --cases node-lost   # kills node3, then restores
+    eval "$(scripts/testbed env)"; .venv/bin/python benchmarks/faults.py --reps 5
+    .venv/bin/python benchmarks/faults.py --reps 2 --cases node-lost   # kills node3, then restores
 
 Each run is `slurmtorch sbatch --site testbed -N 4 --timeout 20 --wait
 tests/scripts/fault_rank.py MODE 2`: rank 2 (on node3) exits 3, SIGKILLs itself, raises,

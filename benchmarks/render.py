@@ -4,10 +4,23 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from _common import BIN, alternate, have, med, ms, table, timed
+from _common import BIN, REPO, Figure, alternate, med, ms, run, table, timed
+
+# benchmarks/setup installs the pinned torchx here, apart from the project's .venv (whose
+# packages are exactly what CI tests with).
+TORCHX_VENV = REPO / "benchmarks" / ".venv"
+TORCHX = TORCHX_VENV / "bin" / "torchx"
+TARGETS = {"floor": 1.25, "torchx": 0.45}
 
 
-def run(reps: int) -> tuple[str, dict]:
+def torchx_version() -> str | None:
+    if not TORCHX.exists():
+        return None
+    return run([TORCHX_VENV / "bin" / "python", "-c",
+                "from importlib.metadata import version; print(version('torchx'))"]).stdout.strip()
+
+
+def run_bench(reps: int) -> tuple[str, list[Figure]]:
     tmp = Path(tempfile.mkdtemp(prefix="st-bench-render-"))
     (tmp / "train.py").write_text("print('hi')\n")
     cases = {
@@ -15,15 +28,19 @@ def run(reps: int) -> tuple[str, dict]:
                                      "--dry-run"], cwd=tmp),
         "floor": lambda: timed([BIN / "python", "-c", "import typer, jinja2, yaml"], cwd=tmp),
     }
-    if have("torchx"):
-        cases["torchx"] = lambda: timed([BIN / "torchx", "run", "--dryrun", "--scheduler", "slurm", "dist.ddp",
+    version = torchx_version()
+    if version:
+        cases["torchx"] = lambda: timed([TORCHX, "run", "--dryrun", "--scheduler", "slurm", "dist.ddp",
                                          "-j", "4x1", "--script", "train.py"], cwd=tmp)
     times = alternate(cases, reps)
     ours = med(times["slurmtorch"])
-    rows = [[name, ms(med(t)), f"{ours / med(t):.2f}x"] for name, t in times.items()]
-    ratios = {f"render vs {n}": ours / med(t) for n, t in times.items() if n != "slurmtorch"}
+    rows = [[name + (f" {version}" if name == "torchx" else ""), ms(med(t)), f"{ours / med(t):.2f}x"]
+            for name, t in times.items()]
+    figures = [Figure(f"render vs {n}", ours / med(t), target=TARGETS.get(n))
+               for n, t in times.items() if n != "slurmtorch"]
     text = ("## 1. Cold CLI render (`--dry-run`, a new process each time)\n\n"
-            + table(["command", "median", "slurmtorch / this"], rows)
+            + table(["command", "median", "slurmtorch / this (lower is faster)"], rows)
             + "\n\nTargets: <= 0.45x torchx, <= 1.25x the floor (`python -c 'import typer, jinja2, yaml'`)."
-            + ("" if "torchx" in times else "\n\ntorchx is not installed here (`benchmarks/setup` installs it)."))
-    return text, ratios
+            + (f" torchx {version} runs from its own venv (`benchmarks/.venv`, made by `benchmarks/setup`)."
+               if version else "\n\ntorchx is not installed (`benchmarks/setup` installs it): no torchx row."))
+    return text, figures

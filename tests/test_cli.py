@@ -111,19 +111,18 @@ def test_site_list_show_validate_schema(tmp_path):
     assert schema["title"] == "slurmtorch site config"
 
 
-def test_help_is_fast_and_imports_nothing_heavy(tmp_path):
-    code = ("import sys, time; t=time.perf_counter()\n"
+def test_help_imports_nothing_heavy(tmp_path):
+    # What keeps --help quick is that it imports none of these; how quick it is gets
+    # measured by benchmarks/, never asserted here.
+    code = ("import sys\n"
             "from slurmtorch.cli.main import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
             "heavy = [m for m in ('torch', 'mpi4py', 'jinja2', 'yaml') if m in sys.modules]\n"
             "print('HEAVY', heavy, file=sys.stderr)\n")
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    elapsed = time.perf_counter() - start
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stderr
     assert "sbatch" in proc.stdout and "status" in proc.stdout
-    assert elapsed < 3.0
 
 
 @pytest.mark.mpi

@@ -341,7 +341,8 @@ def test_testbed_rank1_raising_names_rank_host_and_traceback(slurm):
                       progress=False).submit(rank_one_raises)
     with cancelled_at_exit(job), pytest.raises(RemoteError) as e:
         job.result(timeout=SLURM_WAIT_S)
-    assert (e.value.rank, e.value.host, e.value.job_id) == (1, "node2", job.job_id)
+    assert (e.value.rank, e.value.job_id) == (1, job.job_id)
+    assert e.value.host in {"node1", "node2", "node3", "node4"}, e.value.host  # whichever nodes were free
     assert e.value.traceback_text.rstrip().endswith("ValueError: rank one refuses")
     assert "in rank_one_raises" in e.value.traceback_text
     assert job.state() == "FAILED"
@@ -362,7 +363,8 @@ def test_testbed_runs_a_file_with_arguments(slurm, capsys):
                       progress=False).submit(ARGS_SCRIPT, "--fail-rank", "1")
     with cancelled_at_exit(job), pytest.raises(RemoteError) as e:
         job.result(timeout=SLURM_WAIT_S)
-    assert (e.value.rank, e.value.host) == (1, "node2")
+    assert e.value.rank == 1
+    assert e.value.host in {"node1", "node2", "node3", "node4"}, e.value.host  # whichever nodes were free
     assert "RuntimeError: dist_args told to fail on rank 1" in e.value.traceback_text
     assert "dist_args.py" in e.value.traceback_text.splitlines()[1]
 

@@ -2,8 +2,9 @@
 
 Real ranks under `slurmtorch sbatch --wait` (srun --kill-on-bad-exit, gloo over eth0,
 `--timeout 20` for the process group). Rank 2 runs on node3. Each case runs once here;
-benchmarks/faults.py repeats them and measures the time to end (RELIABILITY.md).
-Every wait is bounded: a run that does not end fails the test instead of hanging it.
+benchmarks/faults.py repeats them and measures the time to end (RELIABILITY.md); these
+tests assert no times. Every wait is bounded: a run that does not end fails the test
+instead of hanging it.
 """
 
 from __future__ import annotations
@@ -22,34 +23,41 @@ import fault_node  # noqa: E402
 
 pytestmark = [pytest.mark.testbed, pytest.mark.torch]
 
+# Hang guard, not a speed claim: every job below has Slurm's 5-minute limit (-t 5), and
+# `--wait` must return well inside it, so a job that only Slurm's time limit ended fails
+# the test. What ends it instead (srun --kill-on-bad-exit, the process-group --timeout 20,
+# slurmctld's SlurmdTimeout=20) is shown by what the job says, not by how fast it says it:
+# benchmarks/faults.py measures that. Generous because the testbed is shared and a job
+# may queue behind someone else's first.
+WAIT_GUARD_S = 240
+
 
 def slurmtorch(testbed, home, *argv, timeout=120, **kw):
     return testbed.run([testbed.python, "-m", "slurmtorch.cli.main", *map(str, argv)],
                        env={"SLURMTORCH_HOME": str(home)}, timeout=timeout, **kw)
 
 
-def submit_fault(testbed, home, mode, *, timeout=120):
-    start = time.monotonic()
-    proc = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "4", "--timeout", "20", "-t", "5",
-                      FAULT, "--wait", "--", mode, "2", timeout=timeout)
-    return proc, time.monotonic() - start
+def submit_fault(testbed, home, mode):
+    return slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "4", "--timeout", "20", "-t", "5",
+                      FAULT, "--wait", "--", mode, "2", timeout=WAIT_GUARD_S)
 
 
 CASES = [
-    # mode, bound on submit -> end (s), what --wait/status/logs must say about rank 2
-    ("exit", 45, "rank 2 on node3: exited with code 3"),
-    ("kill", 45, "rank 2 on node3: killed by a signal"),
-    ("raise", 45, "rank 2 on node3: ValueError: bad batch at step 3"),
-    ("hang", 75, "rank 2 on node3: hung: reported nothing while ranks 0, 1, 3 timed out"),
+    # mode, what --wait/status/logs must say about rank 2
+    ("exit", "rank 2 on node3: exited with code 3"),
+    ("kill", "rank 2 on node3: killed by a signal"),
+    ("raise", "rank 2 on node3: ValueError: bad batch at step 3"),
+    # Ended by the process-group --timeout: the peers report timing out, rank 2 nothing.
+    ("hang", "rank 2 on node3: hung: reported nothing while ranks 0, 1, 3 timed out"),
 ]
 
 
-@pytest.mark.parametrize("mode, bound, named", CASES, ids=[c[0] for c in CASES])
-def test_a_failing_rank_ends_the_job_and_is_named_everywhere(testbed, has_torch, tmp_path, mode, bound, named):
+@pytest.mark.timeout(WAIT_GUARD_S + 120)
+@pytest.mark.parametrize("mode, named", CASES, ids=[c[0] for c in CASES])
+def test_a_failing_rank_ends_the_job_and_is_named_everywhere(testbed, has_torch, tmp_path, mode, named):
     home = tmp_path / "home"
-    proc, elapsed = submit_fault(testbed, home, mode)
+    proc = submit_fault(testbed, home, mode)
     assert proc.returncode != 0, proc.stderr
-    assert elapsed < bound, f"{mode}: took {elapsed:.1f} s"
     job_id = proc.stdout.splitlines()[0]
     assert f"job {job_id} FAILED" in proc.stderr
     # --wait names the root cause first, then the peers that failed because of it.
@@ -69,6 +77,7 @@ def test_a_failing_rank_ends_the_job_and_is_named_everywhere(testbed, has_torch,
         assert "rank 2 on node3 failed:" in logs.stderr  # the rank's own report, traceback included
 
 
+@pytest.mark.timeout(WAIT_GUARD_S + 180)
 def test_a_lost_node_ends_the_job_with_node_fail_and_names_it(testbed, has_torch, tmp_path):
     """node3's slurmd, slurmstepd and rank are SIGKILLed mid-job; the testbed is restored after."""
     home = tmp_path / "home"
@@ -85,10 +94,8 @@ def test_a_lost_node_ends_the_job_with_node_fail_and_names_it(testbed, has_torch
             assert time.monotonic() < deadline and waiter.poll() is None, "job never started"
             time.sleep(0.2)
         time.sleep(1)
-        killed_at = time.monotonic()
         fault_node.lose(3)
-        _, err = waiter.communicate(timeout=150)
-        ended_in = time.monotonic() - killed_at
+        _, err = waiter.communicate(timeout=WAIT_GUARD_S)  # the hang guard above
         # Before the restore: `scripts/testbed up` may restart slurmctld, which forgets jobs.
         status = slurmtorch(testbed, home, "status", job_id)
         shown = testbed.run(["scontrol", "-o", "show", "job", job_id]).stdout
@@ -97,7 +104,6 @@ def test_a_lost_node_ends_the_job_with_node_fail_and_names_it(testbed, has_torch
             waiter.kill()
         fault_node.restore(testbed.env)
     assert waiter.returncode != 0, err
-    assert ended_in < 120, ended_in
     assert f"job {job_id} NODE_FAIL" in err, err
     assert "slurmtorch: failed: rank 2 on node3: lost with its node (srun: Node failure on node3)" in err, err
     assert "state=NODE_FAIL" in status.stdout, status.stdout

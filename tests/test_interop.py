@@ -128,3 +128,7 @@ def test_fabric_sees_our_world_under_mpirun_inside_an_allocation(bed):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     found = records(result.stdout)
     check_agreement(found, 4, 2, "mpi")
+    # contracts.slurm_task_env rewrote the inherited SLURM_* per rank: Lightning still picks
+    # SLURMEnvironment (docs/INTEROP.md), and it now reads our world from it.
+    assert {r["cluster_env"] for r in found} == {"SLURMEnvironment"}
+    assert [r["node_rank"] for r in found] == [0, 0, 1, 1]

@@ -1,4 +1,5 @@
-"""README's main job, taken from README.md itself so the documented command cannot rot."""
+"""README's main job, taken from README.md itself so the documented command and the output
+it shows cannot rot."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from pathlib import Path
 from conftest import REPO
 
 PREFIX = 'scripts/setup && scripts/testbed up 4 && eval "$(scripts/testbed env)" && '
+STDERR_MARK = "(stderr)"
+# What README's output block leaves open: values that vary, and the default job folder root
+# (the test runs with SLURMTORCH_HOME in tmp_path).
+PLACEHOLDERS = {"<loss>": r"\d+\.\d{4}", "/root/.slurmtorch": None, "<job id>": None}
 
 
 def readme_main_command() -> list[str]:
@@ -21,6 +26,53 @@ def readme_main_command() -> list[str]:
     return [str(Path(sys.executable).parent / "slurmtorch"), *argv[1:]]
 
 
+def readme_main_output() -> tuple[list[str], list[str]]:
+    """(stdout lines, stderr lines) of the first ```text block after the main command."""
+    text = (REPO / "README.md").read_text()
+    after = text[text.index(PREFIX):]
+    block = after[after.index("```text\n") + len("```text\n"):]
+    block = block[:block.index("```")]
+    out, err = [], []
+    for line in block.splitlines():
+        if line.rstrip().endswith(STDERR_MARK):
+            err.append(line.rstrip()[:-len(STDERR_MARK)].rstrip())
+        else:
+            out.append(line.rstrip())
+    return out, err
+
+
+def pattern(line: str, job_id: str, home: str) -> re.Pattern:
+    """A README line as a regex: literal text, with its placeholders filled in."""
+    values = dict(PLACEHOLDERS, **{"<job id>": re.escape(job_id), "/root/.slurmtorch": re.escape(home)})
+    parts = re.split("(" + "|".join(re.escape(k) for k in values) + ")", line)
+    return re.compile("".join(values[p] if p in values else re.escape(p) for p in parts))
+
+
+def matches(readme_lines: list[str], got: str, job_id: str, home: str) -> list[str]:
+    """The README lines not found, in order, among the output's lines."""
+    lines, at, missing = got.splitlines(), 0, []
+    for want in readme_lines:
+        regex = pattern(want, job_id, home)
+        found = next((i for i in range(at, len(lines)) if regex.fullmatch(lines[i])), None)
+        if found is None:
+            missing.append(want)
+        else:
+            at = found + 1
+    return missing
+
+
+def test_readme_output_block_parses_and_matches_its_own_shape():
+    out, err = readme_main_output()
+    assert out[0] == "<job id>" and out[-1].startswith("trained on 4 ranks")
+    assert err[-1] == "job <job id> COMPLETED (exit 0)"
+    fake_out = "123\nepoch 0 loss 0.5000\nepoch 1 loss 0.2500\nepoch 2 loss 0.1250\n" \
+               "trained on 4 ranks across nodes node1,node2,node3,node4 final loss 0.1250 (local rank 0)\n"
+    fake_err = "submitted job 123; folder /tmp/h/jobs/123\nsome warning\njob 123 COMPLETED (exit 0)\n"
+    assert matches(out, fake_out, "123", "/tmp/h") == []
+    assert matches(err, fake_err, "123", "/tmp/h") == []
+    assert matches(out, fake_out.replace("0.5000", "nan"), "123", "/tmp/h") == ["epoch 0 loss <loss>"]
+
+
 def test_readme_main_job_trains_ddp_across_four_nodes(testbed, has_torch, tmp_path, capsys):
     r = testbed.run(readme_main_command(), cwd=REPO, timeout=180, env={"SLURMTORCH_HOME": str(tmp_path)})
     with capsys.disabled():  # shown in CI's log
@@ -30,3 +82,8 @@ def test_readme_main_job_trains_ddp_across_four_nodes(testbed, has_torch, tmp_pa
     assert re.fullmatch(r"\d+", job_id)
     assert "trained on 4 ranks across nodes node1,node2,node3,node4" in r.stdout
     assert f"job {job_id} COMPLETED (exit 0)" in r.stderr
+    # What README shows it prints: stdout exactly, and its stderr lines among rank 0's own.
+    out, err = readme_main_output()
+    assert len(r.stdout.splitlines()) == len(out), r.stdout
+    assert matches(out, r.stdout, job_id, str(tmp_path)) == [], r.stdout
+    assert matches(err, r.stderr, job_id, str(tmp_path)) == [], r.stderr

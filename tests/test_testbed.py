@@ -12,6 +12,7 @@ import pytest
 from conftest import TESTBED, need
 
 STATE = Path(os.environ.get("SLURMTORCH_TESTBED_DIR", "/tmp/slurmtorch-testbed"))
+LOCK = Path(f"{STATE}.lock")
 
 
 def _testbed(*args, timeout=120):
@@ -42,25 +43,33 @@ def _leftovers() -> list[str]:
         left.append("bridge stbr0")
     if STATE.exists():
         left.append(f"state dir {STATE}")
+    if LOCK.exists():
+        left.append(f"lock file {LOCK}")
     return left
 
 
 def test_up_and_down_twice_leave_no_daemon_namespace_or_state(testbed):
-    """Also proves `up` recovers from a cluster it did not take down itself."""
+    """Also proves `up` recovers from a cluster it did not take down itself, and that `down`
+    never kills a process whose PID a stale PID file names (the kernel reuses PIDs)."""
+    bystander = subprocess.Popen(["sleep", "300"])
     try:
         for _ in range(2):
             up = _testbed("up", "4")
             assert up.returncode == 0, up.stderr
             out = testbed.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split("\n")
             assert sorted(line.split()[0] for line in out if line) == ["node1", "node2", "node3", "node4"]
+            # As if a daemon of an earlier run had had this PID.
+            (STATE / "run" / "slurmd-node9.pid").write_text(f"{bystander.pid}\n")
             down = _testbed("down")
             assert down.returncode == 0, down.stderr
+            assert bystander.poll() is None, "down killed a process that was not one of its daemons"
             # Daemons end asynchronously after SIGKILL; allow a moment.
             deadline = time.monotonic() + 5
             while _leftovers() and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert _leftovers() == []
     finally:
+        bystander.kill()
         # Leave a healthy cluster for the rest of the session.
         assert _testbed("up", "4").returncode == 0
 
@@ -70,6 +79,14 @@ def test_up_is_idempotent_on_a_healthy_cluster(testbed):
     again = _testbed("up", "4")
     assert again.returncode == 0 and "already up" in again.stderr
     assert (STATE / "run" / "slurmctld.pid").read_text() == before
+
+
+def test_slurmctld_listens_only_on_the_testbed_address(testbed):
+    # CommunicationParameters=NoCtldInAddrAny: bound to slurmctl's 198.18.0.1, not to every address.
+    ss = subprocess.run(["ss", "-Hltn", "sport", "= :16817"], capture_output=True, text=True, timeout=30)
+    assert ss.returncode == 0, ss.stderr
+    local = [line.split()[3] for line in ss.stdout.splitlines() if line.strip()]
+    assert local == ["198.18.0.1:16817"], ss.stdout
 
 
 def test_srun_reaches_four_nodes_with_their_own_hostnames_and_addresses(testbed):

@@ -10,7 +10,7 @@ import typer
 
 
 def doctor(
-    site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE, else local)"),
+    site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE, else the job's own site, else local)"),
     node_type: Optional[str] = typer.Option(None, "--node-type", help="node type to check against (default: the partition's)"),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="partition whose node type applies"),
     preset: Optional[str] = typer.Option(None, "--preset", help="preset whose environment applies"),
@@ -28,7 +28,17 @@ def doctor(
     from .. import doctor as d
     from .. import sites, spec
 
-    site_obj = sites.load_site(site or os.environ.get("SLURMTORCH_SITE") or "local")
+    from ..errors import SlurmtorchError
+
+    # --site, else $SLURMTORCH_SITE, else (run inside a slurmtorch job) the site its script
+    # was rendered for, else "local".
+    ref, source = d.site_for_doctor(site, os.environ)
+    try:
+        site_obj = sites.load_site(ref or "local")
+    except SlurmtorchError:
+        if source != d.RECORDED:
+            raise
+        site_obj = sites.load_site("local")  # only its name was recorded, and that is not on the search path
     part_name = partition or (os.environ.get("SLURM_JOB_PARTITION") if node_type is None else None)
     if part_name and not any(p.name == part_name for p in site_obj.partitions):
         part_name = partition  # an allocation on a partition the site does not describe: use the default
