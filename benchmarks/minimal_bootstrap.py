@@ -10,7 +10,7 @@ import runpy
 import socket
 import sys
 
-os.environ.setdefault("OMPI_MCA_btl", "self,sm,tcp")
+os.environ.setdefault("OMPI_MCA_btl", "^ofi,uct")
 from mpi4py import MPI  # noqa: E402
 
 comm = MPI.COMM_WORLD

