@@ -6,7 +6,9 @@ Each node is its own network namespace (node1..node4 at 198.18.0.11..14).
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,7 +32,20 @@ def bed(testbed, has_torch):
 
 
 def srun(bed, *argv, timeout=120):
-    return bed.run(["srun", "-p", "debug", "--kill-on-bad-exit=1", *argv], timeout=timeout, cwd=REPO)
+    """Run a step; its stdout is each task's own file, concatenated in task order.
+
+    srun forwards every task's stdout through one stream in chunks, so two tasks' long
+    lines (a probe's JSON passes 1 KiB) can interleave mid-line; per-task files cannot.
+    """
+    out = Path(tempfile.mkdtemp(prefix="st-srun-", dir="/tmp"))  # /tmp is shared by the node namespaces
+    try:
+        result = bed.run(["srun", "-p", "debug", "--kill-on-bad-exit=1", f"--output={out}/task-%t.out", *argv],
+                         timeout=timeout, cwd=REPO)
+        files = sorted(out.glob("task-*.out"), key=lambda p: int(p.stem.split("-")[1]))
+        result.stdout = "".join(p.read_text() for p in files)
+        return result
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def probes(out: str) -> list[dict]:

@@ -60,10 +60,12 @@ def test_a_failing_rank_ends_the_job_and_is_named_everywhere(testbed, has_torch,
     assert proc.returncode != 0, proc.stderr
     job_id = proc.stdout.splitlines()[0]
     assert f"job {job_id} FAILED" in proc.stderr
-    # --wait names the root cause first, then the peers that failed because of it.
+    # --wait names the root cause first, then any peers that failed because of it. Whether a
+    # peer reports at all is a race (srun's --kill-on-bad-exit may end it before it notices
+    # the closed connection), so secondary lines are optional, but never come first.
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("slurmtorch: ")]
     assert lines and lines[0].startswith(f"slurmtorch: failed: {named}"), proc.stderr
-    assert any(ln.startswith("slurmtorch: then failed: ranks ") for ln in lines), proc.stderr
+    assert all(ln.startswith("slurmtorch: then failed: ranks ") for ln in lines[1:]), proc.stderr
 
     status = slurmtorch(testbed, home, "status", job_id)
     assert status.returncode == 0, status.stderr
