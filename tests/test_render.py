@@ -337,7 +337,9 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy')"
-        " or m.startswith('slurmtorch.bootstrap') or m == 'slurmtorch.mpi')\n"
+        " or m.startswith('slurmtorch.bootstrap') or m == 'slurmtorch.mpi'\n"
+        # nor the in-rank world, the submit edge, or the other verbs' modules
+        " or m in ('slurmtorch.rankinfo', 'slurmtorch.submit', 'slurmtorch.cli.jobs', 'slurmtorch.cli.doctor'))\n"
         "print('BAD', bad, file=sys.stderr)\n"
         "sys.exit(1 if bad else 0)\n"
     )
@@ -346,3 +348,10 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout
     assert "BAD []" in proc.stderr
+
+
+def test_the_sites_role_names_are_the_bootstraps_role_order():
+    """sites keeps its own copy so that rendering never imports the in-rank rankinfo."""
+    from slurmtorch import rankinfo, sites
+
+    assert sites.ROLE_NAMES == rankinfo.ROLE_ORDER

@@ -8,7 +8,6 @@ it, and what would have been valid. Everything downstream works on the frozen `S
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -616,6 +615,8 @@ def _where(mapping: Any, key: Any, fallback: Path) -> str:
 
 
 def _valid_tip(got: str, valid: list[str], what: str) -> str:
+    import difflib  # only on the error path
+
     close = difflib.get_close_matches(str(got), valid, n=1)
     listing = ", ".join(repr(v) for v in valid) if valid else "(none)"
     if close:

@@ -17,7 +17,7 @@ from . import __version__, shell
 from .errors import SpecError
 from .sites import BACKENDS, CONTAINER_RUNTIMES, LAUNCHERS, Container, Site, parse_time
 
-_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # compiled on first use (re's cache): most jobs never need it
 KINDS = ("sbatch", "mpirun")
 MAX_JOB_NAME = 1024  # slurmctld's limit for a job name
 
@@ -148,7 +148,7 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
 
 # Signals a rank can catch and survive by default action (KILL/STOP cannot be caught).
 PREEMPT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG", "XCPU", "PWR")
-_SIGNAL_RE = re.compile(r"^(?:(?P<flags>[A-Z]+):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<time>[0-9]+))?$")
+_SIGNAL_RE = r"^(?:(?P<flags>[A-Z]+):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<time>[0-9]+))?$"  # compiled on first use (re's cache): most jobs never need it
 
 
 def parse_signal(text: str, what: str = "--signal") -> str:
@@ -157,7 +157,7 @@ def parse_signal(text: str, what: str = "--signal") -> str:
     `B:` (only the batch shell) is refused: slurmtorch's handler runs in the ranks,
     and a bare batch shell dies of SIGUSR1.
     """
-    m = _SIGNAL_RE.match(str(text).strip())
+    m = re.match(_SIGNAL_RE, str(text).strip())
     tip = f"e.g. --signal USR1@60 (signals: {', '.join(PREEMPT_SIGNALS)}; @ seconds before the time limit)"
     if not m:
         raise SpecError(f"invalid {what} {text!r}", tip=tip)
@@ -173,9 +173,9 @@ def parse_signal(text: str, what: str = "--signal") -> str:
     return f"{'R:' if flags else ''}{sig}{'@' + str(int(when)) if when is not None else ''}"
 
 
-_ARRAY_RE = re.compile(r"^(?P<ranges>[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*)?"
-                       r"(?:%(?P<limit>[0-9]+))?$")
-_SWEEP_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_ARRAY_RE = (r"^(?P<ranges>[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*)?"
+             r"(?:%(?P<limit>[0-9]+))?$")  # compiled on first use
+_SWEEP_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_-]*$"  # compiled on first use (re's cache): most jobs never need it
 MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001
 ARRAY_TIP = "e.g. --array 0-19%4 (indices 0..19, at most 4 at a time), --array 1,3,5-7, or --array %2 with --sweep"
 
@@ -187,7 +187,7 @@ def parse_array(text: str, grid: int | None = None) -> tuple[str, tuple[int, ...
     `%N` means every trial, at most N at a time.
     """
     text = str(text).strip()
-    m = _ARRAY_RE.match(text)
+    m = re.match(_ARRAY_RE, text)
     if not text or not m:
         raise SpecError(f"malformed --array {text!r}", tip=ARRAY_TIP)
     ranges, limit = m.group("ranges"), m.group("limit")
@@ -221,7 +221,7 @@ def parse_sweep(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, tuple[st
     out: list[tuple[str, tuple[str, ...]]] = []
     for item in items:
         name, sep, values = str(item).partition("=")
-        if not sep or not _SWEEP_NAME_RE.match(name):
+        if not sep or not re.match(_SWEEP_NAME_RE, name):
             raise SpecError(f"malformed --sweep {item!r}: expected NAME=V1,V2,... "
                             "(NAME: letters, digits, '_' or '-')", tip=tip)
         if name in dict(out) or shell_name(name) in {shell_name(n) for n, _ in out}:
@@ -258,7 +258,7 @@ def sweep_args(params: tuple[tuple[str, str], ...]) -> list[str]:
 
 
 def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
-    from .rankinfo import ROLE_ORDER
+    from .sites import ROLE_NAMES as ROLE_ORDER  # not rankinfo: no in-rank module on the render path
 
     out: dict[str, str] = {}
     for item in items:
@@ -286,7 +286,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         raise SpecError(f"unknown job kind {o.kind!r}")
     if (o.script is None) == (o.module is None):
         raise SpecError("give exactly one of SCRIPT or -m MODULE", tip="e.g. slurmtorch sbatch train.py, or -m pkg.train")
-    if o.module is not None and not _MODULE_RE.match(o.module):
+    if o.module is not None and not re.match(_MODULE_RE, o.module):
         raise SpecError(f"invalid module name {o.module!r}", tip="a dotted Python module path, e.g. pkg.train")
 
     # Checked here to name the value; rendering quotes each of them again.

@@ -1,6 +1,6 @@
 """`slurmtorch mpirun`: the same rendering for hosts without Slurm; runs it here."""
 
-from __future__ import annotations
+# No `from __future__ import annotations`: typer would eval each string annotation per call.
 
 import sys
 from typing import List, Optional
