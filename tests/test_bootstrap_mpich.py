@@ -71,7 +71,13 @@ def test_mpich_self_check_names_the_launcher(mpich_env):
 
 
 def test_a_rank_that_raises_under_mpich_ends_the_job_and_is_named(mpich_env):
-    result = mpiexec(2, PROBE, "--fail-rank", "1", env=mpich_env, timeout=60)
+    shm = Path("/dev/shm")
+    before = set(shm.glob("mpich_shm_*"))
+    try:
+        result = mpiexec(2, PROBE, "--fail-rank", "1", env=mpich_env, timeout=60)
+    finally:  # MPI_Abort leaves MPICH's shared-memory segment behind: ours to remove
+        for leftover in set(shm.glob("mpich_shm_*")) - before:
+            leftover.unlink(missing_ok=True)
     assert result.returncode != 0
     assert "rank 1 on " in result.stderr and "RuntimeError: probe told to fail on rank 1" in result.stderr
     assert "PROBE" not in result.stdout  # rank 0 was in all_reduce and was ended by MPI_Abort

@@ -39,10 +39,15 @@ def srun(bed, *argv, timeout=120):
     """
     out = Path(tempfile.mkdtemp(prefix="st-srun-", dir="/tmp"))  # /tmp is shared by the node namespaces
     try:
-        result = bed.run(["srun", "-p", "debug", "--kill-on-bad-exit=1", f"--output={out}/task-%t.out", *argv],
-                         timeout=timeout, cwd=REPO)
-        files = sorted(out.glob("task-*.out"), key=lambda p: int(p.stem.split("-")[1]))
-        result.stdout = "".join(p.read_text() for p in files)
+        result = bed.run(["srun", "-p", "debug", "--kill-on-bad-exit=1", f"--output={out}/task-%t.out",
+                          f"--error={out}/task-%t.err", *argv], timeout=timeout, cwd=REPO)
+
+        def tasks(suffix: str) -> str:
+            files = sorted(out.glob(f"task-*.{suffix}"), key=lambda p: int(p.stem.split("-")[1]))
+            return "".join(p.read_text() for p in files)
+
+        result.stdout = tasks("out")
+        result.stderr += tasks("err")  # srun's own lines first, then each task's
         return result
     finally:
         shutil.rmtree(out, ignore_errors=True)

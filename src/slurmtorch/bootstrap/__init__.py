@@ -607,11 +607,18 @@ def run_target(opts: Options) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def _say(line: str) -> None:
+    """One write per line: under PYTHONUNBUFFERED, print() writes the text and the newline
+    separately, and a launcher that merges the ranks' output (MPICH's Hydra) interleaves them."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def self_check(info: RankInfo, initialised: bool) -> int:
     """Print the world; with a group, all_reduce (rank+1) and compare with N(N+1)/2."""
     line = f"slurmtorch: {info.describe()}"
     if not initialised:
-        print(line + " (no process group: --no-init)", flush=True)
+        _say(line + " (no process group: --no-init)")
         return 0
     import torch
     import torch.distributed as dist
@@ -621,8 +628,7 @@ def self_check(info: RankInfo, initialised: bool) -> int:
     dist.all_reduce(value)
     got, expected = int(value.item()), info.world_size * (info.world_size + 1) // 2
     ok = got == expected
-    print(f"{line} backend {_STATE['backend']} all_reduce {got} (expected {expected}) {'ok' if ok else 'WRONG'}",
-          flush=True)
+    _say(f"{line} backend {_STATE['backend']} all_reduce {got} (expected {expected}) {'ok' if ok else 'WRONG'}")
     return 0 if ok else 1
 
 
