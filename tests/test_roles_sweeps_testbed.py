@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,17 @@ def test_sweep_runs_a_2x2_grid_of_two_node_jobs_as_one_array(testbed, tmp_path):
     assert json.loads(logs.stdout)["params"] == {"lr": "it's $x", "bs": "32"}
     no_trial = st(testbed, home, ["logs", job_id])
     assert no_trial.returncode != 0 and no_trial.stderr.startswith(f"error: job {job_id} is an array of 4 trials")
+
+
+def test_a_failed_role_step_stops_the_others_and_is_named(testbed, tmp_path):
+    """Each role is its own srun step: without the batch script's `wait -n` loop a failed
+    worker would leave the ps step (and the master) running to the time limit. `st`'s
+    timeout is the hang guard."""
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "--role", "master=1", "--role", "worker=1",
+                              "--role", "ps=1", "--wait", str(SCRIPTS / "role_fail.py")], timeout=150)
+    assert proc.returncode != 0, proc.stderr
+    job_id = proc.stdout.splitlines()[0]
+    batch = (home / "jobs" / job_id / "batch.out").read_text()
+    assert "slurmtorch: role worker exited with 4; stopping the other roles" in batch, batch
+    assert re.search(r"rank 1 on node\d+ failed:", (home / "jobs" / job_id / "rank-1.err").read_text())

@@ -1,0 +1,20 @@
+"""Role job where one worker fails: the parameter server would serve forever, the master
+keeps training. The job must still end promptly, naming the failed role."""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+role = os.environ["SLURMTORCH_ROLE"]
+if role == "ps":
+    time.sleep(600)  # a server that runs until the job stops it
+    sys.exit(0)
+t = torch.ones(1)
+dist.all_reduce(t)  # everyone up and in the group
+if role == "worker":
+    sys.exit(4)
+for _ in range(300):  # the master trains on (until its peer's loss or the job stops it)
+    dist.all_reduce(t)
+    time.sleep(0.2)
