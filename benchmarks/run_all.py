@@ -5,7 +5,7 @@
 
 Benchmarks, not tests: nothing here asserts a time. Run it on a quiet machine. Section 4
 starts the local Slurm testbed. Every figure in the output, and whether each target was
-met, comes from this run; benchmarks/NOTES.md (explanations only, no figures) is appended.
+met, comes from this run; benchmarks/NOTES.md (explanations and dated one-off checks, never this run's figures) is appended.
 """
 from __future__ import annotations
 
