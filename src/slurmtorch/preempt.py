@@ -13,7 +13,7 @@ The flow (submit with `--signal USR1@60`, which also sets `--requeue`):
    `scontrol requeue JOBID` (an array task is `ARRAYJOBID_TASKID`) and exits; Slurm
    ends every rank, puts the job back in the queue with the same id and folder, and
    starts the batch script again with SLURM_RESTART_COUNT incremented.
-4. Every other process (and one whose job rank is unknown: never a second requeuer)
+4. Every other process (and one whose job rank is unknown: it never acts as rank 0)
    runs its hooks and *returns* to training at once. It must not wait inside the
    handler: Python runs a handler between bytecodes, so rank 0 blocked in a collective
    that waits for this rank would never get to run its own hooks. Instead it arms a
