@@ -222,3 +222,17 @@ def test_in_process_init_gives_the_same_world(env):
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("INPROC"))
     assert lines == ["INPROC rank 0 world 2 env 0 sum 3.0", "INPROC rank 1 world 2 env 1 sum 3.0"]
     assert "terminate called" not in result.stderr
+
+
+def test_unbuffered_output_becomes_one_write_per_line(tmp_path):
+    """torchrun runs workers with `python -u`: without this, two ranks sharing a log
+    interleave the halves of their print() lines (text, then newline, as two writes)."""
+    script = tmp_path / "streams.py"
+    script.write_text("import sys\n"
+                      "print(sys.stdout.write_through, sys.stdout.line_buffering,"
+                      " sys.stderr.write_through, sys.stderr.line_buffering)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    result = subprocess.run([sys.executable, "-u", "-m", "slurmtorch.bootstrap", "--from", "single", "--no-init",
+                             str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True", "False", "True"]

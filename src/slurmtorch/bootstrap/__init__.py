@@ -607,6 +607,23 @@ def run_target(opts: Options) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
+def line_atomic_stdio(streams=None) -> None:
+    """Unbuffered stdout/stderr become line-buffered: still live, one write per line.
+
+    torchrun starts its workers with `python -u`, and PYTHONUNBUFFERED is common on
+    clusters; print() then writes the text and the newline separately, and ranks that
+    share one log (torchrun's per-node file, Hydra's merged stream) cut each other's
+    lines in half. Line buffering flushes at every newline, so nothing waits that a
+    reader would miss, except a partial line until its newline or an explicit flush.
+    """
+    for stream in (sys.stdout, sys.stderr) if streams is None else streams:
+        if getattr(stream, "write_through", False):
+            try:
+                stream.reconfigure(write_through=False, line_buffering=True)
+            except (AttributeError, ValueError, OSError):
+                pass
+
+
 def _say(line: str) -> None:
     """One write per line: under PYTHONUNBUFFERED, print() writes the text and the newline
     separately, and a launcher that merges the ranks' output (MPICH's Hydra) interleaves them."""
@@ -657,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(exc.render() + "\n")
         return exc.exit_code
     _STATE["main"] = True
+    line_atomic_stdio()
     code = 0
     try:
         info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role)
