@@ -95,8 +95,21 @@ def testbed() -> Testbed:
 
 
 @pytest.fixture(scope="session")
-def mpi_env() -> dict[str, str]:
-    """Environment for running Open MPI's mpirun as root on this 2-core host."""
+def mpi_env():
+    """Environment for running Open MPI's mpirun as root on this 2-core host.
+
+    Tests that end a job with MPI_Abort leave Open MPI's shared-memory segments in this
+    host's /dev/shm (16 MB each); the ones that appeared during the session are removed
+    at its end, when every mpirun the tests started has ended.
+    """
+    shm = Path("/dev/shm")
+    before = set(shm.glob("sm_segment.*"))
+    yield _mpi_env()
+    for leftover in set(shm.glob("sm_segment.*")) - before:
+        leftover.unlink(missing_ok=True)
+
+
+def _mpi_env() -> dict[str, str]:
     try:
         import mpi4py  # noqa: F401
     except ImportError:
