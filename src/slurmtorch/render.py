@@ -25,18 +25,22 @@ from .spec import shell_name as sweep_var
 # Per-rank log redirection for launchers without srun's --output patterns. It is a
 # constant passed as `bash -c` text; the job folder and argv arrive as positional
 # parameters, so no user value is ever spliced into it.
-RANK_LOG_WRAPPER = (
-    'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; '
-    'exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"'
-)
+# `op` is `>`, or `>>` for a job that can be requeued (it reruns in the same folder).
+def _rank_log_wrapper(op: str) -> str:
+    return ('r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; '
+            f'exec "$@" {op}"$d/rank-$r.out" 2{op}"$d/rank-$r.err"')
+
 
 # A role job runs one srun step per role, so SLURM_PROCID counts within the role; the
 # job rank (the log file's number) is the role's first rank ($1) plus it. Constant text
-# like RANK_LOG_WRAPPER: offset, folder and argv arrive as positional parameters.
-ROLE_LOG_WRAPPER = (
-    'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; '
-    'exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"'
-)
+# like the rank wrapper: offset, folder and argv arrive as positional parameters.
+def _role_log_wrapper(op: str) -> str:
+    return ('r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; '
+            f'exec "$@" {op}"$d/rank-$r.out" 2{op}"$d/rank-$r.err"')
+
+
+RANK_LOG_WRAPPER = _rank_log_wrapper(">")
+ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
 
@@ -83,9 +87,9 @@ def _append(spec: JobSpec) -> list[str]:
     return ["--open-mode=append"] if spec.requeue else []
 
 
-def _log_wrapper(spec: JobSpec, wrapper: str) -> str:
-    """A rank log wrapper that appends (`>>`) when the job can be requeued, like _append."""
-    return wrapper.replace('>"$d/', '>>"$d/') if spec.requeue else wrapper
+def _redirect(spec: JobSpec) -> str:
+    """`>>` for the rank log wrappers when the job can be requeued, like _append."""
+    return ">>" if spec.requeue else ">"
 
 
 def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
@@ -128,7 +132,7 @@ def launch_plan(spec: JobSpec) -> Launch:
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
-                      role_log_wrapper=_log_wrapper(spec, ROLE_LOG_WRAPPER))
+                      role_log_wrapper=_role_log_wrapper(_redirect(spec)))
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
@@ -166,7 +170,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         for name, _ in spec.env:
             mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
-                  rank_log_wrapper=_log_wrapper(spec, RANK_LOG_WRAPPER))
+                  rank_log_wrapper=_rank_log_wrapper(_redirect(spec)))
 
 
 def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:

@@ -257,6 +257,12 @@ def sweep_args(params: tuple[tuple[str, str], ...]) -> list[str]:
     return [x for name, value in params for x in (f"--{name}", value)]
 
 
+def _container(base: Container | None, runtime: str, image: str) -> Container:
+    """A container of `image` under `runtime` that keeps the site's mounts and interpreter."""
+    return Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
+                     python=base.python if base else None)
+
+
 def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     from .sites import ROLE_NAMES as ROLE_ORDER  # not rankinfo: no in-rank module on the render path
 
@@ -452,10 +458,9 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
     if o.container_image is not None:
         shell.directive_value(o.container_image, what="--container-image")
-        base = Container(runtime=runtime, image=o.container_image, mounts=base.mounts if base else (),
-                         python=base.python if base else None)
+        base = _container(base, runtime, o.container_image)
     elif base is not None and o.container_runtime is not None:
-        base = Container(runtime=runtime, image=base.image, mounts=base.mounts, python=base.python)
+        base = _container(base, runtime, base.image)
     if role_images and not layout:
         raise SpecError("--role-image needs --role", tip="use --container-image for a job without roles")
     role_containers: list[tuple[str, Container | None]] = []
@@ -464,8 +469,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         for role, _ in layout.roles:
             image = role_images.get(role) or site_roles.get(role)
             if image is not None:
-                c = Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
-                              python=base.python if base else None)
+                c = _container(base, runtime, image)
             else:
                 c = base
             role_containers.append((role, c))

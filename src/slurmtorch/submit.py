@@ -131,8 +131,9 @@ def _make_temp_folder(root: Path) -> Path:
 
 
 def write_new(path: Path, text: str) -> None:
-    """A new file, never world-writable. `surrogateescape`: an argument or file name that is
-    not UTF-8 reaches the file as the bytes the user gave, as `--dry-run` prints them."""
+    """A new file, never world-writable. Rendered text is UTF-8 already (shell.quote refuses
+    anything else); `surrogateescape` only keeps a stray undecodable byte from becoming a
+    traceback here."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
         os.fchmod(fd, os.fstat(fd).st_mode & 0o7777 & ~0o002)
