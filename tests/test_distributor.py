@@ -1,7 +1,10 @@
 """`Distributor`: functions and files on real ranks, here (mpirun) and on the Slurm testbed.
 
-No mocks: real Open MPI, real sbatch/srun, real torch.distributed over gloo. The
-functions below live in this (uninstalled) test module, so they travel to the ranks
+Real Open MPI, real sbatch/srun, real torch.distributed over gloo. The exception is a
+block of pure unit tests (`slurm_job`) that hand a Job scheduler answers through the
+`runner` parameter, to pin how it reads states and files: requeued runs and torchrun
+logs also have real-testbed tests below them; a job slurmctld has already forgotten
+does not (that takes MinJobAge, minutes). The functions below live in this (uninstalled) test module, so they travel to the ranks
 by value, as a notebook's would. Every wait is bounded: `result(timeout=...)` or a
 pytest timeout, and a job still running at the end of a test is cancelled.
 """
