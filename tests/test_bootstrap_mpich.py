@@ -41,7 +41,10 @@ def mpiexec(n, *argv, env, timeout=90):
 
 
 def test_mpich_is_the_mpi_the_ranks_talk_to(mpich_env):
-    code = "from mpi4py import MPI; print(MPI.Get_library_version().split()[0], MPI.COMM_WORLD.Get_size())"
+    # One write per line: both ranks share the pipe, and under PYTHONUNBUFFERED print() would
+    # write its parts separately and the two ranks' lines could interleave.
+    code = ("import sys; from mpi4py import MPI; "
+            "sys.stdout.write(f'{MPI.Get_library_version().split()[0]} {MPI.COMM_WORLD.Get_size()}\\n')")
     result = subprocess.run([str(MPICH / "mpiexec"), "-n", "2", str(MPICH / "python"), "-c", code],
                             env=mpich_env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
