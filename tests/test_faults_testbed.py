@@ -9,6 +9,8 @@ instead of hanging it.
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 import time
@@ -112,3 +114,33 @@ def test_a_lost_node_ends_the_job_with_node_fail_and_names_it(testbed, has_torch
     assert "failed: rank 2 on node3: lost with its node" in status.stdout, status.stdout
     # --no-requeue (the default without --requeue): Slurm did not silently rerun it.
     assert "Restarts=0" in shown and "Requeue=0" in shown, shown
+
+
+@pytest.mark.timeout(WAIT_GUARD_S + 60)
+def test_a_step_that_never_launches_fails_the_job_and_says_so(testbed, has_torch, tmp_path):
+    """srun exits 0 when slurmstepd cannot set its step up (Slurm 22.05). Here a file where
+    the step's PMIx socket goes (stepd.slurm.pmix.JOB.0, made by the site's prologue)
+    makes that happen, as it does when a requeued job restarts within a second or two."""
+    site = tmp_path / "blocked.yaml"
+    spools = shlex.quote(str(testbed.state_dir / "nodes"))
+    site.write_text("extends: testbed\nprologue:\n  - " + json.dumps(
+        f'for d in {spools}/*/spool; do : >"$d/stepd.slurm.pmix.$SLURM_JOB_ID.0"; done') + "\n")
+    home = tmp_path / "home"
+    proc = slurmtorch(testbed, home, "sbatch", "--site", site, "-N", "2", "-t", "5", FAULT, "--wait",
+                      "--", "none", "0", timeout=WAIT_GUARD_S)
+    job_id = proc.stdout.splitlines()[0]
+    try:
+        assert proc.returncode != 0, proc.stderr
+        assert f"job {job_id} FAILED (exit 1)" in proc.stderr, proc.stderr
+        never = "failed: rank 0: never started: the step failed to launch (Unspecified error)"
+        assert f"slurmtorch: {never}" in proc.stderr, proc.stderr
+        batch = (home / "jobs" / job_id / "batch.out").read_text()
+        assert "launch failed" in batch, batch  # srun's own words, and yet it exited 0
+        assert "slurmtorch: error: srun exited 0 but no rank started" in batch, batch
+        assert (home / "jobs" / job_id / "exit-code").read_text() == "1\n"
+        status = slurmtorch(testbed, home, "status", job_id)
+        assert "state=FAILED" in status.stdout and never in status.stdout, status.stdout
+    finally:
+        for blocker in (testbed.state_dir / "nodes").glob(f"*/spool/stepd.slurm.pmix.{job_id}.0"):
+            blocker.unlink(missing_ok=True)
+

@@ -67,6 +67,18 @@ def test_sbatch_script_matches_golden(site_name, launcher):
     check_golden(f"sbatch-{site_name}-{launcher}.sh", text)
 
 
+@pytest.mark.parametrize("launcher,image,checked", [
+    ("srun", None, True), ("torchrun", None, True), ("mpirun", None, False),
+    ("srun", "nvcr.io/nvidia/pytorch:24.01-py3", False)])
+def test_srun_launches_fail_when_no_rank_started_except_in_a_container(launcher, image, checked):
+    """srun exits 0 when its step never launched; mpirun does not, and a rank in a
+    container may not see the job folder to say it started."""
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher=launcher, container_image=image))
+    text = render.render_sbatch(spec)
+    assert ('[ ! -e "$SLURMTORCH_STARTED" ]' in text) is checked
+    assert ("export SLURMTORCH_STARTED" in text) is checked
+
+
 @pytest.mark.parametrize("site_name", ["local", "testbed"])
 def test_mpirun_script_matches_golden(site_name):
     site = sites.load_site(site_name)

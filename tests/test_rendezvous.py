@@ -227,6 +227,19 @@ def test_thread_default_leaves_a_lone_rank_and_a_user_choice_alone():
     assert thread_defaults({"OMP_NUM_THREADS": "8"}, 4, 16) == {}
 
 
+def test_only_sruns_task_0_leaves_the_started_file(tmp_path):
+    from slurmtorch.bootstrap import note_started
+
+    path = tmp_path / ".started-0"
+    note_started({"SLURMTORCH_STARTED": str(path), "SLURM_PROCID": "1"})
+    note_started({"SLURM_PROCID": "0"})
+    assert not path.exists()
+    note_started({"SLURMTORCH_STARTED": str(path), "SLURM_PROCID": "0"})
+    assert path.exists()
+    # A folder the rank cannot write (not mounted in its container, say) is not an error.
+    note_started({"SLURMTORCH_STARTED": str(tmp_path / "missing" / ".started-0"), "SLURM_PROCID": "0"})
+
+
 def test_phase_durations_split_mpi_and_torch_costs_out_of_ours():
     from slurmtorch.bootstrap import phase_durations
 

@@ -309,9 +309,19 @@ def test_role_wait_loop_a_failing_parameter_server_stops_training(tmp_path):
 
 
 def test_role_wait_loop_ends_when_training_succeeds_and_stops_the_parameter_server(tmp_path):
-    rc, err, took, code = run_role_script(tmp_path, master="sleep 1; exit 0", worker="exit 0", ps="exec sleep 30")
+    # The master's task 0 leaves SLURMTORCH_STARTED, as its bootstrap would.
+    rc, err, took, code = run_role_script(tmp_path, master='sleep 1; : >"$SLURMTORCH_STARTED"; exit 0',
+                                          worker="exit 0", ps="exec sleep 30")
     assert (rc, code) == (0, "0\n") and "stopping" not in err
     assert 1 <= took < 10, took
+    assert not list((tmp_path / "jobs" / "7").glob(".started-*"))
+
+
+def test_role_job_whose_steps_exit_0_without_starting_a_rank_fails(tmp_path):
+    """srun exits 0 when its step never launched; no task 0 left SLURMTORCH_STARTED."""
+    rc, err, _, code = run_role_script(tmp_path, master="exit 0", worker="exit 0", ps="exit 0")
+    assert (rc, code) == (1, "1\n")
+    assert "slurmtorch: error: srun exited 0 but no rank started" in err
 
 
 def test_role_wait_loop_does_not_wait_forever_for_a_step_that_ignores_term(tmp_path):

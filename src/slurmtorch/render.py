@@ -68,6 +68,9 @@ class Launch:
     rank_log_wrapper: str = RANK_LOG_WRAPPER
     role_steps: tuple[RoleStep, ...] = ()
     role_log_wrapper: str = ROLE_LOG_WRAPPER
+    # srun exits 0 when its step never launched: check that srun's task 0 started
+    # (bootstrap.note_started). Only where the ranks see the job folder: not in a container.
+    started_check: bool = False
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -132,7 +135,8 @@ def launch_plan(spec: JobSpec) -> Launch:
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
-                      role_log_wrapper=_role_log_wrapper(_redirect(spec)))
+                      role_log_wrapper=_role_log_wrapper(_redirect(spec)),
+                      started_check=spec.container is None and not any(c for _, c in spec.role_containers))
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
@@ -147,7 +151,8 @@ def launch_plan(spec: JobSpec) -> Launch:
         srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
-        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun))
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
+                      started_check=spec.container is None)
 
     rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher], container=spec.container)]
     if launcher == "srun":
@@ -156,7 +161,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
-        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun))
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=spec.container is None)
 
     # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
     mpirun = ["-n", str(spec.ntasks)]

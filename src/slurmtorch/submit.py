@@ -519,6 +519,9 @@ _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\
 _SECONDARY_RE = re.compile(
     r"Connection (reset|closed) by peer|Broken pipe|Connection refused|Timed out|timed out|"
     r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)", re.IGNORECASE)
+# slurmstepd could not set the step up (PMIx, container, cgroup): the task never ran, and
+# srun (22.05) still exits 0; the batch script turns that into exit 1.
+_LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch failed: (?P<why>.+?)\s*$")
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
@@ -534,7 +537,8 @@ class RankFailure:
     primary: bool  # False: it failed because a peer died or hung
 
     def line(self) -> str:
-        return f"rank {self.rank} on {self.host}: {self.cause}"
+        where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
+        return f"rank {self.rank}{where}: {self.cause}"
 
 
 def _expand_tasks(text: str) -> list[int]:
@@ -586,12 +590,21 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailur
                                                        not _SECONDARY_RE.search(cause))
                 break
     srun: dict[int, tuple[str, str]] = {}
+    unlaunched: dict[int, str] = {}
     for ln in batch_out.splitlines():
         m = _SRUN_TASK_RE.match(ln)
         if m:
             for t in _expand_tasks(m["tasks"]):
                 srun.setdefault(t, (m["host"], m["what"]))
+        m = _LAUNCH_FAILED_RE.match(ln)
+        if m:
+            for t in _expand_tasks(m["tasks"]):
+                unlaunched.setdefault(t, m["why"])
     failures = dict(reported)
+    for rank, why in unlaunched.items():
+        if rank not in failures and rank not in srun:
+            failures[rank] = RankFailure(rank, "", f"never started: the step failed to launch ({why}); "
+                                         "the slurmd log of the node says why", True)
     for rank, (host, what) in srun.items():
         if rank in failures:
             continue

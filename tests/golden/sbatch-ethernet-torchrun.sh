@@ -57,6 +57,12 @@ print(port)
 ')
 export MASTER_PORT
 
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
+# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
+SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
+export SLURMTORCH_STARTED
+rm -f "$SLURMTORCH_STARTED"
+
 # Launch: one torchrun step; rank logs go to $SLURMTORCH_JOB_DIR.
 # torchrun's c10d rendezvous runs on this (the first) node, on the port taken above.
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
@@ -65,6 +71,11 @@ srun --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=32 --ou
     --rdzv-endpoint "$head_node:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m slurmtorch.bootstrap --backend nccl --timeout 600 --from env /home/user/train.py --epochs 3
 rc=$?
+if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
+    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
+    rc=1
+fi
+rm -f "$SLURMTORCH_STARTED"
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
 printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"

@@ -84,6 +84,12 @@ print(port)
 ')
 export MASTER_PORT
 
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
+# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
+SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
+export SLURMTORCH_STARTED
+rm -f "$SLURMTORCH_STARTED"
+
 # Launch: one srun step per role, each on its own nodes (--relative), all at once.
 # The torch world is the training roles (master=1, worker=2);
 # every rank finds its place from SLURMTORCH_ROLES. Rank logs go to $SLURMTORCH_JOB_DIR.
@@ -149,6 +155,11 @@ if [ -n "${stop[*]}" ]; then
 fi
 (exit "$rc")
 rc=$?
+if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
+    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
+    rc=1
+fi
+rm -f "$SLURMTORCH_STARTED"
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
 printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"

@@ -98,10 +98,21 @@ print(port)
 ')
 export MASTER_PORT
 
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
+# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
+SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
+export SLURMTORCH_STARTED
+rm -f "$SLURMTORCH_STARTED"
+
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
 srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.out --error=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.err \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3 "${sweep_args[@]}"
 rc=$?
+if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
+    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
+    rc=1
+fi
+rm -f "$SLURMTORCH_STARTED"
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
 printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"

@@ -193,6 +193,22 @@ def _mark(name: str) -> None:
     _CPU_MARKS.append((name, time.process_time()))
 
 
+def note_started(environ=os.environ) -> None:
+    """Leave the file the batch script names in SLURMTORCH_STARTED (srun's task 0 only).
+
+    srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say):
+    this file is how the batch script tells that apart from a job whose ranks all ended
+    well. Best effort: a folder this process cannot write leaves no file, and the batch
+    script only checks where the ranks see the job folder (no container).
+    """
+    path = environ.get("SLURMTORCH_STARTED")
+    if path and environ.get("SLURM_PROCID") == "0":
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError:
+            pass
+
+
 def phase_durations(marks: list[tuple[str, float]], external: dict[str, float]) -> dict[str, float]:
     """Pure: seconds per phase from consecutive marks, with MPI's and torch's own costs split out.
 
@@ -674,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(exc.render() + "\n")
         return exc.exit_code
     _STATE["main"] = True
+    note_started()
     line_atomic_stdio()
     code = 0
     try:
