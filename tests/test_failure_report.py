@@ -1,4 +1,4 @@
-"""submit.parse_failures: which rank failed, where and why, from a job folder's texts (pure).
+"""failures.parse_failures: which rank failed, where and why, from a job folder's texts (pure).
 
 The texts are as srun and the bootstrap write them on the testbed; test_faults_testbed.py
 produces them for real and checks what status/logs/--wait make of them.
@@ -6,7 +6,7 @@ produces them for real and checks what status/logs/--wait make of them.
 
 from __future__ import annotations
 
-from slurmtorch.submit import parse_failures
+from slurmtorch.failures import is_consequence, parse_failures
 
 RAISED = """rank 2 on node3 failed:
 Traceback (most recent call last):
@@ -55,3 +55,13 @@ def test_a_lost_node_takes_the_silent_ranks_with_it():
 
 def test_a_clean_job_has_no_failures():
     assert parse_failures("", {0: "", 1: ""}) == []
+
+
+def test_a_timeout_or_a_lost_peer_is_a_consequence_and_a_ranks_own_error_is_not():
+    """The bootstrap lets such a rank's peers report before it ends the job (is_consequence)."""
+    report = PEER_LOST.split("\n", 1)[1]  # what the bootstrap reports, below its header line
+    assert is_consequence(report)
+    assert is_consequence("Traceback (most recent call last):\nRuntimeError: [pair.cc:598] Timed out waiting "
+                          "20000ms for recv operation to complete\n")
+    assert not is_consequence(RAISED.split("\n", 1)[1])
+    assert not is_consequence("exited with code 3")

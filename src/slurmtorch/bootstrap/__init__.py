@@ -665,8 +665,14 @@ def self_check(info: RankInfo, initialised: bool) -> int:
     return 0 if ok else 1
 
 
+# How long a rank that failed only because a peer died or hung (a timeout, a reset
+# connection) waits before it ends the job: its peers, failing at about the same moment,
+# get to report too, so the one rank that said nothing is the one that hung.
+CONSEQUENCE_GRACE_S = 1.0
+
+
 def _fail(code: int, text: str) -> None:
-    """Report and end the whole job now."""
+    """Report and end the whole job now (a consequence of a peer's failure: nearly now)."""
     info = _STATE.get("info")
     who = info.rank if info is not None else rankinfo.rank_hint(os.environ)
     try:
@@ -675,7 +681,10 @@ def _fail(code: int, text: str) -> None:
         pass
     sys.stderr.write(f"rank {who} on {_hostname()} failed:\n{text.rstrip()}\n")
     sys.stderr.flush()
-    from .. import mpi
+    from .. import failures, mpi
+
+    if info is not None and info.world_size > 1 and failures.is_consequence(text):
+        time.sleep(CONSEQUENCE_GRACE_S)
 
     mpi.abort(code)  # returns only when MPI is not running
     os._exit(code)

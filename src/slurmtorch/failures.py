@@ -1,0 +1,143 @@
+"""Which rank failed, where and why, from the texts a job leaves (pure).
+
+The bootstrap writes `rank R on HOST failed:` and the cause to the rank's stderr; srun
+adds its per-task lines to batch.out. submit.failure_report reads a job folder into
+parse_failures; the bootstrap asks is_consequence before it ends the job.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_RANK_FAILED_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) failed:\s*$")
+_SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
+# What a rank reports when a *peer* died or hung: a consequence, not the cause.
+_SECONDARY_RE = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|Connection refused|Timed out|timed out|"
+    r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)", re.IGNORECASE)
+# slurmstepd could not set the step up (PMIx, container, cgroup): the task never ran, and
+# srun (22.05) still exits 0; the batch script turns that into exit 1.
+_LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch failed: (?P<why>.+?)\s*$")
+_NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
+_PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
+_TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """One rank's end as the job folder tells it."""
+
+    rank: int
+    host: str
+    cause: str
+    primary: bool  # False: it failed because a peer died or hung
+
+    def line(self) -> str:
+        where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
+        return f"rank {self.rank}{where}: {self.cause}"
+
+
+def _expand_tasks(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _cause_of(body: list[str]) -> str:
+    lines = [ln.strip() for ln in body if ln.strip()]
+    if not lines:
+        return "failed (no detail)"
+    if lines[0].startswith("Traceback"):
+        cause = lines[-1]  # the exception line
+    elif lines[0].startswith("error: "):
+        cause = lines[0][len("error: "):]  # a BootstrapError's one line
+    else:
+        cause = lines[0]
+    # gloo prefixes its messages with a source location and suffixes them with advice.
+    cause = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h):\d+\]\s*", "", cause)
+    cause = cause.split(". This is typically", 1)[0]
+    return cause if len(cause) <= 240 else cause[:237] + "..."
+
+
+def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailure]:
+    """Which ranks failed, where, and why: primary causes first (pure; for status/logs/--wait).
+
+    Ranks report `rank R on HOST failed:` + a cause (the bootstrap's contract); srun's
+    `error: HOST: task R: Killed|Exited with exit code N|Terminated` lines cover ranks
+    that could not say anything (SIGKILL, a lost node). A rank whose peers all timed
+    out but that itself reported nothing and was terminated is the hung one.
+    """
+    reported: dict[int, RankFailure] = {}
+    for rank, text in sorted(rank_errs.items()):
+        lines = text.splitlines()
+        for i, ln in enumerate(lines):
+            m = _RANK_FAILED_RE.match(ln)
+            if m:
+                body = []
+                for nxt in lines[i + 1:]:
+                    if _RANK_FAILED_RE.match(nxt) or nxt.startswith("slurmstepd"):
+                        break
+                    body.append(nxt)
+                cause = _cause_of(body)
+                reported[int(m["rank"])] = RankFailure(int(m["rank"]), m["host"], cause,
+                                                       not _SECONDARY_RE.search(cause))
+                break
+    srun: dict[int, tuple[str, str]] = {}
+    unlaunched: dict[int, str] = {}
+    for ln in batch_out.splitlines():
+        m = _SRUN_TASK_RE.match(ln)
+        if m:
+            for t in _expand_tasks(m["tasks"]):
+                srun.setdefault(t, (m["host"], m["what"]))
+        m = _LAUNCH_FAILED_RE.match(ln)
+        if m:
+            for t in _expand_tasks(m["tasks"]):
+                unlaunched.setdefault(t, m["why"])
+    failures = dict(reported)
+    for rank, why in unlaunched.items():
+        if rank not in failures and rank not in srun:
+            failures[rank] = RankFailure(rank, "", f"never started: the step failed to launch ({why}); "
+                                         "the slurmd log of the node says why", True)
+    for rank, (host, what) in srun.items():
+        if rank in failures:
+            continue
+        if what == "Killed":
+            failures[rank] = RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True)
+        elif what.startswith("Exited with exit code"):
+            failures[rank] = RankFailure(rank, host, f"{what.lower()} without reporting a cause", True)
+        elif what.startswith("Unable to") or "node" in what.lower():
+            failures[rank] = RankFailure(rank, host, what, True)
+    if failures and not any(f.primary for f in failures.values()):
+        timed_out = [f for f in failures.values() if _TIMEOUT_RE.search(f.cause)]
+        if timed_out:
+            for rank, (host, what) in srun.items():
+                if rank not in failures and what == "Terminated":
+                    peers = ", ".join(str(f.rank) for f in sorted(timed_out, key=lambda f: f.rank))
+                    failures[rank] = RankFailure(
+                        rank, host, f"hung: reported nothing while ranks {peers} timed out waiting "
+                        "(the process-group --timeout); terminated by srun", True)
+    if failures and not any(f.primary for f in failures.values()):
+        # Ranks that said nothing and have no exit status from srun, while their peers
+        # lost the connection: they went down with their node. The peers' errors name
+        # the address they lost.
+        silent = [r for r in rank_errs if r not in failures and r not in srun]
+        lost = sorted(set(_NODE_FAILURE_RE.findall(batch_out)))
+        addrs = [m.group(1) for f in failures.values() for m in [_PEER_ADDR_RE.search(f.cause)] if m]
+        if lost:
+            where, cause = ",".join(lost), f"lost with its node (srun: Node failure on {','.join(lost)})"
+        else:
+            where = max(sorted(set(addrs)), key=addrs.count) if addrs else "an unknown host"
+            cause = "no report and no exit status: lost with its node?"
+        for rank in silent:
+            failures[rank] = RankFailure(rank, where, cause, True)
+    return sorted(failures.values(), key=lambda f: (not f.primary, f.rank))
+
+
+def is_consequence(report: str) -> bool:
+    """Whether a rank's failure text (a traceback or one error line) says a peer died or
+    hung, not what went wrong first: the bootstrap lets such a rank's peers report too."""
+    return bool(_SECONDARY_RE.search(_cause_of(report.splitlines())))
