@@ -94,6 +94,24 @@ def test_job_survives_sbatch_export_none(testbed, home, probe):
     assert json.loads(proc.stdout.splitlines()[1])["path"] is True
 
 
+def test_a_launchers_variables_left_in_the_submitting_shell_do_not_reach_the_job(testbed, home, has_torch):
+    """sbatch passes the shell's environment on: a local torchrun's leftovers must not win.
+    MASTER_ADDR is the first node's address on the site's interface (eth0), not its name."""
+    stale = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "RANK": "5", "WORLD_SIZE": "9", "LOCAL_RANK": "3",
+             "NODE_RANK": "2", "TF_CONFIG": '{"task": {"type": "ps", "index": 7}}'}
+    example = Path(__file__).resolve().parent.parent / "examples" / "probe.py"
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--ntasks-per-node", "2", str(example),
+                              "--wait"], env=stale, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    folder = home / "jobs" / proc.stdout.split()[0]
+    lines = [ln for r in range(4) for ln in (folder / f"rank-{r}.out").read_text().splitlines()]
+    head = next(ln.split(":")[0] for ln in lines if " RANK=0 " in f" {ln.split(': ', 1)[1]}")
+    address = f"198.18.0.{10 + int(head[len('node'):])}"  # scripts/testbed: nodeK is 198.18.0.1K
+    assert len(lines) == 4 and sorted(re.search(r"\bRANK=(\d+)", ln)[1] for ln in lines) == ["0", "1", "2", "3"]
+    assert all(f"WORLD_SIZE=4 " in ln and f"MASTER_ADDR={address} " in ln and "all_reduce=10 " in ln
+               for ln in lines), lines
+
+
 def test_cancel_a_running_job_ends_the_wait(testbed, home, tmp_path):
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")

@@ -79,6 +79,17 @@ def test_srun_launches_fail_when_no_rank_started_except_in_a_container(launcher,
     assert ("export SLURMTORCH_STARTED" in text) is checked
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_submitting_shells_launcher_variables_are_unset_before_the_sites_exports(launcher):
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher=launcher))
+    text = render.render_sbatch(spec)
+    unset = next(ln for ln in text.splitlines() if ln.startswith("unset "))
+    assert {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TF_CONFIG"} <= set(unset.split())
+    assert text.index(unset) < text.index("export GLOO_SOCKET_IFNAME=eth0")
+    # Ranks started without MPI meet on the site's interface, found on the first node.
+    assert ("-m slurmtorch.rendezvous" in text) is (launcher != "mpirun")
+
+
 @pytest.mark.parametrize("site_name", ["local", "testbed"])
 def test_mpirun_script_matches_golden(site_name):
     site = sites.load_site(site_name)

@@ -227,6 +227,20 @@ def test_thread_default_leaves_a_lone_rank_and_a_user_choice_alone():
     assert thread_defaults({"OMP_NUM_THREADS": "8"}, 4, 16) == {}
 
 
+def test_the_batch_scripts_master_addr_helper_prints_the_interfaces_address_or_one_error(capsys, monkeypatch):
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
+    assert rendezvous.main(["--backend", "gloo"]) == 0
+    assert capsys.readouterr().out == "127.0.0.1\n"
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "=nosuch0")
+    assert rendezvous.main([]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("slurmtorch: error: no IPv4 address on the interface '=nosuch0'")
+    assert err[1].startswith("slurmtorch: tip: ")
+    assert rendezvous.main(["--nosuch"]) == 2
+
+
 def test_only_sruns_task_0_leaves_the_started_file(tmp_path):
     from slurmtorch.bootstrap import note_started
 

@@ -57,6 +57,14 @@ class RoleStep:
     rank_argv: tuple[str, ...]
 
 
+# A launcher's variables that sbatch (--export=ALL) brings along from the submitting
+# shell, e.g. after a local torchrun: the batch script unsets them, since they would
+# describe another world than the job's (a stale MASTER_ADDR wins over the first node).
+INHERITED_WORLD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                   "ROLE_RANK", "ROLE_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                   "TORCHELASTIC_RUN_ID", "CLUSTER_SPEC", "TF_CONFIG")
+
+
 @dataclass(frozen=True)
 class Launch:
     """The argv pieces of the launch line, unquoted (templates quote them)."""
@@ -71,6 +79,7 @@ class Launch:
     # srun exits 0 when its step never launched: check that srun's task 0 started
     # (bootstrap.note_started). Only where the ranks see the job folder: not in a container.
     started_check: bool = False
+    inherited_world: tuple[str, ...] = INHERITED_WORLD
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:

@@ -153,3 +153,34 @@ class PortReservation:
 def reserve_port(port: int = 0) -> PortReservation:
     """Bind `port` (0: a free one chosen by the kernel) and hold it."""
     return PortReservation(port)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m slurmtorch.rendezvous [--backend B]`: print this host's MASTER_ADDR.
+
+    The batch script runs it on the allocation's first node, where rank 0 runs, so that
+    ranks started without MPI (plain srun, torchrun) meet on the interface the site chose
+    for the node type, as MPI-started ranks do.
+    """
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    backend = "gloo"
+    if args[:1] == ["--backend"] and len(args) == 2:
+        backend = args[1]
+    elif args:
+        sys.stderr.write("usage: python -m slurmtorch.rendezvous [--backend auto|nccl|gloo|mpi]\n")
+        return 2
+    import os
+
+    try:
+        address = master_address(os.environ, socket.gethostname(), backend)
+    except BootstrapError as exc:
+        sys.stderr.write("".join(f"slurmtorch: {line}\n" for line in exc.render().splitlines()))
+        return 1
+    print(address)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,6 +21,9 @@ export SLURM_UMASK
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
 export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+# sbatch brought the submitting shell's environment along: a launcher's variables left
+# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
@@ -60,6 +63,18 @@ else:
 print(port)
 ')
 export MASTER_PORT
+
+# MASTER_ADDR: this node's address on the interface the site chose for the node type
+# (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
+# network. Without such a setting the ranks use this node's host name, as role jobs do
+# (their CLUSTER_SPEC names every role by host name).
+if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
+    if ! MASTER_ADDR=$(/opt/conda/bin/python -m slurmtorch.rendezvous --backend nccl); then
+        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+        exit 1
+    fi
+    export MASTER_ADDR
+fi
 
 # srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
 # bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.

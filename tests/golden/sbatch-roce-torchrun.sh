@@ -21,6 +21,9 @@ export SLURM_UMASK
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
 export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+# sbatch brought the submitting shell's environment along: a launcher's variables left
+# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
@@ -62,6 +65,18 @@ print(port)
 ')
 export MASTER_PORT
 
+# MASTER_ADDR: this node's address on the interface the site chose for the node type
+# (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
+# network. Without such a setting the ranks use this node's host name, as role jobs do
+# (their CLUSTER_SPEC names every role by host name).
+if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
+    if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.rendezvous --backend nccl); then
+        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+        exit 1
+    fi
+    export MASTER_ADDR
+fi
+
 # srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
 # bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
 SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
@@ -73,7 +88,7 @@ rm -f "$SLURMTORCH_STARTED"
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=64 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err \
     /opt/venv/bin/python -m torch.distributed.run --nnodes 1 --nproc-per-node 4 --rdzv-backend c10d \
-    --rdzv-endpoint "$head_node:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
+    --rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m slurmtorch.bootstrap --backend nccl --timeout 600 --from env /home/user/train.py --epochs 3
 rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then

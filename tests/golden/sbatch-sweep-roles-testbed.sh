@@ -21,6 +21,9 @@ export SLURM_UMASK
 # would then start its tasks without PATH or anything exported here.
 export SLURM_EXPORT_ENV=ALL
 export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
+# sbatch brought the submitting shell's environment along: a launcher's variables left
+# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 # One folder per array task (trial) below the array job's folder.
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLURM_ARRAY_TASK_ID"
 export SLURMTORCH_JOB_DIR
