@@ -65,3 +65,11 @@ def test_a_timeout_or_a_lost_peer_is_a_consequence_and_a_ranks_own_error_is_not(
                           "20000ms for recv operation to complete\n")
     assert not is_consequence(RAISED.split("\n", 1)[1])
     assert not is_consequence("exited with code 3")
+
+
+def test_a_rank_that_failed_before_knowing_its_rank_is_named_by_its_log():
+    early = ("rank ?(RANK=5) on node2 failed:\n"
+             "error: MASTER_ADDR 127.0.0.1 is a loopback address but the job spans 2 nodes\n")
+    batch = "srun: error: node2: task 1: Exited with exit code 1\n"
+    assert lines(parse_failures(batch, {1: early})) == [
+        ("rank 1 on node2: MASTER_ADDR 127.0.0.1 is a loopback address but the job spans 2 nodes", True)]

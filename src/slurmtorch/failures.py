@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_RANK_FAILED_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) failed:\s*$")
+# A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
+# the log it wrote to says which rank it was.
+_RANK_FAILED_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed:\s*$")
 _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
 # What a rank reports when a *peer* died or hung: a consequence, not the cause.
 _SECONDARY_RE = re.compile(
@@ -83,8 +85,8 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailur
                         break
                     body.append(nxt)
                 cause = _cause_of(body)
-                reported[int(m["rank"])] = RankFailure(int(m["rank"]), m["host"], cause,
-                                                       not _SECONDARY_RE.search(cause))
+                said = int(m["rank"]) if m["rank"].isdigit() else rank
+                reported[said] = RankFailure(said, m["host"], cause, not _SECONDARY_RE.search(cause))
                 break
     srun: dict[int, tuple[str, str]] = {}
     unlaunched: dict[int, str] = {}
