@@ -79,7 +79,6 @@ class Launch:
     # srun exits 0 when its step never launched: check that srun's task 0 started
     # (bootstrap.note_started). Only where the ranks see the job folder: not in a container.
     started_check: bool = False
-    inherited_world: tuple[str, ...] = INHERITED_WORLD
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -142,10 +141,12 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
 def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure)."""
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
+    in_container = spec.container is not None or any(c for _, c in spec.role_containers)
+    started_check = not in_container and (bool(spec.roles) or launcher != "mpirun")
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
                       role_log_wrapper=_role_log_wrapper(_redirect(spec)),
-                      started_check=spec.container is None and not any(c for _, c in spec.role_containers))
+                      started_check=started_check)
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
@@ -161,7 +162,7 @@ def launch_plan(spec: JobSpec) -> Launch:
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
-                      started_check=spec.container is None)
+                      started_check=started_check)
 
     rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher], container=spec.container)]
     if launcher == "srun":
@@ -170,7 +171,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
-        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=spec.container is None)
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check)
 
     # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
     mpirun = ["-n", str(spec.ntasks)]
@@ -295,7 +296,7 @@ def render_template(name: str, spec: JobSpec) -> str:
     launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
-        return template.render(spec=spec, launch=launch)
+        return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:

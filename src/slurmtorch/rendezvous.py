@@ -19,7 +19,9 @@ EADDRINUSE, which torch reports as a store error.
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import sys
 from collections.abc import Mapping, Sequence
 
 from .errors import BootstrapError
@@ -162,8 +164,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ranks started without MPI (plain srun, torchrun) meet on the interface the site chose
     for the node type, as MPI-started ranks do.
     """
-    import sys
-
     args = list(sys.argv[1:] if argv is None else argv)
     backend = "gloo"
     if args[:1] == ["--backend"] and len(args) == 2:
@@ -171,8 +171,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args:
         sys.stderr.write("usage: python -m slurmtorch.rendezvous [--backend auto|nccl|gloo|mpi]\n")
         return 2
-    import os
-
     try:
         address = master_address(os.environ, socket.gethostname(), backend)
     except BootstrapError as exc:
