@@ -94,6 +94,12 @@ def abort(code: int = 1) -> None:
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
 
 
+def finalize() -> None:
+    """MPI_Finalize, when this process initialised MPI and has not finalized it yet."""
+    if is_initialized():
+        sys.modules["mpi4py.MPI"].Finalize()
+
+
 def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     """Derive this rank's `RankInfo` from MPI_COMM_WORLD.
 

@@ -727,4 +727,42 @@ def main(argv: list[str] | None = None) -> int:
 
         _fail(1, traceback.format_exc())
     teardown()
-    return code
+    finish(code)
+    return code  # not reached: finish() ends the process
+
+
+def finish(code: int) -> None:
+    """End a rank whose script returned: what interpreter exit does, minus its abort.
+
+    Python's finalization can kill a finished rank: a gloo worker thread still alive
+    (a DDP reducer or a future callback holding the group) wakes up, tries to take the
+    GIL to drop a tensor, is ended with pthread_exit inside a noexcept frame, and
+    libstdc++ calls `terminate called without an active exception` (SIGABRT; srun then
+    kills the step). Seen in 1 of 15 srun launches of examples/train_ddp.py. So we do
+    the parts of exit the user can observe ourselves, in Python's order (non-daemon
+    threads joined, atexit handlers, buffers flushed, MPI finalized), then leave with
+    os._exit: no finalization, no C++ destructors of threads torch still runs.
+    """
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    import atexit
+
+    atexit._run_exitfuncs()  # the user's and libraries' handlers (logging, multiprocessing)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken pipe: nothing more can be said there
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)  # C-level stdio buffers (printf from extensions)
+    except (OSError, AttributeError):
+        pass
+    from .. import mpi
+
+    mpi.finalize()  # mpirun counts a rank that skips MPI_Finalize as failed
+    os._exit(code)
