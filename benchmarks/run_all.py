@@ -46,7 +46,7 @@ def main() -> int:
         ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(ALL)}")
     import compileall
 
-    compileall.compile_dir(str(_common.REPO / "src"), quiet=1)  # as a wheel install would
+    compileall.compile_dir(str(_common.REPO / "slurmtorch"), quiet=1)  # as a wheel install would
     sections, figures = [], []
     for name in chosen:
         t0 = time.perf_counter()

@@ -150,10 +150,10 @@ def test_mpirun_verb_runs_more_ranks_than_cores_on_one_host(tmp_path, mpi_env, h
 
 def test_only_submit_runs_subprocesses():
     """One choke point for side effects: everything else stays pure and testable."""
-    src = REPO / "src" / "slurmtorch"
+    src = REPO / "slurmtorch"
     users = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
                    if "import subprocess" in p.read_text() or "from subprocess" in p.read_text())
-    assert users == ["submit.py"]
+    assert users == ["submit/scheduler.py"]
 
 
 # --------------------------------------------------------------------------- the submit edge, without Slurm
@@ -190,7 +190,7 @@ def all_paths(top: Path) -> list[Path]:
 def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path):
     """Cancelled while pending, timed out, lost with its node: no exit-code, and once
     squeue and scontrol forget it, only its folder is left. Waiting must end there."""
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     root = tmp_path / "jobs"
     (root / "123").mkdir(parents=True)
@@ -202,7 +202,7 @@ def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path)
 
 
 def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
     from slurmtorch.errors import SubmitError
 
     root = tmp_path / "jobs"
@@ -233,7 +233,7 @@ def test_an_unwritable_slurmtorch_home_is_one_error_line(tmp_path, script):
     assert "a-file" in proc.stderr and "SLURMTORCH_HOME" in proc.stderr
 
 
-UNEXPECTED = ("import sys; from slurmtorch import submit\n"
+UNEXPECTED = ("import sys; from slurmtorch.submit import scheduler as submit\n"
               "def boom(*a, **k):\n    raise RuntimeError('surprise\\nsecond line')\n"
               "submit.job_dir = boom\n"
               "from slurmtorch.cli.main import main\nmain(['status', '1'])\n")
@@ -258,7 +258,7 @@ def test_an_unexpected_exception_is_one_error_line_and_a_traceback_only_when_deb
 
 def test_an_argument_that_is_not_utf8_is_submitted_as_the_dry_run_prints_it(tmp_path):
     """A byte that is not UTF-8 (a Latin-1 file name, say) reaches script.sh as given."""
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     script = "#!/bin/bash\necho " + os.fsdecode(b"caf\xe9") + "\n"
     sub = submit.submit(script, tmp_path / "jobs", runner=FakeSlurm())
@@ -267,7 +267,7 @@ def test_an_argument_that_is_not_utf8_is_submitted_as_the_dry_run_prints_it(tmp_
 
 @pytest.mark.parametrize("umask", [0o000, 0o002, 0o022])
 def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask):
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     root = tmp_path / "missing" / "parents" / "jobs"
     old = os.umask(umask)
@@ -293,7 +293,7 @@ def _torchrun_script(tmp_path: Path, nodes: int, per_node: int) -> str:
 
 
 def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
     from slurmtorch.errors import SpecError
 
     assert submit.torchrun_layout(_torchrun_script(tmp_path, 2, 3)) == (2, 3)
@@ -314,7 +314,7 @@ def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
 
 def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path):
     """torchrun writes node-0.out, and only once the job runs: --wait must still show it."""
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     root = tmp_path / "jobs"
     folder = root / "123"
@@ -357,7 +357,7 @@ def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
 
 
 def test_squeue_array_lines_are_parsed_per_task():
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     text = ("123_0|RUNNING|None|node1\n123_1|PENDING|Resources|\n 123_12|COMPLETING|None|node[2-3]\n"
             "124_0|RUNNING|None|node4\n123|RUNNING|None|node1\nnonsense\n")
@@ -367,7 +367,7 @@ def test_squeue_array_lines_are_parsed_per_task():
 
 
 def test_array_waits_ask_squeue_once_per_poll_scontrol_only_for_tasks_that_left_and_back_off(tmp_path, monkeypatch):
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     root = tmp_path / "jobs"
     sub = submit.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
@@ -409,7 +409,7 @@ def test_array_waits_ask_squeue_once_per_poll_scontrol_only_for_tasks_that_left_
 
 def test_mpirun_scripts_beyond_the_argument_size_limit_run(tmp_path):
     """One argv element is limited to 128 KiB (E2BIG): the script goes to bash as a file."""
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     big = "#!/bin/bash\n" + "# padding\n" * 30_000 + 'test "$#" = 0 || exit 9\nexit 7\n'
     assert len(big) > 256 * 1024
@@ -419,7 +419,7 @@ def test_mpirun_scripts_beyond_the_argument_size_limit_run(tmp_path):
 
 
 def test_sbatch_variables_in_the_environment_are_named_in_one_warning(tmp_path, monkeypatch, capsys):
-    from slurmtorch import submit
+    from slurmtorch.submit import scheduler as submit
 
     env = {"SBATCH_TIMELIMIT": "5", "SLURM_CONF": "/x", "SBATCH_PARTITION": "big", "PATH": "/bin"}
     assert submit.sbatch_env_overrides(env) == ["SBATCH_PARTITION", "SBATCH_TIMELIMIT"]

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from slurmtorch.contracts import cluster_spec, env_for, init_args, tf_config, unset_keys
+from slurmtorch.bootstrap.contracts import cluster_spec, env_for, init_args, tf_config, unset_keys
 from slurmtorch.errors import BootstrapError
-from slurmtorch.rankinfo import RankInfo
+from slurmtorch.bootstrap.rankinfo import RankInfo
 
 
 def make(rank=0, world=4, local_rank=0, local_world=2, node_rank=0, nodes=("n1", "n2"), trial=None,
@@ -61,7 +61,7 @@ def test_cluster_maps_are_left_out_when_hosts_are_unknown():
 
 
 def test_every_process_knows_its_job_rank_parameter_servers_included():
-    from slurmtorch.rankinfo import from_roles
+    from slurmtorch.bootstrap.rankinfo import from_roles
 
     assert env_for(make(rank=3))["SLURMTORCH_JOB_RANK"] == "3"
     env = {"SLURMTORCH_ROLES": "master=1,worker=2,ps=1", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_PROCID": "0",
@@ -117,7 +117,7 @@ def test_mpi_world_overrides_slurm_task_variables_inherited_from_the_mpi_daemon(
     """mpirun in an allocation: every rank inherits its prted's SLURM_PROCID (the node index)."""
     from dataclasses import replace
 
-    from slurmtorch.contracts import slurm_task_env
+    from slurmtorch.bootstrap.contracts import slurm_task_env
 
     info = replace(make(rank=3, world=4, local_rank=1, local_world=2, node_rank=1), source="mpi")
     inherited = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
@@ -129,7 +129,7 @@ def test_mpi_world_overrides_slurm_task_variables_inherited_from_the_mpi_daemon(
 def test_slurm_task_variables_are_left_alone_when_they_agree_or_are_absent():
     from dataclasses import replace
 
-    from slurmtorch.contracts import slurm_task_env
+    from slurmtorch.bootstrap.contracts import slurm_task_env
 
     info = replace(make(rank=3, world=4), source="mpi")
     assert slurm_task_env(info, {"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}) == {}

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import Distributor
-from slurmtorch.distributor import JobFailed, RemoteError, _group_alive, plan_layout
+from slurmtorch.api.distributor import JobFailed, RemoteError, _group_alive, plan_layout
 from slurmtorch.errors import SlurmtorchError, SpecError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -316,7 +316,7 @@ def test_testbed_runs_a_function_across_nodes(slurm, capsys, nodes):
     assert (folder / f"rank-{nodes - 1}.out").read_text() == f"rank {nodes - 1} of {nodes} tb{nodes}\n"
     script = (folder / "script.sh").read_text()
     assert f"#SBATCH --nodes={nodes}" in script and "#SBATCH --ntasks-per-node=1" in script
-    assert "-m slurmtorch._runfn" in script and "#SBATCH --job-name=world_report" in script
+    assert "-m slurmtorch.bootstrap.runfn" in script and "#SBATCH --job-name=world_report" in script
 
 
 @pytest.mark.testbed
@@ -409,7 +409,7 @@ def fake_slurm(scontrol: str | None = None, calls: list | None = None):
 
 
 def slurm_job(home: Path, runner, ntasks: int = 2, torchrun=None, kind: str = "function"):
-    from slurmtorch.distributor import Job, _SlurmHandle
+    from slurmtorch.api.distributor import Job, _SlurmHandle
 
     root, workdir = home / "jobs", home / "distributor" / "run"
     (root / "123").mkdir(parents=True)
@@ -456,7 +456,7 @@ def test_a_failed_rerun_reports_its_own_error_not_the_first_runs(home):
 
 
 def test_a_ranks_error_report_records_which_run_of_the_job_it_is(tmp_path, monkeypatch):
-    from slurmtorch import _runfn
+    from slurmtorch.bootstrap import runfn as _runfn
 
     monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
     _runfn._report(str(tmp_path), 1, ValueError("x"))
@@ -482,7 +482,7 @@ def test_torchrun_logs_are_per_node_and_a_rank_is_not_guessed(home):
 @pytest.mark.timeout(60)
 def test_local_mode_starts_a_script_beyond_the_argument_size_limit(tmp_path):
     """The mpirun script reaches bash as a file: one argv element is limited to 128 KiB."""
-    from slurmtorch.distributor import _LocalHandle
+    from slurmtorch.api.distributor import _LocalHandle
 
     workdir = tmp_path / "run"
     workdir.mkdir()
@@ -494,7 +494,7 @@ def test_local_mode_starts_a_script_beyond_the_argument_size_limit(tmp_path):
 
 
 def test_run_folders_and_their_parents_are_never_world_writable_under_umask_000(home):
-    from slurmtorch.distributor import _make_workdir
+    from slurmtorch.api.distributor import _make_workdir
 
     old = os.umask(0)
     try:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch import doctor as d
-from slurmtorch import sites
+from slurmtorch.doctor import checks as d
+from slurmtorch.submit import sites
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "slurmtorch.cli.main", "doctor"]

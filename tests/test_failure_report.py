@@ -6,7 +6,7 @@ produces them for real and checks what status/logs/--wait make of them.
 
 from __future__ import annotations
 
-from slurmtorch.failures import is_consequence, parse_failures
+from slurmtorch.submit.failures import is_consequence, parse_failures
 
 RAISED = """rank 2 on node3 failed:
 Traceback (most recent call last):

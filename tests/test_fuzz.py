@@ -20,7 +20,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurmtorch import resources, sites
+from slurmtorch import resources
+from slurmtorch.submit import sites
 from slurmtorch.cli.main import main
 from slurmtorch.errors import SlurmtorchError
 

@@ -1,4 +1,4 @@
-"""slurmtorch.preempt without a cluster: ids, restart counts, the handler's order of events."""
+"""slurmtorch.bootstrap.preempt without a cluster: ids, restart counts, the handler's order of events."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from slurmtorch import preempt
+from slurmtorch.bootstrap import preempt
 from slurmtorch.errors import BootstrapError
 
 
@@ -40,7 +40,7 @@ def test_install_without_a_signal_does_nothing():
 
 HANDLER = textwrap.dedent("""
     import os, signal, sys, time
-    from slurmtorch import preempt
+    from slurmtorch.bootstrap import preempt
     calls = []
     def runner(argv, **kw):
         calls.append(argv)
@@ -115,6 +115,6 @@ def test_a_failed_requeue_is_one_clear_error_and_a_non_zero_exit():
 
 
 def test_preempt_imports_nothing_heavy():
-    code = "import sys, slurmtorch.preempt; print([m for m in ('torch', 'mpi4py', 'subprocess') if m in sys.modules])"
+    code = "import sys, slurmtorch.bootstrap.preempt; print([m for m in ('torch', 'mpi4py', 'subprocess') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ)).stdout
     assert "torch" not in out and "mpi4py" not in out

@@ -1,7 +1,7 @@
 """Preemption on the testbed: signal mid-run, checkpoint hook, requeue, resume, right total.
 
 `slurmtorch sbatch --signal USR1@60` renders `--signal=USR1@60 --requeue`; the ranks'
-handler (slurmtorch.preempt) runs the on_preempt hooks, rank 0 requeues with
+handler (slurmtorch.bootstrap.preempt) runs the on_preempt hooks, rank 0 requeues with
 `scontrol requeue`, Slurm restarts the job (SLURM_RESTART_COUNT=1) and the script
 resumes from its checkpoint. The signal comes from `scancel --signal=USR1 JOBID`, which
 is what Slurm's own `--signal` delivery does (every task of every step, not the batch

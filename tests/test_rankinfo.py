@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurmtorch.errors import BootstrapError
-from slurmtorch.rankinfo import (
-    SLURM_PORT_BASE, SLURM_PORT_SPAN, check_mpi_world, detect_source, from_env, from_slurm, from_torchrun,
-    rank_hint, single, slurm_port, trial_id, world_from_mpi,
-)
+from slurmtorch.bootstrap.rankinfo import SLURM_PORT_BASE, SLURM_PORT_SPAN, check_mpi_world, detect_source, from_env, from_slurm, from_torchrun, rank_hint, single, slurm_port, trial_id, world_from_mpi
 
 
 def srun_env(procid, nodeid, localid, nodelist="node[1-4]", tasks="2(x4)", ntasks=8, **extra):

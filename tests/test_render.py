@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch import __version__, render, resources, shell, sites
+from slurmtorch import __version__
+from slurmtorch.submit import render
+from slurmtorch import resources
+from slurmtorch import shell
+from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, TemplateError
-from slurmtorch.spec import Options, build_spec
+from slurmtorch.submit.spec import Options, build_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("SLURMTORCH_UPDATE_GOLDEN") == "1"
@@ -87,7 +91,7 @@ def test_a_submitting_shells_launcher_variables_are_unset_before_the_sites_expor
     assert {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TF_CONFIG"} <= set(unset.split())
     assert text.index(unset) < text.index("export GLOO_SOCKET_IFNAME=eth0")
     # Ranks started without MPI meet on the site's interface, found on the first node.
-    assert ("-m slurmtorch.rendezvous" in text) is (launcher != "mpirun")
+    assert ("-m slurmtorch.bootstrap.rendezvous" in text) is (launcher != "mpirun")
 
 
 @pytest.mark.parametrize("site_name", ["local", "testbed"])
@@ -360,9 +364,9 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy')"
-        " or m.startswith('slurmtorch.bootstrap') or m == 'slurmtorch.mpi'\n"
+        " or m.startswith('slurmtorch.bootstrap') or m == 'slurmtorch.bootstrap.mpi'\n"
         # nor the in-rank world, the submit edge, or the other verbs' modules
-        " or m in ('slurmtorch.rankinfo', 'slurmtorch.submit', 'slurmtorch.cli.jobs', 'slurmtorch.cli.doctor'))\n"
+        " or m in ('slurmtorch.bootstrap.rankinfo', 'slurmtorch.submit.scheduler', 'slurmtorch.cli.jobs', 'slurmtorch.cli.doctor'))\n"
         "print('BAD', bad, file=sys.stderr)\n"
         "sys.exit(1 if bad else 0)\n"
     )
@@ -375,6 +379,7 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
 
 def test_the_sites_role_names_are_the_bootstraps_role_order():
     """sites keeps its own copy so that rendering never imports the in-rank rankinfo."""
-    from slurmtorch import rankinfo, sites
+    from slurmtorch.bootstrap import rankinfo
+    from slurmtorch.submit import sites
 
     assert sites.ROLE_NAMES == rankinfo.ROLE_ORDER

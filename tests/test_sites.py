@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch import resources, sites
+from slurmtorch import resources
+from slurmtorch.submit import sites
 from slurmtorch.errors import SiteError
 
 BUNDLED = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))

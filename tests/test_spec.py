@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from slurmtorch import resources, sites
+from slurmtorch import resources
+from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, SpecError
-from slurmtorch.spec import Options, build_spec, parse_env
+from slurmtorch.submit.spec import Options, build_spec, parse_env
 
 
 def opts(**kw) -> Options:

@@ -69,7 +69,7 @@ export MASTER_PORT
 # network. Without such a setting the ranks use this node's host name, as role jobs do
 # (their CLUSTER_SPEC names every role by host name).
 if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-    if ! MASTER_ADDR=$(/opt/conda/bin/python -m slurmtorch.rendezvous --backend nccl); then
+    if ! MASTER_ADDR=$(/opt/conda/bin/python -m slurmtorch.bootstrap.rendezvous --backend nccl); then
         printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
         exit 1
     fi

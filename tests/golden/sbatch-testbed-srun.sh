@@ -67,7 +67,7 @@ export MASTER_PORT
 # network. Without such a setting the ranks use this node's host name, as role jobs do
 # (their CLUSTER_SPEC names every role by host name).
 if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-    if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.rendezvous --backend gloo); then
+    if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend gloo); then
         printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
         exit 1
     fi

@@ -12,7 +12,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from slurmtorch import preempt
+from slurmtorch.bootstrap import preempt
 
 ckpt, total = sys.argv[1], int(sys.argv[2])
 step_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.2

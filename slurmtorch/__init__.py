@@ -1,0 +1,28 @@
+"""slurmtorch: launch PyTorch distributed training on Slurm and MPI clusters.
+
+Nothing heavy is imported here: the CLI must render a script without torch or
+mpi4py, so the public names are resolved lazily on first use.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "init", "RankInfo", "Distributor", "on_preempt"]
+
+_LAZY = {
+    "init": ("slurmtorch.bootstrap", "init"),
+    "RankInfo": ("slurmtorch.bootstrap.rankinfo", "RankInfo"),
+    "Distributor": ("slurmtorch.api.distributor", "Distributor"),
+    "on_preempt": ("slurmtorch.bootstrap.preempt", "on_preempt"),
+}
+
+
+def __getattr__(name):
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'slurmtorch' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value

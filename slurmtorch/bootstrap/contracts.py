@@ -1,0 +1,206 @@
+"""Pure: a `RankInfo` in the shapes cloud platforms hand to training code.
+
+- env:// variables (torchrun's names, plus NODE_RANK for Lightning-style code);
+- CLUSTER_SPEC (AI Platform style: roles `master` and `worker`) and TF_CONFIG (roles
+  `chief` and `worker`): rank 0 is the master/chief, rank r > 0 is worker r-1. Ports
+  are nominal (MASTER_PORT for rank 0, MASTER_PORT + r for rank r): nothing listens
+  there unless the framework reading the map does. Both are exported only when every
+  rank's host is known (MPI, srun block layouts, single-node torchrun);
+- role jobs (`--role master=1 --role worker=3 --role ps=2 --role evaluator=1`): the same
+  maps naming every role's host:port list (`role_cluster_spec`, `role_tf_config`);
+- ModelArts-style arguments `--init_method tcp://ADDR:PORT --rank R --world_size N`,
+  per process (`rank`) or per node (`node`: node rank / node count, for scripts that
+  start one process per node and spawn their local workers themselves; that needs
+  one task per node).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from slurmtorch.errors import BootstrapError
+from slurmtorch.bootstrap.rankinfo import RankInfo
+
+INIT_ARGS_SHAPES = ("rank", "node")
+
+
+def _port(base: int, offset: int) -> int:
+    """Nominal port of rank `offset`, wrapped into 1024..65535."""
+    port = base + offset
+    return port if port <= 65535 else 1024 + (port - 1024) % (65536 - 1024)
+
+
+def cluster_hosts(info: RankInfo) -> list[str] | None:
+    """`host:port` of every rank, rank 0 at MASTER_ADDR; None when hosts are unknown."""
+    if len(info.rank_hosts) != info.world_size:
+        return None
+    hosts = [f"{info.master_addr}:{info.master_port}"]
+    hosts += [f"{host}:{_port(info.master_port, r)}" for r, host in enumerate(info.rank_hosts) if r > 0]
+    return hosts
+
+
+def _task(info: RankInfo, master_role: str) -> dict:
+    task = {"type": master_role, "index": 0} if info.rank == 0 else {"type": "worker", "index": info.rank - 1}
+    if info.trial is not None:
+        task["trial"] = info.trial
+    return task
+
+
+def role_cluster(info: RankInfo, leader: str) -> dict[str, list[str]]:
+    """`{role: [host:port, ...]}` for every role of a role job (pure).
+
+    The leader is at MASTER_ADDR:MASTER_PORT; job rank r elsewhere at its host and the
+    nominal port MASTER_PORT + r (nothing listens there unless the framework does).
+    """
+    layout, hosts = info.layout, info.job_rank_hosts
+    cluster: dict[str, list[str]] = {}
+    rank = 0
+    for role, count in layout.roles:
+        name = leader if role in ("master", "chief") else role
+        entries = []
+        for _ in range(count):
+            entries.append(f"{info.master_addr}:{info.master_port}" if rank == 0
+                           else f"{hosts[rank]}:{_port(info.master_port, rank)}")
+            rank += 1
+        cluster[name] = entries
+    return cluster
+
+
+def _role_task(info: RankInfo, leader: str) -> dict:
+    kind = leader if info.role in ("master", "chief") else info.role
+    task = {"type": kind, "index": info.role_index}
+    if info.trial is not None:
+        task["trial"] = info.trial
+    return task
+
+
+def role_cluster_spec(info: RankInfo) -> dict:
+    """CLUSTER_SPEC of a role job: the leader keeps the name it was given (master or chief)."""
+    leader = info.layout.leader
+    return {"cluster": role_cluster(info, leader), "task": _role_task(info, leader)}
+
+
+def role_tf_config(info: RankInfo) -> dict:
+    """TF_CONFIG of a role job: the leader is always `chief`, and the evaluator is not a
+    member of the cluster (TF's convention: it only reads checkpoints)."""
+    cluster = role_cluster(info, "chief")
+    cluster.pop("evaluator", None)
+    return {"cluster": cluster, "task": _role_task(info, "chief")}
+
+
+def cluster_spec(info: RankInfo) -> dict | None:
+    """AI Platform's CLUSTER_SPEC: {cluster: {master: [...], worker: [...]}, task: {...}}."""
+    if info.layout is not None:
+        return role_cluster_spec(info)
+    hosts = cluster_hosts(info)
+    if hosts is None:
+        return None
+    cluster = {"master": hosts[:1]}
+    if len(hosts) > 1:
+        cluster["worker"] = hosts[1:]
+    return {"cluster": cluster, "task": _task(info, "master")}
+
+
+def tf_config(info: RankInfo) -> dict | None:
+    """TF_CONFIG: {cluster: {chief: [...], worker: [...]}, task: {type, index}}."""
+    if info.layout is not None:
+        return role_tf_config(info)
+    hosts = cluster_hosts(info)
+    if hosts is None:
+        return None
+    cluster = {"chief": hosts[:1]}
+    if len(hosts) > 1:
+        cluster["worker"] = hosts[1:]
+    return {"cluster": cluster, "task": _task(info, "chief")}
+
+
+def env_for(info: RankInfo) -> dict[str, str]:
+    """Every variable the contracts define, as strings, for os.environ."""
+    env = {
+        "MASTER_ADDR": info.master_addr,
+        "MASTER_PORT": str(info.master_port),
+        "RANK": str(info.rank),
+        "WORLD_SIZE": str(info.world_size),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_WORLD_SIZE": str(info.local_world_size),
+        "NODE_RANK": str(info.node_rank),
+        "GROUP_RANK": str(info.node_rank),
+        "GROUP_WORLD_SIZE": str(info.num_nodes),
+        "SLURMTORCH_SOURCE": info.source,
+        # This process's rank in the whole job, for every process, ps/evaluator included
+        # (they have no RANK): preemption's requeue is done by job rank 0 alone.
+        "SLURMTORCH_JOB_RANK": str(info.rank),
+    }
+    if info.trial is not None:
+        env["SLURMTORCH_TRIAL"] = info.trial
+    if info.role is not None:
+        env["SLURMTORCH_ROLE"] = info.role
+        env["SLURMTORCH_ROLE_INDEX"] = str(info.role_index)
+        if not info.in_group:
+            # A ps/evaluator is told where the torch world meets, and how big it is, but
+            # has no rank in it: a stray init_process_group fails instead of colliding.
+            for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE"):
+                env.pop(key)
+            env["WORLD_SIZE"] = str(info.layout.training)
+    spec, tf = cluster_spec(info), tf_config(info)
+    if spec is not None:
+        env["CLUSTER_SPEC"] = json.dumps(spec, separators=(",", ":"))
+    if tf is not None:
+        env["TF_CONFIG"] = json.dumps(tf, separators=(",", ":"))
+    return env
+
+
+# Contract variables a rank may not get: the cluster maps when other ranks' hosts are
+# unknown, the torch-world ones for a ps/evaluator. A value inherited from a parent
+# process (a launcher's own world, an outer job) would describe some other world.
+OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+                 "GROUP_RANK", "GROUP_WORLD_SIZE")
+
+
+def unset_keys(exported: Mapping[str, str]) -> list[str]:
+    """The contract variables to remove from os.environ: those `env_for` did not set."""
+    return [key for key in OPTIONAL_KEYS if key not in exported]
+
+
+def init_method(info: RankInfo) -> str:
+    host = info.master_addr
+    if ":" in host:  # a bare IPv6 address needs brackets in a URL
+        host = f"[{host}]"
+    return f"tcp://{host}:{info.master_port}"
+
+
+def init_args(info: RankInfo, shape: str = "rank") -> list[str]:
+    """ModelArts-style arguments appended to the script's own."""
+    if shape == "rank":
+        rank, world = info.rank, info.world_size
+    elif shape == "node":
+        if info.local_world_size != 1:
+            raise BootstrapError(
+                f"--init-args=node passes node rank / node count, but {info.local_world_size} tasks run on "
+                f"node {info.node_rank}: each would claim the same rank",
+                tip="start one task per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node), "
+                    "or use --init-args (per rank)",
+            )
+        rank, world = info.node_rank, info.num_nodes
+    else:
+        raise BootstrapError(f"unknown --init-args shape {shape!r}", tip="use --init-args or --init-args=node")
+    return ["--init_method", init_method(info), "--rank", str(rank), "--world_size", str(world)]
+
+
+def slurm_task_env(info, env) -> dict[str, str]:
+    """SLURM_* task variables that agree with `info`, where an MPI world inherited others.
+
+    Under `mpirun` inside an allocation every rank carries the SLURM_PROCID/NTASKS of
+    the Open MPI daemon that started it (node index, node count). Lightning's
+    SLURMEnvironment trusts those and then sees a wrong world (two "global rank 0"s).
+    Empty when there are none, or when they already agree (srun).
+    """
+    if info.source != "mpi" or "SLURM_PROCID" not in env:
+        return {}
+    if env.get("SLURM_PROCID") == str(info.rank) and env.get("SLURM_NTASKS") in (None, str(info.world_size)):
+        return {}
+    return {"SLURM_PROCID": str(info.rank), "SLURM_LOCALID": str(info.local_rank),
+            "SLURM_NODEID": str(info.node_rank), "SLURM_NTASKS": str(info.world_size),
+            "SLURM_NPROCS": str(info.world_size), "SLURM_NNODES": str(info.num_nodes),
+            "SLURM_NTASKS_PER_NODE": str(info.local_world_size)}

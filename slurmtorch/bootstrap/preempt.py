@@ -1,0 +1,212 @@
+"""Preemption: checkpoint hooks, the rank's signal handler, and requeue.
+
+The flow (submit with `--signal USR1@60`, which also sets `--requeue`):
+
+1. Slurm sends SIGUSR1 to every rank 60 s before the time limit (or when an admin or a
+   preemption policy does it: `scancel --signal=USR1 JOBID`). The batch shell is not
+   signalled (no `B:`): the ranks are where the state lives.
+2. `install()` (called by the bootstrap before it runs the user's script) has set a
+   handler for that signal. In each rank it runs the hooks registered with
+   `on_preempt(fn)`, in order (a typical hook saves a checkpoint on rank 0).
+3. Exactly one process requeues: job rank 0 ($SLURMTORCH_JOB_RANK, which the bootstrap
+   sets for every process, ps/evaluator included). After its hooks it runs
+   `scontrol requeue JOBID` (an array task is `ARRAYJOBID_TASKID`) and exits; Slurm
+   ends every rank, puts the job back in the queue with the same id and folder, and
+   starts the batch script again with SLURM_RESTART_COUNT incremented.
+4. Every other process (and one whose job rank is unknown: it never acts as rank 0)
+   runs its hooks and *returns* to training at once. It must not wait inside the
+   handler: Python runs a handler between bytecodes, so rank 0 blocked in a collective
+   that waits for this rank would never get to run its own hooks. Instead it arms a
+   fallback timer thread: if the process is still alive WAIT_FOR_RANK0_S later (rank 0
+   never saw the signal, or died), it requeues itself.
+5. The next run reads `restart_count()` and resumes from its checkpoint.
+
+Hooks run at a different point of the training loop in each rank, so a hook must not
+use collectives (no all_reduce, no barrier, no gathering a sharded state dict): it would
+meet the other ranks' training collectives instead. Save what this rank holds, locally;
+typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_RANK0_S.
+
+Without requeue (`--signal` with `--no-requeue`) the signal only runs the hooks and
+the job carries on. Everything here is in-rank, imports nothing heavy and runs
+`scontrol` through `submit.run`, the one place that starts processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+
+from slurmtorch.errors import BootstrapError, SlurmtorchError
+
+__all__ = ["on_preempt", "install", "restart_count", "requeue_target", "preempt_signal", "job_rank"]
+
+ENV_SIGNAL = "SLURMTORCH_PREEMPT_SIGNAL"  # e.g. USR1; set by the rendered script for --signal
+ENV_REQUEUE = "SLURMTORCH_PREEMPT_REQUEUE"  # 1 (default) or 0
+ENV_JOB_RANK = "SLURMTORCH_JOB_RANK"  # set by the bootstrap (contracts.env_for)
+# How long after the signal a process other than job rank 0 requeues the job itself,
+# should it still be running (rank 0's requeue ends it first). Long enough for rank 0's
+# checkpoint, short enough to leave a `--signal ...@60` warning time to requeue.
+WAIT_FOR_RANK0_S = 30.0
+
+_HOOKS: list[Callable[[], object]] = []
+_STATE: dict = {"installed": None, "handling": False}
+
+
+def on_preempt(fn: Callable[[], object]) -> Callable[[], object]:
+    """Register `fn()` to run in this rank when the preemption signal arrives.
+
+    Hooks run in registration order, in every rank, in the main thread between two
+    Python statements of the training loop (so never inside a half-done step). Usable
+    as a decorator. An exception in a hook is printed and the job is still requeued.
+    Ranks reach their hooks at different points of the loop: a hook must not use
+    collectives; save this rank's own state (typically: rank 0 saves, others do nothing).
+    """
+    if not callable(fn):
+        raise TypeError(f"on_preempt needs a callable, got {fn!r}")
+    _HOOKS.append(fn)
+    return fn
+
+
+def restart_count(environ: Mapping[str, str] | None = None) -> int:
+    """How many times Slurm has requeued this job (SLURM_RESTART_COUNT; 0 on the first run)."""
+    environ = os.environ if environ is None else environ
+    text = str(environ.get("SLURM_RESTART_COUNT", "") or "0").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def requeue_target(environ: Mapping[str, str] | None = None) -> str:
+    """The id `scontrol requeue` needs: `ARRAYJOBID_TASKID` for an array task, else the job id.
+
+    SLURM_JOB_ID of an array task is the task's own id, which scontrol also accepts,
+    but the `A_T` form is what the array's bookkeeping and users see.
+    """
+    environ = os.environ if environ is None else environ
+    array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
+    if array.isdigit() and task.isdigit():
+        return f"{array}_{task}"
+    job = environ.get("SLURM_JOB_ID", "") or environ.get("SLURM_JOBID", "")
+    if not job.isdigit():
+        raise BootstrapError("cannot requeue: not inside a Slurm job (no SLURM_JOB_ID)",
+                             tip="preemption requeue works under sbatch; elsewhere the hooks only run")
+    return job
+
+
+def preempt_signal(text: str) -> signal.Signals:
+    """`USR1`, `SIGUSR1`, `10` or `USR1@60` -> signal.SIGUSR1 (the `@` time is Slurm's business)."""
+    name = str(text).strip().split("@", 1)[0]
+    if ":" in name:
+        name = name.rsplit(":", 1)[1]
+    if name.isdigit():
+        return signal.Signals(int(name))
+    name = name.upper()
+    return signal.Signals[name if name.startswith("SIG") else "SIG" + name]
+
+
+def install(sig: str | int | None = None, *, requeue: bool | None = None, runner=None,
+            environ: Mapping[str, str] | None = None) -> signal.Signals | None:
+    """Set this rank's preemption handler; returns the signal, or None when there is none.
+
+    `sig` defaults to $SLURMTORCH_PREEMPT_SIGNAL (written by `slurmtorch sbatch --signal`);
+    without either this does nothing, so the bootstrap may always call it. `requeue`
+    defaults to $SLURMTORCH_PREEMPT_REQUEUE (1). Call it in the main thread.
+    """
+    environ = os.environ if environ is None else environ
+    if sig is None:
+        sig = environ.get(ENV_SIGNAL) or None
+    if sig is None:
+        return None
+    signum = signal.Signals(sig) if isinstance(sig, int) else preempt_signal(sig)
+    if requeue is None:
+        requeue = environ.get(ENV_REQUEUE, "1").strip() not in ("0", "false", "no", "")
+    _STATE.update(installed=signum, requeue=requeue, runner=runner, environ=environ, handling=False)
+    signal.signal(signum, _handle)
+    return signum
+
+
+def job_rank(environ: Mapping[str, str]) -> int | None:
+    """This process's rank in the whole job, or None when unknown (never guessed as 0).
+
+    $SLURMTORCH_JOB_RANK under the bootstrap; else RANK (torchrun's and env:// worlds
+    are job-wide). Not SLURM_PROCID or PMIX_RANK: they count within one srun step, and
+    a job with several steps (roles) would have several zeros.
+    """
+    for key in (ENV_JOB_RANK, "RANK"):
+        value = str(environ.get(key, "")).strip()
+        if value.isdigit():
+            return int(value)
+    return None
+
+
+def _say(text: str) -> None:
+    try:
+        sys.stdout.flush()
+    except Exception:  # noqa: BLE001 - a closed stdout must not stop the requeue
+        pass
+    sys.stderr.write(f"slurmtorch: {text}\n")
+    sys.stderr.flush()
+
+
+def run_hooks() -> bool:
+    """Run every hook; False when one raised (it is printed, the rest still run)."""
+    ok = True
+    for fn in list(_HOOKS):
+        try:
+            fn()
+        except BaseException:  # noqa: BLE001 - a failing checkpoint must not block the requeue
+            ok = False
+            _say(f"preemption hook {getattr(fn, '__name__', fn)!r} failed:\n{traceback.format_exc().rstrip()}")
+    return ok
+
+
+def requeue(environ: Mapping[str, str] | None = None, runner=None) -> str:
+    """`scontrol requeue` this job (array-aware); returns the id requeued."""
+    if runner is None:
+        from slurmtorch.submit.scheduler import run as runner
+    target = requeue_target(environ)
+    runner(["scontrol", "requeue", target], timeout=60)
+    return target
+
+
+def _requeue_and_exit(who: str, host: str, environ: Mapping[str, str]) -> None:
+    try:
+        target = requeue(environ, _STATE["runner"])
+    except SlurmtorchError as e:
+        _say(f"{who} on {host}: requeue failed:\n{e.render()}")
+        os._exit(1)
+    _say(f"{who} on {host}: requeued job {target}; it restarts as restart {restart_count(environ) + 1}")
+    os._exit(0)
+
+
+def _fallback(who: str, host: str, environ: Mapping[str, str]) -> None:
+    _say(f"{who}: job rank 0 did not requeue within {WAIT_FOR_RANK0_S:g} s; requeueing")
+    _requeue_and_exit(who, host, environ)
+
+
+def _handle(signum, frame) -> None:
+    if _STATE["handling"]:
+        return  # a second signal while the first is being handled
+    _STATE["handling"] = True
+    environ = _STATE["environ"]
+    rank, host, name = job_rank(environ), socket.gethostname(), signal.Signals(signum).name
+    who = f"rank {'?' if rank is None else rank}"
+    _say(f"{who} on {host}: {name} received (restart {restart_count(environ)}); "
+         f"running {len(_HOOKS)} preemption hook(s)")
+    run_hooks()
+    if not _STATE["requeue"]:
+        _say(f"{who}: hooks done; not requeueing (--no-requeue), carrying on")
+        _STATE["handling"] = False
+        return
+    if rank == 0:
+        _requeue_and_exit(who, host, environ)
+    # Not the requeuer: back to training now (rank 0 may be waiting for us in a
+    # collective before its handler can run), with a fallback should rank 0 never requeue.
+    import threading
+
+    timer = threading.Timer(WAIT_FOR_RANK0_S, _fallback, args=(who, host, environ))
+    timer.daemon = True
+    timer.start()

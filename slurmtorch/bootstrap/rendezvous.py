@@ -1,0 +1,184 @@
+"""Where the world meets: MASTER_ADDR on the site's interface and a free MASTER_PORT.
+
+MASTER_ADDR is rank 0's IPv4 address on the interface the site chose for the node
+type (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), else the address of its host name.
+Clusters often have several networks (management Ethernet, IPoIB, ...); the host name
+may resolve to the wrong one, or to 127.0.1.1 on Debian-style /etc/hosts.
+
+MASTER_PORT: rank 0 binds port 0 with SO_REUSEADDR and *keeps the socket open* (bound,
+not listening) until torch's TCPStore has bound the same port. c10d binds its listening
+socket with SO_REUSEADDR too, which Linux allows next to a bound, non-listening one.
+While we hold it, the kernel never hands the port out for a port-0 bind and a plain bind
+of it fails, so nothing that picks a free port (most servers, other jobs' rank 0) can
+take it. It is not exclusive: another process that binds the same explicit port with
+SO_REUSEADDR (say a second job given the same MASTER_PORT) succeeds too, and the clash
+shows only at listen(): the second listener (or a bind after the first listen()) gets
+EADDRINUSE, which torch reports as a store error.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+
+from slurmtorch.errors import BootstrapError
+
+_SIOCGIFADDR = 0x8915  # <linux/sockios.h>: get an interface's IPv4 address
+
+
+def ifname_spec(env: Mapping[str, str], backend: str = "gloo") -> str | None:
+    """The interface setting that applies: the backend's own variable first."""
+    order = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME") if backend == "nccl" else \
+        ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+    for key in order:
+        value = env.get(key, "").strip()
+        if value:
+            return value
+    return None
+
+
+def pick_interface(spec: str, available: Sequence[str]) -> str | None:
+    """The interface a *_SOCKET_IFNAME value names, following NCCL's syntax.
+
+    `eth0,ib0`: the first entry present (gloo takes the first; NCCL treats entries as
+    prefixes, so `eth` matches eth0). `=eth0`: exact names only. `^docker,lo`: any
+    interface except those prefixes; `^=docker0`: except exactly those names. Loopback
+    only when nothing else is left. Returns None when nothing matches.
+    """
+    spec = spec.strip()
+    if spec.startswith("^"):
+        rest = spec[1:].strip()
+        exact = rest.startswith("=")
+        excluded = [p.strip() for p in rest.lstrip("=").split(",") if p.strip()]
+        candidates = [n for n in available
+                      if not any(n == p if exact else n.startswith(p) for p in excluded)]
+        non_lo = [n for n in candidates if n != "lo"]
+        return (non_lo or candidates or [None])[0]
+    exact = spec.startswith("=")
+    names = [p.strip() for p in spec.lstrip("=").split(",") if p.strip()]
+    for name in names:
+        if name in available:
+            return name
+    if not exact:
+        for name in names:
+            for n in available:
+                if n.startswith(name):
+                    return n
+    return None
+
+
+def interface_address(name: str) -> str | None:
+    """IPv4 address of a local interface (SIOCGIFADDR), or None if it has none."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def host_address(hostname: str) -> str:
+    """IPv4 address of a host name, through the resolver (/etc/hosts, DNS)."""
+    try:
+        return socket.gethostbyname(hostname)
+    except OSError as exc:
+        raise BootstrapError(f"cannot resolve this host's name {hostname!r}: {exc}",
+                             tip="set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface to use") from None
+
+
+def master_address(env: Mapping[str, str], hostname: str, backend: str = "gloo") -> str:
+    """The address rank 0 publishes as MASTER_ADDR (called on rank 0 only)."""
+    if env.get("MASTER_ADDR", "").strip():
+        return env["MASTER_ADDR"].strip()
+    spec = ifname_spec(env, backend)
+    if spec:
+        available = [name for _, name in socket.if_nameindex()]
+        name = pick_interface(spec, available)
+        address = interface_address(name) if name else None
+        if not address:
+            raise BootstrapError(
+                f"no IPv4 address on the interface {spec!r} on {hostname} (interfaces: {', '.join(available)})",
+                tip="fix GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the site config for this node type",
+            )
+        return address
+    return host_address(hostname)
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def check_reachable(address: str, num_nodes: int) -> None:
+    """A loopback MASTER_ADDR cannot work across nodes: say so before a 10-minute hang."""
+    if num_nodes > 1 and is_loopback(address):
+        raise BootstrapError(
+            f"MASTER_ADDR {address} is a loopback address but the job spans {num_nodes} nodes",
+            tip="set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME (e.g. eth0), or fix /etc/hosts "
+                "(the host name resolves to 127.x)",
+        )
+
+
+class PortReservation:
+    """A bound (not listening) SO_REUSEADDR socket that keeps the kernel and plain binds off
+    a port until closed (not other SO_REUSEADDR binds of it: see the module docstring)."""
+
+    def __init__(self, port: int = 0, host: str = ""):
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+        except OSError as exc:
+            self._sock.close()
+            raise BootstrapError(f"MASTER_PORT {port} is not free on {socket.gethostname()}: {exc}",
+                                 tip="set MASTER_PORT to a free port, or unset it to pick one") from None
+        self.port: int = self._sock.getsockname()[1]
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def reserve_port(port: int = 0) -> PortReservation:
+    """Bind `port` (0: a free one chosen by the kernel) and hold it."""
+    return PortReservation(port)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m slurmtorch.bootstrap.rendezvous [--backend B]`: print this host's MASTER_ADDR.
+
+    The batch script runs it on the allocation's first node, where rank 0 runs, so that
+    ranks started without MPI (plain srun, torchrun) meet on the interface the site chose
+    for the node type, as MPI-started ranks do.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    backend = "gloo"
+    if args[:1] == ["--backend"] and len(args) == 2:
+        backend = args[1]
+    elif args:
+        sys.stderr.write("usage: python -m slurmtorch.bootstrap.rendezvous [--backend auto|nccl|gloo|mpi]\n")
+        return 2
+    try:
+        address = master_address(os.environ, socket.gethostname(), backend)
+    except BootstrapError as exc:
+        sys.stderr.write("".join(f"slurmtorch: {line}\n" for line in exc.render().splitlines()))
+        return 1
+    print(address)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

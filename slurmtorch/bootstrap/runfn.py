@@ -1,0 +1,157 @@
+"""In-job half of `Distributor`: `python -m slurmtorch.bootstrap -m slurmtorch.bootstrap.runfn WORKDIR`.
+
+The bootstrap has already derived the world and initialised the process group when
+this runs. It reads what the submitting process left in WORKDIR (`meta.json`, and
+`payload.pkl` for a function), runs the function or file on every rank, and answers
+through files, because that is the one channel a batch job and a laptop share:
+
+- rank 0's return value -> `result.pkl` (cloudpickle);
+- a rank that raises -> `error-rank-R.json` (rank, host, exception type, formatted
+  traceback, and SLURM_RESTART_COUNT as `restart`: a requeued job reruns in the
+  same WORKDIR), then the exception is re-raised so the bootstrap ends the whole job.
+
+Both are written under a temporary name and renamed: the submitting side polls
+these files and must never read half of one (on NFS, close-then-rename is also what
+makes the content visible to another host).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+
+META = "meta.json"
+PAYLOAD = "payload.pkl"
+RESULT = "result.pkl"
+ERROR_PREFIX = "error-rank-"
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write `data` to a temporary sibling, fsync it, rename it over `path`."""
+    tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _redirect_logs(workdir: str, rank: int) -> None:
+    """mpirun on one host funnels every rank into one stream: give each rank its own files
+    (the same `rank-R.out|err` layout srun writes in a Slurm job folder)."""
+    for stream, fd, name in ((sys.stdout, 1, "out"), (sys.stderr, 2, "err")):
+        stream.flush()
+        target = os.open(os.path.join(workdir, f"rank-{rank}.{name}"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(target, fd)
+        os.close(target)
+
+
+def _user_frames(tb):
+    """Skip our own frames (and runpy's) at the top: the user's code starts the traceback."""
+    here = os.path.abspath(__file__)
+
+    def ours(filename: str) -> bool:
+        return filename == here or "runpy" in os.path.basename(filename)
+
+    while tb is not None and tb.tb_next is not None and ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb
+
+
+def _report(workdir: str, rank: int, exc: BaseException) -> None:
+    restart = os.environ.get("SLURM_RESTART_COUNT", "")
+    record = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "time": time.time(),
+        # Which run of a requeued job this is: the submitting side ignores earlier runs' errors.
+        "restart": int(restart) if restart.isdigit() else 0,
+        "exc_type": type(exc).__qualname__,
+        "traceback": "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__))),
+    }
+    try:
+        write_atomic(os.path.join(workdir, f"{ERROR_PREFIX}{rank}.json"), json.dumps(record).encode())
+    except OSError as err:  # the job still fails; the bootstrap prints the traceback
+        print(f"slurmtorch: rank {rank} could not write its error report: {err}", file=sys.stderr)
+
+
+def _run_function(workdir: str, rank: int, meta: dict) -> None:
+    import cloudpickle
+
+    sent = tuple(meta.get("python", sys.version_info[:2]))
+    if sent != tuple(sys.version_info[:2]):
+        # Functions travel as bytecode: another Python version would fail in obscure ways.
+        raise RuntimeError(
+            f"the function was pickled by Python {sent[0]}.{sent[1]}, but this rank runs Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]} ({sys.executable}): use the same Python on both "
+            "sides (the site's `python:`), or run a file instead")
+    with open(os.path.join(workdir, PAYLOAD), "rb") as f:
+        fn, args, kwargs = cloudpickle.load(f)
+    try:
+        value = fn(*args, **kwargs)
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+        value = None  # sys.exit(0) in a function: it ended well, with nothing to return
+    if rank != 0:
+        return
+    try:
+        data = cloudpickle.dumps(value)
+    except Exception as exc:
+        raise TypeError(f"the return value of {getattr(fn, '__qualname__', fn)!r} on rank 0 "
+                        f"({type(value).__name__}) cannot be pickled: {exc}") from exc
+    write_atomic(os.path.join(workdir, RESULT), data)
+
+
+def _run_file(script: str, args: list[str]) -> None:
+    """As the bootstrap runs a SCRIPT: argv, sys.path[0] and `__main__` as `python SCRIPT` gives."""
+    import runpy
+
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m slurmtorch.bootstrap -m slurmtorch.bootstrap.runfn WORKDIR")
+    workdir = argv[0]
+    rank = int(os.environ.get("RANK", "0"))
+    with open(os.path.join(workdir, META), encoding="utf-8") as f:
+        meta = json.load(f)
+    if meta.get("redirect_logs"):
+        _redirect_logs(workdir, rank)
+    # Rank 0's output is followed live by the submitting side: do not sit in a block buffer.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass
+    try:
+        if meta["kind"] == "function":
+            _run_function(workdir, rank, meta)
+        else:
+            _run_file(meta["script"], list(meta.get("args", ())))
+    except BaseException as exc:
+        _report(workdir, rank, exc)
+        raise
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,103 @@
+"""`slurmtorch doctor`: check this node, or (--allocation) the whole allocation, against the site."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+import typer
+
+
+def doctor(
+    site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE, else the job's own site, else local)"),
+    node_type: Optional[str] = typer.Option(None, "--node-type", help="node type to check against (default: the partition's)"),
+    partition: Optional[str] = typer.Option(None, "--partition", "-p", help="partition whose node type applies"),
+    preset: Optional[str] = typer.Option(None, "--preset", help="preset whose environment applies"),
+    allocation: bool = typer.Option(False, "--allocation",
+                                    help="inside salloc/sbatch: launch one rank per node (srun) and check the "
+                                         "layout, MASTER_ADDR reachability and all_reduce bandwidth"),
+    ntasks_per_node: int = typer.Option(1, "--ntasks-per-node", help="ranks per node for --allocation"),
+    max_bytes: int = typer.Option(16 << 20, "--max-bytes", help="largest all_reduce message for --allocation"),
+    timeout: int = typer.Option(120, "--timeout", help="seconds for the whole --allocation step"),
+) -> int:
+    """Check torch, GPUs, InfiniBand, interfaces, MPI/PMIx and the site's environment here.
+
+    Every line is ok, warn or fail with its fix; the exit code is 1 if anything failed.
+    """
+    from slurmtorch.doctor import checks as d
+    from slurmtorch.submit import sites
+    from slurmtorch.submit import spec
+
+    from slurmtorch.errors import SlurmtorchError
+
+    # --site, else $SLURMTORCH_SITE, else (run inside a slurmtorch job) the site its script
+    # was rendered for, else "local".
+    ref, source = d.site_for_doctor(site, os.environ)
+    try:
+        site_obj = sites.load_site(ref or "local")
+    except SlurmtorchError:
+        if source != d.RECORDED:
+            raise
+        site_obj = sites.load_site("local")  # only its name was recorded, and that is not on the search path
+    part_name = partition or (os.environ.get("SLURM_JOB_PARTITION") if node_type is None else None)
+    if part_name and not any(p.name == part_name for p in site_obj.partitions):
+        part_name = partition  # an allocation on a partition the site does not describe: use the default
+    nt, part = d.resolve_node_type(site_obj, node_type, part_name)
+    python = site_obj.python or sys.executable
+    # The environment exactly as a job script would export it (fabric, site, node type,
+    # preset): build a one-node spec. Its time limit is the partition's, so a preset's
+    # longer default cannot make the doctor itself refuse to run.
+    max_time = next((p.max_time for p in site_obj.partitions if p.name == part), None)
+    options = spec.Options(kind="sbatch", module="slurmtorch.doctor", partition=part, preset=preset, nodes=1,
+                           time=max_time, python=python, job_root="/nonexistent")
+    job = spec.build_spec(site_obj, options) if part is not None else None
+    env = list(job.env) if job is not None else list(nt.network_env()) + list(site_obj.env)
+    backend = d.wanted_backend(job.backend if job is not None else None, nt)
+    print(f"slurmtorch doctor: site {site_obj.name!r} ({site_obj.source}), node type {nt.name!r}"
+          + (f", partition {part!r}" if part else ""), flush=True)
+    if allocation:
+        return _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_bytes, timeout)
+    facts = d.gather_node_facts(python, dict(env))
+    print(f"node {facts.hostname}:")
+    checks = d.node_checks(facts, site_obj, nt, env, backend)
+    for c in checks:
+        print(c.line())
+    print(d.summary(checks))
+    return 1 if d.any_failed(checks) else 0
+
+
+def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_bytes, timeout) -> int:
+    """One srun step over the allocation, exactly as the rendered job script launches ranks
+    (the site's environment exported, `--mpi=<site plugin>`, the bootstrap with
+    `--from slurm`), but with `--no-init`: the doctor's ranks test MASTER_ADDR before
+    any collective. Rank 0 prints the report."""
+    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.errors import SpecError, SubmitError
+
+    nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
+    if not os.environ.get("SLURM_JOB_ID") or not nodes:
+        raise SpecError("--allocation needs a Slurm allocation (SLURM_JOB_ID is not set)",
+                        tip=f"salloc -N 2 slurmtorch doctor --allocation --site {site_obj.name}, or as a batch job")
+    rank_argv = [python, "-m", "slurmtorch.bootstrap", "--backend", backend, "--timeout", str(timeout),
+                 "--from", "slurm", "--no-init", "-m", "slurmtorch.doctor", "--site", site_obj.source,
+                 "--node-type", nt.name, "--max-bytes", str(max_bytes)]
+    if part:
+        rank_argv += ["--partition", part]
+    # `env` carries the site's variables into srun's environment (srun exports it to
+    # every task); --export=ALL undoes an sbatch --export=NONE.
+    argv = ["env", *[f"{k}={v}" for k, v in env],
+            "srun", f"--nodes={nodes}", f"--ntasks-per-node={ntasks_per_node}", "--kill-on-bad-exit=1",
+            f"--mpi={site_obj.mpi_plugin}", "--export=ALL", *rank_argv]
+    try:
+        proc = submit.run(argv, timeout=timeout, check=False)
+    except SubmitError as e:
+        print(f"fail  could not launch the allocation step: {e.message}  (fix: {e.tip or 'is srun on PATH?'})")
+        return 1
+    sys.stdout.write(proc.stdout)
+    if proc.returncode != 0:
+        sys.stdout.flush()
+        sys.stderr.write(proc.stderr)
+        print(f"fail  the allocation step exited {proc.returncode} (the ranks' errors are above)  "
+              "(fix: see the first rank that failed)")
+    return 1 if proc.returncode != 0 else 0

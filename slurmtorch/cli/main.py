@@ -1,0 +1,122 @@
+"""`slurmtorch`: compose the verbs and own the one error boundary.
+
+Every SlurmtorchError (and every usage error) becomes `error: ...` (+ `tip: ...`)
+on stderr and a non-zero exit, never a traceback. Anything else is a bug, but still
+one `error:` line (+ a tip) and exit 70 (EX_SOFTWARE); SLURMTORCH_DEBUG=1 adds the
+traceback. Rich tracebacks show no locals: a site's environment may hold secrets.
+Nothing heavy is imported here, so `slurmtorch --help` stays fast; verbs import
+what they need when they run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import typer
+
+try:  # typer >= 0.2x vendors click; its usage errors derive from TyperException
+    from typer import TyperException as _UsageError
+except ImportError:  # pragma: no cover - older typer depends on click
+    from click import ClickException as _UsageError
+
+try:  # click >= 8.2 raises this for no_args_is_help instead of printing the help itself
+    from click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
+except ImportError:  # pragma: no cover
+    _NoArgsIsHelp = ()
+
+from slurmtorch.errors import SlurmtorchError
+
+_PASSTHROUGH = {"allow_interspersed_args": True}
+
+# verb -> (module in slurmtorch.cli, attribute, click context settings). A call builds
+# only the verb it runs: importing and wiring every verb's module (and typer's command
+# objects for each) was a quarter of a dry run's own start-up.
+_VERBS = {
+    "sbatch": ("sbatch", "sbatch", _PASSTHROUGH),
+    "mpirun": ("mpirun", "mpirun", _PASSTHROUGH),
+    "status": ("jobs", "status", None),
+    "logs": ("jobs", "logs", None),
+    "cancel": ("jobs", "cancel", None),
+    "doctor": ("doctor", "doctor", None),
+    "site": ("site", "app", None),
+}
+
+
+def build_app(verbs=None) -> typer.Typer:
+    """The `slurmtorch` command with the given verbs (all of them by default)."""
+    import importlib
+
+    app = typer.Typer(
+        name="slurmtorch",
+        help="Launch PyTorch distributed training on Slurm and MPI clusters.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_show_locals=False,
+        rich_markup_mode=None,
+    )
+
+    # A callback keeps `slurmtorch VERB ...` a group even when one verb is registered
+    # (typer would otherwise run a lone command as the program itself).
+    @app.callback()
+    def _group() -> None:
+        pass
+
+    for verb in verbs or _VERBS:
+        module, attr, settings = _VERBS[verb]
+        target = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
+        if isinstance(target, typer.Typer):
+            app.add_typer(target, name=verb)
+        else:
+            app.command(verb, context_settings=settings)(target)
+    return app
+
+
+def _app_for(argv: list[str]) -> typer.Typer:
+    """Only the verb in argv[0], if it is one; everything for --help or a typo."""
+    return build_app([argv[0]] if argv and argv[0] in _VERBS else None)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run one verb and exit with its code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        rv = _app_for(argv)(args=argv, prog_name="slurmtorch", standalone_mode=False, obj={"argv": argv})
+    except SlurmtorchError as e:
+        print(e.render(), file=sys.stderr)
+        sys.exit(e.exit_code)
+    except _NoArgsIsHelp as e:  # bare `slurmtorch` (or `slurmtorch site`): the help, not an error line
+        print(e.format_message(), file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except _UsageError as e:
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        ctx = getattr(e, "ctx", None)
+        if ctx is not None:
+            print(f"tip: see '{ctx.command_path} --help'", file=sys.stderr)
+        sys.exit(getattr(e, "exit_code", 2))
+    except (typer.Abort, KeyboardInterrupt):
+        print("error: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the last line of defence: no traceback for users
+        sys.exit(_unexpected(e))
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+EX_SOFTWARE = 70
+
+
+def _unexpected(e: Exception) -> int:
+    debug = os.environ.get("SLURMTORCH_DEBUG", "") not in ("", "0")
+    if debug:
+        traceback.print_exception(type(e), e, e.__traceback__, file=sys.stderr)
+    detail = " ".join(str(e).split())  # one line, whatever the message holds
+    print(f"error: unexpected {type(e).__name__}" + (f": {detail}" if detail else ""), file=sys.stderr)
+    if not debug:
+        print("tip: this is a slurmtorch bug; rerun with SLURMTORCH_DEBUG=1 for the traceback and report it",
+              file=sys.stderr)
+    return EX_SOFTWARE
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`slurmtorch site list|show|validate|schema`: inspect the admin's site configs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+
+app = typer.Typer(help="Inspect and validate site configs.", no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_show_locals=False, rich_markup_mode=None)
+
+
+@app.command("list")
+def list_sites() -> int:
+    """Every site on the search path: name, description, file."""
+    from slurmtorch.submit import sites
+    from slurmtorch.errors import SiteError
+
+    for name, path in sorted(sites.available_sites().items()):
+        try:
+            desc = sites.load_site(path).description
+        except SiteError as e:
+            desc = f"(invalid: {e.message})"
+        print(f"{name}\t{desc}\t{path}")
+    return 0
+
+
+@app.command("show")
+def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
+    """The merged, validated site, with each node type's network environment."""
+    import yaml
+
+    from slurmtorch.submit import sites
+
+    data = sites.site_as_dict(sites.load_site(name))
+    sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    return 0
+
+
+@app.command("validate")
+def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
+    """Load and validate a site file; one error line if it is wrong."""
+    from pathlib import Path
+
+    from slurmtorch.submit import sites
+    from slurmtorch.errors import SiteError
+
+    p = Path(path)
+    if not p.is_file():
+        raise SiteError(f"site file {path} does not exist")
+    site = sites.load_site(p)
+    print(f"ok: {path}: site {site.name!r}, {len(site.partitions)} partitions, {len(site.node_types)} node types",
+          file=sys.stderr)
+    return 0
+
+
+@app.command("schema")
+def schema() -> int:
+    """The JSON schema of site files."""
+    from slurmtorch.submit import sites
+
+    print(json.dumps(sites.json_schema(), indent=2))
+    return 0

@@ -1,0 +1,335 @@
+"""Render a `JobSpec` into the batch (or mpirun) script: pure, deterministic, no torch.
+
+Templates live in `templates/` (a site may override any of them with its
+`templates:` folder). Every value reaches the text through one of three filters:
+`q` (shell.quote), `directive` (shell.directive_value) or `comment` (for the
+provenance line); StrictUndefined turns a typo in a template into an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import traceback
+from dataclasses import dataclass
+from functools import lru_cache
+
+import jinja2
+
+from slurmtorch import resources
+from slurmtorch import shell
+from slurmtorch.errors import SlurmtorchError, TemplateError
+from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape, sweep_args
+from slurmtorch.submit.spec import shell_name as sweep_var
+
+# Per-rank log redirection for launchers without srun's --output patterns. It is a
+# constant passed as `bash -c` text; the job folder and argv arrive as positional
+# parameters, so no user value is ever spliced into it.
+# `op` is `>`, or `>>` for a job that can be requeued (it reruns in the same folder).
+def _rank_log_wrapper(op: str) -> str:
+    return ('r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; '
+            f'exec "$@" {op}"$d/rank-$r.out" 2{op}"$d/rank-$r.err"')
+
+
+# A role job runs one srun step per role, so SLURM_PROCID counts within the role; the
+# job rank (the log file's number) is the role's first rank ($1) plus it. Constant text
+# like the rank wrapper: offset, folder and argv arrive as positional parameters.
+def _role_log_wrapper(op: str) -> str:
+    return ('r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; '
+            f'exec "$@" {op}"$d/rank-$r.out" 2{op}"$d/rank-$r.err"')
+
+
+RANK_LOG_WRAPPER = _rank_log_wrapper(">")
+ROLE_LOG_WRAPPER = _role_log_wrapper(">")
+
+_FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
+
+
+@dataclass(frozen=True)
+class RoleStep:
+    """One role's srun step of a role job, unquoted."""
+
+    role: str
+    offset: int  # first node (= first job rank) of the role
+    count: int
+    training: bool
+    srun_args: tuple[str, ...]
+    rank_argv: tuple[str, ...]
+
+
+# A launcher's variables that sbatch (--export=ALL) brings along from the submitting
+# shell, e.g. after a local torchrun: the batch script unsets them, since they would
+# describe another world than the job's (a stale MASTER_ADDR wins over the first node).
+INHERITED_WORLD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                   "ROLE_RANK", "ROLE_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                   "TORCHELASTIC_RUN_ID", "CLUSTER_SPEC", "TF_CONFIG")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The argv pieces of the launch line, unquoted (templates quote them)."""
+
+    rank_argv: tuple[str, ...]
+    srun_args: tuple[str, ...] = ()
+    mpirun_args: tuple[str, ...] = ()
+    torchrun_argv: tuple[str, ...] = ()
+    rank_log_wrapper: str = RANK_LOG_WRAPPER
+    role_steps: tuple[RoleStep, ...] = ()
+    role_log_wrapper: str = ROLE_LOG_WRAPPER
+    # srun exits 0 when its step never launched: check that srun's task 0 started
+    # (bootstrap.note_started). Only where the ranks see the job folder: not in a container.
+    started_check: bool = False
+
+
+def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
+    """`<python> -m slurmtorch.bootstrap ...` as every rank runs it (in `container`, if any)."""
+    python = container.interpreter if container is not None else spec.python
+    argv = [python, "-m", "slurmtorch.bootstrap", "--backend", spec.backend,
+            "--timeout", str(spec.timeout), "--from", source]
+    if role is not None:
+        argv += ["--role", role]
+    argv += ["-m", spec.module] if spec.module else [spec.script]
+    argv += list(spec.script_args)
+    return argv
+
+
+def _append(spec: JobSpec) -> list[str]:
+    # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
+    return ["--open-mode=append"] if spec.requeue else []
+
+
+def _redirect(spec: JobSpec) -> str:
+    """`>>` for the rank log wrappers when the job can be requeued, like _append."""
+    return ">>" if spec.requeue else ">"
+
+
+def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
+    """(argv prefix for apptainer, srun arguments for pyxis) of container `c` (or None)."""
+    if c is None:
+        return [], []
+    if c.runtime == "apptainer":
+        prefix = ["apptainer", "exec"]
+        if spec.gpus_per_node:
+            prefix.append("--nv")
+        for mount in c.mounts:
+            prefix += ["--bind", mount]
+        return [*prefix, c.image], []
+    pyxis = [f"--container-image={c.image}"]
+    if c.mounts:
+        pyxis.append(f"--container-mounts={','.join(c.mounts)}")
+    return [], pyxis
+
+
+def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
+    from slurmtorch.bootstrap.rankinfo import TRAINING_ROLES
+
+    containers = dict(spec.role_containers)
+    steps, offset = [], 0
+    for role, count in spec.roles:
+        prefix, pyxis = container_args(spec, containers.get(role))
+        # --mpi=none: the ranks take their world from SLURM_* and SLURMTORCH_ROLES, not MPI.
+        srun = ["--kill-on-bad-exit=1", "--mpi=none", f"--relative={offset}",
+                f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
+                f"--cpus-per-task={spec.cpus_per_task}", *pyxis]
+        argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
+        steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
+                              srun_args=tuple(srun), rank_argv=tuple(argv)))
+        offset += count
+    return tuple(steps)
+
+
+def launch_plan(spec: JobSpec) -> Launch:
+    """Work out the launcher's arguments for this spec (pure)."""
+    launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
+    in_container = spec.container is not None or any(c for _, c in spec.role_containers)
+    started_check = not in_container and (bool(spec.roles) or launcher != "mpirun")
+    if spec.roles:
+        return Launch(rank_argv=(), role_steps=_role_steps(spec),
+                      role_log_wrapper=_role_log_wrapper(_redirect(spec)),
+                      started_check=started_check)
+    container_prefix, pyxis = container_args(spec, spec.container)
+
+    if launcher == "torchrun":
+        rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"], container=spec.container)]
+        # torchrun runs `python -m torch.distributed.run ... -m slurmtorch.bootstrap`.
+        python, rest = rank[len(container_prefix)], rank[len(container_prefix) + 3:]
+        torchrun = [*container_prefix, python, "-m", "torch.distributed.run",
+                    "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.ntasks_per_node),
+                    "--rdzv-backend", "c10d"]
+        rank_argv = ["-m", "slurmtorch.bootstrap", *rest]
+        logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
+        srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
+                f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
+                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
+                      started_check=started_check)
+
+    rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher], container=spec.container)]
+    if launcher == "srun":
+        logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/rank-%t"
+        # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
+        srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
+                f"--cpus-per-task={spec.cpus_per_task}",
+                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check)
+
+    # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
+    mpirun = ["-n", str(spec.ntasks)]
+    if spec.kind == "mpirun":
+        if spec.hostfile:
+            mpirun += ["--hostfile", spec.hostfile]
+        else:
+            # One host: Open MPI counts cores as slots and refuses -n beyond them; on a
+            # laptop more ranks than cores is the user's call, as with torchrun.
+            mpirun += ["--oversubscribe"]
+        for name, _ in spec.env:
+            mpirun += ["-x", name]
+    return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
+                  rank_log_wrapper=_rank_log_wrapper(_redirect(spec)))
+
+
+def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
+    """Quote argv (or one word) for a comment: copy-pasteable, and never a second line.
+
+    shell.quote keeps a newline literally, which inside a comment would end it and
+    turn the rest into a script line; such arguments use bash's $'...' instead.
+    """
+    if isinstance(argv, str):
+        argv = [argv]
+    parts = []
+    for arg in argv:
+        quoted = shell.quote(arg)  # the audited path: refuses NUL and text that is not UTF-8
+        if re.search(r"[\x00-\x1f\x7f]", arg):
+            parts.append("$'" + "".join(_ansi_c_char(c) for c in arg) + "'")
+        else:
+            parts.append(quoted)
+    return " ".join(parts)
+
+
+def script_quote(value: object) -> str:
+    """`shell.quote`, except that a value with control characters uses bash's `$'...'`.
+
+    A raw CR before a newline makes sbatch refuse the whole script ("DOS line breaks"),
+    and a raw ESC or newline in a script is a trap for whoever reads it; `$'...'` keeps
+    every command on one line and reads back byte for byte. Our scripts are bash.
+    """
+    text = str(value)
+    quoted = shell.quote(text)  # the audited path; refuses NUL
+    return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted
+
+
+def script_join(argv) -> str:
+    return " ".join(script_quote(a) for a in argv)
+
+
+def _ansi_c_char(c: str) -> str:
+    special = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    if c in special:
+        return special[c]
+    if ord(c) < 0x20 or ord(c) == 0x7F:
+        return f"\\x{ord(c):02x}"
+    return c
+
+
+def _sbatch_directive(pair: tuple[str, object]) -> str:
+    name, value = pair
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        raise TemplateError(f"invalid #SBATCH option name {name!r}")
+    if value is True:
+        return f"#SBATCH --{name}"
+    text = shell.directive_value(value, what=f"#SBATCH --{name} value")
+    # sbatch's directive parser honours shell quotes but also treats a backslash as an
+    # escape *inside* single quotes (`'a\\'` is an unmatched quote to it). A value with a
+    # backslash is always quoted by directive_value, so doubling them reads back exactly.
+    return f"#SBATCH --{name}={text.replace(chr(92), chr(92) * 2)}"
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates, kept between CLI runs: compiling ours costs ~6 ms a run.
+
+    Jinja's own per-user cache folder (in the temp dir, refused if another user owns it
+    or can write to it); each entry is checked against its template's source, so an
+    edited or site-overridden template is recompiled. SLURMTORCH_NO_TEMPLATE_CACHE=1
+    turns it off.
+    """
+    if os.environ.get("SLURMTORCH_NO_TEMPLATE_CACHE"):
+        return None
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
+
+
+@lru_cache(maxsize=8)
+def environment(site_templates: str | None = None) -> jinja2.Environment:
+    """The one Jinja2 environment: site overrides first, then the bundled templates."""
+    loaders = []
+    if site_templates:
+        loaders.append(jinja2.FileSystemLoader(site_templates))
+    loaders.append(jinja2.FileSystemLoader(str(resources.templates_dir())))
+    env = jinja2.Environment(
+        loader=jinja2.ChoiceLoader(loaders),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        bytecode_cache=_bytecode_cache(),
+    )
+    env.filters["q"] = script_quote
+    env.filters["join_q"] = script_join
+    env.filters["directive"] = shell.directive_value
+    env.filters["envname"] = shell.env_name
+    env.filters["comment"] = comment_quote
+    env.filters["sbatch_directive"] = _sbatch_directive
+    env.filters["sweep_var"] = _sweep_var
+    env.filters["sweep_args"] = sweep_args
+    env.filters["tojson_compact"] = lambda v: json.dumps(dict(v), separators=(",", ":"), ensure_ascii=False)
+    return env
+
+
+def _sweep_var(name: str) -> str:
+    return shell.env_name(sweep_var(name))
+
+
+def render_template(name: str, spec: JobSpec) -> str:
+    launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
+    try:
+        template = environment(spec.templates).get_template(name)
+        return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD)
+    except SlurmtorchError:
+        raise
+    except jinja2.TemplateNotFound as e:
+        raise TemplateError(f"template {e.name!r} not found", tip="check the site's `templates:` folder") from None
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"{e.filename or e.name}:{e.lineno}: template syntax error: {e.message}") from None
+    except jinja2.UndefinedError as e:
+        raise TemplateError(f"template {name!r}: {e.message}") from None
+    except Exception as e:  # noqa: BLE001 - a site's template can raise anything while rendering
+        where = _template_line(e) or f"template {name!r}"
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise TemplateError(f"{where}: error while rendering: {type(e).__name__}{': ' + detail if detail else ''}",
+                            tip="check the site's `templates:` folder") from None
+
+
+def _template_line(exc: BaseException) -> str | None:
+    """`file:line` of the innermost template frame (Jinja maps its frames to template lines)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.endswith(".j2"):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+def render_sbatch(spec: JobSpec) -> str:
+    """The batch script `sbatch` receives, byte for byte."""
+    return render_template("sbatch.sh.j2", spec)
+
+
+def render_mpirun(spec: JobSpec) -> str:
+    """A script that runs the job with mpirun on hosts without Slurm."""
+    return render_template("mpirun.sh.j2", spec)
+
+
+def render(spec: JobSpec) -> str:
+    return render_sbatch(spec) if spec.kind == "sbatch" else render_mpirun(spec)

@@ -1,8 +1,0 @@
-"""`python -m slurmtorch.bootstrap`: see the package docstring."""
-
-import sys
-
-from slurmtorch.bootstrap import main
-
-if __name__ == "__main__":
-    sys.exit(main())
