@@ -375,11 +375,3 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout
     assert "BAD []" in proc.stderr
-
-
-def test_the_sites_role_names_are_the_bootstraps_role_order():
-    """sites keeps its own copy so that rendering never imports the in-rank rankinfo."""
-    from slurmtorch.bootstrap import rankinfo
-    from slurmtorch.submit import sites
-
-    assert sites.ROLE_NAMES == rankinfo.ROLE_ORDER

@@ -48,13 +48,14 @@ import sys  # noqa: E402
 from dataclasses import dataclass, field
 
 from slurmtorch.bootstrap import rankinfo
+from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import BootstrapError
+from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.bootstrap.rankinfo import RankInfo
 
 __all__ = ["init", "main", "RankInfo"]
 
 DEFAULT_TIMEOUT = 600.0
-BACKENDS = ("auto", "nccl", "gloo", "mpi")
 FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
 
 USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
@@ -166,8 +167,8 @@ def parse_args(argv: list[str]) -> Options:
                 raise UsageError(f"--from {opts.source!r} is not one of {', '.join(FROM)}")
         elif name == "--role":
             opts.role = value(name, inline)
-            if opts.role not in rankinfo.ROLE_ORDER:
-                raise UsageError(f"--role {opts.role!r} is not one of {', '.join(rankinfo.ROLE_ORDER)}")
+            if opts.role not in ROLE_ORDER:
+                raise UsageError(f"--role {opts.role!r} is not one of {', '.join(ROLE_ORDER)}")
         elif name == "--init-args":
             # Only the `=` form takes a value: `--init-args train.py` must not eat the script.
             opts.init_args = inline or "rank"

@@ -122,7 +122,7 @@ def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
 
 
 def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
-    from slurmtorch.bootstrap.rankinfo import TRAINING_ROLES
+    from slurmtorch.roles import TRAINING_ROLES
 
     containers = dict(spec.role_containers)
     steps, offset = [], 0

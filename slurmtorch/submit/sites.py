@@ -17,14 +17,14 @@ from typing import Any
 import yaml
 
 from slurmtorch import resources
+from slurmtorch.roles import ROLE_ORDER
+from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SiteError, SpecError
 
 FABRICS = ("infiniband", "roce", "ethernet")
 LAUNCHERS = ("srun", "mpirun", "torchrun")
 MPI_PLUGINS = ("pmix", "pmi2", "none")
 CONTAINER_RUNTIMES = ("pyxis", "apptainer")
-ROLE_NAMES = ("master", "chief", "worker", "ps", "evaluator")  # rankinfo.ROLE_ORDER
-BACKENDS = ("auto", "nccl", "gloo", "mpi")
 
 # RoCE v2 over IPv4 is GID index 3 on a default Mellanox/NVIDIA config; NCCL's own
 # default (0) is RoCE v1, which most switches do not route.
@@ -329,7 +329,7 @@ def json_schema() -> dict[str, Any]:
                 },
                 "rolemap": {
                     "type": "object",
-                    "propertyNames": {"enum": list(ROLE_NAMES)},
+                    "propertyNames": {"enum": list(ROLE_ORDER)},
                     "additionalProperties": {"type": "string"},
                 },
             }[spec]
@@ -699,8 +699,8 @@ class _Validator:
             out = []
             for name, val in v.items():
                 kp = f"{keypath}.{name}"
-                if name not in ROLE_NAMES:
-                    self.fail(v, name, kp, f"unknown role {name!r}", _valid_tip(str(name), list(ROLE_NAMES), "roles"))
+                if name not in ROLE_ORDER:
+                    self.fail(v, name, kp, f"unknown role {name!r}", _valid_tip(str(name), list(ROLE_ORDER), "roles"))
                 if not isinstance(val, str) or not val or any(c in val for c in "\n\r\x00"):
                     self.fail(v, name, kp, "expected an image reference (one line)")
                 out.append((name, val))

@@ -266,7 +266,7 @@ def _container(base: Container | None, runtime: str, image: str) -> Container:
 
 
 def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
-    from slurmtorch.submit.sites import ROLE_NAMES as ROLE_ORDER  # not rankinfo: no in-rank module on the render path
+    from slurmtorch.roles import ROLE_ORDER
 
     out: dict[str, str] = {}
     for item in items:
@@ -350,7 +350,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     layout = None
     if o.roles:
         from slurmtorch.errors import BootstrapError
-        from slurmtorch.bootstrap.rankinfo import parse_roles
+        from slurmtorch.roles import parse_roles
 
         if o.kind != "sbatch":
             raise SpecError("--role needs slurmtorch sbatch")
