@@ -24,7 +24,10 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import Distributor
-from slurmtorch.api.distributor import JobFailed, RemoteError, _group_alive, plan_layout
+from slurmtorch.api.handles import LocalHandle, SlurmHandle, group_alive
+from slurmtorch.api.job import Job, JobFailed, RemoteError
+from slurmtorch.api.layout import plan_layout
+from slurmtorch.api.runfolder import create_run_folder
 from slurmtorch.errors import SlurmtorchError, SpecError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -268,7 +271,7 @@ def test_local_mode_cancel_ends_every_process(local):
         assert job.state() == "RUNNING"
         job.cancel()
         assert job.state() == "CANCELLED"
-        assert not _group_alive(job._handle.pgid)
+        assert not group_alive(job._handle.pgid)
         with pytest.raises(JobFailed, match="was cancelled") as e:
             job.result(timeout=10)
         assert e.value.state == "CANCELLED" and not isinstance(e.value, RemoteError)
@@ -292,7 +295,7 @@ def test_interrupting_run_cancels_the_job(local):
     (workdir,) = workdirs(local)
     assert (workdir / "cancelled").exists()
     pgid = int((workdir / "launcher.pid").read_text())
-    assert not _group_alive(pgid)
+    assert not group_alive(pgid)
 
 
 # --------------------------------------------------------------------------- the Slurm testbed
@@ -409,12 +412,10 @@ def fake_slurm(scontrol: str | None = None, calls: list | None = None):
 
 
 def slurm_job(home: Path, runner, ntasks: int = 2, torchrun=None, kind: str = "function"):
-    from slurmtorch.api.distributor import Job, _SlurmHandle
-
     root, workdir = home / "jobs", home / "distributor" / "run"
     (root / "123").mkdir(parents=True)
     workdir.mkdir(parents=True)
-    return Job(_SlurmHandle("123", root / "123", root, torchrun, runner=runner), workdir, kind, "fn", ntasks)
+    return Job(SlurmHandle("123", root / "123", root, torchrun, runner=runner), workdir, kind, "fn", ntasks)
 
 
 def error_record(workdir: Path, rank: int, restart: int, when: float, message: str) -> None:
@@ -482,23 +483,19 @@ def test_torchrun_logs_are_per_node_and_a_rank_is_not_guessed(home):
 @pytest.mark.timeout(60)
 def test_local_mode_starts_a_script_beyond_the_argument_size_limit(tmp_path):
     """The mpirun script reaches bash as a file: one argv element is limited to 128 KiB."""
-    from slurmtorch.api.distributor import _LocalHandle
-
     workdir = tmp_path / "run"
     workdir.mkdir()
     big = "#!/bin/bash\n" + "# padding\n" * 30_000 + "echo started\nexit 3\n"
-    handle = _LocalHandle.start(big, workdir, "x")
+    handle = LocalHandle.start(big, workdir, "x")
     wait_for(lambda: handle.status().state != "RUNNING", 30, "the script to end")
     assert (handle.status().state, handle.status().exit_code) == ("FAILED", 3)
     assert (workdir / "launcher.out").read_text() == "started\n"
 
 
 def test_run_folders_and_their_parents_are_never_world_writable_under_umask_000(home):
-    from slurmtorch.api.distributor import _make_workdir
-
     old = os.umask(0)
     try:
-        _make_workdir(home / "distributor" / "run")
+        create_run_folder(home / "distributor" / "run")
     finally:
         os.umask(old)
     for p in (home.parent, home, home / "distributor", home / "distributor" / "run"):
@@ -554,3 +551,29 @@ def test_testbed_torchrun_job_logs_are_asked_by_node(slurm):
             [f"rank {r}" for r in range(4)]
         with pytest.raises(SpecError, match="one log per node"):
             job.logs(2)
+
+
+def test_a_rank_that_failed_before_knowing_its_rank_is_named_by_its_log(home):
+    """The bootstrap writes `rank ?(RANK=5) on HOST failed:` when it fails before it knows
+    the world (rankinfo.rank_hint): the Distributor reads it as `failures` does."""
+    job = slurm_job(home, fake_slurm("JobId=123 JobState=FAILED Reason=NonZeroExitCode ExitCode=1:0"), ntasks=8)
+    why = "error: MASTER_ADDR 127.0.0.1 is a loopback address but the job spans 2 nodes\n"
+    (job._handle.job_dir / "rank-5.err").write_text(f"rank ?(RANK=5) on node3 failed:\n{why}")
+    with pytest.raises(RemoteError) as e:
+        job.result(timeout=5)
+    assert (e.value.rank, e.value.host, e.value.traceback_text) == (5, "node3", why)
+
+
+def test_an_early_failure_in_mpiruns_shared_log_is_named_by_its_hint(home):
+    """Here mpirun's own log holds every rank's stderr until `runfn` redirects it."""
+    workdir = home / "run"
+    workdir.mkdir(parents=True)
+    (workdir / "exit-code").write_text("1\n")
+    (workdir / "launcher.out").write_text(
+        "rank ?(OMPI_COMM_WORLD_RANK=1) on here failed:\nTraceback (most recent call last):\n"
+        "ValueError: no world\n" + "-" * 40 + "\nprterun detected that one or more processes exited\n")
+    job = Job(LocalHandle("local-x", workdir, 2**31 - 2), workdir, "function", "fn", 2)
+    with pytest.raises(RemoteError) as e:
+        job.result(timeout=5)
+    assert (e.value.rank, e.value.host, e.value.exc_type) == (1, "here", "ValueError")
+    assert e.value.traceback_text == "Traceback (most recent call last):\nValueError: no world\n"

@@ -1,8 +1,9 @@
 """Which rank failed, where and why, from the texts a job leaves (pure).
 
 The bootstrap writes `rank R on HOST failed:` and the cause to the rank's stderr; srun
-adds its per-task lines to batch.out. submit.failure_report reads a job folder into
-parse_failures; the bootstrap asks is_consequence before it ends the job.
+adds its per-task lines to batch.out. rank_reports reads those reports from one log (the
+Distributor's path: rank, host, text, exception type); submit.failure_report reads a job
+folder into parse_failures; the bootstrap asks is_consequence before it ends the job.
 """
 
 from __future__ import annotations
@@ -13,6 +14,11 @@ from dataclasses import dataclass
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
 # the log it wrote to says which rank it was.
 _RANK_FAILED_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed:\s*$")
+_RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d+)\)$")
+# Where a report ends in a log shared with other writers (mpirun's, a torchrun node's):
+# slurmstepd's notice, mpirun's banner (a line of dashes, `prterun ...`), srun's lines.
+_REPORT_END_RE = re.compile(r"^(-{10,}|slurmstepd|prterun |srun: )")
+_EXC_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(:|$)")
 _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
 # What a rank reports when a *peer* died or hung: a consequence, not the cause.
 _SECONDARY_RE = re.compile(
@@ -24,6 +30,16 @@ _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class RankReport:
+    """What one rank wrote under its `rank R on HOST failed:` line."""
+
+    rank: int
+    host: str
+    text: str  # as the rank wrote it: a traceback, or a BootstrapError's `error: ...` line
+    exc_type: str  # the traceback's exception class, as type(exc).__qualname__ ('' for an error line)
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,50 @@ def _cause_of(body: list[str]) -> str:
     return cause if len(cause) <= 240 else cause[:237] + "..."
 
 
+def _exc_type(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines or not lines[0].startswith("Traceback"):
+        return ""
+    m = _EXC_LINE_RE.match(lines[-1])
+    return m["name"].rpartition(".")[2] if m else ""
+
+
+def _rank_of(said: str, log_rank: int | None) -> int | None:
+    """The rank a report's header names: its number; for `?(KEY=N)`, the log's rank, else N."""
+    if said.isdigit():
+        return int(said)
+    if log_rank is not None:
+        return log_rank
+    hint = _RANK_HINT_RE.match(said)
+    return int(hint["rank"]) if hint else None
+
+
+def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
+    """Every rank's report in one log, in the order written (pure).
+
+    A rank that failed before it knew its rank writes `rank ?(KEY=N)` (rankinfo.rank_hint):
+    `log_rank`, the rank whose log this is (rank-R.err), names it, else N; a report that
+    neither names is left out. A report runs to the next one or to a launcher's lines.
+    """
+    lines = log.splitlines(keepends=True)
+    reports = []
+    for i, line in enumerate(lines):
+        m = _RANK_FAILED_RE.match(line)
+        if not m:
+            continue
+        rank = _rank_of(m["rank"], log_rank)
+        if rank is None:
+            continue
+        body = []
+        for nxt in lines[i + 1:]:
+            if _RANK_FAILED_RE.match(nxt) or _REPORT_END_RE.match(nxt):
+                break
+            body.append(nxt)
+        text = "".join(body)
+        reports.append(RankReport(rank, m["host"], text, _exc_type(text)))
+    return reports
+
+
 def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailure]:
     """Which ranks failed, where, and why: primary causes first (pure; for status/logs/--wait).
 
@@ -75,19 +135,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailur
     """
     reported: dict[int, RankFailure] = {}
     for rank, text in sorted(rank_errs.items()):
-        lines = text.splitlines()
-        for i, ln in enumerate(lines):
-            m = _RANK_FAILED_RE.match(ln)
-            if m:
-                body = []
-                for nxt in lines[i + 1:]:
-                    if _RANK_FAILED_RE.match(nxt) or nxt.startswith("slurmstepd"):
-                        break
-                    body.append(nxt)
-                cause = _cause_of(body)
-                said = int(m["rank"]) if m["rank"].isdigit() else rank
-                reported[said] = RankFailure(said, m["host"], cause, not _SECONDARY_RE.search(cause))
-                break
+        for report in rank_reports(text, rank)[:1]:
+            cause = _cause_of(report.text.splitlines())
+            reported[report.rank] = RankFailure(report.rank, report.host, cause, not _SECONDARY_RE.search(cause))
     srun: dict[int, tuple[str, str]] = {}
     unlaunched: dict[int, str] = {}
     for ln in batch_out.splitlines():

@@ -1,0 +1,204 @@
+"""Where a `Distributor` job runs: a Slurm job, or the rendered mpirun script run here.
+
+A handle answers the same questions for both (status, cancel, log paths, the logs a
+failing rank may have written to), so `Job` reads a run the same way wherever it is.
+A local run is a process group of its own; whether it is still alive is read from
+/proc (zombies do not count).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmtorch import shell
+from slurmtorch.api.runfolder import run_folder_error
+from slurmtorch.errors import SubmitError
+from slurmtorch.submit import jobdir
+from slurmtorch.submit import scheduler as sub
+
+CANCEL_GRACE_S = 10.0
+_RANK_LOG_RE = re.compile(r"rank-(\d+)\.err")
+
+
+class Handle:
+    """What `Job` asks of the place a job runs."""
+
+    job_id: str
+
+    def status(self) -> sub.JobStatus: ...
+
+    def cancel(self) -> None: ...
+
+    def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]: ...
+
+    def failure_logs(self) -> list[tuple[Path, int | None]]:
+        """The logs a failing rank may have written its report to, each with the rank whose
+        log it is (None: a log several ranks share, a torchrun node's or mpirun's own)."""
+
+    def headline(self) -> str: ...
+
+    def log_tip(self) -> str: ...
+
+
+class SlurmHandle(Handle):
+    """`torchrun`: (nodes, ranks per node) when torchrun launches the ranks (one log per node).
+    `runner`: submit's, for the scheduler commands (tests pass a fake)."""
+
+    def __init__(self, job_id: str, job_dir: Path, root: Path, torchrun: tuple[int, int] | None = None,
+                 runner: Callable | None = None):
+        self.job_id, self.job_dir, self.root, self.torchrun = job_id, job_dir, root, torchrun
+        self.runner = runner
+
+    def _runner(self) -> dict:
+        return {} if self.runner is None else {"runner": self.runner}
+
+    def status(self) -> sub.JobStatus:
+        return sub.job_status(self.job_id, self.root, **self._runner())
+
+    def cancel(self) -> None:
+        try:
+            sub.cancel(self.job_id, **self._runner())
+        except SubmitError:
+            if not self.status().done:  # else it ended between our look and scancel: fine
+                raise
+
+    def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
+        out, err = jobdir.log_names(self.torchrun, rank, node)
+        return self.job_dir / out, self.job_dir / err
+
+    def failure_logs(self) -> list[tuple[Path, int | None]]:
+        return [(p, _log_rank(p)) for p in sorted(self.job_dir.glob("*.err"))]
+
+    def headline(self) -> str:
+        return _headline(self.job_dir / "batch.out")
+
+    def log_tip(self) -> str:
+        return f"see: slurmtorch logs {self.job_id} --rank 0 (or --batch); folder {self.job_dir}"
+
+
+class LocalHandle(Handle):
+    """The rendered mpirun script, run here in its own process group (so cancel reaches all of it)."""
+
+    def __init__(self, job_id: str, workdir: Path, pgid: int):
+        self.job_id, self.workdir, self.pgid = job_id, workdir, pgid
+
+    @classmethod
+    def start(cls, script: str, workdir: Path, run_id: str) -> LocalHandle:
+        # `set -m`: the background job gets its own process group. It runs the script
+        # (a file: one argument is limited to 128 KiB), then records its exit code
+        # (tmp + rename); the outer shell returns at once.
+        try:
+            jobdir.write_new(workdir / "mpirun.sh", script)
+        except OSError as exc:
+            raise run_folder_error(exc, workdir) from None
+        inner = ('bash "$1/mpirun.sh" </dev/null >"$1/launcher.out" 2>&1; '
+                 'printf "%s\\n" "$?" >"$1/exit-code.tmp"; mv -f "$1/exit-code.tmp" "$1/exit-code"')
+        pidfile = shell.quote(str(workdir / "launcher.pid"))
+        wrapper = (f"set -m\nbash -c {shell.quote(inner)} slurmtorch-local "
+                   f"{shell.quote(str(workdir))} </dev/null >/dev/null 2>&1 &\n"
+                   f"printf '%s\\n' \"$!\" >{pidfile}\n")
+        rc = sub.run_local(wrapper, workdir / "start.sh")
+        try:
+            pgid = int((workdir / "launcher.pid").read_text())
+        except (OSError, ValueError):
+            raise SubmitError(f"could not start mpirun here (bash exited {rc})") from None
+        return cls(f"local-{run_id}", workdir, pgid)
+
+    def _exit_code(self) -> int | None:
+        try:
+            return int((self.workdir / "exit-code").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def status(self) -> sub.JobStatus:
+        code = self._exit_code()
+        if (self.workdir / "cancelled").exists():
+            return sub.JobStatus(self.job_id, "CANCELLED", code, source="local")
+        if code is None and group_alive(self.pgid):
+            return sub.JobStatus(self.job_id, "RUNNING", None, nodes="localhost", source="local")
+        code = self._exit_code()  # it may have ended between the two looks
+        if code is None:
+            return sub.JobStatus(self.job_id, "FAILED", None, "mpirun ended without an exit code", source="local")
+        return sub.JobStatus(self.job_id, "COMPLETED" if code == 0 else "FAILED", code, source="local")
+
+    def cancel(self) -> None:
+        (self.workdir / "cancelled").touch()
+        # mpirun forwards SIGTERM to its ranks; whatever is left after the grace gets SIGKILL.
+        for sig, grace in ((signal.SIGTERM, CANCEL_GRACE_S), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.pgid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline:
+                if not group_alive(self.pgid):
+                    return
+                time.sleep(0.05)
+
+    def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
+        out, err = jobdir.log_names(None, rank, node)  # mpirun here: `runfn` writes rank-R.out|err
+        return self.workdir / out, self.workdir / err
+
+    def failure_logs(self) -> list[tuple[Path, int | None]]:
+        # Until `runfn` redirects a rank's output, it goes to mpirun's own log.
+        return [*((p, _log_rank(p)) for p in sorted(self.workdir.glob("rank-*.err"))),
+                (self.workdir / "launcher.out", None)]
+
+    def headline(self) -> str:
+        return _headline(self.workdir / "launcher.out")
+
+    def log_tip(self) -> str:
+        return f"see {self.workdir / 'launcher.out'} and rank-*.out|err there"
+
+
+def _log_rank(path: Path) -> int | None:
+    m = _RANK_LOG_RE.fullmatch(path.name)
+    return int(m[1]) if m else None
+
+
+def _headline(path: Path) -> str:
+    """The line of a launcher's log worth one line of an error: the first naming an error,
+    else the first that is not decoration (Open MPI frames its messages in dashes)."""
+    lines = [ln.strip() for ln in jobdir.read_text(path).splitlines() if re.search(r"[A-Za-z0-9]", ln)]
+    for line in lines:
+        if "error" in line.lower():
+            return line
+    return lines[0] if lines else ""
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of the group still runs (zombies do not count: PID 1 may reap late)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    leader = _proc_stat(proc / str(pgid))
+    if leader is not None and leader[1] == pgid and leader[0] != "Z":
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        stat = _proc_stat(entry)
+        if stat is not None and stat[1] == pgid and stat[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _proc_stat(entry: Path) -> tuple[str, int] | None:
+    """(state, process group) from /proc/PID/stat; the command name may hold spaces and ')'."""
+    try:
+        text = (entry / "stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return (fields[0], int(fields[2])) if len(fields) > 2 else None

@@ -1,0 +1,248 @@
+"""`Job`: a submitted `Distributor` run, and what its result raises when there is no answer.
+
+The ranks answer through the run folder (see `slurmtorch.bootstrap.runfn`): rank 0's
+value in result.pkl, a rank that raised in error-rank-R.json. A rank that failed before
+`runfn` ran (in the bootstrap) reported only on its stderr, which `failures.rank_reports`
+reads. Where the job runs (Slurm, or mpirun here) is its handle's business.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from slurmtorch.api.handles import Handle
+from slurmtorch.bootstrap import runfn
+from slurmtorch.errors import SlurmtorchError, SpecError
+from slurmtorch.submit import failures, jobdir
+from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit.tail import Tail, drain
+
+
+class JobFailed(SlurmtorchError):
+    """The job ended without an answer: cancelled, timed out, killed, or a rank failed."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, tip: str | None = None, *, job_id: str = "", state: str = "",
+                 job_exit_code: int | None = None):
+        super().__init__(message, tip)
+        self.job_id = job_id
+        self.state = state
+        self.job_exit_code = job_exit_code
+
+
+class RemoteError(JobFailed):
+    """A rank raised: which rank, on which host, and its traceback as the rank printed it."""
+
+    def __init__(self, rank: int, host: str, traceback_text: str, *, job_id: str = "", exc_type: str = "",
+                 state: str = "", job_exit_code: int | None = None):
+        self.rank = rank
+        self.host = host
+        self.traceback_text = traceback_text
+        self.exc_type = exc_type
+        super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}",
+                         job_id=job_id, state=state, job_exit_code=job_exit_code)
+
+    def __reduce__(self):
+        return (_remote_error, (self.rank, self.host, self.traceback_text, self.job_id, self.exc_type))
+
+
+def _remote_error(rank, host, text, job_id, exc_type):
+    return RemoteError(rank, host, text, job_id=job_id, exc_type=exc_type)
+
+
+class Job:
+    """A submitted run. `job_id` is the Slurm job id (or `local-...` for local_mode)."""
+
+    def __init__(self, handle: Handle, workdir: Path, kind: str, name: str, ntasks: int):
+        self._handle = handle
+        self.workdir = workdir
+        self.kind = kind
+        self.name = name
+        self.ntasks = ntasks
+        self._outcome: tuple[bool, Any] | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self._handle.job_id
+
+    def __repr__(self) -> str:
+        return f"Job({self.job_id!r}, {self.name})"
+
+    def state(self) -> str:
+        """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ... (Slurm's words)."""
+        return self._handle.status().state
+
+    def wait(self, timeout: float | None = None) -> str:
+        """Block until the job ends (TimeoutError after `timeout` s); its final state."""
+        return self._wait(timeout, stream=False).state
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Rank 0's return value (None for a file); raises RemoteError / JobFailed, or
+        TimeoutError when the job is still running after `timeout` seconds."""
+        return self._result(timeout, stream=False)
+
+    def logs(self, rank: int | None = None, stream: str = "both", *, node: int | None = None) -> str:
+        """What rank `rank` (default 0) printed so far: stream "out", "err" or "both" (out, then err).
+
+        Under torchrun each node writes one log holding all its ranks, and torchrun, not
+        Slurm, decides which node holds which rank: ask by `node=` (default node 0) on
+        more than one node; `rank=` then raises SpecError.
+        """
+        if stream not in ("out", "err", "both"):
+            raise SpecError(f"stream must be 'out', 'err' or 'both', got {stream!r}")
+        if rank is not None and not 0 <= rank < self.ntasks:
+            raise SpecError(f"rank {rank} is not in this job (ranks 0..{self.ntasks - 1})")
+        out, err = self._handle.log_paths(rank, node)
+        chosen = {"out": [out], "err": [err], "both": [out, err]}[stream]
+        return "".join(jobdir.read_text(p) for p in chosen)
+
+    def cancel(self) -> None:
+        """Cancel the job (scancel, or signal the local mpirun); a finished job is left alone."""
+        if not self._handle.status().done:
+            self._handle.cancel()
+
+    # -- internals
+
+    def _cancel_quietly(self) -> None:
+        try:
+            self.cancel()
+        except Exception:  # noqa: BLE001 - the interrupt that got us here matters more
+            pass
+
+    def _result(self, timeout: float | None, stream: bool) -> Any:
+        if self._outcome is None:
+            status = self._wait(timeout, stream)
+            try:
+                self._outcome = (True, self._collect(status))
+            except JobFailed as exc:
+                self._outcome = (False, exc)
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
+
+    def _wait(self, timeout: float | None, stream: bool) -> sub.JobStatus:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        tails = []
+        if stream:
+            out, err = self._handle.log_paths(None, None)  # rank 0's (node 0's under torchrun)
+            tails = [Tail(out, sys.stdout), Tail(err, sys.stderr)]
+        shown = None
+        while True:
+            for t in tails:
+                t.pump()
+            status = self._handle.status()
+            if stream and (status.state, status.nodes) != shown:
+                shown = (status.state, status.nodes)
+                if not status.done:
+                    where = f" on {status.nodes}" if status.nodes and status.state == "RUNNING" else ""
+                    why = f" ({status.reason})" if status.reason not in ("", "None", "(null)") and \
+                        status.state == "PENDING" else ""
+                    say(f"job {self.job_id}: {status.state}{where}{why}")
+            if status.done:
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.job_id} is still {status.state} after {timeout:g} s")
+            time.sleep(sub.POLL_S)
+        drain(tails)
+        if stream:
+            code = "" if status.exit_code is None else f" (exit {status.exit_code})"
+            say(f"job {self.job_id}: {status.state}{code}")
+        return status
+
+    def _collect(self, status: sub.JobStatus) -> Any:
+        """Turn the ended job's files into rank 0's value, a RemoteError or a JobFailed.
+
+        A job that COMPLETED with exit 0 succeeded, whatever error files the folder holds:
+        a requeued job (a `requeue: true` preset, preemption) runs again in the same
+        folder, where an earlier run's error-rank-*.json and *.err stay; within one run a
+        rank that raises always makes the job's exit non-zero. So the result comes first,
+        and a failure is told from the latest run's reports (`_reported_error`).
+        """
+        exit_code = status.exit_code
+        completed = status.state == "COMPLETED" and not exit_code
+        error = None if completed else (self._reported_error() or self._logged_failure())
+        if error is not None:
+            rank, host, text, exc_type = error
+            self._drop_pickles()
+            raise RemoteError(rank, host, text, job_id=self.job_id, exc_type=exc_type, state=status.state,
+                              job_exit_code=exit_code)
+        if completed:
+            if self.kind != "function":
+                self._drop_pickles()
+                return None
+            path = self.workdir / runfn.RESULT
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                raise JobFailed(f"job {self.job_id} completed but rank 0 left no result in {self.workdir}",
+                                tip=self._handle.log_tip(), job_id=self.job_id, state=status.state,
+                                job_exit_code=exit_code) from None
+            import cloudpickle  # lazy: an optional extra (slurmtorch[api]) that a file's run never needs
+
+            try:
+                value = cloudpickle.loads(data)
+            except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
+                raise SlurmtorchError(f"cannot load rank 0's result of job {self.job_id} ({path}): "
+                                      f"{type(exc).__name__}: {exc}",
+                                      tip="return plain data (numbers, lists, dicts, tensors, state_dicts)") from None
+            self._drop_pickles()
+            return value
+        self._drop_pickles()
+        if status.state.startswith("CANCELLED"):
+            word = "was cancelled"
+        elif status.state == "ENDED":  # known only from its folder, and no exit-code in it
+            word = "ended without recording an exit code (cancelled, timed out or lost with its node?)"
+        else:
+            word = f"ended {status.state}"
+        code = "" if exit_code is None else f" (exit {exit_code})"
+        line = self._handle.headline()
+        raise JobFailed(f"job {self.job_id} {word}{code}" + (f": {line}" if line else ""),
+                        tip=self._handle.log_tip(), job_id=self.job_id, state=status.state, job_exit_code=exit_code)
+
+    def _reported_error(self) -> tuple[int, str, str, str] | None:
+        """The first error a rank wrote (earliest time) in the latest run: later ones are
+        peers losing it, and a requeued job's earlier runs (a lower SLURM_RESTART_COUNT,
+        recorded as `restart`) are history. A rerun that failed without reporting shows
+        the earlier run's error: the best account left."""
+        records = []
+        for path in self.workdir.glob(f"{runfn.ERROR_PREFIX}*.json"):
+            try:
+                records.append(json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+        if not records:
+            return None
+        latest = max(int(r.get("restart", 0)) for r in records)
+        records = [r for r in records if int(r.get("restart", 0)) == latest]
+        r = min(records, key=lambda r: (r.get("time", 0), r.get("rank", 0)))
+        return int(r["rank"]), str(r["host"]), str(r["traceback"]), str(r.get("exc_type", ""))
+
+    def _logged_failure(self) -> tuple[int, str, str, str] | None:
+        """A rank that failed before `runfn` ran (e.g. in the bootstrap) says so on its stderr:
+        the earliest log's report, as `failures` reads it."""
+        found = []
+        for path, log_rank in self._handle.failure_logs():
+            for r in failures.rank_reports(jobdir.read_text(path), log_rank):
+                found.append((path.stat().st_mtime, r.rank, r.host, r.text, r.exc_type))
+        if not found:
+            return None
+        return min(found)[1:]
+
+    def _drop_pickles(self) -> None:
+        """Payload and result can be large; the small files (meta, errors, local logs) stay."""
+        for name in (runfn.PAYLOAD, runfn.RESULT):
+            try:
+                (self.workdir / name).unlink()
+            except FileNotFoundError:
+                pass
+
+
+def say(text: str) -> None:
+    """A progress line on stderr, as the CLI prints them."""
+    print(f"slurmtorch: {text}", file=sys.stderr, flush=True)
