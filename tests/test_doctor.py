@@ -7,6 +7,7 @@ mpi4py), with an interpreter that has no torch, and across a 4-node allocation.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -15,15 +16,21 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch.doctor import checks as d
+from slurmtorch.doctor.bandwidth import Sample, bandwidth_table, check_bandwidth
+from slurmtorch.doctor.facts import Interface, MpiFacts, NodeFacts, TorchFacts, parse_probe, probe_interpreter
+from slurmtorch.doctor.layout import RankRecord, check_layout, layout_table
+from slurmtorch.doctor.node import (check_env, check_gpus, check_infiniband, check_interfaces, check_mpi, check_srun,
+                                    check_torch, mpi_vendor, node_checks)
+from slurmtorch.doctor.report import Check, summary
+from slurmtorch.doctor.sitechoice import RECORDED, site_for_doctor, site_from_script
 from slurmtorch.submit import sites
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "slurmtorch.cli.main", "doctor"]
 
 OMPI5 = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"
-TORCH_CPU = d.TorchFacts(version="2.13.0+cpu", cuda=None, gpus=0, gloo=True, nccl=False, mpi=False)
-TORCH_CUDA = d.TorchFacts(version="2.13.0+cu128", cuda="12.8", gpus=8, gloo=True, nccl=True, mpi=False)
+TORCH_CPU = TorchFacts(version="2.13.0+cpu", cuda=None, gpus=0, gloo=True, nccl=False, mpi=False)
+TORCH_CUDA = TorchFacts(version="2.13.0+cu128", cuda="12.8", gpus=8, gloo=True, nccl=True, mpi=False)
 PLUGINS = ("pmix", "none", "pmi2", "pmix_v4")
 
 
@@ -31,13 +38,13 @@ def node_type(site: str, name: str):
     return sites.load_site(site).node_type(name)
 
 
-def facts(**kw) -> d.NodeFacts:
+def facts(**kw) -> NodeFacts:
     base = dict(hostname="node1", python="/usr/bin/python3", torch=TORCH_CPU,
-                mpi=d.MpiFacts(library=OMPI5, mpi4py="4.1.2"),
-                interfaces=(d.Interface("lo", "127.0.0.1"), d.Interface("eth0", "198.18.0.11", 10000)),
+                mpi=MpiFacts(library=OMPI5, mpi4py="4.1.2"),
+                interfaces=(Interface("lo", "127.0.0.1"), Interface("eth0", "198.18.0.11", 10000)),
                 host_address="198.18.0.11", srun_plugins=PLUGINS)
     base.update(kw)
-    return d.NodeFacts(**base)
+    return NodeFacts(**base)
 
 
 def statuses(checks, status):
@@ -48,21 +55,21 @@ def statuses(checks, status):
 
 
 def test_a_line_is_status_what_and_fix():
-    assert d.Check("fail", "no eth9", "set interfaces").line() == "fail  no eth9  (fix: set interfaces)"
-    assert d.Check("ok", "eth0 up", "never shown").line() == "ok    eth0 up"
-    assert d.summary([d.Check("ok", "a"), d.Check("fail", "b")]) == "doctor: 1 ok, 0 warn, 1 fail"
+    assert Check("fail", "no eth9", "set interfaces").line() == "fail  no eth9  (fix: set interfaces)"
+    assert Check("ok", "eth0 up", "never shown").line() == "ok    eth0 up"
+    assert summary([Check("ok", "a"), Check("fail", "b")]) == "doctor: 1 ok, 0 warn, 1 fail"
 
 
 def test_testbed_node_facts_pass_every_check():
     site = sites.load_site("testbed")
     nt = site.node_type("cpu")
-    checks = d.node_checks(facts(), site, nt, list(nt.network_env()), "gloo")
+    checks = node_checks(facts(), site, nt, list(nt.network_env()), "gloo")
     assert not statuses(checks, "fail") and not statuses(checks, "warn"), [c.line() for c in checks]
 
 
 def test_cpu_torch_on_a_gpu_node_type_fails_the_backend_and_the_gpus():
     nt = node_type("hdr-ib", "a100")
-    checks = d.check_torch(TORCH_CPU, nt, "nccl") + d.check_gpus(facts(gpu_devices=8), nt)
+    checks = check_torch(TORCH_CPU, nt, "nccl") + check_gpus(facts(gpu_devices=8), nt)
     failed = [c.what for c in statuses(checks, "fail")]
     assert any("backend nccl" in w for w in failed)
     assert any("CPU build" in w and "8 GPUs" in w and "8 /dev/nvidia" in w for w in failed)
@@ -71,67 +78,67 @@ def test_cpu_torch_on_a_gpu_node_type_fails_the_backend_and_the_gpus():
 
 def test_fewer_gpus_than_the_node_type_fail_and_more_warn():
     nt = node_type("hdr-ib", "a100")
-    few = d.check_gpus(facts(torch=d.TorchFacts(**{**TORCH_CUDA.__dict__, "gpus": 6})), nt)
+    few = check_gpus(facts(torch=TorchFacts(**{**TORCH_CUDA.__dict__, "gpus": 6})), nt)
     assert few[0].status == "fail" and "6 of the 8 GPUs" in few[0].what and "CUDA_VISIBLE_DEVICES" in few[0].fix
-    assert d.check_gpus(facts(torch=TORCH_CUDA), nt)[0].status == "ok"
+    assert check_gpus(facts(torch=TORCH_CUDA), nt)[0].status == "ok"
     cpu = node_type("testbed", "cpu")
-    assert d.check_gpus(facts(gpu_devices=2), cpu)[0].status == "warn"
+    assert check_gpus(facts(gpu_devices=2), cpu)[0].status == "warn"
 
 
 def test_missing_torch_is_one_fail_line_not_a_crash():
-    checks = d.check_torch(d.TorchFacts(error="ModuleNotFoundError: No module named 'torch'"),
+    checks = check_torch(TorchFacts(error="ModuleNotFoundError: No module named 'torch'"),
                            node_type("testbed", "cpu"), "gloo")
     assert [c.status for c in checks] == ["fail"] and "No module named 'torch'" in checks[0].what
 
 
 def test_missing_hcas_are_named_in_one_line_and_unexpected_ones_warn():
     nt = node_type("hdr-ib", "a100")
-    checks = d.check_infiniband(facts(ib_devices=("mlx5_0", "mlx5_1")), nt)
+    checks = check_infiniband(facts(ib_devices=("mlx5_0", "mlx5_1")), nt)
     assert [c.status for c in checks] == ["ok", "fail"]
     assert "mlx5_2, mlx5_3" in checks[1].what and "hcas" in checks[1].fix
-    warn = d.check_infiniband(facts(ib_devices=("mlx5_0",)), node_type("ethernet", "a6000"))
+    warn = check_infiniband(facts(ib_devices=("mlx5_0",)), node_type("ethernet", "a6000"))
     assert warn[0].status == "warn" and "NCCL_IB_DISABLE" in warn[0].what
 
 
 def test_interfaces_must_exist_and_have_an_address():
     nt = node_type("hdr-ib", "a100")
-    missing = d.check_interfaces(facts(), nt)
+    missing = check_interfaces(facts(), nt)
     assert missing[0].status == "fail" and "ib0" in missing[0].what and "lo, eth0" in missing[0].what
-    no_addr = d.check_interfaces(facts(interfaces=(d.Interface("ib0", None),)), nt)
+    no_addr = check_interfaces(facts(interfaces=(Interface("ib0", None),)), nt)
     assert no_addr[0].status == "fail" and "no IPv4 address" in no_addr[0].what
-    unpinned = d.check_interfaces(facts(host_address="127.0.1.1"), node_type("local", "host"))
+    unpinned = check_interfaces(facts(host_address="127.0.1.1"), node_type("local", "host"))
     assert unpinned[0].status == "warn" and "loopback" in unpinned[0].what
 
 
 def test_srun_without_the_sites_plugin_or_missing_fails_where_the_site_uses_srun():
     site = sites.load_site("testbed")
-    assert d.check_srun(facts(), site)[0].status == "ok"
-    none = d.check_srun(facts(srun_plugins=None, srun_error="srun not found on PATH"), site)
+    assert check_srun(facts(), site)[0].status == "ok"
+    none = check_srun(facts(srun_plugins=None, srun_error="srun not found on PATH"), site)
     assert none[0].status == "fail" and "srun not found" in none[0].what
-    no_pmix = d.check_srun(facts(srun_plugins=("none", "pmi2")), site)
+    no_pmix = check_srun(facts(srun_plugins=("none", "pmi2")), site)
     assert no_pmix[0].status == "fail" and "libpmix" in no_pmix[0].fix
-    assert d.check_srun(facts(srun_plugins=None), sites.load_site("local"))[0].status == "ok"
+    assert check_srun(facts(srun_plugins=None), sites.load_site("local"))[0].status == "ok"
 
 
 def test_open_mpi_5_under_pmi2_is_the_singleton_trap():
     site = sites.load_site("ethernet")  # mpi_plugin: pmi2
-    checks = d.check_srun(facts(), site)
+    checks = check_srun(facts(), site)
     trap = [c for c in checks if "singleton" in c.what]
     assert trap and trap[0].status == "fail" and "pmix" in trap[0].fix
 
 
 def test_mpi_vendor_is_read_from_the_library_version():
-    assert d.mpi_vendor(OMPI5) == ("Open MPI", 5)
-    assert d.mpi_vendor("MPICH Version:      4.1.2\nMPICH Release date: ...") == ("MPICH", 4)
-    assert d.mpi_vendor("Intel(R) MPI Library 2021.10 for Linux* OS") == ("Intel MPI", 2021)
-    missing = d.check_mpi(facts(mpi=d.MpiFacts(error="No module named 'mpi4py'")), sites.load_site("testbed"))
+    assert mpi_vendor(OMPI5) == ("Open MPI", 5)
+    assert mpi_vendor("MPICH Version:      4.1.2\nMPICH Release date: ...") == ("MPICH", 4)
+    assert mpi_vendor("Intel(R) MPI Library 2021.10 for Linux* OS") == ("Intel MPI", 2021)
+    missing = check_mpi(facts(mpi=MpiFacts(error="No module named 'mpi4py'")), sites.load_site("testbed"))
     assert missing[0].status == "warn"
 
 
 def test_site_environment_naming_a_missing_interface_fails():
     nt = node_type("testbed", "cpu")
     env = [("GLOO_SOCKET_IFNAME", "eth0"), ("NCCL_SOCKET_IFNAME", "ens5"), ("OMPI_MCA_btl_tcp_if_include", "eth1")]
-    checks = d.check_env(env, facts(environ=(("GLOO_SOCKET_IFNAME", "lo"),)), nt)
+    checks = check_env(env, facts(environ=(("GLOO_SOCKET_IFNAME", "lo"),)), nt)
     assert checks[0].status == "ok" and "overrides GLOO_SOCKET_IFNAME=lo" in checks[0].what
     assert [c.status for c in checks[1:]] == ["fail", "fail"]
 
@@ -139,66 +146,78 @@ def test_site_environment_naming_a_missing_interface_fails():
 def test_probe_output_becomes_facts():
     line = ('noise\nSLURMTORCH_DOCTOR {"torch": {"version": "2.13.0+cpu", "cuda": null, "gpus": 0, "gloo": true, '
             '"nccl": false, "mpi": false}, "mpi_error": "ModuleNotFoundError: no mpi4py"}\n')
-    torch, mpi = d.parse_probe(line)
+    torch, mpi = parse_probe(line)
     assert torch == TORCH_CPU and mpi.library is None and "no mpi4py" in mpi.error
-    assert d.parse_probe("Segmentation fault\n") is None
+    assert parse_probe("Segmentation fault\n") is None
+
+
+def test_the_probe_reads_the_interpreters_torch_and_mpi_library(has_torch, tmp_path, monkeypatch):
+    # From a folder without the checkout: the probe brings the doctor's own slurmtorch
+    # (for slurmtorch.bootstrap.mpi.library_version), torch and mpi4py are the interpreter's.
+    monkeypatch.chdir(tmp_path)
+    error, torch, mpi = probe_interpreter(sys.executable, {}, 120)
+    assert error == "" and torch.version and torch.gloo, (error, torch)
+    if importlib.util.find_spec("mpi4py"):
+        assert mpi.library and mpi.mpi4py and not mpi.error, mpi
+    else:
+        assert mpi.library is None and "mpi4py" in mpi.error, mpi
 
 
 def rec(rank, node, local, per_node, host, world=4, nodes=2):
-    return d.RankRecord(rank, world, local, per_node, node, nodes, host, "node1:1234", 0.5)
+    return RankRecord(rank, world, local, per_node, node, nodes, host, "node1:1234", 0.5)
 
 
 def test_layout_of_a_consistent_world_is_ok_and_a_broken_one_fails():
     good = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 1, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
-    assert [c.status for c in d.check_layout(good)] == ["ok"]
-    table = d.layout_table(good)
+    assert [c.status for c in check_layout(good)] == ["ok"]
+    table = layout_table(good)
     assert table[0].split() == ["rank", "local", "node", "host", "device", "master", "connect"] and len(table) == 5
     twice = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 0, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
-    broken = d.check_layout(twice)
+    broken = check_layout(twice)
     assert broken[0].status == "fail" and "node 0: local ranks [0, 0]" in broken[0].what
-    per_gpu = d.check_layout(good, node_type("roce", "l40s"))
+    per_gpu = check_layout(good, node_type("roce", "l40s"))
     assert per_gpu[-1].status == "warn" and "4 GPUs" in per_gpu[-1].what
 
 
 def test_bandwidth_is_compared_with_the_link_when_the_site_gives_one():
-    samples = [d.Sample(1024, 1e-4, 10), d.Sample(16 << 20, 0.04, 3)]
-    table = d.bandwidth_table(samples, 4)
+    samples = [Sample(1024, 1e-4, 10), Sample(16 << 20, 0.04, 3)]
+    table = bandwidth_table(samples, 4)
     assert "16 MB" in table[-1] and "1 KB" in table[1]
     # 16 MiB in 40 ms on 4 ranks: 0.419 GB/s algbw, x1.5 = 0.629 GB/s bus = 5.03 Gb/s.
     unknown = types.SimpleNamespace(name="cpu", gpus=0, link_gbps=None)
-    no_link = d.check_bandwidth(samples, 4, 2, unknown, iface_mbps=10000)
+    no_link = check_bandwidth(samples, 4, 2, unknown, iface_mbps=10000)
     assert no_link[0].status == "warn" and "5.03 Gb/s" in no_link[0].what and "link_gbps" in no_link[0].fix
     assert "10 Gb/s" in no_link[0].what
     # Node types whose site gives `link_gbps`.
     fast = types.SimpleNamespace(name="x", gpus=0, link_gbps=200)
-    assert d.check_bandwidth(samples, 4, 2, fast)[0].status == "warn"
+    assert check_bandwidth(samples, 4, 2, fast)[0].status == "warn"
     slow = types.SimpleNamespace(name="x", gpus=0, link_gbps=10)
-    ok = d.check_bandwidth(samples, 4, 2, slow)[0]
+    ok = check_bandwidth(samples, 4, 2, slow)[0]
     assert ok.status == "ok" and "50% of the node type's 10 Gb/s" in ok.what
 
-    no_site = d.check_bandwidth(samples, 4, 2, None)[0]
+    no_site = check_bandwidth(samples, 4, 2, None)[0]
     assert no_site.status == "warn" and "no site given" in no_site.what and "'?'" not in no_site.what
     assert "--site" in no_site.fix
 
 
 def test_the_site_comes_from_the_flag_the_environment_or_the_jobs_own_script(tmp_path):
     golden = (REPO / "tests" / "golden" / "sbatch-testbed-srun.sh").read_text()
-    assert d.site_from_script(golden) == "testbed"
-    assert d.site_from_script("#!/bin/bash\necho hi\n") is None
+    assert site_from_script(golden) == "testbed"
+    assert site_from_script("#!/bin/bash\necho hi\n") is None
     job = tmp_path / "jobs" / "17"
     trial = tmp_path / "jobs" / "18" / "trial-2"
     trial.mkdir(parents=True)
     job.mkdir(parents=True)
     (job / "script.sh").write_text(golden)
     (trial.parent / "script.sh").write_text(golden.replace("/ site testbed /", "/ site roce /"))
-    assert d.site_for_doctor("hdr-ib", {"SLURMTORCH_SITE": "cloud", "SLURMTORCH_JOB_DIR": str(job)}) \
+    assert site_for_doctor("hdr-ib", {"SLURMTORCH_SITE": "cloud", "SLURMTORCH_JOB_DIR": str(job)}) \
         == ("hdr-ib", "--site")
-    assert d.site_for_doctor(None, {"SLURMTORCH_SITE": "cloud", "SLURMTORCH_JOB_DIR": str(job)}) \
+    assert site_for_doctor(None, {"SLURMTORCH_SITE": "cloud", "SLURMTORCH_JOB_DIR": str(job)}) \
         == ("cloud", "$SLURMTORCH_SITE")
-    assert d.site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(job)}) == ("testbed", d.RECORDED)
-    assert d.site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(trial)}) == ("roce", d.RECORDED)  # a sweep's trial
-    assert d.site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(tmp_path / "gone")})[0] is None
-    assert d.site_for_doctor(None, {})[0] is None
+    assert site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(job)}) == ("testbed", RECORDED)
+    assert site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(trial)}) == ("roce", RECORDED)  # a sweep's trial
+    assert site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(tmp_path / "gone")})[0] is None
+    assert site_for_doctor(None, {})[0] is None
 
 
 def test_the_doctor_verb_inside_a_job_checks_against_the_jobs_site(tmp_path):

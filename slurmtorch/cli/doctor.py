@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from slurmtorch.submit.options import Options
+
 
 def doctor(
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE, else the job's own site, else local)"),
@@ -25,7 +27,7 @@ def doctor(
 
     Every line is ok, warn or fail with its fix; the exit code is 1 if anything failed.
     """
-    from slurmtorch.doctor import checks as d
+    from slurmtorch import doctor as d
     from slurmtorch.submit import sites
     from slurmtorch.submit import spec
 
@@ -49,8 +51,7 @@ def doctor(
     # preset): build a one-node spec. Its time limit is the partition's, so a preset's
     # longer default cannot make the doctor itself refuse to run.
     max_time = next((p.max_time for p in site_obj.partitions if p.name == part), None)
-    options = spec.Options(kind="sbatch", module="slurmtorch.doctor", partition=part, preset=preset, nodes=1,
-                           time=max_time, python=python, job_root="/nonexistent")
+    options = Options(module="slurmtorch.doctor", partition=part, preset=preset, nodes=1, time=max_time)
     job = spec.build_spec(site_obj, options) if part is not None else None
     env = list(job.env) if job is not None else list(nt.network_env()) + list(site_obj.env)
     backend = d.wanted_backend(job.backend if job is not None else None, nt)
