@@ -202,6 +202,7 @@ def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path)
 
 
 def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):
+    from slurmtorch.submit import jobdir
     from slurmtorch.submit import scheduler as submit
     from slurmtorch.errors import SubmitError
 
@@ -216,7 +217,7 @@ def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monk
             raise PermissionError(13, "Permission denied", str(src))
         return real_rename(src, dst)
 
-    monkeypatch.setattr(submit.os, "rename", rename)
+    monkeypatch.setattr(jobdir.os, "rename", rename)
     slurm = FakeSlurm()
     with pytest.raises(SubmitError, match=r"cannot write the job folder .*123: Permission denied"):
         submit.submit("#!/bin/bash\n", root, runner=slurm)
@@ -233,9 +234,9 @@ def test_an_unwritable_slurmtorch_home_is_one_error_line(tmp_path, script):
     assert "a-file" in proc.stderr and "SLURMTORCH_HOME" in proc.stderr
 
 
-UNEXPECTED = ("import sys; from slurmtorch.submit import scheduler as submit\n"
+UNEXPECTED = ("import sys; from slurmtorch.submit import jobdir\n"
               "def boom(*a, **k):\n    raise RuntimeError('surprise\\nsecond line')\n"
-              "submit.job_dir = boom\n"
+              "jobdir.job_dir = boom\n"
               "from slurmtorch.cli.main import main\nmain(['status', '1'])\n")
 
 
@@ -293,23 +294,23 @@ def _torchrun_script(tmp_path: Path, nodes: int, per_node: int) -> str:
 
 
 def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit import jobdir
     from slurmtorch.errors import SpecError
 
-    assert submit.torchrun_layout(_torchrun_script(tmp_path, 2, 3)) == (2, 3)
+    assert jobdir.torchrun_layout(_torchrun_script(tmp_path, 2, 3)) == (2, 3)
     srun = cli(["sbatch", "--site", "testbed", "-N", "2", "t.py", "--dry-run"], tmp_path).stdout
-    assert submit.torchrun_layout(srun) is None
-    assert submit.log_names(None) == ("rank-0.out", "rank-0.err")
-    assert submit.log_names(None, 5) == ("rank-5.out", "rank-5.err")
-    assert submit.log_names((1, 4), 3) == ("node-0.out", "node-0.err")  # one node holds every rank
-    assert submit.log_names((2, 2)) == ("node-0.out", "node-0.err")
-    assert submit.log_names((2, 2), node=1) == ("node-1.out", "node-1.err")
+    assert jobdir.torchrun_layout(srun) is None
+    assert jobdir.log_names(None) == ("rank-0.out", "rank-0.err")
+    assert jobdir.log_names(None, 5) == ("rank-5.out", "rank-5.err")
+    assert jobdir.log_names((1, 4), 3) == ("node-0.out", "node-0.err")  # one node holds every rank
+    assert jobdir.log_names((2, 2)) == ("node-0.out", "node-0.err")
+    assert jobdir.log_names((2, 2), node=1) == ("node-1.out", "node-1.err")
     with pytest.raises(SpecError, match="one log per node.*which of its 2 nodes holds rank 1"):
-        submit.log_names((2, 2), 1)
+        jobdir.log_names((2, 2), 1)
     with pytest.raises(SpecError, match="node 2 is not in this job"):
-        submit.log_names((2, 2), node=2)
+        jobdir.log_names((2, 2), node=2)
     with pytest.raises(SpecError, match="one log per rank"):
-        submit.log_names(None, node=0)
+        jobdir.log_names(None, node=0)
 
 
 def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path):

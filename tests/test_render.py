@@ -20,7 +20,8 @@ from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, TemplateError
-from slurmtorch.submit.spec import Options, build_spec
+from slurmtorch.submit.options import Options
+from slurmtorch.submit.spec import build_spec
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 UPDATE = os.environ.get("SLURMTORCH_UPDATE_GOLDEN") == "1"

@@ -13,9 +13,10 @@ from slurmtorch.submit import render
 from slurmtorch.submit import sites
 from slurmtorch.bootstrap.contracts import env_for
 from slurmtorch.errors import BootstrapError, SpecError
-from slurmtorch.bootstrap.rankinfo import from_roles, from_slurm
+from slurmtorch.bootstrap.launchers import from_roles, from_slurm
 from slurmtorch.roles import parse_roles
-from slurmtorch.submit.spec import build_spec, parse_array, parse_sweep, sweep_args, sweep_grid
+from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.sweeps import parse_array, parse_sweep, sweep_args, sweep_grid
 
 from test_render import bash_syntax_ok, check_golden, golden_options
 

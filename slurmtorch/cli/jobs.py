@@ -7,24 +7,28 @@ from typing import Optional
 
 import typer
 
+from slurmtorch.errors import SubmitError
+from slurmtorch.submit import jobdir
+from slurmtorch.submit import scheduler
+from slurmtorch.submit.report import failure_lines
+from slurmtorch.submit.tail import Tail
+
 
 def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
     """Print the job's state (squeue, then scontrol, then its folder's exit-code)."""
-    from slurmtorch.submit import scheduler as submit
-
-    folder = submit.job_dir(job_id)
-    if submit.read_trials(folder) is not None:
-        trials = submit.array_status(job_id)
+    folder = jobdir.job_dir(job_id)
+    if jobdir.read_trials(folder) is not None:
+        trials = scheduler.array_status(job_id)
         for t in trials:
             print(t.line())
             if t.status.done:
-                for line in submit.failure_lines(folder / f"trial-{t.trial}"):
+                for line in failure_lines(jobdir.trial_dir(job_id, t.trial)):
                     print(f"  {line}")
         return 0
-    status = submit.job_status(job_id)
+    status = scheduler.job_status(job_id)
     print(status.line())
     if status.done:
-        for line in submit.failure_lines(folder):
+        for line in failure_lines(folder):
             print(line)
     return 0
 
@@ -42,13 +46,10 @@ def logs(
 
     torchrun writes one log per node (every rank on it), not per rank: --node N.
     """
-    from slurmtorch.submit import scheduler as submit
-    from slurmtorch.errors import SubmitError
-
-    folder = submit.job_dir(job_id)
+    folder = jobdir.job_dir(job_id)
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
-    record = submit.read_trials(folder)
+    record = jobdir.read_trials(folder)
     if record is not None:
         ids = sorted(int(t) for t in record["trials"])
         if trial is None:
@@ -56,17 +57,17 @@ def logs(
                               tip=f"slurmtorch logs {job_id} --trial {ids[0]} [--rank R]")
         if trial not in ids:
             raise SubmitError(f"job {job_id} has no trial {trial}", tip=f"trials: {', '.join(map(str, ids))}")
-        folder = folder / f"trial-{trial}"
+        folder = jobdir.trial_dir(job_id, trial)
         job_id = f"{job_id}_{trial}"
     elif trial is not None:
         raise SubmitError(f"job {job_id} is not an array job; --trial does not apply")
     if batch:
-        paths = [(folder / "batch.out", sys.stdout)]
+        paths = [(folder / jobdir.BATCH_OUT, sys.stdout)]
     else:
-        out, err = submit.rank_log_paths(folder, rank, node)
+        out, err = jobdir.rank_log_paths(folder, rank, node)
         paths = [(out, sys.stdout), (err, sys.stderr)]
     if follow:
-        submit.follow(job_id, paths)
+        scheduler.follow(job_id, paths)
         return 0
     if not any(p.exists() for p, _ in paths):
         raise SubmitError(
@@ -75,16 +76,14 @@ def logs(
             tip=f"is it still pending? slurmtorch status {job_id}",
         )
     for p, stream in paths:
-        submit.Tail(p, stream).pump()
-    for line in submit.failure_lines(folder):
+        Tail(p, stream).pump()
+    for line in failure_lines(folder):
         print(f"slurmtorch: {line}", file=sys.stderr)
     return 0
 
 
 def cancel(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
     """Cancel the job (scancel)."""
-    from slurmtorch.submit import scheduler as submit
-
-    submit.cancel(job_id)
+    scheduler.cancel(job_id)
     print(f"cancel requested for job {job_id}", file=sys.stderr)
     return 0

@@ -20,8 +20,9 @@ import jinja2
 from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
-from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape, sweep_args
-from slurmtorch.submit.spec import shell_name as sweep_var
+from slurmtorch.roles import TRAINING_ROLES
+from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
+from slurmtorch.submit.sweeps import sweep_args, sweep_var
 
 # Per-rank log redirection for launchers without srun's --output patterns. It is a
 # constant passed as `bash -c` text; the job folder and argv arrive as positional
@@ -122,8 +123,6 @@ def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
 
 
 def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
-    from slurmtorch.roles import TRAINING_ROLES
-
     containers = dict(spec.role_containers)
     steps, offset = [], 0
     for role, count in spec.roles:

@@ -1,21 +1,18 @@
 """The edge: the only module that runs `sbatch`, `squeue`, `scontrol`, `scancel`, `bash`.
 
-Job folder: `$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holding
-`script.sh` (the exact submitted text), `batch.out`, `rank-<r>.out|err` and, once
-the launch step ends, `exit-code`. A job array (`--array`, `--sweep`) has one folder
-per array job holding `script.sh`, `trials.json` and a `trial-<K>/` folder per array
-task (made before the job is released, so `batch.out` can be opened there). It is created under a temporary name, the job is
-submitted *held* so that it cannot start before its folder exists, then the folder
-is renamed to the job id and the job released. Any failure on the way removes the
-folder (and cancels the held job): nothing half-written is left behind.
+Submitting: the job folder (`jobdir`) is made under a temporary name, the job is
+submitted *held* so that it cannot start before its folder exists, then the folder is
+renamed to the job id and the job released. Any failure on the way removes the folder
+(and cancels the held job): nothing half-written is left behind.
+
+Following a job without an accounting DB: squeue while it is queued or running, then
+scontrol, then its folder's exit-code once the scheduler has forgotten it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -26,9 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from slurmtorch.errors import SpecError, SubmitError
-from slurmtorch.submit.failures import RankFailure, parse_failures
-from slurmtorch.submit.jobdirs import check_job_id, job_dir, jobs_root  # noqa: F401 - part of this module's API
+from slurmtorch.errors import SubmitError
+from slurmtorch.submit import jobdir
+from slurmtorch.submit.report import failure_lines
+from slurmtorch.submit.tail import Tail, drain
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -38,6 +36,7 @@ TERMINAL_STATES = frozenset({
 })
 _JOB_ID_RE = re.compile(r"^(?P<id>[0-9]+)(?:;(?P<cluster>\S+))?$")
 POLL_S = 0.25
+MAX_POLL_S = 2.0
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
@@ -73,7 +72,7 @@ def _text(data) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
-# --------------------------------------------------------------------------- job folders
+# --------------------------------------------------------------------------- submitting
 
 
 def parse_job_id(stdout: str, argv: Sequence[str] = ()) -> str:
@@ -86,68 +85,6 @@ def parse_job_id(stdout: str, argv: Sequence[str] = ()) -> str:
             argv=argv, returncode=0, stdout=stdout,
         )
     return m.group("id")
-
-
-def no_world_write(path: Path | str) -> None:
-    """Take o+w off whatever the umask let through; group bits stay as the umask gave them
-    (a project group may share job folders). A world-writable folder lets anyone swap files."""
-    mode = os.stat(path).st_mode
-    if mode & 0o002:
-        os.chmod(path, (mode & 0o7777) & ~0o002)
-
-
-def ensure_folder(folder: Path) -> None:
-    """Create `folder` and its missing parents, none of them world-writable whatever the umask
-    (mkdir(parents=True) would leave the parents 0777 under umask 000). Existing levels
-    are left alone."""
-    missing = []
-    for p in (folder, *folder.parents):
-        if p.exists():
-            break
-        missing.append(p)
-    for p in reversed(missing):
-        try:
-            os.mkdir(p, 0o777)
-        except FileExistsError:
-            continue  # made by someone else meanwhile: not ours to change
-        no_world_write(p)
-
-
-def _ensure_root(root: Path) -> None:
-    ensure_folder(root)
-    if root.stat().st_mode & 0o002:
-        raise SubmitError(f"job folder root {root} is world-writable", tip=f"chmod o-w {root}")
-
-
-def _make_temp_folder(root: Path) -> Path:
-    """mkdtemp's name, but the umask's group bits (mkdtemp always makes 0700)."""
-    while True:
-        path = root / f".submitting-{secrets.token_hex(6)}"
-        try:
-            os.mkdir(path, 0o777)
-        except FileExistsError:
-            continue
-        no_world_write(path)
-        return path
-
-
-def write_new(path: Path, text: str) -> None:
-    """A new file, never world-writable. Rendered text is UTF-8 already (shell.quote refuses
-    anything else); `surrogateescape` only keeps a stray undecodable byte from becoming a
-    traceback here."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-        os.fchmod(fd, os.fstat(fd).st_mode & 0o7777 & ~0o002)
-        f.write(text)
-
-
-def folder_error(exc: OSError, place: Path, what: str = "job folder") -> SubmitError:
-    """An OSError while writing under `place` (a job root, a run folder) as one line + tip."""
-    return SubmitError(
-        f"cannot write the {what} {exc.filename or place}: {exc.strerror or exc}",
-        tip=f"{what}s live in {place}: make it writable, or set SLURMTORCH_HOME to a folder "
-            "you can write on the file system the nodes share",
-    )
 
 
 def sbatch_env_overrides(environ) -> list[str]:
@@ -177,44 +114,19 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
     Nothing in it is world-writable, whatever the umask. A file system error becomes a
     SubmitError naming the path; any failure removes what was made and cancels the job.
     """
-    root = root or jobs_root()
-    try:
-        _ensure_root(root)
-        tmp = _make_temp_folder(root)
-    except OSError as exc:
-        raise folder_error(exc, root) from None
+    root = root or jobdir.jobs_root()
+    tmp = jobdir.make_temp(root, script, trials)
     job_id: str | None = None
     final: Path | None = None
     try:
-        try:
-            path = tmp / "script.sh"
-            write_new(path, script)
-            if trials is not None:
-                # ASCII JSON: a value that is not UTF-8 reads back as it was written.
-                write_new(tmp / "trials.json", json.dumps(trials, indent=1) + "\n")
-                for t in trials["trials"]:
-                    os.mkdir(tmp / f"trial-{int(t)}", 0o777)
-                    no_world_write(tmp / f"trial-{int(t)}")
-        except OSError as exc:
-            raise folder_error(exc, root) from None
         warning = sbatch_env_warning(sbatch_env_overrides(os.environ))
         if warning:
             print(warning, file=sys.stderr, flush=True)
         # Held, so that the job cannot start (and open batch.out) before its folder exists.
-        argv = ["sbatch", "--parsable", "--hold", str(path)]
+        argv = ["sbatch", "--parsable", "--hold", str(tmp / jobdir.SCRIPT)]
         job_id = parse_job_id(runner(argv).stdout, argv)
-        target = root / job_id
-        try:
-            if target.exists() or target.is_symlink():
-                # Job ids restart when a cluster's state is reset; keep the old folder.
-                stale = root / f"{job_id}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-                os.rename(target, stale)
-                print(f"note: moved an older folder for job id {job_id} to {stale}", file=sys.stderr)
-            os.rename(tmp, target)
-        except OSError as exc:
-            raise folder_error(exc, root) from None
-        # Only now is the folder at `target` ours: before, it may be an older job's.
-        final = target
+        # Only once renamed is the folder at the job id ours: before, it may be an older job's.
+        final = jobdir.settle(tmp, root, job_id)
         runner(["scontrol", "release", job_id])
     except BaseException:
         for folder in (tmp, final):
@@ -244,7 +156,7 @@ def run_local(script: str, path: Path | None = None) -> int:
 
 def _run_bash(script: str, path: Path) -> int:
     try:
-        write_new(path, script)
+        jobdir.write_new(path, script)
     except OSError as exc:
         raise SubmitError(f"cannot write the mpirun script {path}: {exc.strerror or exc}",
                           tip="check that its folder (or TMPDIR) is writable") from None
@@ -316,13 +228,6 @@ def _scontrol_job(job_id: str, runner: Runner) -> dict[str, str] | None:
     return fields
 
 
-def _exit_code_file(folder: Path) -> int | None:
-    try:
-        return int((folder / "exit-code").read_text().strip())
-    except (OSError, ValueError):
-        return None
-
-
 def _scontrol_exit(fields: dict[str, str], state: str) -> int:
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
     code_i, sig_i = int(code or 0), int(sig or 0)
@@ -335,8 +240,8 @@ def _scontrol_exit(fields: dict[str, str], state: str) -> int:
 
 def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
     """State of a job without an accounting DB: squeue, then scontrol, then the job folder."""
-    check_job_id(job_id)
-    return _status(job_id, job_dir(job_id, root), runner)
+    jobdir.check_job_id(job_id)
+    return _status(job_id, jobdir.job_dir(job_id, root), runner)
 
 
 def _status(job_id: str, folder: Path, runner: Runner) -> JobStatus:
@@ -356,11 +261,11 @@ def _status_after_squeue(job_id: str, folder: Path, runner: Runner, sq: tuple[st
         state = fields.get("JobState", "UNKNOWN")
         exit_code = None
         if state in TERMINAL_STATES:
-            exit_code = _exit_code_file(folder)
+            exit_code = jobdir.read_exit_code(folder)
             if exit_code is None:
                 exit_code = _scontrol_exit(fields, state)
         return JobStatus(job_id, state, exit_code, fields.get("Reason", ""), fields.get("NodeList", ""), "scontrol")
-    exit_code = _exit_code_file(folder)
+    exit_code = jobdir.read_exit_code(folder)
     if exit_code is not None:
         return JobStatus(job_id, "COMPLETED" if exit_code == 0 else "FAILED", exit_code, source="job folder")
     if folder.is_dir():
@@ -376,28 +281,14 @@ def _status_after_squeue(job_id: str, folder: Path, runner: Runner, sq: tuple[st
 # --------------------------------------------------------------------------- arrays
 
 
-def read_trials(folder: Path) -> dict | None:
-    """An array job's trials.json, or None for a plain job."""
-    try:
-        return json.loads((folder / "trials.json").read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise SubmitError(f"cannot read {folder / 'trials.json'}: {exc}") from None
-
-
 def task_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
     """job_status of `JOBID` or of one array task `JOBID_K` (its folder is trial-K)."""
     base, sep, task = str(job_id).partition("_")
     if not sep:
         return job_status(job_id, root, runner=runner)
-    check_job_id(base)
-    check_job_id(task)
-    return _status(job_id, trial_dir(base, int(task), root), runner)
-
-
-def trial_dir(job_id: str, trial: int, root: Path | None = None) -> Path:
-    return job_dir(job_id, root) / f"trial-{int(trial)}"
+    jobdir.check_job_id(base)
+    jobdir.check_job_id(task)
+    return _status(job_id, jobdir.trial_dir(base, int(task), root), runner)
 
 
 @dataclass(frozen=True)
@@ -461,21 +352,19 @@ def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run,
     has left the queue. Trials in `known` (ended ones a waiter has already reported)
     are taken as they are, without asking the scheduler again.
     """
-    folder = job_dir(job_id, root)
-    record = read_trials(folder)
+    folder = jobdir.job_dir(job_id, root)
+    record = jobdir.read_trials(folder)
     if record is None:
-        raise SubmitError(f"job {job_id} is not an array job (no {folder / 'trials.json'})")
+        raise SubmitError(f"job {job_id} is not an array job (no {folder / jobdir.TRIALS})")
     known = known or {}
     trials = sorted(((int(t), params) for t, params in record["trials"].items()), key=lambda kv: kv[0])
     queued = _squeue_tasks(job_id, runner) if any(t not in known for t, _ in trials) else {}
     out = []
     for t, params in trials:
-        status = known.get(t) or _status_after_squeue(f"{job_id}_{t}", folder / f"trial-{t}", runner, queued.get(t))
+        status = known.get(t) or _status_after_squeue(f"{job_id}_{t}", jobdir.trial_dir(job_id, t, root),
+                                                      runner, queued.get(t))
         out.append(TrialStatus(t, params, status))
     return out
-
-
-MAX_POLL_S = 2.0
 
 
 def wait_array(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
@@ -498,7 +387,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner: Runner = run, p
                 ended = True
                 print(f"trial {t.trial} {t.status.state} (exit {exit_code_of(t.status)})", file=err, flush=True)
                 if exit_code_of(t.status) != 0:
-                    for line in failure_lines(trial_dir(job_id, t.trial, root)):
+                    for line in failure_lines(jobdir.trial_dir(job_id, t.trial, root)):
                         print(f"slurmtorch: trial {t.trial}: {line}", file=err)
         if len(reported) == len(trials):
             break
@@ -512,123 +401,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner: Runner = run, p
     return 1 if failed else 0
 
 
-# --------------------------------------------------------------------------- failures
-
-
-def failure_report(folder: Path) -> list[RankFailure]:
-    """`parse_failures` over a job folder's batch.out and rank-*.err / node-*.err."""
-    def read(p: Path) -> str:
-        try:
-            return p.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-
-    errs: dict[int, str] = {}
-    for pattern in ("rank-*.err", "node-*.err"):
-        for p in folder.glob(pattern):
-            idx = p.stem.split("-", 1)[1]
-            if idx.isdigit():
-                errs.setdefault(int(idx), read(p))
-    return parse_failures(read(folder / "batch.out"), errs)
-
-
-def failure_lines(folder: Path, limit: int = 8) -> list[str]:
-    """Human lines naming rank, host and cause; the first is the likely root cause."""
-    report = failure_report(folder)
-    primary = [f for f in report if f.primary]
-    secondary = [f for f in report if not f.primary]
-    lines = [f"failed: {f.line()}" for f in primary[:limit]]
-    if secondary:
-        who = ", ".join(f"{f.rank} ({f.host})" for f in secondary[:limit])
-        more = f" and {len(secondary) - limit} more" if len(secondary) > limit else ""
-        verb = "then failed" if primary else "failed"
-        lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
-    return lines
-
-
-# --------------------------------------------------------------------------- logs
-
-
-class Tail:
-    """Copies what was appended to a file since the last call."""
-
-    def __init__(self, path: Path, out: IO[str]):
-        self.path = path
-        self.out = out
-        self.offset = 0
-
-    def pump(self) -> bool:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return False
-        if not data:
-            return False
-        # Hold back an incomplete UTF-8 sequence at the end until the rest arrives.
-        cut = len(data)
-        for back in range(1, min(4, len(data)) + 1):
-            b = data[-back]
-            if b & 0xC0 == 0xC0:
-                need = 2 if b & 0xE0 == 0xC0 else 3 if b & 0xF0 == 0xE0 else 4
-                if back < need:
-                    cut = len(data) - back
-                break
-            if b & 0x80 == 0:
-                break
-        self.offset += cut
-        self.out.write(data[:cut].decode("utf-8", errors="replace"))
-        self.out.flush()
-        return True
-
-
-_TORCHRUN_RE = re.compile(r"\btorch\.distributed\.run --nnodes (\d+) --nproc-per-node (\d+)\b")
-
-
-def torchrun_layout(script: str) -> tuple[int, int] | None:
-    """(nodes, ranks per node) when a job script launches torchrun, else None (pure)."""
-    m = _TORCHRUN_RE.search(script)
-    return (int(m[1]), int(m[2])) if m else None
-
-
-def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: int | None = None) -> tuple[str, str]:
-    """Names of the stdout and stderr files of a rank, or of a node under torchrun (pure).
-
-    srun and mpirun write rank-R.out|err. torchrun writes one pair per node, node-N.out|err,
-    with every rank of that node in it; its rendezvous, not Slurm, decides which node
-    holds which ranks (it sorts the nodes by host name), so a rank names a file only when
-    there is one node. Neither rank nor node: rank 0's, or node 0's under torchrun.
-    """
-    if torchrun is None:
-        if node is not None:
-            raise SpecError("this job writes one log per rank; a node's log applies to torchrun jobs only",
-                            tip="ask for a rank's log instead")
-        return f"rank-{rank or 0}.out", f"rank-{rank or 0}.err"
-    nodes, per = torchrun
-    if node is None:
-        if rank is not None and nodes > 1:
-            raise SpecError(
-                f"this torchrun job writes one log per node, each with its {per} rank{'s' if per > 1 else ''}, "
-                f"and torchrun (not Slurm) decides which of its {nodes} nodes holds rank {rank}",
-                tip=f"ask for a node's log instead (node 0..{nodes - 1}; node 0 is the allocation's first)")
-        node = 0
-    if not 0 <= node < nodes:
-        raise SpecError(f"node {node} is not in this job (nodes 0..{nodes - 1})")
-    return f"node-{node}.out", f"node-{node}.err"
-
-
-def rank_log_paths(folder: Path, rank: int | None = None, node: int | None = None) -> tuple[Path, Path]:
-    """`log_names` in a job (or trial) folder, by the launcher its script.sh records."""
-    script = folder / "script.sh"
-    if not script.exists() and folder.name.startswith("trial-"):
-        script = folder.parent / "script.sh"  # an array task: the array job's script
-    try:
-        layout = torchrun_layout(script.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        layout = None
-    out, err = log_names(layout, rank, node)
-    return folder / out, folder / err
+# --------------------------------------------------------------------------- following
 
 
 def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None = None, *,
@@ -646,23 +419,12 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
     return status
 
 
-def drain(tails: Sequence[Tail]) -> None:
-    """Output written just before the end may land a moment after the state changed:
-    pump until the files stay quiet for a few polls (at most ~1 s)."""
-    quiet = 0
-    for _ in range(20):
-        quiet = 0 if any([t.pump() for t in tails]) else quiet + 1
-        if quiet >= 3:
-            break
-        time.sleep(0.05)
-
-
 def wait(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
          out: IO[str] | None = None, err: IO[str] | None = None) -> JobStatus:
     """Block until the job ends, streaming rank 0's output (node 0's under torchrun);
     return the final status."""
-    folder = job_dir(job_id, root)
-    o, e = rank_log_paths(folder)
+    folder = jobdir.job_dir(job_id, root)
+    o, e = jobdir.rank_log_paths(folder)
     return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, runner=runner, poll_s=poll_s)
 
 
@@ -673,4 +435,4 @@ def exit_code_of(status: JobStatus) -> int:
 
 
 def cancel(job_id: str, *, runner: Runner = run) -> None:
-    runner(["scancel", check_job_id(job_id)])
+    runner(["scancel", jobdir.check_job_id(job_id)])

@@ -30,30 +30,9 @@ export SLURMTORCH_JOB_DIR
 export NCCL_IB_DISABLE=1
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, at random (hashing the job id lets two jobs collide). It is below the kernel's
-# ephemeral range: a port from there (bind to port 0) can be taken by any outgoing
-# connection in the seconds before rank 0 binds it again.
-MASTER_PORT=$(/opt/venv/bin/python -c '
-import random, socket
-try:
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    low = 32768
-for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
-    s = socket.socket()
-    try:
-        s.bind(("", port))
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()
-else:
-    s = socket.socket()
-    s.bind(("", 0))
-    port = s.getsockname()[1]
-print(port)
-')
+# now, at random below the kernel's ephemeral range (a port from there can be taken by
+# any outgoing connection in the seconds before rank 0 binds it again).
+MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port)
 export MASTER_PORT
 
 # MASTER_ADDR: this node's address on the interface the site chose for the node type

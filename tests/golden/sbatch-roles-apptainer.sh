@@ -36,94 +36,57 @@ export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, at random (hashing the job id lets two jobs collide). It is below the kernel's
-# ephemeral range: a port from there (bind to port 0) can be taken by any outgoing
-# connection in the seconds before rank 0 binds it again.
-MASTER_PORT=$(/opt/venv/bin/python -c '
-import random, socket
-try:
-    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    low = 32768
-for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
-    s = socket.socket()
-    try:
-        s.bind(("", port))
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()
-else:
-    s = socket.socket()
-    s.bind(("", 0))
-    port = s.getsockname()[1]
-print(port)
-')
+# now, at random below the kernel's ephemeral range (a port from there can be taken by
+# any outgoing connection in the seconds before rank 0 binds it again).
+MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port)
 export MASTER_PORT
 
 # Launch: one srun step per role, each on its own nodes (--relative), all at once.
 # The torch world is the training roles (master=1, worker=2);
 # every rank finds its place from SLURMTORCH_ROLES. Rank logs go to $SLURMTORCH_JOB_DIR.
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
-pids=()
-roles=()
-training=()
 srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
     apptainer exec /images/train.sif python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &
-pids+=("$!"); roles+=(master); training+=(1)
+role[$!]=master training[$!]=1
 srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" \
     apptainer exec /images/train.sif python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 &
-pids+=("$!"); roles+=(worker); training+=(1)
+role[$!]=worker training[$!]=1
 srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" \
     apptainer exec /images/ps.sif python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 &
-pids+=("$!"); roles+=(ps); training+=(0)
-# Steps are reaped as they end (`wait -n`, bash 4.3+). The first one that fails stops all
-# the others at once (srun passes the TERM on to its tasks): a dead worker would
-# otherwise leave the master blocked in a collective until the process-group timeout.
-# Parameter servers (and an evaluator) serve until every training role has ended.
+role[$!]=ps
+# Steps are reaped as they end (`wait -n`, bash 4.3+); role[] and training[] are indexed
+# by srun's pid. The first step that fails stops the others at once (srun passes the TERM
+# on to its tasks): a dead worker would otherwise leave the master blocked in a collective
+# until the process-group timeout. Parameter servers (and an evaluator) serve until every
+# training role has ended.
 rc=0
-ended=()
-while :; do
+while [ "$rc" -eq 0 ] && [ -n "${training[*]}" ]; do
     wait -n
-    running=0
-    for i in "${!pids[@]}"; do
-        [ -z "${ended[i]}" ] || continue
-        if kill -0 "${pids[i]}" 2>/dev/null; then
-            running=$((running + training[i]))
-            continue
+    for pid in "${!role[@]}"; do
+        kill -0 "$pid" 2>/dev/null && continue
+        wait "$pid"
+        code=$?
+        if [ "$code" -ne 0 ] && [ "$rc" -eq 0 ]; then
+            rc=$code
+            printf 'slurmtorch: role %s exited with %s; stopping the other roles\n' "${role[pid]}" "$rc" >&2
         fi
-        wait "${pids[i]}"
-        ended[i]=$?
-        if [ "${ended[i]}" -ne 0 ] && [ "$rc" -eq 0 ]; then
-            rc=${ended[i]}
-            printf 'slurmtorch: role %s exited with %s; stopping the other roles\n' "${roles[i]}" "$rc" >&2
-        fi
+        unset 'role[pid]' 'training[pid]'
     done
-    [ "$rc" -eq 0 ] && [ "$running" -gt 0 ] || break
 done
-stop=()
-for i in "${!pids[@]}"; do
-    [ -n "${ended[i]}" ] || stop+=("${pids[i]}")
-done
-if [ -n "${stop[*]}" ]; then
-    kill "${stop[@]}" 2>/dev/null
-    # A task that ignores TERM must not hold the job: once the grace time is up, srun
-    # itself is killed, and the end of the job takes its step down.
+# A task that ignores TERM must not hold the job: once the grace time is up, srun itself
+# is killed, and the end of the job takes its step down.
+if [ -n "${role[*]}" ]; then
+    kill "${!role[@]}" 2>/dev/null
     grace=30
-    sleep "$grace" &
-    timer=$!
-    while kill -0 "$timer" 2>/dev/null; do
-        left=
-        for pid in "${stop[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
-        [ -n "$left" ] || break
-        wait -n 2>/dev/null
+    while [ "$grace" -gt 0 ] && kill -0 "${!role[@]}" 2>/dev/null; do
+        sleep 1
+        grace=$((grace - 1))
     done
-    for pid in "${stop[@]}" "$timer"; do kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"; done
-    wait "${stop[@]}" "$timer" 2>/dev/null
+    kill -KILL "${!role[@]}" 2>/dev/null
+    wait
 fi
 (exit "$rc")
 rc=$?

@@ -1,0 +1,247 @@
+"""The job folder: where it lives, what is in it, and how it is written.
+
+`$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holds `script.sh` (the
+exact submitted text), `batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`)
+and, once the launch step ends, `exit-code`; while it runs, `.started-<restart>` says
+that srun's task 0 started. A job array (`--array`, `--sweep`) has one folder per
+array job holding `script.sh`, `trials.json` and a `trial-<K>/` folder per array task.
+The batch script (templates/sbatch.sh.j2) writes the logs, `exit-code` and the marker;
+this module makes the folder and reads it back.
+
+A folder is made under a temporary name (`.submitting-<hex>`) and renamed to the job id
+once sbatch has answered; nothing in it is world-writable, whatever the umask. Pure paths
+and plain file writes only: the dry run imports this module, never the scheduler's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from slurmtorch.errors import SpecError, SubmitError
+
+SCRIPT = "script.sh"
+BATCH_OUT = "batch.out"
+TRIALS = "trials.json"
+EXIT_CODE = "exit-code"
+
+_TORCHRUN_RE = re.compile(r"\btorch\.distributed\.run --nnodes (\d+) --nproc-per-node (\d+)\b")
+
+
+# --------------------------------------------------------------------------- where
+
+
+def jobs_root(environ=None) -> Path:
+    """Where job folders live: `$SLURMTORCH_HOME/jobs`, default `~/.slurmtorch/jobs`."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("SLURMTORCH_HOME") or os.path.join(os.path.expanduser("~"), ".slurmtorch")
+    return Path(os.path.abspath(os.path.expanduser(home))) / "jobs"
+
+
+def check_job_id(job_id: str) -> str:
+    if not re.fullmatch(r"[0-9]+", str(job_id)):
+        raise SpecError(f"invalid job id {job_id!r}", tip="a Slurm job id is a number, e.g. 1234")
+    return str(job_id)
+
+
+def job_dir(job_id: str, root: Path | None = None) -> Path:
+    return (root or jobs_root()) / check_job_id(job_id)
+
+
+def trial_dir(job_id: str, trial: int, root: Path | None = None) -> Path:
+    """An array task's folder: `trial-K` in its array job's folder."""
+    return job_dir(job_id, root) / f"trial-{int(trial)}"
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def no_world_write(path: Path | str) -> None:
+    """Take o+w off whatever the umask let through; group bits stay as the umask gave them
+    (a project group may share job folders). A world-writable folder lets anyone swap files."""
+    mode = os.stat(path).st_mode
+    if mode & 0o002:
+        os.chmod(path, (mode & 0o7777) & ~0o002)
+
+
+def ensure_folder(folder: Path) -> None:
+    """Create `folder` and its missing parents, none of them world-writable whatever the umask
+    (mkdir(parents=True) would leave the parents 0777 under umask 000). Existing levels
+    are left alone."""
+    missing = []
+    for p in (folder, *folder.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    for p in reversed(missing):
+        try:
+            os.mkdir(p, 0o777)
+        except FileExistsError:
+            continue  # made by someone else meanwhile: not ours to change
+        no_world_write(p)
+
+
+def write_new(path: Path, text: str) -> None:
+    """A new file, never world-writable. Rendered text is UTF-8 already (shell.quote refuses
+    anything else); `surrogateescape` only keeps a stray undecodable byte from becoming a
+    traceback here."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        os.fchmod(fd, os.fstat(fd).st_mode & 0o7777 & ~0o002)
+        f.write(text)
+
+
+def folder_error(exc: OSError, place: Path, what: str = "job folder") -> SubmitError:
+    """An OSError while writing under `place` (a job root, a run folder) as one line + tip."""
+    return SubmitError(
+        f"cannot write the {what} {exc.filename or place}: {exc.strerror or exc}",
+        tip=f"{what}s live in {place}: make it writable, or set SLURMTORCH_HOME to a folder "
+            "you can write on the file system the nodes share",
+    )
+
+
+def _ensure_root(root: Path) -> None:
+    ensure_folder(root)
+    if root.stat().st_mode & 0o002:
+        raise SubmitError(f"job folder root {root} is world-writable", tip=f"chmod o-w {root}")
+
+
+def _make_temp_folder(root: Path) -> Path:
+    """mkdtemp's name, but the umask's group bits (mkdtemp always makes 0700)."""
+    while True:
+        path = root / f".submitting-{secrets.token_hex(6)}"
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        no_world_write(path)
+        return path
+
+
+def make_temp(root: Path, script: str, trials: dict | None = None) -> Path:
+    """A new job folder under a temporary name holding script.sh and, for an array job
+    (`trials`: spec.trials_record), trials.json and trial-K/. A file system error becomes
+    a SubmitError naming the path, and nothing made is left behind."""
+    try:
+        _ensure_root(root)
+        tmp = _make_temp_folder(root)
+    except OSError as exc:
+        raise folder_error(exc, root) from None
+    try:
+        write_new(tmp / SCRIPT, script)
+        if trials is not None:
+            # ASCII JSON: a value that is not UTF-8 reads back as it was written.
+            write_new(tmp / TRIALS, json.dumps(trials, indent=1) + "\n")
+            for t in trials["trials"]:
+                os.mkdir(tmp / f"trial-{int(t)}", 0o777)
+                no_world_write(tmp / f"trial-{int(t)}")
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise folder_error(exc, root) from None
+    return tmp
+
+
+def settle(tmp: Path, root: Path, job_id: str) -> Path:
+    """Rename the temporary folder to the job id; an older folder of that id is kept aside
+    (job ids restart when a cluster's state is reset). Returns the job's folder."""
+    target = root / job_id
+    try:
+        if target.exists() or target.is_symlink():
+            stale = root / f"{job_id}.stale-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            os.rename(target, stale)
+            print(f"note: moved an older folder for job id {job_id} to {stale}", file=sys.stderr)
+        os.rename(tmp, target)
+    except OSError as exc:
+        raise folder_error(exc, root) from None
+    return target
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_trials(folder: Path) -> dict | None:
+    """An array job's trials.json, or None for a plain job."""
+    try:
+        return json.loads((folder / TRIALS).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise SubmitError(f"cannot read {folder / TRIALS}: {exc}") from None
+
+
+def read_exit_code(folder: Path) -> int | None:
+    """The launch step's exit code, once the batch script has written it."""
+    try:
+        return int((folder / EXIT_CODE).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def torchrun_layout(script: str) -> tuple[int, int] | None:
+    """(nodes, ranks per node) when a job script launches torchrun, else None (pure)."""
+    m = _TORCHRUN_RE.search(script)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: int | None = None) -> tuple[str, str]:
+    """Names of the stdout and stderr files of a rank, or of a node under torchrun (pure).
+
+    srun and mpirun write rank-R.out|err. torchrun writes one pair per node, node-N.out|err,
+    with every rank of that node in it; its rendezvous, not Slurm, decides which node
+    holds which ranks (it sorts the nodes by host name), so a rank names a file only when
+    there is one node. Neither rank nor node: rank 0's, or node 0's under torchrun.
+    """
+    if torchrun is None:
+        if node is not None:
+            raise SpecError("this job writes one log per rank; a node's log applies to torchrun jobs only",
+                            tip="ask for a rank's log instead")
+        return f"rank-{rank or 0}.out", f"rank-{rank or 0}.err"
+    nodes, per = torchrun
+    if node is None:
+        if rank is not None and nodes > 1:
+            raise SpecError(
+                f"this torchrun job writes one log per node, each with its {per} rank{'s' if per > 1 else ''}, "
+                f"and torchrun (not Slurm) decides which of its {nodes} nodes holds rank {rank}",
+                tip=f"ask for a node's log instead (node 0..{nodes - 1}; node 0 is the allocation's first)")
+        node = 0
+    if not 0 <= node < nodes:
+        raise SpecError(f"node {node} is not in this job (nodes 0..{nodes - 1})")
+    return f"node-{node}.out", f"node-{node}.err"
+
+
+def rank_log_paths(folder: Path, rank: int | None = None, node: int | None = None) -> tuple[Path, Path]:
+    """`log_names` in a job (or trial) folder, by the launcher its script.sh records."""
+    script = folder / SCRIPT
+    if not script.exists() and folder.name.startswith("trial-"):
+        script = folder.parent / SCRIPT  # an array task: the array job's script
+    try:
+        layout = torchrun_layout(script.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        layout = None
+    out, err = log_names(layout, rank, node)
+    return folder / out, folder / err
+
+
+def error_logs(folder: Path) -> dict[int, str]:
+    """The text of every rank-R.err (torchrun: node-N.err) in a job folder, by R (or N)."""
+    errs: dict[int, str] = {}
+    for pattern in ("rank-*.err", "node-*.err"):
+        for p in folder.glob(pattern):
+            idx = p.stem.split("-", 1)[1]
+            if idx.isdigit():
+                errs.setdefault(int(idx), read_text(p))
+    return errs
+
+
+def read_text(path: Path) -> str:
+    """A log's text, '' when it is not there (yet)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,31 @@
+"""What a failed job's folder says went wrong, as lines for the terminal.
+
+`failures.parse_failures` (pure) over the folder's batch.out and rank logs, read here:
+the first line names the likely root cause, the rest the ranks that failed after it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurmtorch.submit import jobdir
+from slurmtorch.submit.failures import RankFailure, parse_failures
+
+
+def failure_report(folder: Path) -> list[RankFailure]:
+    """`parse_failures` over a job folder's batch.out and rank-*.err / node-*.err."""
+    return parse_failures(jobdir.read_text(folder / jobdir.BATCH_OUT), jobdir.error_logs(folder))
+
+
+def failure_lines(folder: Path, limit: int = 8) -> list[str]:
+    """Human lines naming rank, host and cause; the first is the likely root cause."""
+    report = failure_report(folder)
+    primary = [f for f in report if f.primary]
+    secondary = [f for f in report if not f.primary]
+    lines = [f"failed: {f.line()}" for f in primary[:limit]]
+    if secondary:
+        who = ", ".join(f"{f.rank} ({f.host})" for f in secondary[:limit])
+        more = f" and {len(secondary) - limit} more" if len(secondary) > limit else ""
+        verb = "then failed" if primary else "failed"
+        lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
+    return lines
