@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from slurmtorch.errors import BootstrapError
-from slurmtorch.bootstrap.rankinfo import SLURM_PORT_BASE, SLURM_PORT_SPAN, check_mpi_world, detect_source, from_env, from_slurm, from_torchrun, rank_hint, single, slurm_port, trial_id, world_from_mpi
+from slurmtorch.bootstrap.launchers import (SLURM_PORT_BASE, SLURM_PORT_SPAN, detect_source, from_env, from_slurm,
+                                            from_torchrun, single, slurm_port)
+from slurmtorch.bootstrap.mpiworld import check_mpi_world, world_from_mpi
+from slurmtorch.bootstrap.rankinfo import rank_hint, trial_id
 
 
 def srun_env(procid, nodeid, localid, nodelist="node[1-4]", tasks="2(x4)", ntasks=8, **extra):

