@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import resources
-from slurmtorch.submit import sites
+from slurmtorch.submit import cluster, site_schema, site_yaml, sites
 from slurmtorch.errors import SiteError
 
 BUNDLED = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))
@@ -238,7 +238,7 @@ partitions:
 
 
 def test_json_schema_describes_the_keys():
-    schema = sites.json_schema()
+    schema = site_schema.json_schema()
     json.dumps(schema)
     assert schema["required"] == ["node_types", "partitions"]
     nt = schema["properties"]["node_types"]["additionalProperties"]
@@ -253,13 +253,13 @@ def test_json_schema_describes_the_keys():
      ("1-00:00:00", 86400), ("UNLIMITED", float("inf"))],
 )
 def test_parse_time_reads_slurm_formats(text, seconds):
-    assert sites.parse_time(text) == seconds
+    assert cluster.parse_time(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "1h", "1:2:3:4", "-5", "1-", "a-1"])
 def test_parse_time_refuses_other_text(text):
     with pytest.raises(ValueError):
-        sites.parse_time(text)
+        cluster.parse_time(text)
 
 
 def test_yaml_1_1_number_forms_stay_the_strings_the_admin_typed(tmp_path):
@@ -276,13 +276,13 @@ presets:
     assert dict(site.directives) == {"comment": "1:30"}
     preset = site.preset(None)
     assert (preset["time"], preset["nodes"], preset["timeout"]) == ("2:00:00", 2, 60)
-    assert sites.parse_time(preset["time"]) == 7200
+    assert cluster.parse_time(preset["time"]) == 7200
     assert site.partition("debug").max_time == "01:00:00"
 
 
 def test_plain_scalars_still_resolve_as_numbers_bools_and_null(tmp_path):
     p = write(tmp_path, "s.yaml", "a: 12\nb: -3\nc: 1.5\nd: .5\ne: yes\nf: false\ng: ~\nh:\ni: 1e3\nj: 007\n")
-    data = sites._read_yaml(p)
+    data = site_yaml.read_yaml(p)
     assert data == {"a": 12, "b": -3, "c": 1.5, "d": 0.5, "e": True, "f": False, "g": None, "h": None,
                     "i": "1e3", "j": "007"}
 
@@ -291,9 +291,9 @@ def test_fast_and_pure_loaders_agree_on_values_and_line_marks(tmp_path):
     def marks(d):
         return [(d.where, [marks(v) for v in d.values() if isinstance(v, dict)])] if isinstance(d, dict) else []
 
-    if sites._CLoader is None:
+    if site_yaml._CLoader is None:
         pytest.skip("this PyYAML has no libyaml: every file takes the pure loader")
     for f in sorted(resources.site_configs_dir().glob("*.yaml")):
-        fast, pure = sites._read_yaml(f), sites._parse_pure(f.read_text(), f)
+        fast, pure = site_yaml.read_yaml(f), site_yaml.parse_pure(f.read_text(), f)
         assert fast == pure and marks(fast) == marks(pure), f
 

@@ -9,7 +9,9 @@ import pytest
 from slurmtorch import resources
 from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, SpecError
-from slurmtorch.submit.spec import Options, build_spec, parse_env
+from slurmtorch.submit.environment import parse_env
+from slurmtorch.submit.options import Options
+from slurmtorch.submit.spec import build_spec
 
 
 def opts(**kw) -> Options:

@@ -163,37 +163,32 @@ class Distributor:
 
     def _spec(self, site, name: str, workdir: Path, kind: str):
         from slurmtorch.submit import spec as specmod
-        from slurmtorch.submit import scheduler as sub
+        from slurmtorch.submit.allocation import resolve_target
+        from slurmtorch.submit.options import Options
 
         o = self.scheduler_options
-        common = dict(
+        given = dict(
             module="slurmtorch.bootstrap.runfn", script_args=(str(workdir),), preset=self.preset,
             time=_opt_str(o.get("time")), account=o.get("account"), qos=o.get("qos"),
             job_name=o.get("job_name") or _job_name(name), timeout=o.get("timeout"),
-            cpus_per_task=o.get("cpus_per_task"), python=sys.executable, job_root=str(sub.jobs_root()),
-            command=(f"{self!r}.run({name})",),
+            cpus_per_task=o.get("cpus_per_task"), backend=None if self.backend == "auto" else self.backend,
+            python=sys.executable, job_root=str(jobdir.jobs_root()), command=(f"{self!r}.run({name})",),
         )
         if kind == "mpirun":
-            backend = self.backend
-            if backend == "auto" and self.use_gpu:
-                backend = "nccl"  # the local site describes no GPUs; the user says there are
-            options = specmod.Options(
-                kind="mpirun", ntasks=self.num_processes, launcher="mpirun",
-                backend=None if backend == "auto" else backend,
-                env=(*self._local_defaults(), *self._env), **common)
-            return specmod.build_spec(site, options)
-        preset = site.preset(self.preset)
-        partition = site.partition(o.get("partition") or preset.get("partition"))
-        node = site.node_type(partition.node_type)
-        nodes = self.nodes if self.nodes is not None else preset.get("nodes")
-        layout = plan_layout(self.num_processes, nodes, self.use_gpu, node.gpus, node.cpus, partition.max_nodes,
+            if self.backend == "auto" and self.use_gpu:
+                given["backend"] = "nccl"  # the local site describes no GPUs; the user says there are
+            return specmod.build_spec(site, Options.given(
+                given, kind="mpirun", ntasks=self.num_processes, launcher="mpirun",
+                env=(*self._local_defaults(), *self._env)))
+        # The rank layout is ours: plan it on the partition and node type build_spec will use.
+        preset, partition, node = resolve_target(site, Options.given(given, partition=o.get("partition") or None))
+        layout = plan_layout(self.num_processes, self.nodes if self.nodes is not None else preset.get("nodes"),
+                             self.use_gpu, node.gpus, node.cpus, partition.max_nodes,
                              o.get("cpus_per_task") or preset.get("cpus_per_task"),
                              where=f"node type {node.name!r} of partition {partition.name!r}")
-        options = specmod.Options(
-            kind="sbatch", partition=partition.name, nodes=layout.nodes, ntasks_per_node=layout.ranks_per_node,
-            gpus_per_node=layout.gpus_per_node, launcher=o.get("launcher"),
-            backend=None if self.backend == "auto" else self.backend, env=self._env, **common)
-        return specmod.build_spec(site, options)
+        return specmod.build_spec(site, Options.given(
+            given, kind="sbatch", partition=partition.name, nodes=layout.nodes, ntasks_per_node=layout.ranks_per_node,
+            gpus_per_node=layout.gpus_per_node, launcher=o.get("launcher"), env=self._env))
 
     def _local_defaults(self) -> tuple[str, ...]:
         """One host: rendezvous over loopback, and let mpirun put more ranks than cores."""

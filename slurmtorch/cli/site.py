@@ -58,7 +58,7 @@ def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
 @app.command("schema")
 def schema() -> int:
     """The JSON schema of site files."""
-    from slurmtorch.submit import sites
+    from slurmtorch.submit import site_schema
 
-    print(json.dumps(sites.json_schema(), indent=2))
+    print(json.dumps(site_schema.json_schema(), indent=2))
     return 0

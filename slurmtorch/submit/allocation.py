@@ -1,0 +1,117 @@
+"""What the job asks Slurm for, checked against the site before anything is rendered.
+
+The partition and node type (from the options, else the preset, else the site's
+default), the layout on them (GPUs, tasks and CPUs per node, a role job's node
+counts, the number of nodes and ranks) and the time limit: each is refused here,
+with the value that would fit, when the partition or node type cannot hold it.
+
+The steps return plain tuples: a frozen dataclass for each would cost the dry run
+more to define (about 4M instructions apiece) than building the spec does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.roles import RoleLayout, parse_roles
+from slurmtorch.submit.cluster import NodeType, Partition, Site, parse_time
+from slurmtorch.submit.options import Options, positive
+
+
+def resolve_target(site: Site, o: Options) -> tuple[dict[str, Any], Partition, NodeType]:
+    """(preset, partition, node type): the preset named, else `default`; the partition
+    from the options, else the preset, else the site's default."""
+    preset = site.preset(o.preset)
+    partition = site.partition(o.pick(preset, "partition"))
+    return preset, partition, site.node_type(partition.node_type)
+
+
+def per_node(o: Options, preset: dict[str, Any], partition: Partition, node: NodeType) -> tuple[int, int, int]:
+    """(GPUs per node, tasks per node, CPUs per task): by default every GPU, one rank each."""
+    gpus = o.pick(preset, "gpus_per_node", node.gpus)
+    if gpus < 0:
+        raise SpecError(f"--gpus-per-node must not be negative, got {gpus}")
+    if gpus > node.gpus:
+        raise SpecError(
+            f"{gpus} GPUs per node requested, but node type {node.name!r} of partition {partition.name!r} has {node.gpus}",
+            tip=f"use --gpus-per-node {node.gpus} or less, or another partition",
+        )
+    ntasks_per_node = positive("--ntasks-per-node", o.pick(preset, "ntasks_per_node", gpus or 1))
+    default_cpus = max(1, node.cpus // ntasks_per_node)
+    cpus_per_task = positive("--cpus-per-task", o.pick(preset, "cpus_per_task", default_cpus))
+    if ntasks_per_node * cpus_per_task > node.cpus:
+        raise SpecError(
+            f"{ntasks_per_node} tasks x {cpus_per_task} CPUs per node exceeds the {node.cpus} CPUs "
+            f"of node type {node.name!r}",
+            tip=f"use --cpus-per-task {default_cpus} or fewer tasks per node",
+        )
+    return gpus, ntasks_per_node, cpus_per_task
+
+
+def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node: int) -> RoleLayout | None:
+    """--role counts (None without --role): one srun step per role, one task per node."""
+    if not o.roles:
+        return None
+    if o.kind != "sbatch":
+        raise SpecError("--role needs slurmtorch sbatch")
+    try:
+        layout = parse_roles(list(o.roles))
+    except BootstrapError as exc:
+        raise SpecError(exc.message, tip=exc.tip) from None
+    if launcher != "srun":
+        raise SpecError(f"--role runs one srun step per role; launcher {launcher!r} cannot",
+                        tip="use --launcher srun")
+    if ntasks_per_node != 1:
+        raise SpecError(f"--role counts nodes, one task each; --ntasks-per-node {ntasks_per_node} cannot apply",
+                        tip="leave --ntasks-per-node out (a role replica is a node, as on AI Platform)")
+    if o.nodes is not None and o.nodes != layout.total:
+        raise SpecError(f"--nodes {o.nodes} but the roles add up to {layout.total} nodes",
+                        tip="leave --nodes out with --role")
+    if layout.total > partition.max_nodes:
+        raise SpecError(
+            f"roles {layout.format()} need {layout.total} nodes, but partition {partition.name!r} "
+            f"allows at most {partition.max_nodes}",
+            tip="lower the role counts, or use another partition",
+        )
+    return layout
+
+
+def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_per_node: int,
+               roles: RoleLayout | None) -> tuple[int, int]:
+    """(nodes, ranks): a batch job's nodes within the partition; an mpirun job's -n on one host."""
+    if o.kind == "sbatch":
+        nodes = roles.total if roles else positive("--nodes", o.pick(preset, "nodes", 1))
+        if nodes > partition.max_nodes:
+            raise SpecError(
+                f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
+                tip=f"use --nodes {partition.max_nodes} or less, or another partition",
+            )
+        return nodes, nodes * ntasks_per_node
+    n = o.ntasks if o.ntasks is not None else preset.get("ntasks")
+    if n is None:
+        raise SpecError("mpirun needs the number of ranks", tip="pass -n N")
+    return 1, positive("-n", n)
+
+
+def time_limit(o: Options, preset: dict[str, Any], partition: Partition) -> str | None:
+    """--time, else the preset's, else the partition's default; at most its max_time (sbatch)."""
+    time = o.pick(preset, "time", partition.default_time)
+    if time is None:
+        return None
+    time = str(time)
+    try:
+        seconds = parse_time(time)
+    except ValueError:
+        raise SpecError(
+            f"invalid --time {time!r}",
+            tip="Slurm formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
+        ) from None
+    if seconds <= 0:
+        raise SpecError(f"--time {time!r} is zero")
+    if o.kind == "sbatch" and seconds > parse_time(partition.max_time):
+        raise SpecError(
+            f"time limit {time} exceeds the maximum {partition.max_time} of partition {partition.name!r}",
+            tip=f"use --time {partition.max_time} or less",
+        )
+    return time

@@ -1,0 +1,184 @@
+"""What a site describes, as frozen values: node types, partitions, a container, the `Site`.
+
+Built only by `site_schema.validate` (so every value here was checked once, on load);
+everything downstream reads these and never the YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from slurmtorch.errors import SpecError
+from slurmtorch.submit.fabric import fabric_env
+
+LAUNCHERS = ("srun", "mpirun", "torchrun")
+MPI_PLUGINS = ("pmix", "pmi2", "none")
+CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+
+# Process-group timeout. gloo's own default (30 min) would let one hung peer hold
+# every node of the job that long; 10 min is torch's NCCL default.
+DEFAULT_TIMEOUT_S = 600
+
+# Site and preset names: they are typed on command lines and written into the
+# script's provenance comment, where a newline would start a script line.
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+NAME_TIP = "names are letters, digits, '.', '_' and '-'"
+_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """What one node offers: GPUs, CPUs, memory and how it talks to its peers."""
+
+    name: str
+    gpus: int
+    cpus: int
+    fabric: str
+    gpu_model: str | None = None
+    memory_gb: int | None = None
+    hcas: tuple[str, ...] = ()
+    interfaces: tuple[str, ...] = ()
+    rdma: bool = False
+    gid_index: int | None = None
+    link_gbps: int | None = None
+    env: tuple[tuple[str, str | None], ...] = ()
+
+    def network_env(self) -> tuple[tuple[str, str], ...]:
+        """The fabric's network environment, with the admin's `env` applied on top.
+
+        A key the admin sets to null removes what the fabric would have set.
+        """
+        derived = dict(fabric_env(self))
+        for key, value in self.env:
+            if value is None:
+                derived.pop(key, None)
+            else:
+                derived[key] = value
+        return tuple(derived.items())
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A Slurm partition as the admin allows it to be used."""
+
+    name: str
+    max_nodes: int
+    max_time: str
+    node_type: str
+    default: bool = False
+    default_time: str | None = None
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container every rank runs in (pyxis `srun --container-image` or apptainer)."""
+
+    runtime: str
+    image: str
+    mounts: tuple[str, ...] = ()
+    roles: tuple[tuple[str, str], ...] = ()  # per-role images of a role job (`--role`)
+    python: str | None = None  # interpreter inside the image; None: python3
+
+    @property
+    def interpreter(self) -> str:
+        """The python ranks run inside the image (the submitting one is not in it)."""
+        return self.python or "python3"
+
+
+@dataclass(frozen=True)
+class Site:
+    """A validated, merged site config."""
+
+    name: str
+    source: str
+    partitions: tuple[Partition, ...]
+    node_types: tuple[NodeType, ...]
+    presets: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+    description: str = ""
+    launcher: str = "srun"
+    mpi_plugin: str = "pmix"
+    python: str | None = None
+    modules: tuple[str, ...] = ()
+    container: Container | None = None
+    directives: tuple[tuple[str, str | bool], ...] = ()
+    prologue: tuple[str, ...] = ()
+    epilogue: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    timeout: int = DEFAULT_TIMEOUT_S
+    templates: str | None = None
+
+    def partition(self, name: str | None) -> Partition:
+        """The named partition, or the default one."""
+
+        if name is None:
+            for p in self.partitions:
+                if p.default:
+                    return p
+            if len(self.partitions) == 1:
+                return self.partitions[0]
+            raise SpecError(
+                f"site {self.name!r} has no default partition",
+                tip="pass --partition " + "|".join(p.name for p in self.partitions),
+            )
+        for p in self.partitions:
+            if p.name == name:
+                return p
+        raise SpecError(
+            f"unknown partition {name!r} on site {self.name!r}",
+            tip=valid_tip(name, [p.name for p in self.partitions], "partitions"),
+        )
+
+    def node_type(self, name: str) -> NodeType:
+        for nt in self.node_types:
+            if nt.name == name:
+                return nt
+        raise KeyError(name)  # validated on load: cannot happen for a partition's type
+
+    def preset(self, name: str | None) -> dict[str, Any]:
+        """The named preset's option defaults (`default` if it exists and none is named)."""
+
+        presets = dict(self.presets)
+        if name is None:
+            return dict(presets.get("default", ()))
+        if name not in presets:
+            raise SpecError(
+                f"unknown preset {name!r} on site {self.name!r}",
+                tip=valid_tip(name, list(presets), "presets"),
+            )
+        return dict(presets[name])
+
+
+def parse_time(text: str) -> float:
+    """Seconds in a Slurm time string (`M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`).
+
+    `UNLIMITED`/`INFINITE` are infinite. Raises ValueError on anything else.
+    """
+    t = str(text).strip()
+    if t.upper() in ("UNLIMITED", "INFINITE"):
+        return float("inf")
+    m = _TIME_RE.match(t)
+    if not m:
+        raise ValueError(t)
+    days, a, b, c = m.groups()
+    a_i, b_i, c_i = int(a), int(b or 0), int(c or 0)
+    if days is not None:
+        # D-H, D-H:M, D-H:M:S
+        return int(days) * 86400 + a_i * 3600 + b_i * 60 + c_i
+    if c is not None:
+        return a_i * 3600 + b_i * 60 + c_i  # H:M:S
+    if b is not None:
+        return a_i * 60 + b_i  # M:S
+    return a_i * 60  # M
+
+
+def valid_tip(got: str, valid: list[str], what: str) -> str:
+    """`did you mean 'x'? valid <what>: ...`: the tip for an unknown name."""
+    import difflib  # lazy: only on the error path
+
+    close = difflib.get_close_matches(str(got), valid, n=1)
+    listing = ", ".join(repr(v) for v in valid) if valid else "(none)"
+    if close:
+        return f"did you mean {close[0]!r}? valid {what}: {listing}"
+    return f"valid {what}: {listing}"

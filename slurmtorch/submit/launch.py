@@ -1,0 +1,88 @@
+"""How the ranks start: the launcher, the torch backend and the containers they run in.
+
+The site sets the defaults (its launcher, its container); the options may change the
+launcher, the backend, the image and runtime, and give a role job's roles their own
+images. A pyxis container is a flag of `srun`, so it needs the srun launcher.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slurmtorch import shell
+from slurmtorch.backends import BACKENDS
+from slurmtorch.errors import SpecError
+from slurmtorch.roles import ROLE_ORDER, RoleLayout
+from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, LAUNCHERS, Container, Site
+from slurmtorch.submit.options import Options
+
+
+def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str, str]:
+    """(launcher, backend as asked: `auto` is settled by `backend_for` once the GPUs are known)."""
+    launcher = o.pick(preset, "launcher") or site.launcher
+    if launcher not in LAUNCHERS:
+        raise SpecError(f"unknown launcher {launcher!r}", tip=f"valid launchers: {', '.join(LAUNCHERS)}")
+    backend = o.pick(preset, "backend") or "auto"
+    if backend not in BACKENDS:
+        raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
+    if site.container is not None and site.container.runtime == "pyxis" and launcher != "srun":
+        raise SpecError(f"site {site.name!r} runs ranks in a pyxis container, which needs --launcher srun")
+    return launcher, backend
+
+
+def backend_for(backend: str, gpus_per_node: int) -> str:
+    """NCCL when the ranks own GPUs; Gloo otherwise. `mpi` is only ever chosen explicitly."""
+    if backend == "auto":
+        return "nccl" if gpus_per_node > 0 else "gloo"
+    return backend
+
+
+def resolve_containers(site: Site, o: Options, roles: RoleLayout | None, launcher: str
+                       ) -> tuple[Container | None, tuple[tuple[str, Container | None], ...]]:
+    """(every rank's container, each role's): the site's, or --container-image/--container-runtime;
+    --role-image, else the site's image for that role, per role."""
+    role_images = parse_role_images(o.role_images)
+    base = site.container
+    runtime = o.container_runtime or (base.runtime if base else "pyxis")
+    if runtime not in CONTAINER_RUNTIMES:
+        raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
+    if o.container_image is not None:
+        shell.directive_value(o.container_image, what="--container-image")
+        base = _container(base, runtime, o.container_image)
+    elif base is not None and o.container_runtime is not None:
+        base = _container(base, runtime, base.image)
+    if role_images and not roles:
+        raise SpecError("--role-image needs --role", tip="use --container-image for a job without roles")
+    role_containers: list[tuple[str, Container | None]] = []
+    if roles:
+        site_roles = dict(site.container.roles if site.container else ())
+        for role, _ in roles.roles:
+            image = role_images.get(role) or site_roles.get(role)
+            role_containers.append((role, _container(base, runtime, image) if image is not None else base))
+    for unknown in set(role_images) - {r for r, _ in (roles.roles if roles else ())}:
+        raise SpecError(f"--role-image {unknown}=...: the job has no {unknown} role")
+    if any(c is not None and c.runtime == "pyxis" for c in [base, *(c for _, c in role_containers)]) \
+            and launcher != "srun":
+        raise SpecError("pyxis containers (srun --container-image) need --launcher srun")
+    return base, tuple(role_containers)
+
+
+def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """`ROLE=IMAGE` strings -> {role: image}; roles by name, images one line."""
+    out: dict[str, str] = {}
+    for item in items:
+        role, sep, image = str(item).partition("=")
+        if not sep or not image:
+            raise SpecError(f"malformed --role-image {item!r}: expected ROLE=IMAGE",
+                            tip="e.g. --role-image ps=nvcr.io/org/ps:1.0")
+        if role not in ROLE_ORDER:
+            raise SpecError(f"unknown role {role!r} in --role-image {item!r}", tip=f"roles: {', '.join(ROLE_ORDER)}")
+        shell.directive_value(image, what="--role-image")  # no newline/NUL
+        out[role] = image
+    return out
+
+
+def _container(base: Container | None, runtime: str, image: str) -> Container:
+    """A container of `image` under `runtime` that keeps the site's mounts and interpreter."""
+    return Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
+                     python=base.python if base else None)

@@ -1,0 +1,91 @@
+"""`Options`: what the user asked for, the one schema every front end fills.
+
+The CLI verbs, `Distributor` and the doctor build it with only the fields they set
+(`Options.given`); every default lives here. A field the CLI offers carries its flags
+and help text beside it (dataclass metadata), so `sbatch` and `mpirun` declare each
+option once (`cli._common.option`). Light on purpose: `slurmtorch --help` imports it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurmtorch.errors import SpecError
+
+
+def _flag(*flags: str, help: str | None = None, metavar: str | None = None, default: Any = None) -> Any:
+    """A field the CLI offers as `flags` (None there: not given)."""
+    return field(default=default, metadata={"flags": flags, "help": help, "metavar": metavar})
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for; None means "take the preset's, else the default"."""
+
+    kind: str = "sbatch"  # sbatch | mpirun
+    script: str | None = None  # absolute; the edge checked that it exists (spec.split_script)
+    module: str | None = _flag("-m", "--module", help="run a module instead of SCRIPT")
+    script_args: tuple[str, ...] = ()
+    preset: str | None = _flag("--preset")
+    partition: str | None = _flag("--partition", "-p")
+    nodes: int | None = _flag("--nodes", "-N")
+    ntasks_per_node: int | None = _flag("--ntasks-per-node", help="ranks per node (default: GPUs per node, or 1)")
+    ntasks: int | None = _flag("-n", "--np", help="number of ranks")  # mpirun only
+    hostfile: str | None = _flag("--hostfile")  # mpirun only; absolute, checked at the edge
+    gpus_per_node: int | None = _flag("--gpus-per-node")
+    cpus_per_task: int | None = _flag("--cpus-per-task")
+    time: str | None = _flag("--time", "-t", help="Slurm time limit, e.g. 1-00:00:00")
+    account: str | None = _flag("--account", "-A")
+    qos: str | None = _flag("--qos")
+    job_name: str | None = _flag("--job-name", "-J")
+    backend: str | None = _flag("--backend", help="auto|nccl|gloo|mpi")
+    launcher: str | None = _flag("--launcher", help="srun|mpirun|torchrun")
+    timeout: int | None = _flag("--timeout", help="process-group timeout in seconds")
+    env: tuple[str, ...] = _flag("--env", help="K=V, repeatable", default=())  # raw K=V strings as typed
+    requeue: bool | None = _flag("--requeue/--no-requeue",
+                                 help="let the job be requeued (default: on with --signal)")
+    signal: str | None = _flag("--signal", help="preemption signal to the ranks, [R:]SIG[@SECONDS], e.g. USR1@60")
+    python: str = "python3"  # the submitting interpreter; the site's `python` wins
+    job_root: str = "~/.slurmtorch/jobs"  # absolute in practice; the CLI resolves it
+    command: tuple[str, ...] = ()  # argv that made this, for the provenance header
+    roles: tuple[str, ...] = _flag(  # raw ROLE=COUNT strings
+        "--role", metavar="ROLE=NODES", default=(),
+        help="a role job: master|chief=1, worker=N, ps=N, evaluator=N (counts in NODES, one task each; "
+             "repeatable). Each rank gets CLUSTER_SPEC/TF_CONFIG with every role's host:port list; the torch "
+             "world is master/chief + workers; ps/evaluator get MASTER_ADDR/PORT but no process group. "
+             "--role chief=1 names the leader chief in CLUSTER_SPEC too")
+    container_image: str | None = _flag("--container-image", metavar="IMAGE",
+                                        help="run every rank in IMAGE (default: the site's container)")
+    container_runtime: str | None = _flag("--container-runtime", help="pyxis|apptainer (default: the site's, else pyxis)")
+    role_images: tuple[str, ...] = _flag("--role-image", metavar="ROLE=IMAGE", default=(),  # raw ROLE=IMAGE strings
+                                         help="image for one role of a --role job (repeatable)")
+    array: str | None = _flag(
+        "--array", metavar="INDICES[%MAX]",
+        help="a Slurm job array of multi-node jobs, e.g. 0-19%4; with --sweep the indices are trial ids and "
+             "a bare %MAX limits how many run at once")
+    sweep: tuple[str, ...] = _flag(  # raw NAME=V1,V2 strings
+        "--sweep", metavar="NAME=V1,V2", default=(),
+        help="a grid sweep (the product of every --sweep), one array task per trial; trial K gets "
+             "SLURMTORCH_TRIAL=K, SLURMTORCH_SWEEP_<NAME>=V, SLURMTORCH_PARAMS (JSON) and --NAME V appended "
+             "to the script arguments")
+
+    @classmethod
+    def given(cls, values: Mapping[str, Any], **edge: Any) -> Options:
+        """Options from what a front end was given: None (not given) keeps the default, a
+        list becomes a tuple; `edge`, values the front end resolved itself, win."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in {**values, **edge}.items()
+                      if v is not None})
+
+    def pick(self, preset: Mapping[str, Any], name: str, default: Any = None) -> Any:
+        """The option `name`: as given, else the preset's, else `default`."""
+        value = getattr(self, name)
+        return value if value is not None else preset.get(name, default)
+
+
+def positive(name: str, value: int, tip: str | None = None) -> int:
+    """`value` if it is at least 1, else a SpecError naming the option."""
+    if value < 1:
+        raise SpecError(f"{name} must be at least 1, got {value}", tip=tip)
+    return value

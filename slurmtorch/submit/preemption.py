@@ -1,0 +1,61 @@
+"""Preemption: the signal Slurm sends the ranks before the time limit, and requeueing.
+
+`--signal [R:]SIG[@SECONDS]` (or the preset's `signal`) implies `--requeue`; the ranks'
+handler (`slurmtorch.bootstrap.preempt.install`) reads the signal and the requeue choice from
+the environment the batch script exports.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from slurmtorch.errors import SpecError
+from slurmtorch.submit.options import Options
+
+# Signals a rank can catch and survive by default action (KILL/STOP cannot be caught).
+PREEMPT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG", "XCPU", "PWR")
+_SIGNAL_RE = r"^(?:(?P<flags>[A-Z]+):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<time>[0-9]+))?$"  # compiled on first use (re's cache): most jobs never need it
+
+
+def resolve_preemption(o: Options, preset: dict[str, Any]) -> tuple[str | None, bool]:
+    """(signal as Slurm reads it, e.g. USR1@60, requeue) from --signal/--requeue, else the
+    preset's; checked for every kind, applied to batch jobs only (None, False otherwise)."""
+    signal = o.pick(preset, "signal")
+    if signal is not None:
+        signal = parse_signal(signal, "--signal" if o.signal is not None else f"preset {o.preset or 'default'!r} signal")
+    requeue = o.pick(preset, "requeue")
+    requeue = bool(signal) if requeue is None else bool(requeue)
+    if o.kind != "sbatch":
+        return None, False
+    return signal, requeue
+
+
+def preempt_env(signal: str | None, requeue: bool) -> tuple[tuple[str, str], ...]:
+    """What the ranks' handler reads: the bare signal name and whether to requeue."""
+    if not signal:
+        return ()
+    return (("SLURMTORCH_PREEMPT_SIGNAL", signal.split("@", 1)[0].rsplit(":", 1)[-1]),
+            ("SLURMTORCH_PREEMPT_REQUEUE", "1" if requeue else "0"))
+
+
+def parse_signal(text: str, what: str = "--signal") -> str:
+    """Check `--signal [R:]SIG[@SECONDS]` and normalise it to Slurm's form (`USR1@60`).
+
+    `B:` (only the batch shell) is refused: slurmtorch's handler runs in the ranks,
+    and a bare batch shell dies of SIGUSR1.
+    """
+    m = re.match(_SIGNAL_RE, str(text).strip())
+    tip = f"e.g. --signal USR1@60 (signals: {', '.join(PREEMPT_SIGNALS)}; @ seconds before the time limit)"
+    if not m:
+        raise SpecError(f"invalid {what} {text!r}", tip=tip)
+    flags, sig, when = m.group("flags"), m.group("sig").upper(), m.group("time")
+    if flags is not None and flags != "R":
+        raise SpecError(f"{what} {text!r}: only the R: flag is supported",
+                        tip="B: would signal only the batch shell, not the ranks that run the hooks")
+    sig = sig[3:] if sig.startswith("SIG") else sig
+    if sig not in PREEMPT_SIGNALS:
+        raise SpecError(f"{what} {text!r}: {sig} cannot be used for preemption", tip=tip)
+    if when is not None and int(when) > 65535:
+        raise SpecError(f"{what} {text!r}: at most 65535 seconds before the time limit", tip=tip)
+    return f"{'R:' if flags else ''}{sig}{'@' + str(int(when)) if when is not None else ''}"
