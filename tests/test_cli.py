@@ -148,14 +148,6 @@ def test_mpirun_verb_runs_more_ranks_than_cores_on_one_host(tmp_path, mpi_env, h
     assert proc.stdout.count(f"all_reduce={n * (n + 1) // 2} ") == n, proc.stdout
 
 
-def test_only_submit_runs_subprocesses():
-    """One choke point for side effects: everything else stays pure and testable."""
-    src = REPO / "slurmtorch"
-    users = sorted(str(p.relative_to(src)) for p in src.rglob("*.py")
-                   if "import subprocess" in p.read_text() or "from subprocess" in p.read_text())
-    assert users == ["submit/scheduler.py"]
-
-
 # --------------------------------------------------------------------------- the submit edge, without Slurm
 # A runner stands in for sbatch/squeue/scontrol/scancel (the `runner` parameter is the seam
 # for this); the folders, files and modes are real.

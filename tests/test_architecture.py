@@ -1,0 +1,90 @@
+"""The layout's rules, read from the source (AST), so a change that breaks one fails here.
+
+- the submit side (slurmtorch/submit) imports nothing from the in-rank side
+  (slurmtorch/bootstrap): rendering a script must never need a rank's code;
+- one module runs subprocesses (submit/scheduler.py) and one imports mpi4py
+  (bootstrap/mpi.py): one choke point each for side effects;
+- no import cycles between modules at import time;
+- no module over 500 lines (split by idea).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "slurmtorch"
+MODULES = sorted(PKG.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, top_level_only: bool = False) -> set[str]:
+    """Absolute names of the modules `path` imports (anywhere in it, or only at import time)."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    if top_level_only:  # module level, including inside try/if blocks there
+        nodes = [n for top in tree.body if not isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                 ast.ClassDef)) for n in ast.walk(top)]
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_submit_side_imports_nothing_from_the_in_rank_side():
+    offenders = {module_name(p): sorted(m for m in imports(p) if m.startswith("slurmtorch.bootstrap"))
+                 for p in MODULES if module_name(p).startswith("slurmtorch.submit")}
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+@pytest.mark.parametrize("library, owner", [("subprocess", "slurmtorch.submit.scheduler"),
+                                            ("mpi4py", "slurmtorch.bootstrap.mpi")])
+def test_one_module_owns_each_side_effect(library, owner):
+    users = sorted(module_name(p) for p in MODULES
+                   if any(m == library or m.startswith(library + ".") for m in imports(p)))
+    assert users == [owner]
+
+
+def test_no_import_cycles():
+    names = {module_name(p): p for p in MODULES}
+    graph = {name: {m for m in imports(path, top_level_only=True) if m in names and m != name}
+             for name, path in names.items()}
+    # A package's __init__ is imported before its modules; that edge is Python's, not a cycle of ours.
+    for name in graph:
+        graph[name] -= {p for p in graph[name] if name.startswith(p + ".")}
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                path = trail + [node]
+                pytest.fail("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, trail + [node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+
+
+def test_no_module_is_over_500_lines():
+    long = {module_name(p): n for p in MODULES if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
