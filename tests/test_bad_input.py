@@ -102,7 +102,24 @@ OPTION_CASES = [
     ("launcher-unknown", ["--launcher", "slurm", "train.py"], "unknown launcher 'slurm'"),
     ("module-invalid", ["-m", "pkg/train.py"], "invalid module name 'pkg/train.py'"),
     ("module-and-nothing", ["-m", ""], "invalid module name ''"),
-    ("script-is-a-directory", ["home-dir"], "SCRIPT home-dir does not exist"),
+    ("script-is-a-directory", ["home-dir"], "SCRIPT home-dir is a directory, not a file"),
+    ("script-is-dev-null", ["/dev/null"], "SCRIPT /dev/null is not a regular file"),
+    ("script-path-newline", ["a\nb.py"], "SCRIPT 'a\\nb.py' contains a newline"),
+    ("site-is-a-directory", ["--site", "./home-dir", "train.py"], "site file ./home-dir is a directory, not a file"),
+    ("site-is-dev-null", ["--site", "/dev/null", "train.py"], "site file /dev/null is not a regular file"),
+    ("time-minutes-61", ["-t", "1:61:00", "train.py"], "invalid --time '1:61:00': minutes must be below 60"),
+    ("time-seconds-99", ["-t", "0:99:99", "train.py"], "invalid --time '0:99:99': minutes must be below 60"),
+    ("time-hours-25-minutes-61", ["-t", "25:61:00", "train.py"], "invalid --time '25:61:00': minutes must be below 60"),
+    ("time-seconds-60", ["-t", "10:60", "train.py"], "invalid --time '10:60': seconds must be below 60"),
+    ("timeout-over-the-bootstrap-limit", ["--timeout", "1000000001", "train.py"],
+     "--timeout 1000000001 must be at most 1000000000 seconds"),
+    ("signal-term-is-scancel", ["--signal", "TERM@60", "train.py"],
+     "--signal 'TERM@60': scancel sends TERM too, so cancelling the job would requeue it"),
+    ("signal-after-the-time-limit", ["--signal", "USR1@60", "-t", "1", "train.py"],
+     "--signal 'USR1@60' would come 60 s before the end of a 60 s job"),
+    ("env-path", ["--env", "PATH=/opt/bin", "train.py"], "--env PATH: "),
+    ("env-pythonhome", ["--env", "PYTHONHOME=/x", "train.py"], "--env PYTHONHOME: "),
+    ("env-slurm-variable", ["--env", "SLURM_JOB_ID=5", "train.py"], "--env SLURM_JOB_ID: "),
     ("env-empty-name", ["--env", "=1", "train.py"], "invalid environment variable name ''"),
     ("env-name-with-space", ["--env", "A B=1", "train.py"], "invalid environment variable name 'A B'"),
     ("env-name-dollar", ["--env", "$(id)=1", "train.py"], "invalid environment variable name '$(id)'"),
@@ -139,10 +156,11 @@ OPTION_CASES = [
 def test_bad_option_is_one_clear_line(cli, argv, message):
     verbs = ("mpirun", "logs", "cancel", "site", "status")
     full = argv if argv[0] in verbs else ["sbatch", "--site", "testbed", *argv]
-    if "home-dir" in argv:
+    made = any("home-dir" in a for a in argv)
+    if made:
         (cli.tmp_path / "home-dir").mkdir()
     code, out, err = cli(*full)
-    if "home-dir" in argv:
+    if made:
         (cli.tmp_path / "home-dir").rmdir()
     assert_one_clear_line(cli, code, out, err, message)
 
@@ -171,3 +189,43 @@ def test_the_catalogue_has_at_least_forty_cases():
 def test_bad_site_fixtures_are_not_world_writable_or_executable():
     for p in SITE_CASES:
         assert not p.stat().st_mode & (stat.S_IWOTH | stat.S_IXUSR), p
+
+
+def test_deeply_nested_yaml_is_one_line_not_a_crash(cli):
+    """30000 nested lists used to crash the YAML parser (exit 139, no message); 5000 gave
+    `unexpected RecursionError`. Site files are small and flat: nesting is capped."""
+    deep = cli.tmp_path / "home-deep.yaml"
+    deep.write_text("description: " + "[" * 30000 + "]" * 30000 + "\n")
+    for argv in (["site", "validate", deep], ["sbatch", "--site", deep, "train.py"]):
+        code, out, err = cli(*argv)
+        deep_copy = deep.read_text()
+        deep.unlink()
+        assert_one_clear_line(cli, code, out, err, "nested more than 64 levels deep")
+        deep.write_text(deep_copy)
+    deep.unlink()
+
+
+def test_a_broken_site_on_the_search_path_does_not_hide_the_others(cli, monkeypatch):
+    folder = cli.tmp_path / "home-sites"
+    folder.mkdir()
+    (folder / "deep.yaml").write_text("description: " + "[" * 30000 + "]" * 30000 + "\n")
+    monkeypatch.setenv("SLURMTORCH_SITE_PATH", str(folder))
+    code, out, err = cli("site", "list")
+    assert code == 0 and "testbed" in out, (code, out, err)
+    assert "deep.yaml" in out and "nested more than 64 levels deep" in out and "Traceback" not in out + err
+    for p in folder.iterdir():
+        p.unlink()
+    folder.rmdir()
+
+
+def test_an_environment_too_large_for_sbatch_is_refused_by_validate(cli):
+    """10 MB of env passed `site validate` and then broke sbatch (its script limit is 4 MB)."""
+    import yaml
+
+    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "site-configs" / "testbed.yaml").read_text())
+    data["node_types"]["cpu"]["env"]["HUGE"] = "x" * (10 * 1024 * 1024)
+    site = cli.tmp_path / "home-big.yaml"
+    site.write_text(yaml.safe_dump(data))
+    code, out, err = cli("site", "validate", site)
+    site.unlink()
+    assert_one_clear_line(cli, code, out, err, "HUGE")

@@ -7,10 +7,9 @@ cannot be a process-group timeout is refused here (`timeout_problem`).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from slurmtorch.backends import BACKENDS
+from slurmtorch.backends import BACKENDS, timeout_problem
 from slurmtorch.errors import BootstrapError
 from slurmtorch.roles import ROLE_ORDER
 
@@ -56,21 +55,6 @@ class Options:
 
 class UsageError(BootstrapError):
     exit_code = 2
-
-
-# About 31 years: longer than any job runs, far below where torch's microsecond count of
-# a timedelta overflows (~9.2e12 s, which gloo then rejects as a negative timeout).
-MAX_TIMEOUT = 1e9
-
-
-def timeout_problem(seconds: float) -> str | None:
-    """Pure: why `seconds` cannot be a process-group timeout, or None when it can."""
-    if not math.isfinite(seconds) or seconds <= 0:
-        return ("must be a positive, finite number of seconds "
-                "(a process group without a timeout can hang forever)")
-    if seconds > MAX_TIMEOUT:
-        return f"must be at most {MAX_TIMEOUT:.0f} seconds"
-    return None
 
 
 def parse_args(argv: list[str]) -> Options:

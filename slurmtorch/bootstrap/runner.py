@@ -18,7 +18,8 @@ import sys
 from slurmtorch.bootstrap import contracts
 from slurmtorch.bootstrap.exits import fail, finish
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
-from slurmtorch.bootstrap.options import DEFAULT_TIMEOUT, UsageError, parse_args, timeout_problem
+from slurmtorch.backends import timeout_problem
+from slurmtorch.bootstrap.options import DEFAULT_TIMEOUT, UsageError, parse_args
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
 from slurmtorch.bootstrap.target import run_target, self_check

@@ -45,10 +45,12 @@ def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
 
     from slurmtorch.submit import sites
     from slurmtorch.errors import SiteError
+    from slurmtorch.submit.inputs import file_problem
 
     p = Path(path)
-    if not p.is_file():
-        raise SiteError(f"site file {path} does not exist")
+    problem = file_problem(p)
+    if problem:
+        raise SiteError(f"site file {path} {problem}")
     site = sites.load_site(p)
     print(f"ok: {path}: site {site.name!r}, {len(site.partitions)} partitions, {len(site.node_types)} node types",
           file=sys.stderr)

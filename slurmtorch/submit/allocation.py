@@ -102,9 +102,10 @@ def time_limit(o: Options, preset: dict[str, Any], partition: Partition) -> str 
     time = str(time)
     try:
         seconds = parse_time(time)
-    except ValueError:
+    except ValueError as exc:
+        why = f": {exc}" if str(exc) != time.strip() else ""
         raise SpecError(
-            f"invalid --time {time!r}",
+            f"invalid --time {time!r}{why}",
             tip="Slurm formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS",
         ) from None
     if seconds <= 0:

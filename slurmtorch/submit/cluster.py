@@ -163,6 +163,16 @@ def parse_time(text: str) -> float:
         raise ValueError(t)
     days, a, b, c = m.groups()
     a_i, b_i, c_i = int(a), int(b or 0), int(c or 0)
+    # Only the leading field may run over (90 minutes, 30 hours are fine); the others are
+    # clock fields, and 1:61:00 is a typo, not an hour and 61 minutes.
+    if days is not None and a_i >= 24:
+        raise ValueError("hours after a day count must be below 24")
+    minutes = b if (days is not None or c is not None) else None
+    if minutes is not None and b_i >= 60:
+        raise ValueError("minutes must be below 60")
+    seconds = c if c is not None else (b if days is None else None)
+    if seconds is not None and int(seconds) >= 60:
+        raise ValueError("seconds must be below 60")
     if days is not None:
         # D-H, D-H:M, D-H:M:S
         return int(days) * 86400 + a_i * 3600 + b_i * 60 + c_i

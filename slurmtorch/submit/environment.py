@@ -22,6 +22,26 @@ SCRIPT_ENV = frozenset({
     "SLURMTORCH_TRIAL",
 })
 SCRIPT_ENV_PREFIX = "SLURMTORCH_SWEEP_"
+# Variables whose --env value cannot work: it is exported literally (no $PATH expansion),
+# so it replaces what the job needs to start at all; each with why and what to do instead.
+UNSETTABLE_ENV = {
+    "PATH": ("it would replace the job's whole PATH (the value is literal, $PATH is not expanded) and hide "
+             "python, srun and mpirun", "load tools with the site's modules:, or give the full path to a program"),
+    "PYTHONHOME": ("it points every rank's python at another installation, which then cannot import itself",
+                   "set the interpreter with the site's python: instead"),
+    "LD_PRELOAD": ("it would load into srun, mpirun and bash as well as the ranks",
+                   "set it inside your script, or in the site's env: for a node type"),
+}
+# Slurm's output variables that say which job, step and task this is (sbatch(1), srun(1)
+# "OUTPUT ENVIRONMENT VARIABLES"); the ranks derive their world from them. Input variables
+# that srun reads (SLURM_CPU_BIND, SLURM_HINT, ...) stay allowed: they are options.
+SLURM_IDENTITY = frozenset({
+    "SLURM_JOB_ID", "SLURM_JOBID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_RESTART_COUNT",
+    "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_NODELIST", "SLURM_NODELIST",
+    "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES", "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+    "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_TASK_PID",
+})
 
 
 def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> dict[str, str]:
@@ -54,6 +74,13 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
                 tip="a site that needs a fixed one sets it in its `env:`" if name.startswith("MASTER_")
                 else f"leave --env {name} out; slurmtorch sets it for every job that needs it",
             )
+        if name in UNSETTABLE_ENV:
+            why, tip = UNSETTABLE_ENV[name]
+            raise SpecError(f"--env {name}: {why}", tip=tip)
+        if name in SLURM_IDENTITY:
+            raise SpecError(f"--env {name}: Slurm sets {name} for each job and task; "
+                            "a value given here would describe another job",
+                            tip="use the matching slurmtorch option (e.g. --time, --nodes)")
         shell.quote(value, what=f"--env {name} value")  # refuses NUL and non-UTF-8 text
         out.append((name, value))
     return out

@@ -11,10 +11,15 @@ import re
 from typing import Any
 
 from slurmtorch.errors import SpecError
+from slurmtorch.submit.cluster import parse_time
 from slurmtorch.submit.options import Options
 
 # Signals a rank can catch and survive by default action (KILL/STOP cannot be caught).
-PREEMPT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "URG", "XCPU", "PWR")
+# Not TERM: scancel and the time limit send TERM to every task too, so a handler that
+# requeues on TERM turns each cancel into a requeue and the job can never be cancelled.
+PREEMPT_SIGNALS = ("USR1", "USR2", "INT", "HUP", "QUIT", "ALRM", "URG", "XCPU", "PWR")
+# Slurm's own lead time for `--signal SIG` without @SECONDS (sbatch(1)).
+DEFAULT_WARNING_S = 60
 _SIGNAL_RE = r"^(?:(?P<flags>[A-Z]+):)?(?P<sig>[A-Za-z0-9]+)(?:@(?P<time>[0-9]+))?$"  # compiled on first use (re's cache): most jobs never need it
 
 
@@ -54,8 +59,24 @@ def parse_signal(text: str, what: str = "--signal") -> str:
         raise SpecError(f"{what} {text!r}: only the R: flag is supported",
                         tip="B: would signal only the batch shell, not the ranks that run the hooks")
     sig = sig[3:] if sig.startswith("SIG") else sig
+    if sig == "TERM":
+        raise SpecError(f"{what} {text!r}: scancel sends TERM too, so cancelling the job would requeue it",
+                        tip="use --signal USR1@SECONDS (or USR2) for preemption warnings")
     if sig not in PREEMPT_SIGNALS:
         raise SpecError(f"{what} {text!r}: {sig} cannot be used for preemption", tip=tip)
     if when is not None and int(when) > 65535:
         raise SpecError(f"{what} {text!r}: at most 65535 seconds before the time limit", tip=tip)
     return f"{'R:' if flags else ''}{sig}{'@' + str(int(when)) if when is not None else ''}"
+
+
+def check_warning_time(signal: str | None, time: str | None) -> None:
+    """A warning due before the job starts (`--signal USR1@60 --time 1`) preempts at once."""
+    if not signal or time is None:
+        return
+    lead = int(signal.split("@", 1)[1]) if "@" in signal else DEFAULT_WARNING_S
+    seconds = parse_time(time)
+    if lead >= seconds:
+        raise SpecError(f"--signal {signal!r} would come {lead} s before the end of a {seconds:.0f} s job, "
+                        "that is at its start",
+                        tip=f"give the job more --time, or warn fewer seconds before its end (@{int(seconds) // 2})")
+

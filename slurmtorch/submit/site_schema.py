@@ -207,8 +207,9 @@ class _Validator:
                 self.fail(mapping, key, keypath, f"expected a Slurm time string, got {type_name(v)}")
             try:
                 parse_time(v)
-            except ValueError:
-                self.fail(mapping, key, keypath, f"invalid time {v!r}",
+            except ValueError as exc:
+                why = f": {exc}" if str(exc) != v.strip() else ""
+                self.fail(mapping, key, keypath, f"invalid time {v!r}{why}",
                           "Slurm formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (quote it in YAML)")
             return v
         if spec == "strlist":
@@ -232,6 +233,11 @@ class _Validator:
             if isinstance(val, bool) or not (val is None or isinstance(val, (str, int))):
                 self.fail(v, name, kp, f"expected a string, got {type_name(val)}",
                           "quote values such as 'yes', 'true' or '1.0' in YAML")
+            if val is not None and len(f"{name}={val}".encode()) > MAX_ENV_STRING:
+                self.fail(v, name, kp, f"{name}=... is {len(str(val).encode())} bytes; a variable may be at most "
+                          f"{MAX_ENV_STRING} bytes with its name",
+                          "Linux refuses to start a program with a longer one (execve's MAX_ARG_STRLEN); "
+                          "put large data in a file and export its path")
             out.append((name, None if val is None else str(val)))
         return tuple(out)
 
@@ -262,6 +268,11 @@ class _Validator:
                 self.fail(v, name, kp, f"expected a string, number or true, got {type_name(val)}")
             out.append((name, val if val is True else str(val)))
         return tuple(out)
+
+
+# execve(2): one "NAME=value" string may hold at most MAX_ARG_STRLEN (32 pages, 128 KiB)
+# bytes, and a rank started with a longer one fails with E2BIG before Python runs.
+MAX_ENV_STRING = 131071
 
 
 def validate(raw: Marked, path: Path) -> Site:

@@ -108,6 +108,28 @@ for _cls in (_Loader, _CLoader):
         _cls.add_constructor("tag:yaml.org,2002:map", lambda loader, node: loader.construct_mapping(node))
 
 
+# Site files are a handful of levels deep. PyYAML's composer recurses once per level: 5000
+# nested brackets raised RecursionError and 30000 overflowed libyaml's C stack (exit 139,
+# no message). libyaml's event parser keeps its own stack, so depth is counted there first.
+MAX_DEPTH = 64
+
+
+def check_depth(text: str, path: Path) -> None:
+    """A SiteError for a document nested deeper than MAX_DEPTH; syntax errors are left to the load."""
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=_CLoader or _Loader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise SiteError(f"{path}:{event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep",
+                                    tip="a site file is a few levels of mappings; look for runaway brackets")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+    except yaml.YAMLError:
+        return
+
+
 def read_yaml(path: Path) -> Marked:
     """One site file (not merged) as marked mappings; any problem is a one-line SiteError."""
     try:
@@ -117,6 +139,7 @@ def read_yaml(path: Path) -> Marked:
     except UnicodeDecodeError as e:
         raise SiteError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
                         tip="save the site file as UTF-8") from None
+    check_depth(text, path)
     if _CLoader is not None:
         loader = _CLoader(text)
         loader.name = str(path)

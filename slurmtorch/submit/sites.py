@@ -16,6 +16,7 @@ from typing import Any
 from slurmtorch import resources
 from slurmtorch.errors import SiteError, SpecError
 from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Site, valid_tip
+from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.site_schema import validate
 from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
 
@@ -43,9 +44,10 @@ def find_site(ref: str) -> Path:
     """Resolve `--site`: an existing path, else a name on the search path."""
     if _looks_like_path(ref):
         p = Path(ref).expanduser()
-        if p.is_file():
+        problem = file_problem(p)
+        if problem is None:
             return p
-        raise SiteError(f"site file {ref} does not exist", tip="pass an existing path or a site name (slurmtorch site list)")
+        raise SiteError(f"site file {ref} {problem}", tip="pass an existing path or a site name (slurmtorch site list)")
     if not NAME_RE.fullmatch(ref):
         raise SiteError(f"invalid site name {ref!r}", tip=f"site {NAME_TIP}")
     for d in search_path():
@@ -92,8 +94,9 @@ def _load_merged(path: Path, chain: tuple[Path, ...]) -> Marked:
         raise SiteError(f"{where(data, 'extends', path)}: extends: expected a site name or path")
     if _looks_like_path(parent) and not os.path.isabs(parent):
         parent_path = path.parent / parent
-        if not parent_path.is_file():
-            raise SiteError(f"{where(data, 'extends', path)}: extends: site file {parent} does not exist")
+        problem = file_problem(parent_path)
+        if problem:
+            raise SiteError(f"{where(data, 'extends', path)}: extends: site file {parent} {problem}")
     else:
         try:
             parent_path = find_site(parent)

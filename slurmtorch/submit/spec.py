@@ -18,13 +18,15 @@ from dataclasses import dataclass
 
 from slurmtorch import __version__
 from slurmtorch import shell
+from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.allocation import node_count, per_node, resolve_target, role_layout, time_limit
 from slurmtorch.submit.cluster import Container, Site
 from slurmtorch.submit.environment import job_env
+from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.launch import backend_for, choose_launcher, resolve_containers
 from slurmtorch.submit.options import Options, positive
-from slurmtorch.submit.preemption import preempt_env, resolve_preemption
+from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
 from slurmtorch.submit.sweeps import plan_array
 
 _MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # compiled on first use (re's cache): most jobs never need it
@@ -100,8 +102,11 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles)
     time = time_limit(o, preset, partition)
     timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
+    if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
+        raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
     env = job_env(site, node, preset, o)
     signal, requeue = resolve_preemption(o, preset)
+    check_warning_time(signal, time)
     env.update(preempt_env(signal, requeue))
     array, trial_ids, sweep, trials = plan_array(o)
     container, role_containers = resolve_containers(site, o, roles, launcher)
@@ -259,6 +264,8 @@ def split_script(script_and_args: list[str] | None, module: str | None) -> tuple
     if not items:
         raise SpecError("missing SCRIPT", tip="e.g. slurmtorch sbatch train.py -- --lr 0.1, or -m pkg.train")
     script, args = items[0], items[1:]
-    if not os.path.isfile(script):
-        raise SpecError(f"SCRIPT {script} does not exist", tip="check the path; use -m MODULE for a module")
+    problem = file_problem(script)
+    if problem:
+        shown = repr(script) if problem == "contains a newline" else script
+        raise SpecError(f"SCRIPT {shown} {problem}", tip="check the path; use -m MODULE for a module")
     return os.path.abspath(script), args
