@@ -173,3 +173,20 @@ def test_each_launcher_runs_a_two_node_world_that_agrees(testbed, has_torch, tmp
     expected = world * (world + 1) // 2
     lines = [ln for ln in text.splitlines() if "all_reduce=" in ln]
     assert len(lines) >= 1 and all(f"WORLD_SIZE={world} " in ln and f"all_reduce={expected} " in ln for ln in lines), text
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "mpirun"])
+def test_script_arguments_arrive_byte_exact_under_every_launcher(testbed, has_torch, home, probe, tmp_path, launcher):
+    """torchrun substitutes `${local_rank}`/`$$` in worker arguments: `'$$' '${local_rank}'
+    '$local_rank'` used to arrive as `['$', '0', '0']` under --launcher torchrun."""
+    odd = ["$$", "${local_rank}", "$local_rank", "$", "a$b$$c", *ODD_ARGS]
+    elastic_before = set(Path("/tmp").glob("torchelastic_*"))  # /tmp is shared by the testbed's nodes
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--launcher", launcher, "--wait",
+                              str(probe), "--", *odd], cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = home / "jobs" / proc.stdout.split()[0]
+    records = [json.loads(line) for p in sorted(folder.glob("*.out")) for line in p.read_text().splitlines()
+               if line.startswith("{")]
+    assert records and all(r["argv"] == odd for r in records), records
+    # torchrun's own log folder is the job's, not a /tmp/torchelastic_* left on every node.
+    assert set(Path("/tmp").glob("torchelastic_*")) - elastic_before == set()

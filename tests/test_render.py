@@ -141,7 +141,7 @@ def test_adversarial_env_values_survive_a_real_shell(tmp_path):
     exports = "\n".join(ln for ln in text.splitlines() if ln.startswith("export V"))
     # Multi-line values span several lines; take the export block as a whole instead.
     start = text.index("export V0=")
-    block = text[start:text.index("\n\n# Launch")]
+    block = text[start:text.index("\n\n# Rank 0 runs on this node")]  # the exports, not the port pick
     assert exports
     assert _read_back(block, [f"V{i}" for i in range(len(ADVERSARIAL))]) == ADVERSARIAL
     assert not (tmp_path / "pwned").exists() and not Path("/tmp/pwned").exists()
@@ -212,7 +212,7 @@ def test_master_port_is_a_free_random_port_below_the_ephemeral_range():
 
     spec = build_spec(sites.load_site("testbed"), golden_options("testbed", python=sys.executable))
     text = render.render_sbatch(spec)
-    block = text[text.index("MASTER_PORT=$("):text.index("export MASTER_PORT")]
+    block = text[text.index("if ! MASTER_PORT=$("):text.index("export MASTER_PORT")]
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except OSError:
@@ -376,3 +376,13 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "#SBATCH --nodes=2" in proc.stdout
     assert "BAD []" in proc.stderr
+
+
+def test_torchrun_gives_its_worker_arguments_back_as_typed():
+    """torchrun's `${local_rank}` macro runs string.Template over every worker argument."""
+    from torch.distributed.elastic.utils.api import macros
+
+    odd = ["$$", "${local_rank}", "$local_rank", "$", "a$b$$c", "$(hostname)", "plain"]
+    assert macros.substitute(render.torchrun_literal(odd), "3") == odd
+    assert render.torchrun_literal(odd, "srun") == odd
+

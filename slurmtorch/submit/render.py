@@ -138,6 +138,17 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
     return tuple(steps)
 
 
+def torchrun_literal(args, launcher: str = "torchrun") -> list[str]:
+    """Arguments that torchrun passes on unchanged.
+
+    torchrun runs every worker argument through string.Template's safe_substitute (its
+    `${local_rank}` macro), which also turns `$$` into `$` and `$local_rank` into a
+    number: `-- '$$' '${local_rank}'` arrived as `['$', '0']`. Doubling each `$` makes
+    the substitution give back exactly what the user typed. Other launchers: as is.
+    """
+    return [a.replace("$", "$$") for a in args] if launcher == "torchrun" else list(args)
+
+
 def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure)."""
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
@@ -156,7 +167,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         torchrun = [*container_prefix, python, "-m", "torch.distributed.run",
                     "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.ntasks_per_node),
                     "--rdzv-backend", "c10d"]
-        rank_argv = ["-m", "slurmtorch.bootstrap", *rest]
+        rank_argv = torchrun_literal(["-m", "slurmtorch.bootstrap", *rest])
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
         srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
@@ -284,6 +295,7 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
     env.filters["sbatch_directive"] = _sbatch_directive
     env.filters["sweep_var"] = _sweep_var
     env.filters["sweep_args"] = sweep_args
+    env.filters["launcher_literal"] = torchrun_literal
     env.filters["tojson_compact"] = lambda v: json.dumps(dict(v), separators=(",", ":"), ensure_ascii=False)
     return env
 

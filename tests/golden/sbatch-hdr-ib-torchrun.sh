@@ -43,7 +43,10 @@ export NCCL_NET_GDR_LEVEL=PIX
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
 # now, at random below the kernel's ephemeral range (a port from there can be taken by
 # any outgoing connection in the seconds before rank 0 binds it again).
-MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port)
+if ! MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port); then
+    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+    exit 1
+fi
 export MASTER_PORT
 
 # MASTER_ADDR: this node's address on the interface the site chose for the node type
@@ -65,10 +68,11 @@ export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
 # Launch: one torchrun step; rank logs go to $SLURMTORCH_JOB_DIR.
-# torchrun's c10d rendezvous runs on this (the first) node, on the port taken above.
+# torchrun's c10d rendezvous runs on this (the first) node, on the port taken above. Its
+# own logs go to the job folder (by default each node keeps a /tmp/torchelastic_* forever).
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=128 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err \
-    /opt/venv/bin/python -m torch.distributed.run --nnodes 1 --nproc-per-node 8 --rdzv-backend c10d \
+    /opt/venv/bin/python -m torch.distributed.run --nnodes 1 --nproc-per-node 8 --rdzv-backend c10d --log-dir "$SLURMTORCH_JOB_DIR/torchelastic" \
     --rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m slurmtorch.bootstrap --backend nccl --timeout 600 --from env /home/user/train.py --epochs 3
 rc=$?

@@ -38,7 +38,10 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
 # now, at random below the kernel's ephemeral range (a port from there can be taken by
 # any outgoing connection in the seconds before rank 0 binds it again).
-MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port)
+if ! MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port); then
+    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+    exit 1
+fi
 export MASTER_PORT
 
 # Launch: one srun step per role, each on its own nodes (--relative), all at once.
