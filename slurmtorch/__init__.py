@@ -6,13 +6,15 @@ mpi4py, so the public names are resolved lazily on first use.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "init", "RankInfo", "Distributor", "on_preempt"]
+__all__ = ["__version__", "init", "RankInfo", "Distributor", "RemoteError", "on_preempt", "restart_count"]
 
 _LAZY = {
     "init": ("slurmtorch.bootstrap", "init"),
     "RankInfo": ("slurmtorch.bootstrap.rankinfo", "RankInfo"),
     "Distributor": ("slurmtorch.api.distributor", "Distributor"),
+    "RemoteError": ("slurmtorch.api.job", "RemoteError"),
     "on_preempt": ("slurmtorch.bootstrap.preempt", "on_preempt"),
+    "restart_count": ("slurmtorch.bootstrap.preempt", "restart_count"),
 }
 
 

@@ -1,6 +1,6 @@
 """The submit side (login node): site config -> JobSpec -> rendered script -> sbatch.
 
 `sites` (validated YAML presets) -> `spec` (`JobSpec`, pure) -> `render` (the dry
-run, pure) -> `jobdirs` + `scheduler` (the edge: files and the scheduler commands).
+run, pure) -> `jobdir` + `scheduler` (the edge: the job folder and the scheduler commands).
 Never imports torch, mpi4py or anything from `slurmtorch.bootstrap` (the in-rank side).
 """

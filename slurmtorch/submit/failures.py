@@ -2,7 +2,7 @@
 
 The bootstrap writes `rank R on HOST failed:` and the cause to the rank's stderr; srun
 adds its per-task lines to batch.out. rank_reports reads those reports from one log (the
-Distributor's path: rank, host, text, exception type); submit.failure_report reads a job
+Distributor's path: rank, host, text, exception type); report.failure_report reads a job
 folder into parse_failures; the bootstrap asks is_consequence before it ends the job.
 """
 
