@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import sys
 import time
@@ -115,7 +114,7 @@ def _ensure_root(root: Path) -> None:
 def _make_temp_folder(root: Path) -> Path:
     """mkdtemp's name, but the umask's group bits (mkdtemp always makes 0700)."""
     while True:
-        path = root / f".submitting-{secrets.token_hex(6)}"
+        path = root / f".submitting-{os.urandom(6).hex()}"  # not `secrets`: 6 ms of imports on every dry run
         try:
             os.mkdir(path, 0o777)
         except FileExistsError:
