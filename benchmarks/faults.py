@@ -5,7 +5,7 @@
 
 Each run is `slurmtorch sbatch --site testbed -N 4 --timeout 20 --wait
 tests/scripts/fault_rank.py MODE 2`: rank 2 (on node3) exits 3, SIGKILLs itself, raises,
-or hangs at step 3 while the others all_reduce every 0.2 s. Time to end = from the fault
+or hangs (or its script returns) at step 3 while the others all_reduce every 0.2 s. Time to end = from the fault
 (the rank's own timestamp, or the node kill) until `--wait` returns. Every run is
 bounded (--deadline); a run that does not end is reported as a hang and the job cancelled.
 """
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "scripts"))
 import fault_node  # noqa: E402
 
-CASES = ("exit", "kill", "raise", "hang", "node-lost")
+CASES = ("exit", "kill", "raise", "hang", "return", "node-lost")
 SCRIPT = REPO / "tests" / "scripts" / "fault_rank.py"
 
 

@@ -51,6 +51,9 @@ CASES = [
     ("raise", "rank 2 on node3: ValueError: bad batch at step 3"),
     # Ended by the process-group --timeout: the peers report timing out, rank 2 nothing.
     ("hang", "rank 2 on node3: hung: reported nothing while ranks 0, 1, 3 timed out"),
+    # Its script returned (exit 0, so srun says nothing) while the others still all_reduce:
+    # its rank-2.exit says so, not a guess at a lost node named by a peer's address.
+    ("return", "rank 2 on node3: its script returned while the others still needed it (exit 0)"),
 ]
 
 

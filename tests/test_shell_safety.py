@@ -160,8 +160,8 @@ def test_generated_script_and_folder_modes_under_a_permissive_umask(testbed, tmp
         for p in (home / "jobs", folder, folder / "script.sh"):
             mode = p.stat().st_mode
             assert not mode & stat.S_IWOTH, (p, oct(mode))
-        # umask 000 asked for group-writable: kept; only the world's write bit is taken away.
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o775
-        assert stat.S_IMODE((folder / "script.sh").stat().st_mode) == 0o664
+        # The job's folder is private whatever the umask (script.sh holds the --env exports).
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE((folder / "script.sh").stat().st_mode) == 0o600
     finally:
         testbed.run(["scancel", job_id])

@@ -94,7 +94,10 @@ class Distributor:
         self._env = _env_items(scheduler_options.get("env"))
 
     def __repr__(self) -> str:
-        opts = "".join(f", {k}={v!r}" for k, v in self.scheduler_options.items())
+        # env values are often secrets, and this repr is script.sh's `# Run with:` line: names only.
+        shown = {**self.scheduler_options, "env": [e.partition("=")[0] + "=..." for e in self._env]} \
+            if "env" in self.scheduler_options else self.scheduler_options
+        opts = "".join(f", {k}={v!r}" for k, v in shown.items())
         return (f"Distributor(num_processes={self.num_processes}, nodes={self.nodes}, use_gpu={self.use_gpu}, "
                 f"local_mode={self.local_mode}, site={self.site!r}, preset={self.preset!r}, "
                 f"backend={self.backend!r}{opts})")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.api.handles import Handle
+from slurmtorch.api.runfolder import close_run_folder
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SlurmtorchError, SpecError
 from slurmtorch.submit import failures, jobdir
@@ -65,6 +66,9 @@ class Job:
         self.name = name
         self.ntasks = ntasks
         self._outcome: tuple[bool, Any] | None = None
+        # Once a result was returned its run folder is gone (close_run_folder), and with it
+        # what a local run's handle reads its state from: the final status is kept here.
+        self._succeeded: sub.JobStatus | None = None
 
     @property
     def job_id(self) -> str:
@@ -75,11 +79,11 @@ class Job:
 
     def state(self) -> str:
         """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ... (Slurm's words)."""
-        return self._handle.status().state
+        return (self._succeeded or self._handle.status()).state
 
     def wait(self, timeout: float | None = None) -> str:
         """Block until the job ends (TimeoutError after `timeout` s); its final state."""
-        return self._wait(timeout, stream=False).state
+        return (self._succeeded or self._wait(timeout, stream=False)).state
 
     def result(self, timeout: float | None = None) -> Any:
         """Rank 0's return value (None for a file); raises RemoteError / JobFailed, or
@@ -91,7 +95,8 @@ class Job:
 
         Under torchrun each node writes one log holding all its ranks, and torchrun, not
         Slurm, decides which node holds which rank: ask by `node=` (default node 0) on
-        more than one node; `rank=` then raises SpecError.
+        more than one node; `rank=` then raises SpecError. A local_mode run keeps its logs
+        in its run folder, which is removed once result() has returned a value.
         """
         if stream not in ("out", "err", "both"):
             raise SpecError(f"stream must be 'out', 'err' or 'both', got {stream!r}")
@@ -103,7 +108,7 @@ class Job:
 
     def cancel(self) -> None:
         """Cancel the job (scancel, or signal the local mpirun); a finished job is left alone."""
-        if not self._handle.status().done:
+        if self._succeeded is None and not self._handle.status().done:
             self._handle.cancel()
 
     # -- internals
@@ -121,6 +126,9 @@ class Job:
                 self._outcome = (True, self._collect(status))
             except JobFailed as exc:
                 self._outcome = (False, exc)
+            ok, value = self._outcome
+            self._succeeded = status if ok else None
+            close_run_folder(self.workdir, ok, "" if ok else str(value))
         ok, value = self._outcome
         if not ok:
             raise value

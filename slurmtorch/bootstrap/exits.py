@@ -7,6 +7,10 @@ exit 1 (torchrun kills the others; under srun use --kill-on-bad-exit=1, else the
 peers fail on the closed connection within seconds). A failing rank skips atexit
 handlers: promptness first. SystemExit codes pass through (a non-zero one ends the
 job the same way, with that code).
+
+A rank whose script returned leaves `rank-R.exit` in the job folder (note_exit): a rank
+that returns while its peers still run collectives says nothing else, and srun prints
+nothing for an exit 0, so without it the report could only guess at a lost node.
 """
 
 from __future__ import annotations
@@ -47,6 +51,28 @@ def fail(code: int, text: str) -> None:
     os._exit(code)
 
 
+def note_exit(code: int, environ=os.environ) -> None:
+    """Leave `rank-R.exit` in $SLURMTORCH_JOB_DIR: `rank R on HOST exited CODE restart N`.
+
+    submit.failures.rank_exit reads this line (keep the two in step). Best effort and
+    cheap (one small write, nothing imported): a folder this rank cannot write (a
+    container without it, a full disk) leaves no file and never fails the rank.
+    """
+    folder, info = environ.get("SLURMTORCH_JOB_DIR"), STATE.info
+    if not folder or info is None:
+        return
+    restart = environ.get("SLURM_RESTART_COUNT") or "0"
+    line = f"rank {info.rank} on {info.hostname or socket.gethostname()} exited {code} restart {restart}\n"
+    try:
+        fd = os.open(os.path.join(folder, f"rank-{info.rank}.exit"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def finish(code: int) -> None:
     """End a rank whose script returned: what interpreter exit does, minus its abort.
 
@@ -76,6 +102,7 @@ def finish(code: int) -> None:
         ctypes.CDLL(None).fflush(None)  # C-level stdio buffers (printf from extensions)
     except (OSError, AttributeError):
         pass
+    note_exit(code)  # before MPI_Finalize, which can wait for peers that never come
     from slurmtorch.bootstrap import mpi  # lazy: as in fail()
 
     mpi.finalize()  # mpirun counts a rank that skips MPI_Finalize as failed

@@ -30,6 +30,8 @@ _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
+# bootstrap.exits.note_exit's line (keep the two in step).
+_EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,30 @@ class RankFailure:
     def line(self) -> str:
         where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
         return f"rank {self.rank}{where}: {self.cause}"
+
+
+@dataclass(frozen=True)
+class RankExit:
+    """A rank whose script returned: where, with what code, in which run of a requeued job."""
+
+    rank: int
+    host: str
+    code: int
+    restart: int
+
+
+def rank_exit(text: str) -> RankExit | None:
+    """A `rank-R.exit` file's line, or None for anything else (a torn or foreign file)."""
+    m = _EXIT_RE.match(text)
+    return RankExit(int(m["rank"]), m["host"], int(m["code"]), int(m["restart"])) if m else None
+
+
+def latest_exits(texts: list[str]) -> dict[int, RankExit]:
+    """The ranks that returned, by rank, from the latest run that left any: a requeued job
+    reruns in the same folder, and an earlier run's files are history."""
+    exits = [e for e in map(rank_exit, texts) if e is not None]
+    latest = max((e.restart for e in exits), default=0)
+    return {e.rank: e for e in exits if e.restart == latest}
 
 
 def _expand_tasks(text: str) -> list[int]:
@@ -125,14 +151,18 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
     return reports
 
 
-def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailure]:
+def parse_failures(batch_out: str, rank_errs: dict[int, str],
+                   exits: dict[int, RankExit] | None = None) -> list[RankFailure]:
     """Which ranks failed, where, and why: primary causes first (pure; for status/logs/--wait).
 
     Ranks report `rank R on HOST failed:` + a cause (the bootstrap's contract); srun's
     `error: HOST: task R: Killed|Exited with exit code N|Terminated` lines cover ranks
     that could not say anything (SIGKILL, a lost node). A rank whose peers all timed
-    out but that itself reported nothing and was terminated is the hung one.
+    out but that itself reported nothing and was terminated is the hung one. A rank that
+    reported nothing while its peers lost it, and whose script returned (`exits`, from
+    latest_exits), left too early; one that did not went down with its node.
     """
+    exits = exits or {}
     reported: dict[int, RankFailure] = {}
     for rank, text in sorted(rank_errs.items()):
         for report in rank_reports(text, rank)[:1]:
@@ -173,10 +203,15 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str]) -> list[RankFailur
                         rank, host, f"hung: reported nothing while ranks {peers} timed out waiting "
                         "(the process-group --timeout); terminated by srun", True)
     if failures and not any(f.primary for f in failures.values()):
-        # Ranks that said nothing and have no exit status from srun, while their peers
-        # lost the connection: they went down with their node. The peers' errors name
-        # the address they lost.
-        silent = [r for r in rank_errs if r not in failures and r not in srun]
+        # Ranks that said nothing and have no exit status from srun (it prints none for
+        # an exit 0), while their peers lost the connection: either their script returned
+        # (their rank-R.exit says so, and where), or they went down with their node.
+        silent = sorted(r for r in {*rank_errs, *exits} if r not in failures and r not in srun)
+        for rank in silent:
+            if rank in exits:
+                failures[rank] = RankFailure(rank, exits[rank].host, "its script returned while the others "
+                                             f"still needed it (exit {exits[rank].code})", True)
+        silent = [r for r in silent if r not in exits]
         lost = sorted(set(_NODE_FAILURE_RE.findall(batch_out)))
         addrs = [m.group(1) for f in failures.values() for m in [_PEER_ADDR_RE.search(f.cause)] if m]
         if lost:

@@ -9,8 +9,13 @@ The batch script (templates/sbatch.sh.j2) writes the logs, `exit-code` and the m
 this module makes the folder and reads it back.
 
 A folder is made under a temporary name (`.submitting-<hex>`) and renamed to the job id
-once sbatch has answered; nothing in it is world-writable, whatever the umask. Pure paths
-and plain file writes only: the dry run imports this module, never the scheduler's.
+once sbatch has answered. It is private whatever the umask: the folder 0700, the files we
+write in it 0600 (script.sh holds the --env exports, often tokens; the logs what the
+ranks printed). What the job writes inside follows the job's umask (`umask o-w`, which
+the user's script inherits for its own outputs, checkpoints a project group may share):
+the folder's 0700 already keeps it from everyone else; `chmod g+rx` on a job folder
+shares it. Pure paths and plain file writes only: the dry run imports this module,
+never the scheduler's.
 """
 
 from __future__ import annotations
@@ -86,13 +91,19 @@ def ensure_folder(folder: Path) -> None:
         no_world_write(p)
 
 
+def private_folder(path: Path) -> None:
+    """A new folder only its owner can enter (0700, whatever the umask)."""
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)  # mkdir's mode is masked by the umask (an odd one like 0277)
+
+
 def write_new(path: Path, text: str) -> None:
-    """A new file, never world-writable. Rendered text is UTF-8 already (shell.quote refuses
-    anything else); `surrogateescape` only keeps a stray undecodable byte from becoming a
-    traceback here."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    """A new file only its owner can read (0600). Rendered text is UTF-8 already (shell.quote
+    refuses anything else); `surrogateescape` only keeps a stray undecodable byte from
+    becoming a traceback here."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline="") as f:
-        os.fchmod(fd, os.fstat(fd).st_mode & 0o7777 & ~0o002)
+        os.fchmod(fd, 0o600)
         f.write(text)
 
 
@@ -112,14 +123,13 @@ def _ensure_root(root: Path) -> None:
 
 
 def _make_temp_folder(root: Path) -> Path:
-    """mkdtemp's name, but the umask's group bits (mkdtemp always makes 0700)."""
+    """mkdtemp's name, a private folder (0700)."""
     while True:
         path = root / f".submitting-{os.urandom(6).hex()}"  # not `secrets`: 6 ms of imports on every dry run
         try:
-            os.mkdir(path, 0o777)
+            private_folder(path)
         except FileExistsError:
             continue
-        no_world_write(path)
         return path
 
 
@@ -138,8 +148,7 @@ def make_temp(root: Path, script: str, trials: dict | None = None) -> Path:
             # ASCII JSON: a value that is not UTF-8 reads back as it was written.
             write_new(tmp / TRIALS, json.dumps(trials, indent=1) + "\n")
             for t in trials["trials"]:
-                os.mkdir(tmp / f"trial-{int(t)}", 0o777)
-                no_world_write(tmp / f"trial-{int(t)}")
+                private_folder(tmp / f"trial-{int(t)}")
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise folder_error(exc, root) from None
@@ -236,6 +245,12 @@ def error_logs(folder: Path) -> dict[int, str]:
             if idx.isdigit():
                 errs.setdefault(int(idx), read_text(p))
     return errs
+
+
+def exit_notes(folder: Path) -> list[str]:
+    """The text of every rank-R.exit in a job folder: the ranks whose script returned
+    (bootstrap.exits.note_exit; failures.latest_exits reads them)."""
+    return [read_text(p) for p in sorted(folder.glob("rank-*.exit"))]
 
 
 def read_text(path: Path) -> str:

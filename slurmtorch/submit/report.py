@@ -9,16 +9,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmtorch.submit import jobdir
-from slurmtorch.submit.failures import RankFailure, parse_failures
+from slurmtorch.submit.failures import RankFailure, latest_exits, parse_failures
+from slurmtorch.submit.tail import visible
 
 
 def failure_report(folder: Path) -> list[RankFailure]:
-    """`parse_failures` over a job folder's batch.out and rank-*.err / node-*.err."""
-    return parse_failures(jobdir.read_text(folder / jobdir.BATCH_OUT), jobdir.error_logs(folder))
+    """`parse_failures` over a job folder's batch.out, rank-*.err / node-*.err and the
+    rank-*.exit notes of ranks whose script returned."""
+    return parse_failures(jobdir.read_text(folder / jobdir.BATCH_OUT), jobdir.error_logs(folder),
+                          latest_exits(jobdir.exit_notes(folder)))
 
 
 def failure_lines(folder: Path, limit: int = 8) -> list[str]:
-    """Human lines naming rank, host and cause; the first is the likely root cause."""
+    """Human lines naming rank, host and cause; the first is the likely root cause. Causes
+    and hosts are the ranks' own words: their control characters are made `visible`."""
     report = failure_report(folder)
     primary = [f for f in report if f.primary]
     secondary = [f for f in report if not f.primary]
@@ -28,4 +32,4 @@ def failure_lines(folder: Path, limit: int = 8) -> list[str]:
         more = f" and {len(secondary) - limit} more" if len(secondary) > limit else ""
         verb = "then failed" if primary else "failed"
         lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
-    return lines
+    return [visible(line) for line in lines]

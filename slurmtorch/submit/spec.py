@@ -141,7 +141,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         container=container,
         hostfile=o.hostfile,
         templates=site.templates,
-        command=tuple(o.command),
+        command=redact_env(o.command),
         requeue=requeue,
         signal=signal,
         roles=roles.roles if roles else (),
@@ -236,6 +236,38 @@ def _stem(script: str | None) -> str:
     name = (script or "job").rstrip("/").rsplit("/", 1)[-1]
     stem = name.rsplit(".", 1)[0] if "." in name[1:] else name
     return stem or "job"
+
+
+def redact_env(command: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The command line for script.sh's `# Run with:` comment, --env values out (`--env NAME=...`).
+
+    The export lines already carry the values, and they are often secrets (tokens, keys):
+    written a second time, a comment is one more copy to leak in a pasted script. The
+    names stay, so the line still says what was set. Arguments after `--` are the
+    script's own and are kept as typed.
+    """
+    out: list[str] = []
+    tokens = iter(command)
+    for token in tokens:
+        if token == "--":
+            out.append(token)
+            out.extend(tokens)
+            break
+        if token == "--env":
+            out.append(token)
+            value = next(tokens, None)
+            if value is not None:
+                out.append(_redacted(value))
+        elif token.startswith("--env="):
+            out.append("--env=" + _redacted(token[len("--env="):]))
+        else:
+            out.append(token)
+    return tuple(out)
+
+
+def _redacted(item: str) -> str:
+    name, eq, _ = item.partition("=")
+    return f"{name}=..." if eq else item
 
 
 def trials_record(spec: JobSpec) -> dict | None:

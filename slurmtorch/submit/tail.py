@@ -2,18 +2,32 @@
 
 The ranks write their logs on a shared file system while `--wait`, `logs --follow` and
 a Distributor's job stream them here; a write may end in the middle of a UTF-8 character.
+What a rank printed reaches the user's terminal only through `visible`: a rank's output
+is data, and an escape sequence in it (a title change, OSC 52 writing the clipboard, a
+cursor move that hides the lines above) would otherwise act on the user's terminal.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 
+# C0 controls but tab, newline and carriage return (progress bars redraw their line with it),
+# DEL, and the C1 controls (U+0080..U+009F: U+009B is CSI to some terminals).
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """`text` with every control character a terminal would act on written out as `\\xHH`."""
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
 class Tail:
-    """Copies what was appended to a file since the last call."""
+    """Copies what was appended to a file since the last call, its controls made `visible`."""
 
     def __init__(self, path: Path, out: IO[str]):
         self.path = path
@@ -41,7 +55,7 @@ class Tail:
             if b & 0x80 == 0:
                 break
         self.offset += cut
-        self.out.write(data[:cut].decode("utf-8", errors="replace"))
+        self.out.write(visible(data[:cut].decode("utf-8", errors="replace")))
         self.out.flush()
         return True
 

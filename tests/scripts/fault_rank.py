@@ -1,7 +1,8 @@
 """A training-like loop in which one rank misbehaves: `fault_rank.py MODE RANK [STEPS]`.
 
 MODE: none | exit (sys.exit(3)) | kill (SIGKILL itself) | raise (ValueError) | hang
-(sleeps instead of joining the next collective). Every other rank all_reduces each step.
+(sleeps instead of joining the next collective) | return (leaves the loop: the script
+ends with 0 while the others still all_reduce). Every other rank all_reduces each step.
 Started by `python -m slurmtorch.bootstrap`, so the process group already exists.
 """
 import os
@@ -29,6 +30,8 @@ for step in range(steps):
             raise ValueError(f"bad batch at step {step}")
         if mode == "hang":
             time.sleep(3600)
+        if mode == "return":
+            break
     dist.all_reduce(t)
     time.sleep(0.2)
 print(f"rank {rank} done", flush=True)
