@@ -2,8 +2,8 @@
 
 A handle answers the same questions for both (status, cancel, log paths, the logs a
 failing rank may have written to), so `Job` reads a run the same way wherever it is.
-A local run is a process group of its own; whether it is still alive is read from
-/proc (zombies do not count).
+A local run is a session (process group) of its own under guard.py, which ends it when
+this process dies; whether it is still alive is read from /proc (zombies do not count).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmtorch import shell
 from slurmtorch.api.runfolder import run_folder_error
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import jobdir
@@ -84,30 +83,23 @@ class SlurmHandle(Handle):
 class LocalHandle(Handle):
     """The rendered mpirun script, run here in its own process group (so cancel reaches all of it)."""
 
-    def __init__(self, job_id: str, workdir: Path, pgid: int):
+    def __init__(self, job_id: str, workdir: Path, pgid: int, process=None):
         self.job_id, self.workdir, self.pgid = job_id, workdir, pgid
+        self.process = process  # the guard's Popen, kept so that it is reaped
 
     @classmethod
     def start(cls, script: str, workdir: Path, run_id: str) -> LocalHandle:
-        # `set -m`: the background job gets its own process group. It runs the script
-        # (a file: one argument is limited to 128 KiB), then records its exit code
-        # (tmp + rename); the outer shell returns at once.
+        # The script is a file (one argument is limited to 128 KiB); guard.py runs it in
+        # a session of its own, records its exit code (tmp + rename) and ends it with us:
+        # a SIGTERM or SIGKILL to this (the user's) process leaves no rank behind.
         try:
             jobdir.write_new(workdir / "mpirun.sh", script)
+            process = sub.start_guarded(["bash", str(workdir / "mpirun.sh")], workdir / "launcher.out",
+                                        workdir / "exit-code")
+            jobdir.write_new(workdir / "launcher.pid", f"{process.pid}\n")
         except OSError as exc:
             raise run_folder_error(exc, workdir) from None
-        inner = ('bash "$1/mpirun.sh" </dev/null >"$1/launcher.out" 2>&1; '
-                 'printf "%s\\n" "$?" >"$1/exit-code.tmp"; mv -f "$1/exit-code.tmp" "$1/exit-code"')
-        pidfile = shell.quote(str(workdir / "launcher.pid"))
-        wrapper = (f"set -m\nbash -c {shell.quote(inner)} slurmtorch-local "
-                   f"{shell.quote(str(workdir))} </dev/null >/dev/null 2>&1 &\n"
-                   f"printf '%s\\n' \"$!\" >{pidfile}\n")
-        rc = sub.run_local(wrapper, workdir / "start.sh")
-        try:
-            pgid = int((workdir / "launcher.pid").read_text())
-        except (OSError, ValueError):
-            raise SubmitError(f"could not start mpirun here (bash exited {rc})") from None
-        return cls(f"local-{run_id}", workdir, pgid)
+        return cls(f"local-{run_id}", workdir, process.pid, process)
 
     def _exit_code(self) -> int | None:
         try:
@@ -116,6 +108,8 @@ class LocalHandle(Handle):
             return None
 
     def status(self) -> sub.JobStatus:
+        if self.process is not None:
+            self.process.poll()  # reap the guard once it has ended
         code = self._exit_code()
         if (self.workdir / "cancelled").exists():
             return sub.JobStatus(self.job_id, "CANCELLED", code, source="local")

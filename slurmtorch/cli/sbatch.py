@@ -60,9 +60,8 @@ def sbatch(
     from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real submission starts processes
     from slurmtorch.submit.report import failure_lines  # lazy: only a failed --wait reads the logs
 
-    sub = submit.submit(text, root, trials=spec.trials_record(job))
-    print(sub.job_id, flush=True)
-    print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
+    # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
+    sub = submit.submit(text, root, trials=spec.trials_record(job), announce=_announce)
     if not wait:
         return 0
     if job.array:
@@ -74,3 +73,8 @@ def sbatch(
         for line in failure_lines(sub.job_dir):
             print(f"slurmtorch: {line}", file=sys.stderr)
     return code
+
+
+def _announce(sub) -> None:
+    print(sub.job_id, flush=True)
+    print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)

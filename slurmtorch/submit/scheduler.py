@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import IO
 
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import jobdir
+from slurmtorch.submit.interrupts import Forwarding, Interrupted, deferred, on_lasting_thread
 from slurmtorch.submit.report import failure_lines
 from slurmtorch.submit.tail import Tail, drain
 
@@ -37,13 +39,17 @@ TERMINAL_STATES = frozenset({
 _JOB_ID_RE = re.compile(r"^(?P<id>[0-9]+)(?:;(?P<cluster>\S+))?$")
 POLL_S = 0.25
 MAX_POLL_S = 2.0
+GUARD = Path(__file__).with_name("guard.py")
+GUARD_BOUND_S = 20.0  # guard.py's GRACE_S + KILL_WAIT_S, and some
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
     """Run one scheduler command; failures become a SubmitError carrying argv and output."""
     argv = [str(a) for a in argv]
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        # A session of its own: a TERM/HUP/Ctrl-C meant for us (our process group) must
+        # not kill sbatch mid-call, after the job exists but before we know its id.
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, start_new_session=True)
     except FileNotFoundError:
         raise SubmitError(
             f"{argv[0]} not found on PATH",
@@ -107,38 +113,54 @@ class Submission:
     job_dir: Path
 
 
-def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None) -> Submission:
+def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None,
+           announce: Callable[[Submission], None] | None = None) -> Submission:
     """Write the job folder, submit held, rename the folder to the job id, release.
 
     `trials` (spec.trials_record) makes it an array job's folder: trials.json and trial-K/.
     Nothing in it is world-writable, whatever the umask. A file system error becomes a
     SubmitError naming the path; any failure removes what was made and cancels the job.
+    All or nothing under signals too: a TERM/HUP/INT on the way is held until a safe point,
+    then the job is cancelled, the folder removed and `Interrupted` raised. `announce`
+    (the CLI prints the id) runs once the job is released, still inside that shelter.
     """
     root = root or jobdir.jobs_root()
-    tmp = jobdir.make_temp(root, script, trials)
-    job_id: str | None = None
-    final: Path | None = None
-    try:
-        warning = sbatch_env_warning(sbatch_env_overrides(os.environ))
-        if warning:
-            print(warning, file=sys.stderr, flush=True)
-        # Held, so that the job cannot start (and open batch.out) before its folder exists.
-        argv = ["sbatch", "--parsable", "--hold", str(tmp / jobdir.SCRIPT)]
-        job_id = parse_job_id(runner(argv).stdout, argv)
-        # Only once renamed is the folder at the job id ours: before, it may be an older job's.
-        final = jobdir.settle(tmp, root, job_id)
-        runner(["scontrol", "release", job_id])
-    except BaseException:
-        for folder in (tmp, final):
-            if folder is not None and folder.exists():
-                shutil.rmtree(folder, ignore_errors=True)
-        if job_id is not None:
-            try:
-                runner(["scancel", job_id], check=False)
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
-        raise
-    return Submission(job_id=job_id, job_dir=final)
+    with deferred("submission undone: no job left queued, no folder left") as pending:
+        tmp = jobdir.make_temp(root, script, trials)
+        job_id: str | None = None
+        final: Path | None = None
+        try:
+            pending.check()
+            warning = sbatch_env_warning(sbatch_env_overrides(os.environ))
+            if warning:
+                print(warning, file=sys.stderr, flush=True)
+            # Held, so that the job cannot start (and open batch.out) before its folder exists.
+            argv = ["sbatch", "--parsable", "--hold", str(tmp / jobdir.SCRIPT)]
+            job_id = parse_job_id(runner(argv).stdout, argv)
+            pending.check()
+            # Only once renamed is the folder at the job id ours: before, it may be an older job's.
+            final = jobdir.settle(tmp, root, job_id)
+            runner(["scontrol", "release", job_id])
+            pending.check()
+        except BaseException:
+            _undo(tmp, final, job_id, runner)
+            raise
+        submission = Submission(job_id=job_id, job_dir=final)
+        if announce is not None:
+            announce(submission)
+    return submission
+
+
+def _undo(tmp: Path, final: Path | None, job_id: str | None, runner: Runner) -> None:
+    """Remove the folder and cancel the job, each bounded (scancel waits 10 s at most)."""
+    for folder in (tmp, final):
+        if folder is not None and folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+    if job_id is not None:
+        try:
+            runner(["scancel", job_id], check=False, timeout=10)
+        except Exception:  # noqa: BLE001 - the original error matters more
+            pass
 
 
 def run_local(script: str, path: Path | None = None) -> int:
@@ -160,10 +182,48 @@ def _run_bash(script: str, path: Path) -> int:
     except OSError as exc:
         raise SubmitError(f"cannot write the mpirun script {path}: {exc.strerror or exc}",
                           tip="check that its folder (or TMPDIR) is writable") from None
-    try:
-        return subprocess.run(["bash", str(path)]).returncode
-    except FileNotFoundError:
-        raise SubmitError("bash not found on PATH") from None
+    return _run_guarded(["bash", str(path)])
+
+
+def guarded(argv: Sequence[str], exit_code_file: Path | None = None) -> list[str]:
+    """`argv` under guard.py, which ends it with everything it started when this process
+    dies or sends it TERM/HUP/INT, and writes its exit code to `exit_code_file`."""
+    return [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(exit_code_file or "-"), "--", *argv]
+
+
+def _run_guarded(argv: Sequence[str]) -> int:
+    """Run in our process group (a terminal's Ctrl-C and stdin reach mpirun as before); a
+    TERM/HUP/INT sent to us alone goes to the guard, and we wait for it a bounded time.
+    The CLI's main thread forks the guard (see start_guarded on why that matters)."""
+    with Forwarding("stopped mpirun and its ranks") as forwarding:
+        proc = subprocess.Popen(guarded(argv))
+        try:
+            forwarding.attach(proc.pid)
+            return proc.wait()
+        except Interrupted:
+            try:
+                proc.wait(timeout=GUARD_BOUND_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+
+
+def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path) -> subprocess.Popen:
+    """Start `argv` under guard.py in a session of its own, output to `log`, stdin empty:
+    a Distributor's local run. The guard ends it when this process dies (its parent-death
+    signal), with no signal handler of ours left in the user's process.
+
+    The parent-death signal fires when the *thread* that forked the guard exits, not the
+    process: the fork happens on the main thread or on one lasting thread, which lives as
+    long as the process, never on a caller's short-lived thread.
+    """
+    def start() -> subprocess.Popen:
+        with open(log, "wb") as out:
+            return subprocess.Popen(guarded(argv, exit_code_file), stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+
+    return start() if threading.current_thread() is threading.main_thread() else on_lasting_thread(start)
 
 
 # --------------------------------------------------------------------------- status

@@ -1,0 +1,230 @@
+"""Signals to slurmtorch itself (issue 14, items 5 and 6), with real mpirun, real Slurm and
+real signals.
+
+- A SIGTERM/SIGHUP to `slurmtorch mpirun`'s pid alone, or a SIGTERM to a Python process
+  in `Distributor(local_mode=True).run`, must end prterun and every rank (they ran to
+  completion before: Python died at once, bash alone with it).
+- A SIGTERM/SIGHUP to `slurmtorch sbatch`'s process group during submission must leave
+  no held job and no `.submitting-*` folder: all or nothing, then one line, exit
+  128+signal. Wrappers named sbatch/scontrol first on PATH sleep before exec'ing the real
+  command, so that the signal lands inside the window.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+SLEEPER = """\
+import os, sys, time
+open(os.path.join(sys.argv[1], f"pid-{os.getpid()}"), "w").close()
+time.sleep(30)
+"""
+
+DISTRIBUTOR_CALLER = """\
+import os, sys, time
+from slurmtorch import Distributor
+
+def sleep_and_tell(folder):
+    open(os.path.join(folder, f"pid-{os.getpid()}"), "w").close()
+    time.sleep(30)
+
+Distributor(num_processes=2, local_mode=True, progress=False).run(sleep_and_tell, sys.argv[1])
+"""
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) from /proc, or None once the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
+def launch_of(ranks: set[int], caller: int) -> set[int]:
+    """The ranks and every process above them up to `caller` (prterun, bash, ...): what a
+    signal to `caller` must end. Walked upwards, so a launch that was detached from its
+    caller (the old Distributor's) is found too."""
+    found = set()
+    for pid in ranks:
+        while pid not in (caller, 1, 0) and pid not in found:
+            found.add(pid)
+            stat = _stat(pid)
+            if stat is None:
+                break
+            pid = stat[1]
+    return found
+
+
+def comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def rank_pids(folder: Path) -> set[int]:
+    return {int(p.name.split("-")[1]) for p in folder.glob("pid-*")}
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(0.05)
+
+
+def started(proc: subprocess.Popen, folder: Path, ranks: int) -> set[int]:
+    """The launch below `proc` once all `ranks` ranks have written their pid."""
+    def ready() -> bool:
+        assert proc.poll() is None, f"exited early ({proc.returncode}): {read(folder / 'stderr')}"
+        return len(rank_pids(folder)) == ranks
+    wait_for(ready, 90, f"{ranks} ranks to start")
+    tree = launch_of(rank_pids(folder), proc.pid)
+    assert "prterun" in {comm(p) for p in tree}, tree
+    return tree
+
+
+def read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def kill_leftovers(pids: set[int]) -> None:
+    """The old code leaves ranks running for 30 s: end them so they burden no later test."""
+    for pid in pids:
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- item 5: a local launch
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_mpirun_cli_ends_prterun_and_every_rank(mpi_env, tmp_path, signum):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", str(script), "-n", "3",
+                             "--", str(tmp_path)], env=mpi_env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=(tmp_path / "stderr").open("w"), start_new_session=True)
+    tree: set[int] = set()
+    try:
+        tree = started(proc, tmp_path, 3)
+        os.kill(proc.pid, signum)  # the pid only, not its group: Ctrl-C reaches the group already
+        t0 = time.monotonic()
+        proc.wait(timeout=30)
+        err = read(tmp_path / "stderr")
+        assert proc.returncode == 128 + signum, err
+        assert err.splitlines()[-1] == f"error: {signum.name}: stopped mpirun and its ranks", err
+        wait_for(lambda: not any(alive(p) for p in tree), 10, "prterun and the ranks to end")
+        assert time.monotonic() - t0 < 10
+    finally:
+        proc.kill()
+        kill_leftovers(tree)
+
+
+@pytest.mark.timeout(150)
+def test_sigterm_to_a_distributor_caller_ends_its_local_ranks(mpi_env, has_torch, tmp_path):
+    """No handler of ours in the user's process: the guard's parent-death signal does it."""
+    script = tmp_path / "caller.py"
+    script.write_text(DISTRIBUTOR_CALLER)
+    env = dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=(tmp_path / "stderr").open("w"), start_new_session=True)
+    tree: set[int] = set()
+    try:
+        tree = started(proc, tmp_path, 2)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGTERM  # Python's own default: we installed nothing
+        wait_for(lambda: not any(alive(p) for p in tree), 10, "prterun and the ranks to end")
+    finally:
+        proc.kill()
+        kill_leftovers(tree)
+
+
+# --------------------------------------------------------------------------- item 6: a submission
+
+# Each wrapper touches MARKER when it enters its window, then sleeps 3 s there.
+SLOW_RELEASE = """#!/bin/bash
+for a in "$@"; do
+  if [ "$a" = release ]; then : >"{marker}"; sleep 3; fi
+done
+exec {real} "$@"
+"""
+# sbatch has made the (held) job, but its id has not reached slurmtorch yet.
+SLOW_SBATCH_ANSWER = """#!/bin/bash
+out=$({real} "$@"); rc=$?
+: >"{marker}"; sleep 3
+printf '%s\\n' "$out"
+exit $rc
+"""
+
+
+def slow(folder: Path, name: str, template: str, testbed) -> Path:
+    """A `name` first on PATH that opens a 3 s window around the real one; its marker."""
+    real = shutil.which(name, path=testbed.env["PATH"])
+    assert real, f"{name} not on the testbed's PATH"
+    marker = folder / f"{name}-in-window"
+    wrapper = folder / name
+    wrapper.write_text(template.format(real=real, marker=marker))
+    wrapper.chmod(0o755)
+    return marker
+
+
+def queued_states(testbed, name: str) -> list[str]:
+    """`state reason` of every job named `name` squeue still knows, ended ones included."""
+    proc = testbed.run(["squeue", "-h", "-t", "all", "-n", name, "-o", "%T %r"], timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("command, template", [("scontrol", SLOW_RELEASE), ("sbatch", SLOW_SBATCH_ANSWER)])
+def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tmp_path, command, template,
+                                                                      signum):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = slow(bin_dir, command, template, testbed)
+    home = tmp_path / "home"
+    name = f"sig{os.getpid()}{command[:2]}{int(signum)}"
+    env = dict(testbed.env, SLURMTORCH_HOME=str(home), PATH=f"{bin_dir}{os.pathsep}{testbed.env['PATH']}")
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", str(REPO / "examples" / "probe.py"),
+                             "--site", "testbed", "--nodes", "1", "--job-name", name], env=env, cwd=REPO,
+                            stdout=out.open("w"), stderr=err.open("w"), start_new_session=True)
+    try:
+        wait_for(lambda: marker.exists() or proc.poll() is not None, 60, f"{command} to enter its window")
+        assert proc.poll() is None, read(err)
+        os.killpg(proc.pid, signum)  # the group, as a terminal's hangup or Ctrl-C would
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, read(err)
+    assert read(out) == ""  # no id printed: the job must not exist
+    assert read(err).splitlines()[-1].startswith(f"error: {signum.name}: submission undone"), read(err)
+    # Bounded poll: a job left behind would show PENDING (JobHeldUser) here for good.
+    wait_for(lambda: all(s.startswith("CANCELLED") for s in queued_states(testbed, name)), 15,
+             f"no job named {name} but cancelled ones: {queued_states(testbed, name)}")
+    jobs = home / "jobs"
+    assert not jobs.exists() or list(jobs.iterdir()) == []  # no .submitting-*, no job folder
