@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(items):
         names = set(getattr(item, "fixturenames", ()))
         if "testbed" in names:
             item.add_marker(pytest.mark.testbed)
-        if "mpi_env" in names:
+        if names & {"mpi_env", "mpich_env"}:  # Open MPI's mpirun, or MPICH's mpiexec (.venv-mpich)
             item.add_marker(pytest.mark.mpi)
         if "has_torch" in names:
             item.add_marker(pytest.mark.torch)

@@ -3,7 +3,7 @@
 `lose(n)` SIGKILLs every process in the node's network namespace (its slurmd, the
 slurmstepds and the ranks: `ip netns pids slurmtorch-nodeN`), as a power cut would.
 `restore()` is `scripts/testbed up 4`, which restarts dead slurmds and resumes nodes.
-Shared by tests/test_faults_testbed.py and benchmarks/faults.py.
+Shared by tests/submit/test_failures.py and benchmarks/faults.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A Lightning Fabric script as its users write it; prints one INTEROP line per rank.
 
-Interop test (tests/test_interop.py): run unchanged under `python -m slurmtorch.bootstrap`,
+Interop test (tests/bootstrap/test_interop.py): run unchanged under `python -m slurmtorch.bootstrap`,
 Fabric must see the rank and world size the bootstrap set.
 """
 

@@ -20,7 +20,7 @@ import pytest
 
 from slurmtorch.cli.main import main
 
-BAD_SITES = Path(__file__).resolve().parent / "bad-sites"
+BAD_SITES = Path(__file__).resolve().parents[1] / "bad-sites"
 SITE_CASES = sorted(p for p in BAD_SITES.glob("*.yaml")
                     if not p.name.startswith("_") and not p.name.endswith("-other.yaml"))
 
@@ -222,7 +222,7 @@ def test_an_environment_too_large_for_sbatch_is_refused_by_validate(cli):
     """10 MB of env passed `site validate` and then broke sbatch (its script limit is 4 MB)."""
     import yaml
 
-    data = yaml.safe_load((Path(__file__).resolve().parent.parent / "site-configs" / "testbed.yaml").read_text())
+    data = yaml.safe_load((Path(__file__).resolve().parents[2] / "site-configs" / "testbed.yaml").read_text())
     data["node_types"]["cpu"]["env"]["HUGE"] = "x" * (10 * 1024 * 1024)
     site = cli.tmp_path / "home-big.yaml"
     site.write_text(yaml.safe_dump(data))

@@ -25,7 +25,7 @@ from slurmtorch.doctor.report import Check, summary
 from slurmtorch.doctor.sitechoice import RECORDED, site_for_doctor, site_from_script
 from slurmtorch.submit import sites
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "slurmtorch.cli.main", "doctor"]
 
 OMPI5 = "Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11"

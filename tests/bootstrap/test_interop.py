@@ -17,7 +17,7 @@ import pytest
 
 from conftest import need
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "scripts"
 BOOT = [sys.executable, "-m", "slurmtorch.bootstrap"]
 

@@ -13,7 +13,7 @@ from slurmtorch.submit import cluster, site_schema, site_yaml, sites
 from slurmtorch.errors import SiteError
 
 BUNDLED = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

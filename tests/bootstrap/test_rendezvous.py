@@ -267,7 +267,7 @@ def test_phase_durations_split_mpi_and_torch_costs_out_of_ours():
 
 # ------------------------------------------------------------------ init_process_group wrapper, world of one
 
-PROBE = Path(__file__).resolve().parent / "scripts" / "probe.py"
+PROBE = Path(__file__).resolve().parents[1] / "scripts" / "probe.py"
 
 
 def run_probe(*argv):

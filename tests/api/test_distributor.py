@@ -30,7 +30,7 @@ from slurmtorch.api.layout import plan_layout
 from slurmtorch.api.runfolder import create_run_folder
 from slurmtorch.errors import SlurmtorchError, SpecError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ARGS_SCRIPT = REPO / "tests" / "scripts" / "dist_args.py"
 ODD_ARGS = ["a b", "$(hostname)", "it's", "--lr=0.1"]
 MB4 = 4 << 20
@@ -208,7 +208,7 @@ def test_local_mode_returns_rank0s_value_and_streams_its_output(local, capsys, n
     out, err = capsys.readouterr()
     assert out == f"rank 0 of {n} local{n}\n"  # rank 0 only, as it came
     assert "RUNNING" in err and "COMPLETED (exit 0)" in err
-    assert workdirs(local) == []  # a run that succeeded leaves nothing (tests/test_runfolder.py)
+    assert workdirs(local) == []  # a run that succeeded leaves nothing (tests/api/test_runfolder.py)
     assert stat.S_IMODE((local / "distributor").stat().st_mode) == 0o700
 
 

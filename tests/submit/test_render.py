@@ -1,6 +1,6 @@
 """Rendering: golden scripts for every bundled site and launcher, quoting read back by bash.
 
-Regenerate the golden files with `SLURMTORCH_UPDATE_GOLDEN=1 pytest tests/test_render.py`
+Regenerate the golden files with `SLURMTORCH_UPDATE_GOLDEN=1 pytest tests/submit/test_render.py`
 and review the diff.
 """
 
@@ -23,7 +23,7 @@ from slurmtorch.errors import ShellSafetyError, TemplateError
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.spec import build_spec
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("SLURMTORCH_UPDATE_GOLDEN") == "1"
 BUNDLED = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))
 LAUNCHERS = ("srun", "mpirun", "torchrun")

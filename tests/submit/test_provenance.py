@@ -13,7 +13,7 @@ from pathlib import Path
 from slurmtorch import Distributor
 from slurmtorch.submit.spec import redact_env
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "probe.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "probe.py"
 SECRET = "hf_s3cr3t-token"
 
 
