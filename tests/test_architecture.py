@@ -5,7 +5,7 @@
 - one module runs subprocesses (submit/scheduler.py) and one imports mpi4py
   (bootstrap/mpi.py): one choke point each for side effects;
 - no import cycles between modules at import time;
-- no module over 500 lines (split by idea);
+- no module over 500 lines and no function over 80 (split by idea);
 - every module has a row in docs/ARCHITECTURE.md.
 """
 
@@ -106,3 +106,13 @@ def test_every_module_is_in_the_architecture_doc():
             missing.append("/".join(parts))
     assert missing == []
 
+
+
+def test_no_function_is_over_80_lines():
+    long = {}
+    for p in MODULES:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := node.end_lineno - node.lineno + 1) > 80:
+                    long[f"{module_name(p)}.{node.name}"] = n
+    assert long == {}
