@@ -45,6 +45,14 @@ Distributor(num_processes=2, local_mode=True, progress=False).run(sleep_and_tell
 # --------------------------------------------------------------------------- processes
 
 
+def default_signals() -> None:
+    """The child starts with TERM/HUP/INT at their defaults, whatever ran pytest: a run under
+    `nohup` (or a CI runner that ignores HUP) passes SIG_IGN on through exec, and slurmtorch
+    rightly keeps ignoring a signal its caller chose to ignore."""
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _stat(pid: int) -> tuple[str, int] | None:
     """(state, parent pid) from /proc, or None once the process is gone."""
     try:
@@ -125,7 +133,8 @@ def test_a_signal_to_the_mpirun_cli_ends_prterun_and_every_rank(mpi_env, tmp_pat
     script.write_text(SLEEPER)
     proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", str(script), "-n", "3",
                              "--", str(tmp_path)], env=mpi_env, cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=(tmp_path / "stderr").open("w"), start_new_session=True)
+                            stderr=(tmp_path / "stderr").open("w"), start_new_session=True,
+                            preexec_fn=default_signals)
     tree: set[int] = set()
     try:
         tree = started(proc, tmp_path, 3)
@@ -149,7 +158,8 @@ def test_sigterm_to_a_distributor_caller_ends_its_local_ranks(mpi_env, has_torch
     script.write_text(DISTRIBUTOR_CALLER)
     env = dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env, stdout=subprocess.DEVNULL,
-                            stderr=(tmp_path / "stderr").open("w"), start_new_session=True)
+                            stderr=(tmp_path / "stderr").open("w"), start_new_session=True,
+                            preexec_fn=default_signals)
     tree: set[int] = set()
     try:
         tree = started(proc, tmp_path, 2)
@@ -212,7 +222,8 @@ def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tm
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", str(REPO / "examples" / "probe.py"),
                              "--site", "testbed", "--nodes", "1", "--job-name", name], env=env, cwd=REPO,
-                            stdout=out.open("w"), stderr=err.open("w"), start_new_session=True)
+                            stdout=out.open("w"), stderr=err.open("w"), start_new_session=True,
+                            preexec_fn=default_signals)
     try:
         wait_for(lambda: marker.exists() or proc.poll() is not None, 60, f"{command} to enter its window")
         assert proc.poll() is None, read(err)
