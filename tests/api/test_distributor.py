@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import socket
+import signal
 import stat
 import threading
 import time
@@ -280,14 +281,21 @@ def test_interrupting_run_cancels_the_job(local):
     """Ctrl-C in a notebook must not leave ranks running."""
     import _thread
 
+    # interrupt_main() is ignored while SIGINT is SIG_IGN, which a shell gives every command it
+    # starts in the background (`cmd &` without job control): Python's own handler, as at a prompt.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def interrupt_once_started():
         wait_for(lambda: any("started" in p.read_text() for p in local.glob("distributor/*/rank-0.out")),
-                 60, "rank 0 to start")
+                 100, "rank 0 to start")
         _thread.interrupt_main()
 
     threading.Thread(target=interrupt_once_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        Distributor(num_processes=2, local_mode=True, progress=False).run(sleeper)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Distributor(num_processes=2, local_mode=True, progress=False).run(sleeper)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     (workdir,) = workdirs(local)
     assert (workdir / "cancelled").exists()
     pgid = int((workdir / "launcher.pid").read_text())
