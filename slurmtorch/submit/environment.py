@@ -2,8 +2,9 @@
 
 Fabric (what the node type's network implies), then the site's `env`, the node
 type's own `env` (the admin's last word for that hardware), the preset's, and the
-user's `--env`; a null in a YAML layer removes the variable. Names the batch script
-sets itself are refused from `--env`.
+user's `--env`; a null in a YAML layer removes the variable. Refused from `--env`: names
+the batch script sets itself, names whose literal value cannot work (PATH, PYTHONHOME,
+LD_PRELOAD), and Slurm's job-identity variables.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> dict[str, s
 def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[tuple[str, str]]:
     """`K=V` strings -> pairs; the name must be a plain shell name.
 
-    With `batch`, names the batch script sets itself (SCRIPT_ENV) are refused.
+    With `batch`, names the batch script sets itself (SCRIPT_ENV) are refused; always,
+    UNSETTABLE_ENV and SLURM_IDENTITY names.
     """
     out = []
     for item in items:
