@@ -6,6 +6,8 @@ visible (Slurm's --gpus-per-task) it takes that one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from slurmtorch.errors import BootstrapError
 
 
@@ -30,18 +32,39 @@ def choose_backend(requested: str, cuda: bool, nccl: bool, gloo: bool, mpi: bool
     return requested
 
 
-def pick_device(local_rank: int, local_world_size: int, device_count: int) -> int:
-    """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK; one visible
-    (Slurm's --gpus-per-task binds one per task) -> 0."""
+# Variables through which a launcher (Slurm's --gpus-per-task / --gpu-bind, a site's
+# wrapper) or the user gives each rank its own GPUs; CUDA's, then AMD's (ROCm).
+VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def bound_per_rank(env: Mapping[str, str]) -> bool:
+    """Pure: whether this rank's GPUs were chosen for it (a visible-devices variable set).
+
+    With one GPU visible to each of several ranks on a node, this tells "one GPU per rank,
+    bound by the launcher" from "every rank sees the node's only GPU": without such a
+    variable nobody narrowed the view, so the ranks share the device NCCL would refuse.
+    """
+    return any(env.get(key, "").strip() for key in VISIBLE_DEVICE_VARS)
+
+
+def pick_device(local_rank: int, local_world_size: int, device_count: int, bound: bool = True) -> int:
+    """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK; one visible and bound
+    to this rank (`bound_per_rank`: Slurm's --gpus-per-task gives one per task) -> 0."""
     if device_count >= local_world_size:
         return local_rank
-    if device_count == 1:
+    if device_count == 1 and bound:
         return 0
-    raise BootstrapError(f"{local_world_size} ranks on this node but {device_count} visible GPUs",
-                         tip="request one GPU per task (--gpus-per-task=1) or as many tasks per node as GPUs")
+    shared = "CUDA_VISIBLE_DEVICES unset, so every rank sees the same GPU" if device_count == 1 else \
+        "NCCL needs one GPU per rank"
+    raise BootstrapError(
+        f"{local_world_size} ranks on this node but {device_count} visible GPU{'s' if device_count != 1 else ''} "
+        f"({shared})",
+        tip=f"ask for one GPU per rank (--gpus-per-node {local_world_size}, or --ntasks-per-node {device_count}), "
+            "give each rank its own CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1), or use --backend gloo")
 
 
-def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int) -> int | None:
+def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int,
+                bound: bool = True) -> int | None:
     """Pure: the GPU to make current in this rank, or None to leave CUDA alone.
 
     Whenever GPUs are visible, whatever the backend: a gloo job's CUDA tensors and
@@ -52,7 +75,7 @@ def rank_device(backend: str, local_rank: int, local_world_size: int, device_cou
     if device_count < 1:
         return None
     try:
-        return pick_device(local_rank, local_world_size, device_count)
+        return pick_device(local_rank, local_world_size, device_count, bound)
     except BootstrapError:
         if backend == "nccl":
             raise

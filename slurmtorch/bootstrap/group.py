@@ -29,11 +29,12 @@ import functools
 import gc
 import importlib.util
 import inspect
+import os
 import sys
 import time
 
 from slurmtorch.bootstrap import contracts
-from slurmtorch.bootstrap.device import choose_backend, rank_device
+from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, rank_device
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
 from slurmtorch.errors import BootstrapError
@@ -188,7 +189,10 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
     cuda = torch.cuda.is_available()
     chosen = choose_backend(backend, cuda, dist.is_nccl_available(), dist.is_gloo_available(),
                             dist.is_mpi_available(), f"torch {torch.__version__}")
-    device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0)
+    # Before the group: NCCL with two ranks on one GPU fails only in the first collective,
+    # with its own traceback ("Duplicate GPU detected"); this names the layout and the fix.
+    device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0,
+                         bound_per_rank(os.environ))
     if device is not None:
         torch.cuda.set_device(device)
     kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))

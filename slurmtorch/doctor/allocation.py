@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from slurmtorch.bootstrap import rendezvous
-from slurmtorch.bootstrap.device import choose_backend, pick_device
+from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, pick_device
 from slurmtorch.bootstrap.launchers import from_env
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.doctor import facts, sitechoice
@@ -116,7 +116,7 @@ def allocation_main(argv: Sequence[str]) -> int:
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", pick_device(info.local_rank, info.local_world_size,
-                                                  torch.cuda.device_count()))
+                                                  torch.cuda.device_count(), bound_per_rank(os.environ)))
         torch.cuda.set_device(device)
     record = RankRecord(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
                         local_world_size=info.local_world_size, node_rank=info.node_rank,

@@ -15,7 +15,7 @@ import pytest
 
 from slurmtorch.bootstrap import mpi
 from slurmtorch.bootstrap import rendezvous
-from slurmtorch.bootstrap.device import choose_backend, pick_device, rank_device
+from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, pick_device, rank_device
 from slurmtorch.bootstrap.options import FROM, HELP, USAGE, parse_args
 from slurmtorch.errors import BootstrapError
 
@@ -202,6 +202,33 @@ def test_nccl_with_more_ranks_than_gpus_is_still_refused():
         rank_device("nccl", 0, 4, 2)
 
 
+def test_two_ranks_on_the_nodes_only_gpu_are_refused_before_nccl_sees_them():
+    # Issue 15: NCCL's own "Duplicate GPU detected" came only in the first all_reduce, as
+    # a traceback per rank; the layout and the fix are named before the group exists.
+    with pytest.raises(BootstrapError) as err:
+        rank_device("nccl", 1, 2, 1, bound=False)
+    assert err.value.message == ("2 ranks on this node but 1 visible GPU (CUDA_VISIBLE_DEVICES unset, "
+                                 "so every rank sees the same GPU)")
+    assert "--gpus-per-node 2" in err.value.tip and "--backend gloo" in err.value.tip
+    assert "CUDA_VISIBLE_DEVICES" in err.value.tip
+
+
+def test_one_gpu_bound_to_each_rank_is_that_ranks_gpu():
+    assert rank_device("nccl", 1, 2, 1, bound=True) == 0
+
+
+def test_gloo_ranks_sharing_one_gpu_leave_cuda_alone():
+    assert rank_device("gloo", 1, 2, 1, bound=False) is None
+
+
+@pytest.mark.parametrize("env, bound", [
+    ({}, False), ({"CUDA_VISIBLE_DEVICES": ""}, False), ({"CUDA_VISIBLE_DEVICES": "3"}, True),
+    ({"ROCR_VISIBLE_DEVICES": "0"}, True), ({"HIP_VISIBLE_DEVICES": "1"}, True),
+])
+def test_a_visible_devices_variable_means_the_launcher_chose_the_ranks_gpus(env, bound):
+    assert bound_per_rank(env) is bound
+
+
 @pytest.mark.parametrize("text", ["inf", "-inf", "nan", "Infinity", "1e300"])
 def test_timeout_must_be_a_finite_number_of_seconds(text):
     with pytest.raises(BootstrapError, match=r"--timeout \S+: must be"):
@@ -319,3 +346,4 @@ def test_a_process_group_without_torch_installed_is_one_clear_line(tmp_path):
     assert proc.returncode == 1 and "ran" not in proc.stdout
     assert "error: a process group needs torch, but it cannot be imported" in proc.stderr
     assert "tip: pip install 'slurmtorch[torch]'" in proc.stderr and "Traceback" not in proc.stderr
+
