@@ -33,7 +33,7 @@ import os
 import sys
 import time
 
-from slurmtorch.bootstrap import contracts
+from slurmtorch.bootstrap import contracts, rendezvous
 from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, rank_device
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
@@ -154,6 +154,7 @@ def _wrap_init(dist_module) -> None:
             return original(**call)
         if call.get("timeout") is None and ours is not None:
             call["timeout"] = ours
+        _wait_for_store(call, info)
         try:
             return original(**call)
         finally:
@@ -168,6 +169,33 @@ def _wrap_init(dist_module) -> None:
     mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
     if mesh is not None and getattr(mesh, "init_process_group", None) is original:
         mesh.init_process_group = init_process_group
+
+
+def _wait_for_store(call: dict, info: RankInfo | None) -> None:
+    """A rank other than 0 that meets at our MASTER_ADDR:PORT waits until rank 0's store
+    listens (`rendezvous.wait_listening`), so torch's client connects at its first try
+    instead of backing off; a store that never comes is named here, with the wait bounded
+    by the group's timeout. Other meeting points (a store of the script's, a file://
+    method, the MPI backend) are left to torch."""
+    if info is None or info.rank == 0 or info.world_size < 2 or call.get("store") is not None:
+        return
+    if str(call.get("backend") or "").lower() == "mpi":
+        return
+    method = call.get("init_method")
+    ours = contracts.init_method(info)
+    if method in (None, "env://"):
+        env = os.environ
+        if (env.get("MASTER_ADDR"), env.get("MASTER_PORT")) != (info.master_addr, str(info.master_port)):
+            return
+    elif method != ours:
+        return
+    timeout = call.get("timeout")
+    seconds = timeout.total_seconds() if timeout is not None else 1800.0
+    if not rendezvous.wait_listening(info.master_addr, info.master_port, seconds):
+        raise BootstrapError(
+            f"timed out after {seconds:g} s waiting for rank 0's store at {info.master_addr}:{info.master_port}: "
+            "rank 0 never reached init_process_group (it hung or died before it)",
+            tip="see rank 0's output for why")
 
 
 def init_group(info: RankInfo, backend: str, timeout: float) -> str:
@@ -214,5 +242,9 @@ def teardown() -> None:
         dist.destroy_process_group()
     # A group (or a DDP reducer holding one) caught in a reference cycle would live
     # until interpreter shutdown, where gloo's worker threads then die with
-    # "terminate called without an active exception" (SIGABRT). Collect it now.
-    gc.collect()
+    # "terminate called without an active exception" (SIGABRT). Collect it now, unless
+    # this is `python -m slurmtorch.bootstrap`, whose rank ends with os._exit and never
+    # finalizes (exits.finish): there a full collection over torch's objects is ~0.2 s of
+    # CPU per rank (2 cores, torch 2.13) spent for nothing.
+    if not STATE.main:
+        gc.collect()

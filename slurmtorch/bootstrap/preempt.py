@@ -37,7 +37,6 @@ import os
 import signal
 import socket
 import sys
-import traceback
 from collections.abc import Callable, Mapping
 
 from slurmtorch.errors import BootstrapError, SlurmtorchError
@@ -158,6 +157,8 @@ def run_hooks() -> bool:
             fn()
         except BaseException:  # noqa: BLE001 - a failing checkpoint must not block the requeue
             ok = False
+            import traceback  # lazy: only a failing hook formats one
+
             _say(f"preemption hook {getattr(fn, '__name__', fn)!r} failed:\n{traceback.format_exc().rstrip()}")
     return ok
 

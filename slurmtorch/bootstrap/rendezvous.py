@@ -18,10 +18,10 @@ EADDRINUSE, which torch reports as a store error.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from slurmtorch.errors import BootstrapError
@@ -112,6 +112,8 @@ def master_address(env: Mapping[str, str], hostname: str, backend: str = "gloo")
 
 def is_loopback(address: str) -> bool:
     try:
+        import ipaddress  # lazy: only multi-node worlds ask; ~1 ms off every other rank's start
+
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return address == "localhost"
@@ -155,6 +157,29 @@ class PortReservation:
 def reserve_port(port: int = 0) -> PortReservation:
     """Bind `port` (0: a free one chosen by the kernel) and hold it."""
     return PortReservation(port)
+
+
+def wait_listening(address: str, port: int, timeout: float, poll_s: float = 0.005) -> bool:
+    """Wait until something accepts connections at address:port; False after `timeout` s.
+
+    A rank that is not rank 0 calls this before torch's TCPStore client connects. Until
+    rank 0 has imported torch and its store listens, the port is held but not listening,
+    and torch's client retries with a growing back-off (measured on torch 2.13: a store
+    that came up 0.7 s late was reached 1.3 s in), so every rank whose `import torch` beat
+    rank 0's waited up to half a second more. A refused connect costs microseconds: polling
+    every 5 ms reaches the store within a few ms of it listening. The probe connection is
+    closed before any byte is sent, which the store's server takes as a client that left.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((address, port), timeout=max(0.1, min(5.0, timeout))):
+                return True
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
 
 
 def free_port(port_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int:

@@ -347,3 +347,29 @@ def test_a_process_group_without_torch_installed_is_one_clear_line(tmp_path):
     assert "error: a process group needs torch, but it cannot be imported" in proc.stderr
     assert "tip: pip install 'slurmtorch[torch]'" in proc.stderr and "Traceback" not in proc.stderr
 
+
+def test_waiting_for_the_store_ends_when_the_held_port_starts_listening():
+    # Rank 0 holds MASTER_PORT bound but not listening until torch's store takes it: a
+    # peer's probe is refused until then, and answered at once after.
+    with rendezvous.reserve_port() as held:
+        assert rendezvous.wait_listening("127.0.0.1", held.port, timeout=0.05) is False
+        held._sock.listen()
+        assert rendezvous.wait_listening("127.0.0.1", held.port, timeout=5) is True
+
+
+def test_a_store_that_never_comes_is_named_as_a_consequence_within_the_timeout(monkeypatch):
+    import datetime
+
+    from slurmtorch.bootstrap.group import _wait_for_store
+    from slurmtorch.bootstrap.rankinfo import RankInfo
+    from slurmtorch.submit.failures import is_consequence
+
+    with rendezvous.reserve_port() as held:
+        info = RankInfo(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, num_nodes=1,
+                        master_addr="127.0.0.1", master_port=held.port, hostname="h", source="env")
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(held.port))
+        with pytest.raises(BootstrapError) as err:
+            _wait_for_store({"backend": "gloo", "timeout": datetime.timedelta(seconds=0.2)}, info)
+    assert err.value.message.startswith(f"timed out after 0.2 s waiting for rank 0's store at 127.0.0.1:{held.port}")
+    assert is_consequence(err.value.render())  # the rank that hung or died is the one to name
