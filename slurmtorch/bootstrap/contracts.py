@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
+from slurmtorch.limits import fits_env
 
 
 def _port(base: int, offset: int) -> int:
@@ -141,18 +142,27 @@ def env_for(info: RankInfo) -> dict[str, str]:
             for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE"):
                 env.pop(key)
             env["WORLD_SIZE"] = str(info.layout.training)
-    spec, tf = cluster_spec(info), tf_config(info)
-    if spec is not None:
-        env["CLUSTER_SPEC"] = json.dumps(spec, separators=(",", ":"))
-    if tf is not None:
-        env["TF_CONFIG"] = json.dumps(tf, separators=(",", ":"))
+    omitted = []
+    for name, value in (("CLUSTER_SPEC", cluster_spec(info)), ("TF_CONFIG", tf_config(info))):
+        if value is None:
+            continue
+        text = json.dumps(value, separators=(",", ":"))
+        if fits_env(name, text):
+            env[name] = text
+        else:
+            # Thousands of ranks: the map outgrows what execve lets one variable hold, and
+            # every program the rank started (a spawned DataLoader worker, a compiler)
+            # would fail with E2BIG. Left out, and named, so scripts can tell why.
+            omitted.append(name)
+    if omitted:
+        env["SLURMTORCH_OMITTED"] = ",".join(omitted)
     return env
 
 
 # Contract variables a rank may not get: the cluster maps when other ranks' hosts are
 # unknown, the torch-world ones for a ps/evaluator. A value inherited from a parent
 # process (a launcher's own world, an outer job) would describe some other world.
-OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", "SLURMTORCH_OMITTED", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
                  "GROUP_RANK", "GROUP_WORLD_SIZE")
 
 

@@ -25,6 +25,7 @@ from slurmtorch.bootstrap.state import STATE
 from slurmtorch.bootstrap.target import run_target, self_check
 from slurmtorch.bootstrap.world import cpus_available, derive, thread_defaults
 from slurmtorch.errors import BootstrapError
+from slurmtorch.limits import MAX_ENV_STRING
 
 __all__ = ["init", "main", "RankInfo"]
 
@@ -49,6 +50,10 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     STATE.reservation = reservation
     STATE.info = info
     exported = contracts.env_for(info)
+    if info.rank == 0 and "SLURMTORCH_OMITTED" in exported:
+        sys.stderr.write(f"slurmtorch: note: {exported['SLURMTORCH_OMITTED']} not exported: with "
+                         f"{info.world_size} ranks it is over the {MAX_ENV_STRING} bytes execve lets one "
+                         "variable hold, and every program a rank started would fail (E2BIG)\n")
     os.environ.update(exported)
     for key in contracts.unset_keys(exported):  # inherited from a parent process, not ours
         os.environ.pop(key, None)

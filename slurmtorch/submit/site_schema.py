@@ -14,6 +14,7 @@ from typing import Any
 
 from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SiteError
+from slurmtorch.limits import MAX_ENV_STRING, fits_env
 from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.cluster import (CONTAINER_RUNTIMES, LAUNCHERS, MPI_PLUGINS, NAME_RE, NAME_TIP, Container,
                                        NodeType, Partition, Site, parse_time, valid_tip)
@@ -233,7 +234,7 @@ class _Validator:
             if isinstance(val, bool) or not (val is None or isinstance(val, (str, int))):
                 self.fail(v, name, kp, f"expected a string, got {type_name(val)}",
                           "quote values such as 'yes', 'true' or '1.0' in YAML")
-            if val is not None and len(f"{name}={val}".encode()) > MAX_ENV_STRING:
+            if val is not None and not fits_env(name, str(val)):
                 self.fail(v, name, kp, f"{name}=... is {len(str(val).encode())} bytes; a variable may be at most "
                           f"{MAX_ENV_STRING} bytes with its name",
                           "Linux refuses to start a program with a longer one (execve's MAX_ARG_STRLEN); "
@@ -270,9 +271,6 @@ class _Validator:
         return tuple(out)
 
 
-# execve(2): one "NAME=value" string may hold at most MAX_ARG_STRLEN (32 pages, 128 KiB)
-# bytes, and a rank started with a longer one fails with E2BIG before Python runs.
-MAX_ENV_STRING = 131071
 
 
 def validate(raw: Marked, path: Path) -> Site:

@@ -12,6 +12,7 @@ import pytest
 from slurmtorch.bootstrap.contracts import cluster_spec, env_for, init_args, tf_config, unset_keys
 from slurmtorch.errors import BootstrapError
 from slurmtorch.bootstrap.rankinfo import RankInfo
+from slurmtorch.limits import fits_env
 
 
 def make(rank=0, world=4, local_rank=0, local_world=2, node_rank=0, nodes=("n1", "n2"), trial=None,
@@ -71,8 +72,8 @@ def test_every_process_knows_its_job_rank_parameter_servers_included():
 
 
 def test_inherited_cluster_maps_are_removed_when_this_rank_cannot_build_them():
-    assert unset_keys(env_for(make())) == []
-    assert set(unset_keys(env_for(make(hosts=())))) == {"CLUSTER_SPEC", "TF_CONFIG"}
+    assert unset_keys(env_for(make())) == ["SLURMTORCH_OMITTED"]
+    assert set(unset_keys(env_for(make(hosts=())))) == {"CLUSTER_SPEC", "TF_CONFIG", "SLURMTORCH_OMITTED"}
 
 
 def test_bootstrap_removes_a_stale_cluster_spec_it_cannot_rebuild(tmp_path):
@@ -135,3 +136,21 @@ def test_slurm_task_variables_are_left_alone_when_they_agree_or_are_absent():
     assert slurm_task_env(info, {"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}) == {}
     assert slurm_task_env(info, {}) == {}
     assert slurm_task_env(replace(info, source="slurm"), {"SLURM_PROCID": "0"}) == {}
+
+
+def test_a_cluster_map_too_big_for_execve_is_left_out_and_named():
+    from dataclasses import replace
+
+    # 16k ranks: CLUSTER_SPEC and TF_CONFIG list every host:port, ~300 KB each; exported,
+    # every program the rank starts would fail with E2BIG ("Argument list too long").
+    size = 16384
+    hosts = tuple(f"node{r // 8:05d}" for r in range(size))
+    info = RankInfo(rank=5, world_size=size, local_rank=5, local_world_size=8, node_rank=0, num_nodes=size // 8,
+                    master_addr="10.0.0.1", master_port=29500, hostname=hosts[5], source="mpi", rank_hosts=hosts)
+    env = env_for(info)
+    assert "CLUSTER_SPEC" not in env and "TF_CONFIG" not in env
+    assert env["SLURMTORCH_OMITTED"] == "CLUSTER_SPEC,TF_CONFIG"
+    assert all(fits_env(k, v) for k, v in env.items())
+    small = env_for(replace(info, world_size=16, num_nodes=2, rank_hosts=hosts[:16]))
+    assert "CLUSTER_SPEC" in small and "SLURMTORCH_OMITTED" not in small
+    assert "SLURMTORCH_OMITTED" in unset_keys(small)  # a parent's note never leaks into a small world
