@@ -18,6 +18,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+PY = Path(sys.executable)
+
+
+def tool(name: str) -> str | None:
+    """A program beside this interpreter (a venv's mpirun), else on PATH; None when absent.
+    The lent GPU machine has Open MPI from a carried wheel on PATH, not beside python."""
+    beside = BIN / name
+    return str(beside) if beside.exists() else shutil.which(name)
+
+
+def mpirun(n: int) -> list:
+    """`mpirun -n N --oversubscribe`: more ranks than cores is the point of some rows."""
+    return [tool("mpirun") or "mpirun", "-n", n, "--oversubscribe"]
+
+
+def slurmtorch_cli() -> list:
+    """The `slurmtorch` console script, or the module where the package is only on PYTHONPATH."""
+    script = BIN / "slurmtorch"
+    return [script] if script.exists() else [PY, "-m", "slurmtorch.cli.main"]
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -123,5 +142,19 @@ def machine() -> str:
             f"Python {platform.python_version()}")
 
 
-def have(tool: str) -> bool:
-    return shutil.which(tool, path=env()["PATH"]) is not None
+def have(name: str) -> bool:
+    return tool(name) is not None
+
+
+def python_can(code: str) -> bool:
+    """Whether this interpreter runs `code` (e.g. an import) without error."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=env()).returncode == 0
+
+
+def needs_mpi_and_torch() -> str | None:
+    """Why a one-host section cannot run here (None: it can)."""
+    if not have("mpirun"):
+        return "no mpirun (Open MPI) beside this python or on PATH"
+    if not python_can("import mpi4py, torch"):
+        return "mpi4py or torch cannot be imported"
+    return None

@@ -12,7 +12,7 @@ import torch.distributed as dist
 if not dist.is_initialized():
     dist.init_process_group("gloo")
 world = dist.get_world_size()
-sizes = [int(s) for s in os.environ.get("BW_SIZES", "1024,65536,1048576,16777216,67108864").split(",")]
+sizes = [int(s) for s in os.environ.get("BW_SIZES", "1024,16384,262144,4194304,67108864").split(",")]
 out = {"sizes": sizes, "seconds": [], "busbw_gbps": []}
 for size in sizes:
     t = torch.ones(size // 4, dtype=torch.float32)

@@ -3,7 +3,7 @@
     mpirun -n N python benchmarks/minimal_bootstrap.py SCRIPT
 
 MPI_Init, rank 0 binds a free port and broadcasts host:port, set the env:// variables,
-init_process_group(gloo), run SCRIPT as __main__. No checks, no contracts.
+init_process_group(gloo, or $PROBE_BACKEND), run SCRIPT as __main__. No checks, no contracts.
 """
 import os
 import runpy
@@ -27,7 +27,12 @@ os.environ.update(MASTER_ADDR=addr[0], MASTER_PORT=str(addr[1]), RANK=str(comm.r
                   WORLD_SIZE=str(comm.size), LOCAL_RANK=str(local.rank), LOCAL_WORLD_SIZE=str(local.size))
 import torch.distributed as dist  # noqa: E402
 
-dist.init_process_group("gloo")
+backend = os.environ.get("PROBE_BACKEND", "gloo")
+if backend == "nccl":
+    import torch  # noqa: E402
+
+    torch.cuda.set_device(local.rank)
+dist.init_process_group(backend)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 if dist.is_initialized():  # the probe may have torn it down already

@@ -10,46 +10,80 @@ import json
 import tempfile
 from pathlib import Path
 
-from _common import BIN, REPO, Figure, env, med, run, table
+from _common import needs_mpi_and_torch as missing  # noqa: F401 - run_all asks
+from _common import PY, REPO, Figure, env, med, mpirun, run, table
 
 PROBE = REPO / "benchmarks" / "probe.py"
 OURS = ("detect", "agree", "handover")
-# Target: our own work <= 20 ms of CPU per rank, and flat in the number of ranks, read as:
+# Issue 15: our own work <= 10 ms of CPU per rank, and flat in the number of ranks, read as:
 # the highest per-rank-count median at most 1.25x the lowest.
-TARGET_MS, TARGET_SPREAD = 20.0, 1.25
+TARGET_MS, TARGET_SPREAD = 10.0, 1.25
+# A rank started with these modules already loaded: the standard-library modules that
+# `import torch` loads anyway (filled in by torch_stdlib()), so the phases count only
+# what the bootstrap adds to a rank that goes on to use torch.
+WARM = ("import {mods}; import runpy; "
+        "runpy.run_module('slurmtorch.bootstrap', run_name='__main__', alter_sys=True)")
 
 
-def once(n: int) -> list[dict]:
+def torch_stdlib() -> list[str]:
+    """The standard-library modules a fresh interpreter loads for `import torch` (pure stdlib
+    names only: what a rank pays for whoever imports it first)."""
+    code = ("import sys; before = set(sys.modules); import torch; "
+            "print(' '.join(sorted(m for m in sys.modules if m not in before "
+            "and m.split('.')[0] in sys.stdlib_module_names and not m.startswith('__'))))")
+    return run([PY, "-c", code]).stdout.split()
+
+
+def once(n: int, warm: list[str] | None = None) -> list[dict]:
     folder = Path(tempfile.mkdtemp(prefix="st-bench-phases-"))
-    run([BIN / "mpirun", "-n", n, "--oversubscribe", BIN / "python", "-m", "slurmtorch.bootstrap", PROBE],
+    rank = ([PY, "-c", WARM.format(mods=", ".join(warm))] if warm
+            else [PY, "-m", "slurmtorch.bootstrap"])
+    run([*mpirun(n), *rank, PROBE],
         environ=env(SLURMTORCH_TIMINGS=str(folder)), timeout=600)
     return [json.loads(p.read_text()) for p in sorted(folder.glob("rank-*.json"))]
 
 
+def own(runs: list[dict], key: str) -> float:
+    return med([sum(r[key].get(k, 0.0) for k in OURS) for r in runs])
+
+
 def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, list[Figure]]:
-    rows, own_cpus = [], []
+    warm = torch_stdlib()
+    rows, own_cpus, net_cpus = [], [], []
     for n in sizes:
-        runs = [r for _ in range(max(1, reps // 2)) for r in once(n)]
-        samples, cpu = [r["phases"] for r in runs], [r["cpu"] for r in runs]
+        count = max(1, reps // 2) if n <= 8 else max(1, reps // 4)
+        runs = [r for _ in range(count) for r in once(n)]
+        net = [r for _ in range(count) for r in once(n, warm)]
+        samples = [r["phases"] for r in runs]
         m = {k: med([s.get(k, 0.0) for s in samples]) for k in
              ("detect", "agree", "handover", "mpi_init", "import_torch", "init_process_group")}
-        own = med([sum(s.get(k, 0.0) for k in OURS) for s in samples])
-        own_cpu = med([sum(s.get(k, 0.0) for k in OURS) for s in cpu])
-        own_cpus.append(own_cpu)
+        own_cpus.append(own(runs, "cpu"))
+        net_cpus.append(own(net, "cpu"))
         rows.append([n] + [f"{m[k] * 1000:.1f}" for k in ("detect", "agree", "handover")]
-                    + [f"{own * 1000:.1f}", f"**{own_cpu * 1000:.1f}**"]
+                    + [f"{own(runs, 'phases') * 1000:.1f}", f"**{own_cpus[-1] * 1000:.1f}**",
+                       f"**{net_cpus[-1] * 1000:.1f}**"]
                     + [f"{m[k] * 1000:.0f}" for k in ("mpi_init", "import_torch", "init_process_group")])
-    worst = Figure("bootstrap own work per rank, worst median CPU", max(own_cpus) * 1000, unit="ms",
-                   target=TARGET_MS)
-    spread = Figure(f"bootstrap own work, highest / lowest median CPU over {sizes[0]}-{sizes[-1]} ranks",
-                    max(own_cpus) / min(own_cpus) if min(own_cpus) > 0 else float("inf"), target=TARGET_SPREAD)
-    verdict = ("met" if worst.met() and spread.met() else "**missed**")
-    text = ("## 3. Bootstrap phases per rank (ms, median over ranks and runs; 2 cores, so >2 ranks oversubscribe)\n\n"
-            + table(["ranks", "detect", "agree", "handover", "ours (wall)", "ours (CPU)", "MPI_Init",
-                     "import torch", "torch init_process_group"], rows)
+    span = f"{sizes[0]}-{sizes[-1]} ranks"
+    figures = [
+        Figure("bootstrap own work per rank, worst median CPU", max(own_cpus) * 1000, unit="ms", target=TARGET_MS),
+        Figure("bootstrap own work per rank net of torch's stdlib imports, worst median CPU", max(net_cpus) * 1000,
+               unit="ms", target=TARGET_MS),
+        Figure(f"bootstrap own work, highest / lowest median CPU over {span}", spread(own_cpus),
+               target=TARGET_SPREAD),
+        Figure(f"bootstrap own work net of torch's stdlib, highest / lowest over {span}", spread(net_cpus),
+               target=TARGET_SPREAD),
+    ]
+    text = ("## 3. Bootstrap phases per rank (ms, median over ranks and runs; more ranks than cores oversubscribe)\n\n"
+            + table(["ranks", "detect", "agree", "handover", "ours (wall)", "ours (CPU)",
+                     "ours (CPU), net of torch's stdlib", "MPI_Init", "import torch", "torch init_process_group"], rows)
             + f"\n\nTarget: our own work <= {TARGET_MS:.0f} ms of CPU per rank and flat in the number of ranks "
-            f"(highest median at most {TARGET_SPREAD}x the lowest). This run: worst {worst.show()} "
-            f"({worst.verdict()}), highest / lowest {spread.show()} ({spread.verdict()}): {verdict}. "
-            "Wall times grow once ranks outnumber the 2 cores (each rank gets a share of a core); the CPU "
-            "column is the work itself, this process's CPU time in the same phases.")
-    return text, [worst, spread]
+            f"(highest median at most {TARGET_SPREAD}x the lowest). 'ours (CPU)' is this process's CPU time in our "
+            "phases as it starts; 'net of torch's stdlib' is the same with the {len(warm)} standard-library modules "
+            "that `import torch` loads anyway (dataclasses, inspect, json, socket, typing, ...) loaded before the "
+            "clock starts: what the bootstrap adds to a rank that uses torch. Wall times grow once ranks outnumber "
+            "the cores (each rank gets a share of one).".replace("{len(warm)}", str(len(warm))))
+    return text, figures
+
+
+def spread(values: list[float]) -> float:
+    return max(values) / min(values) if min(values) > 0 else float("inf")

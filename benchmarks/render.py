@@ -4,7 +4,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from _common import BIN, REPO, Figure, alternate, med, ms, run, table, timed
+from _common import PY, REPO, Figure, alternate, med, ms, run, slurmtorch_cli, table, timed
 
 # benchmarks/setup installs the pinned torchx here, apart from the project's .venv (whose
 # packages are exactly what CI tests with).
@@ -24,9 +24,9 @@ def run_bench(reps: int) -> tuple[str, list[Figure]]:
     tmp = Path(tempfile.mkdtemp(prefix="st-bench-render-"))
     (tmp / "train.py").write_text("print('hi')\n")
     cases = {
-        "slurmtorch": lambda: timed([BIN / "slurmtorch", "sbatch", "train.py", "--site", "testbed", "--nodes", "4",
+        "slurmtorch": lambda: timed([*slurmtorch_cli(), "sbatch", "train.py", "--site", "testbed", "--nodes", "4",
                                      "--dry-run"], cwd=tmp),
-        "floor": lambda: timed([BIN / "python", "-c", "import typer, jinja2, yaml"], cwd=tmp),
+        "floor": lambda: timed([PY, "-c", "import typer, jinja2, yaml"], cwd=tmp),
     }
     version = torchx_version()
     if version:

@@ -1,7 +1,7 @@
 """Run every benchmark and write BENCHMARKS.md (machine, date, command, medians, ratios).
 
     benchmarks/setup                      # once: the project's .venv and the baselines (torchx)
-    .venv/bin/python benchmarks/run_all.py [--reps N] [--only render,startup,phases,turnaround,allreduce]
+    .venv/bin/python benchmarks/run_all.py [--reps N] [--only render,startup,phases,turnaround,allreduce,nccl,scale]
 
 Benchmarks, not tests: nothing here asserts a time. Run it on a quiet machine. Section 4
 starts the local Slurm testbed. Every figure in the output, and whether each target was
@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-ALL = ("render", "startup", "phases", "turnaround", "allreduce")
+ALL = ("render", "startup", "phases", "turnaround", "allreduce", "nccl", "scale")
 
 
 def command_line() -> str:
@@ -52,6 +52,12 @@ def main() -> int:
         t0 = time.perf_counter()
         print(f"benchmark {name} ...", file=sys.stderr, flush=True)
         mod = __import__(name)
+        reason = mod.missing() if hasattr(mod, "missing") else None
+        if reason:
+            title = (mod.__doc__ or name).strip().splitlines()[0]
+            sections.append(f"## {title}\n\nSkipped on this machine: {reason}.")
+            print(f"  skipped: {reason}", file=sys.stderr, flush=True)
+            continue
         # Cheap or noisy sections get more repetitions; the Slurm one fewer (each is a job).
         reps = {"render": max(15, 2 * args.reps), "turnaround": max(3, args.reps // 2)}.get(name, args.reps)
         text, figs = mod.run_bench(max(1, reps))

@@ -7,16 +7,26 @@ polled with `squeue -j` at the same 0.25 s interval slurmtorch's --wait uses.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from _common import BIN, REPO, Figure, alternate, env, med, ms, run, table, timed
+from _common import BIN, REPO, Figure, alternate, env, have, med, ms, run, slurmtorch_cli, table, timed
 
 TARGET = 0.9
 PROBE = REPO / "benchmarks" / "probe.py"
+
+
+def missing() -> str | None:
+    """Why the Slurm section cannot run here: the testbed needs root and Debian's Slurm."""
+    if os.geteuid() != 0:
+        return "the local Slurm testbed needs root"
+    if not have("slurmctld") or not have("sbatch"):
+        return "no Slurm here (slurmctld, sbatch: scripts/setup installs them on Debian)"
+    return None
 
 
 def testbed_env() -> dict[str, str]:
@@ -58,7 +68,7 @@ def run_bench(reps: int) -> tuple[str, list[Figure]]:
     script = tmp / "torchrun.sbatch"
     script.write_text(torchrun_script(tmp))
     cases = {
-        "slurmtorch": lambda: timed([BIN / "slurmtorch", "sbatch", PROBE, "--site", "testbed", "--nodes", "4",
+        "slurmtorch": lambda: timed([*slurmtorch_cli(), "sbatch", PROBE, "--site", "testbed", "--nodes", "4",
                                      "--wait"], environ=environ),
         "sbatch + srun torchrun": lambda: sbatch_and_poll(script, environ),
     }
