@@ -122,12 +122,22 @@ def check_depth(text: str, path: Path) -> None:
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise SiteError(f"{path}:{event.start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep",
-                                    tip="a site file is a few levels of mappings; look for runaway brackets")
+                    raise _too_deep(path, event.start_mark.line + 1)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        # PyYAML 6.0.4's libyaml has a nesting limit of its own, met while scanning a flow
+        # collection's brackets before any event of ours: the same problem, said our way
+        # (the pure parser that words other syntax errors would recurse past Python's limit).
+        if "maximum nesting depth" in str(exc):
+            mark = getattr(exc, "problem_mark", None)
+            raise _too_deep(path, mark.line + 1 if mark is not None else 1) from None
         return
+
+
+def _too_deep(path: Path, line: int) -> SiteError:
+    return SiteError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep",
+                     tip="a site file is a few levels of mappings; look for runaway brackets")
 
 
 def read_yaml(path: Path) -> Marked:
