@@ -200,13 +200,14 @@ def slurm_task_env(info, env) -> dict[str, str]:
     """SLURM_* task variables that agree with `info`, where an MPI world inherited others.
 
     Under `mpirun` inside an allocation every rank carries the SLURM_PROCID/NTASKS of
-    the Open MPI daemon that started it (node index, node count). Lightning's
-    SLURMEnvironment trusts those and then sees a wrong world (two "global rank 0"s).
-    Empty when there are none, or when they already agree (srun).
+    the Open MPI daemon that started it (node index, node count), and the ranks on the
+    first node those of the batch script. Lightning's SLURMEnvironment trusts them and then
+    sees a wrong world (two "global rank 0"s). The whole set is written on every rank,
+    even where SLURM_PROCID and SLURM_NTASKS happen to agree already (rank 0 under
+    `-N 2 -n 3`): skipping it left that rank without SLURM_NTASKS_PER_NODE while the others
+    had it. Under srun (--mpi=pmix) the values are srun's own. Empty without SLURM_* at all.
     """
     if info.source != "mpi" or "SLURM_PROCID" not in env:
-        return {}
-    if env.get("SLURM_PROCID") == str(info.rank) and env.get("SLURM_NTASKS") in (None, str(info.world_size)):
         return {}
     return {"SLURM_PROCID": str(info.rank), "SLURM_LOCALID": str(info.local_rank),
             "SLURM_NODEID": str(info.node_rank), "SLURM_NTASKS": str(info.world_size),

@@ -213,12 +213,15 @@ def from_slurm(env: Mapping[str, str], hostname: str) -> RankInfo:
                               f"{nodes[node_rank]} (variables inherited from another step?)")
     if not 0 <= rank < world:
         contradictions.append(f"SLURM_PROCID={rank} is outside the step's {world} tasks ({world_key}={world})")
+    dist = env.get("SLURM_DISTRIBUTION", "block").split(":")[0]
+    tip = _SLURM_TIP
     if rank == 0 and node_rank != 0:
         contradictions.append("rank 0 is not on the step's first node")
+        if len(contradictions) == 1:  # srun did start it: only the placement is wrong
+            tip = _first_node_tip(nodes[0], dist)
     if contradictions:
         raise BootstrapError(f"contradictory srun environment: {'; '.join(contradictions)}; seen: {seen(env, keys)}",
-                             tip=_SLURM_TIP)
-    dist = env.get("SLURM_DISTRIBUTION", "block").split(":")[0]
+                             tip=tip)
     # With one task per node every distribution places rank r on node r. That case
     # matters: inside sbatch SLURM_DISTRIBUTION defaults to cyclic.
     one_each = all(n == 1 for n in per_node)
@@ -231,6 +234,17 @@ def from_slurm(env: Mapping[str, str], hostname: str) -> RankInfo:
                     hostname=hostname, source="slurm", launcher="srun", nodes=nodes, rank_hosts=hosts,
                     trial=trial_id(env))
     return validate(info, env, keys, _SLURM_TIP)
+
+
+def _first_node_tip(first: str, dist: str) -> str:
+    """Rank 0 elsewhere than the step's first node: the master address (that node, or the
+    address the batch script took there) would not be rank 0's. Block, cyclic and plane
+    put task 0 there; only an arbitrary distribution (SLURM_HOSTFILE, one line per task)
+    can move it."""
+    where = "srun --distribution=arbitrary put task 0 on SLURM_HOSTFILE's first host" if dist == "arbitrary" \
+        else "task 0 must start on the step's first node"
+    return (f"{where}; the master address is on the step's first node, {first}: make {first} the first line of "
+            "SLURM_HOSTFILE, or leave the distribution to srun (block, cyclic or plane)")
 
 
 def from_env(env: Mapping[str, str], hostname: str, source: str = "auto") -> RankInfo:

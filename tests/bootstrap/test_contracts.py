@@ -127,13 +127,30 @@ def test_mpi_world_overrides_slurm_task_variables_inherited_from_the_mpi_daemon(
         "SLURM_NPROCS": "4", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "2"}
 
 
-def test_slurm_task_variables_are_left_alone_when_they_agree_or_are_absent():
+def test_every_mpi_rank_gets_the_whole_slurm_task_set_even_where_its_own_already_agree():
+    """mpirun -N 2 -n 3 in an allocation: rank 0 keeps the batch script's SLURM_PROCID=0 and
+    SLURM_NTASKS=3, which agree; it must still get SLURM_NTASKS_PER_NODE etc. like the others."""
+    from dataclasses import replace
+
+    from slurmtorch.bootstrap.contracts import slurm_task_env
+
+    batch = {"SLURM_PROCID": "0", "SLURM_NTASKS": "3", "SLURM_TASKS_PER_NODE": "2,1"}
+    hosts = ("n1", "n1", "n2")
+    ranks = [replace(make(rank=r, world=3, local_rank=lr, local_world=lw, node_rank=n, hosts=hosts), source="mpi")
+             for r, lr, lw, n in ((0, 0, 2, 0), (1, 1, 2, 0), (2, 0, 1, 1))]
+    sets = [slurm_task_env(info, batch) for info in ranks]
+    assert all(set(s) == set(sets[0]) for s in sets) and "SLURM_NTASKS_PER_NODE" in sets[0]
+    assert [(s["SLURM_PROCID"], s["SLURM_LOCALID"], s["SLURM_NODEID"], s["SLURM_NTASKS_PER_NODE"]) for s in sets] == \
+        [("0", "0", "0", "2"), ("1", "1", "0", "2"), ("2", "0", "1", "1")]
+    assert {s["SLURM_NTASKS"] for s in sets} == {"3"} and {s["SLURM_NNODES"] for s in sets} == {"2"}
+
+
+def test_slurm_task_variables_are_left_alone_when_absent_or_not_an_mpi_world():
     from dataclasses import replace
 
     from slurmtorch.bootstrap.contracts import slurm_task_env
 
     info = replace(make(rank=3, world=4), source="mpi")
-    assert slurm_task_env(info, {"SLURM_PROCID": "3", "SLURM_NTASKS": "4"}) == {}
     assert slurm_task_env(info, {}) == {}
     assert slurm_task_env(replace(info, source="slurm"), {"SLURM_PROCID": "0"}) == {}
 

@@ -139,6 +139,8 @@ def test_even_srun_layout():
     ("2,1(x3)", 0, 1, 1, 2),   # 5 tasks on 4 nodes, as srun -N4 -n5 lays them out
     ("2,1(x3)", 3, 0, 4, 1),
     ("3,1", 0, 2, 2, 3),
+    ("2,1", 0, 1, 1, 2),       # -N 2 -n 3 (slurmtorch sbatch -N 2 -n 3): 2+1
+    ("2,1", 1, 0, 2, 1),
 ])
 def test_uneven_srun_layouts(tasks, nodeid, localid, procid, local_world):
     import hostlist
@@ -181,6 +183,17 @@ def test_missing_srun_variable_never_defaults_to_rank_zero(missing):
 def test_contradictory_srun_environments_are_refused(env, problem):
     with pytest.raises(BootstrapError, match=problem.replace("(", r"\(")):
         from_slurm(env, "node1")
+
+
+def test_rank_0_placed_off_the_first_node_by_an_arbitrary_distribution_names_the_hostfile():
+    """srun --distribution=arbitrary with SLURM_HOSTFILE starting node2: the error is right,
+    and its tip says what to change (not "start every rank with srun": srun did)."""
+    env = srun_env(0, 1, 0, SLURM_DISTRIBUTION="arbitrary", SLURMD_NODENAME="node2")
+    with pytest.raises(BootstrapError, match="rank 0 is not on the step's first node") as err:
+        from_slurm(env, "node2")
+    assert "start every rank with `srun`" not in err.value.tip
+    assert "srun --distribution=arbitrary put task 0 on SLURM_HOSTFILE's first host" in err.value.tip
+    assert "make node1 the first line of SLURM_HOSTFILE" in err.value.tip
 
 
 def test_cyclic_distribution_does_not_claim_rank_hosts():
