@@ -34,7 +34,7 @@ def one(case: str, home: Path, deadline: float) -> dict:
     mode = "none" if case == "node-lost" else case
     env = dict(os.environ, SLURMTORCH_HOME=str(home))
     argv = [sys.executable, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "-N", "4",
-            "--timeout", "20", "-t", "10", str(SCRIPT), "--wait", "--", mode, "2"]
+            "--timeout", "20", "-t", "10", "--wait", str(SCRIPT), mode, "2"]
     t_submit = time.time()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     job_id = proc.stdout.readline().strip()

@@ -24,8 +24,8 @@ def run_bench(reps: int) -> tuple[str, list[Figure]]:
     tmp = Path(tempfile.mkdtemp(prefix="st-bench-render-"))
     (tmp / "train.py").write_text("print('hi')\n")
     cases = {
-        "slurmtorch": lambda: timed([*slurmtorch_cli(), "sbatch", "train.py", "--site", "testbed", "--nodes", "4",
-                                     "--dry-run"], cwd=tmp),
+        "slurmtorch": lambda: timed([*slurmtorch_cli(), "sbatch", "--site", "testbed", "--nodes", "4",
+                                     "--dry-run", "train.py"], cwd=tmp),
         "floor": lambda: timed([PY, "-c", "import typer, jinja2, yaml"], cwd=tmp),
     }
     version = torchx_version()

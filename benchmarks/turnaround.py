@@ -1,6 +1,6 @@
 """4. Real Slurm turnaround on the 4-node testbed: submit -> 4 ranks all_reduce -> job ended.
 
-slurmtorch: `slurmtorch sbatch probe.py --site testbed --nodes 4 --wait`.
+slurmtorch: `slurmtorch sbatch --site testbed --nodes 4 --wait probe.py`.
 Baseline: the recipe most users copy, a hand-written sbatch script running
 `srun torchrun --nnodes 4 --rdzv-backend c10d ...`, submitted with `sbatch --parsable` and
 polled with `squeue -j` at the same 0.25 s interval slurmtorch's --wait uses.
@@ -68,8 +68,8 @@ def run_bench(reps: int) -> tuple[str, list[Figure]]:
     script = tmp / "torchrun.sbatch"
     script.write_text(torchrun_script(tmp))
     cases = {
-        "slurmtorch": lambda: timed([*slurmtorch_cli(), "sbatch", PROBE, "--site", "testbed", "--nodes", "4",
-                                     "--wait"], environ=environ),
+        "slurmtorch": lambda: timed([*slurmtorch_cli(), "sbatch", "--site", "testbed", "--nodes", "4",
+                                     "--wait", PROBE], environ=environ),
         "sbatch + srun torchrun": lambda: sbatch_and_poll(script, environ),
     }
     t = alternate(cases, reps)

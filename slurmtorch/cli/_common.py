@@ -1,13 +1,17 @@
-"""Edge helpers shared by the verbs: options declared from `Options`, and the provenance argv."""
+"""Edge helpers shared by the verbs: options declared from `Options`, the program's
+arguments as typed (everything after SCRIPT or -m MODULE), and the provenance argv."""
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, List, Optional
 
 import typer
+from typer.core import TyperCommand
 
+from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import Options
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Options)}
@@ -26,20 +30,103 @@ def option(name: str) -> Any:
     return typer.Option(None, *meta["flags"], help=meta["help"], metavar=meta["metavar"])
 
 
+# An Options field's type (a string: the module uses postponed annotations) -> its CLI type.
+_CLI_TYPES = {"int | None": Optional[int], "str | None": Optional[str], "bool | None": Optional[bool],
+              "tuple[str, ...]": Optional[List[str]]}
+
+
+def with_options(*names: str):
+    """Give a verb the option of each `Options` field in `names` (typer reads the signature).
+
+    They come after the verb's SCRIPT argument and before its own options; the verb takes
+    them as `**given` and hands `ctx.params` to `options`. Their types are real objects,
+    not strings: typer would otherwise evaluate each annotation on every call.
+    """
+    def wrap(verb):
+        sig = inspect.signature(verb)
+        params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        lead = [p for p in params if p.name in ("ctx", "script_and_args")]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option(name),
+                                   annotation=_CLI_TYPES[_FIELDS[name].type]) for name in names]
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params if p not in lead]
+        verb.__signature__ = sig.replace(parameters=[*lead, *added, *own])
+        verb.__annotations__ = {**verb.__annotations__, **{p.name: p.annotation for p in added}}
+        return verb
+    return wrap
+
+
 def options(params: Mapping[str, Any], verb_only: tuple[str, ...], **edge: Any) -> Options:
     """`Options` from a verb's parsed parameters, less the verb's own (`verb_only`), with
     the values the verb resolved at the edge (`edge`)."""
     return Options.given({k: v for k, v in params.items() if k not in verb_only}, **edge)
 
 
-def provenance(ctx: typer.Context, verb: str) -> tuple[str, ...]:
+class ProgramCommand(TyperCommand):
+    """A verb that runs a program: its options end at SCRIPT, or with `-m MODULE`.
+
+    As with sbatch, srun and torchrun, everything after SCRIPT goes to the script as
+    typed (`train.py --lr 1e-3 -n 2` is three arguments of train.py's), and after
+    `-m MODULE` to the module, as with `python -m`. Click stops at the first positional
+    argument (allow_interspersed_args=False); `-m` takes its value and then ends the
+    options too, the rest becoming the module's arguments.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.allow_interspersed_args = False
+
+    def make_parser(self, ctx):
+        parser = super().make_parser(ctx)
+        # click's parser keeps its options by flag (_long_opt/_short_opt, private but the
+        # same throughout click 8); tests/cli/test_program_args.py pins the behaviour.
+        for opt in {*parser._long_opt.values(), *parser._short_opt.values()}:
+            if opt.dest == "module":
+                opt.process = _ends_options(opt.process)
+        return parser
+
+
+def _ends_options(process):
+    def process_then_stop(value, state):
+        process(value, state)
+        state.largs.extend(state.rargs)  # the rest is the module's, as typed
+        del state.rargs[:]
+    return process_then_stop
+
+
+def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[str]:
+    """SCRIPT and its arguments (or MODULE's arguments) as typed, refusing the one form that
+    changed meaning: slurmtorch options between SCRIPT and a later `--`.
+
+    `slurmtorch sbatch train.py --nodes 2 -- --lr 1` once gave --nodes to slurmtorch and
+    --lr to the script; now both go to the script, which is almost never meant.
+    """
+    items = list(script_and_args or [])
+    rest = items[1:] if ctx.params.get("module") is None else items
+    if "--" not in rest or rest[:1] == ["--"]:
+        return items
+    ours = {flag for p in ctx.command.params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
+    mine = [t for t in rest[:rest.index("--")] if t.split("=", 1)[0] in ours]
+    if mine:
+        where = "SCRIPT" if ctx.params.get("module") is None else "-m MODULE"
+        raise SpecError(f"slurmtorch option {mine[0]} after {where}, before a '--': everything after {where} "
+                        "goes to the program, as with sbatch and torchrun",
+                        tip=f"put slurmtorch's options before {where}; for the program's own {mine[0]}, start "
+                            f"its arguments with '--' ({where} -- {mine[0]} ...)")
+    return items
+
+
+def provenance(ctx: typer.Context, verb: str, program: int = 0) -> tuple[str, ...]:
+    """`slurmtorch VERB ...` as typed, less the flags that change nothing submitted; the
+    last `program` words (SCRIPT and its arguments) are kept as they are."""
     argv = list((ctx.obj or {}).get("argv") or [])
+    head, tail = argv[:len(argv) - program], argv[len(argv) - program:]
     out, passthrough = [], False
-    for token in argv:
+    for token in head:
         if token == "--":
             passthrough = True
         if passthrough or token not in _NOT_IN_PROVENANCE:
             out.append(token)
+    out.extend(tail)
     if not out or out[0] != verb:
         out.insert(0, verb)
     return ("slurmtorch", *out)

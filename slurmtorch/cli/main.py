@@ -26,21 +26,21 @@ try:  # click >= 8.2 raises this for no_args_is_help instead of printing the hel
 except ImportError:  # pragma: no cover
     _NoArgsIsHelp = ()
 
+from slurmtorch.cli._common import ProgramCommand
 from slurmtorch.errors import SlurmtorchError
 
-_PASSTHROUGH = {"allow_interspersed_args": True}
-
-# verb -> (module in slurmtorch.cli, attribute, click context settings). A call builds
+# verb -> (module in slurmtorch.cli, attribute, whether it runs a program). A call builds
 # only the verb it runs: importing and wiring every verb's module (and typer's command
-# objects for each) was a quarter of a dry run's own start-up.
+# objects for each) was a quarter of a dry run's own start-up. A verb that runs a program
+# takes everything after SCRIPT (or -m MODULE) as the program's (_common.ProgramCommand).
 _VERBS = {
-    "sbatch": ("sbatch", "sbatch", _PASSTHROUGH),
-    "mpirun": ("mpirun", "mpirun", _PASSTHROUGH),
-    "status": ("jobs", "status", None),
-    "logs": ("jobs", "logs", None),
-    "cancel": ("jobs", "cancel", None),
-    "doctor": ("doctor", "doctor", None),
-    "site": ("site", "app", None),
+    "sbatch": ("sbatch", "sbatch", True),
+    "mpirun": ("mpirun", "mpirun", True),
+    "status": ("jobs", "status", False),
+    "logs": ("jobs", "logs", False),
+    "cancel": ("jobs", "cancel", False),
+    "doctor": ("doctor", "doctor", False),
+    "site": ("site", "app", False),
 }
 
 
@@ -64,12 +64,12 @@ def build_app(verbs=None) -> typer.Typer:
         pass
 
     for verb in verbs or _VERBS:
-        module, attr, settings = _VERBS[verb]
+        module, attr, runs_program = _VERBS[verb]
         target = getattr(importlib.import_module(f"{__package__}.{module}"), attr)
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=verb)
         else:
-            app.command(verb, context_settings=settings)(target)
+            app.command(verb, cls=ProgramCommand if runs_program else None)(target)
     return app
 
 

@@ -8,29 +8,29 @@ from typing import List, Optional
 
 import typer
 
-from slurmtorch.cli._common import option, options, provenance
+from slurmtorch.cli._common import options, program_args, provenance, with_options
 from slurmtorch.errors import SpecError
 
 
-# Each `option(...)` parameter is the `Options` field of its name; the others are the verb's own.
+# The `Options` fields this verb offers (flags, help and type live there); the others are its own.
+@with_options("ntasks", "module", "hostfile", "preset", "backend", "timeout", "env")
 def mpirun(
     ctx: typer.Context,
-    script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [-- SCRIPT_ARGS...]", show_default=False),
-    ntasks: Optional[int] = option("ntasks"),
-    module: Optional[str] = option("module"),
-    hostfile: Optional[str] = option("hostfile"),
+    script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", show_default=False),
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: local)"),
-    preset: Optional[str] = option("preset"),
-    backend: Optional[str] = option("backend"),
-    timeout: Optional[int] = option("timeout"),
-    env: Optional[List[str]] = option("env"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script, run nothing"),
+    **given,
 ) -> int:
-    """Run SCRIPT (or -m MODULE) on N ranks with mpirun; exits with its code."""
+    """Run SCRIPT (or -m MODULE) on N ranks with mpirun; exits with its code.
+
+    Everything after SCRIPT (or -m MODULE) goes to it as typed, as with mpirun and torchrun.
+    """
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
     from slurmtorch.submit import jobdir, render, sites, spec
 
-    script, args = spec.split_script(script_and_args, module)
+    typed = program_args(ctx, script_and_args)
+    script, args = spec.split_script(typed, given["module"])
+    hostfile = given["hostfile"]
     if hostfile is not None:
         if not os.path.isfile(hostfile):
             raise SpecError(f"hostfile {hostfile} does not exist")
@@ -38,7 +38,7 @@ def mpirun(
     job = spec.build_spec(sites.load_site(site or "local"), options(
         ctx.params, ("script_and_args", "site", "dry_run"), kind="mpirun", script=script, script_args=args,
         hostfile=hostfile, launcher="mpirun", python=sys.executable, job_root=str(jobdir.jobs_root()),
-        command=provenance(ctx, "mpirun")))
+        command=provenance(ctx, "mpirun", len(typed))))
     text = render.render_mpirun(job)
     if dry_run:
         sys.stdout.write(text)

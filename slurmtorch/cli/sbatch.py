@@ -8,51 +8,40 @@ from typing import List, Optional
 
 import typer
 
-from slurmtorch.cli._common import option, options, provenance
+from slurmtorch.cli._common import options, program_args, provenance, with_options
 
 
-# Each `option(...)` parameter is the `Options` field of its name (flags, help and
-# default live there); the others are the verb's own.
+# The `Options` fields this verb offers, in --help's order: flags, help and type live there.
+SBATCH_OPTIONS = (
+    "module", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
+    "time", "account", "qos", "job_name", "backend", "launcher", "timeout", "env", "requeue", "signal", "roles",
+    "container_image", "container_runtime", "role_images", "array", "sweep",
+)
+
+
+@with_options(*SBATCH_OPTIONS)
 def sbatch(
     ctx: typer.Context,
-    script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [-- SCRIPT_ARGS...]", show_default=False),
-    module: Optional[str] = option("module"),
-    nodes: Optional[int] = option("nodes"),
-    ntasks_per_node: Optional[int] = option("ntasks_per_node"),
-    gpus_per_node: Optional[int] = option("gpus_per_node"),
-    cpus_per_task: Optional[int] = option("cpus_per_task"),
+    script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", show_default=False),
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
-    preset: Optional[str] = option("preset"),
-    partition: Optional[str] = option("partition"),
-    time: Optional[str] = option("time"),
-    account: Optional[str] = option("account"),
-    qos: Optional[str] = option("qos"),
-    job_name: Optional[str] = option("job_name"),
-    backend: Optional[str] = option("backend"),
-    launcher: Optional[str] = option("launcher"),
-    timeout: Optional[int] = option("timeout"),
-    env: Optional[List[str]] = option("env"),
-    requeue: Optional[bool] = option("requeue"),
-    signal: Optional[str] = option("signal"),
-    roles: Optional[List[str]] = option("roles"),
-    container_image: Optional[str] = option("container_image"),
-    container_runtime: Optional[str] = option("container_runtime"),
-    role_images: Optional[List[str]] = option("role_images"),
-    array: Optional[str] = option("array"),
-    sweep: Optional[List[str]] = option("sweep"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script, submit nothing"),
     wait: bool = typer.Option(False, "--wait", help="block until the job (every array task) ends; exit with its "
                                                     "code (non-zero if any trial failed)"),
+    **given,
 ) -> int:
-    """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id."""
+    """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
+
+    Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun.
+    """
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
     from slurmtorch.submit import jobdir, render, sites, spec
 
-    script, args = spec.split_script(script_and_args, module)
+    typed = program_args(ctx, script_and_args)
+    script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
     job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options(
         ctx.params, ("script_and_args", "site", "dry_run", "wait"), kind="sbatch", script=script,
-        script_args=args, python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch")))
+        script_args=args, python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch", len(typed))))
     text = render.render_sbatch(job)
     if dry_run:
         sys.stdout.write(text)

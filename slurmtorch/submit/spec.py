@@ -141,7 +141,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         container=container,
         hostfile=o.hostfile,
         templates=site.templates,
-        command=redact_env(o.command),
+        command=redact_env(o.command, o.script_args),
         requeue=requeue,
         signal=signal,
         roles=roles.roles if roles else (),
@@ -238,16 +238,19 @@ def _stem(script: str | None) -> str:
     return stem or "job"
 
 
-def redact_env(command: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+def redact_env(command: tuple[str, ...] | list[str], script_args: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
     """The command line for script.sh's `# Run with:` comment, --env values out (`--env NAME=...`).
 
     The export lines already carry the values, and they are often secrets (tokens, keys):
     written a second time, a comment is one more copy to leak in a pasted script. The
-    names stay, so the line still says what was set. Arguments after `--` are the
-    script's own and are kept as typed.
+    names stay, so the line still says what was set. The script's own arguments are kept
+    as typed: those after `--`, and `script_args` where the command ends with them.
     """
+    keep = len(script_args)
+    if not 0 < keep <= len(command) or tuple(command[len(command) - keep:]) != tuple(script_args):
+        keep = 0
     out: list[str] = []
-    tokens = iter(command)
+    tokens = iter(command[:len(command) - keep])
     for token in tokens:
         if token == "--":
             out.append(token)
@@ -262,7 +265,7 @@ def redact_env(command: tuple[str, ...] | list[str]) -> tuple[str, ...]:
             out.append("--env=" + _redacted(token[len("--env="):]))
         else:
             out.append(token)
-    return tuple(out)
+    return (*out, *command[len(command) - keep:])
 
 
 def _redacted(item: str) -> str:
@@ -285,19 +288,21 @@ def slurm_pattern_escape(path: str) -> str:
 
 
 def split_script(script_and_args: list[str] | None, module: str | None) -> tuple[str | None, list[str]]:
-    """SCRIPT [ARGS...] or -m MODULE [ARGS...]; SCRIPT must exist and becomes absolute.
+    """SCRIPT [--] [ARGS...] or -m MODULE [--] [ARGS...]; SCRIPT must exist and becomes absolute.
 
-    The one filesystem check of the spec side, called at the edge (CLI, Distributor)
-    before `build_spec`, so a missing SCRIPT never reaches a job folder.
+    Everything after SCRIPT (or MODULE) is the program's, as with sbatch and torchrun; a
+    `--` right after it only separates, and is dropped. The one filesystem check of the
+    spec side, called at the edge (CLI, Distributor) before `build_spec`, so a missing
+    SCRIPT never reaches a job folder.
     """
     items = list(script_and_args or [])
     if module is not None:
-        return None, items
+        return None, items[1:] if items[:1] == ["--"] else items
     if not items:
-        raise SpecError("missing SCRIPT", tip="e.g. slurmtorch sbatch train.py -- --lr 0.1, or -m pkg.train")
+        raise SpecError("missing SCRIPT", tip="e.g. slurmtorch sbatch train.py --lr 0.1, or -m pkg.train")
     script, args = items[0], items[1:]
     problem = file_problem(script)
     if problem:
         shown = repr(script) if problem == "contains a newline" else script
         raise SpecError(f"SCRIPT {shown} {problem}", tip="check the path; use -m MODULE for a module")
-    return os.path.abspath(script), args
+    return os.path.abspath(script), args[1:] if args[:1] == ["--"] else args

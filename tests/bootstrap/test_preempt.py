@@ -155,7 +155,7 @@ def test_signalled_job_checkpoints_requeues_and_finishes_with_the_right_total(te
     env = dict(testbed.env, SLURMTORCH_HOME=str(home))
     waiter = subprocess.Popen(
         [testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "--preset", "preemptible",
-         "-N", "2", "-t", "5", str(COUNTER), "--wait", "--", str(ckpt), str(total)],
+         "-N", "2", "-t", "5", "--wait", str(COUNTER), str(ckpt), str(total)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         job_id = waiter.stdout.readline().strip()

@@ -142,6 +142,10 @@ OPTION_CASES = [
     ("site-path-missing", ["--site", "./nowhere.yaml", "train.py"], "site file ./nowhere.yaml does not exist"),
     ("site-name-injection", ["--site", "x;rm -rf ~", "train.py"], "invalid site name 'x;rm -rf ~'"),
     ("unknown-option", ["--nodez", "2", "train.py"], "No such option"),
+    # Everything after SCRIPT is the script's: the old form with slurmtorch options before a later '--'.
+    ("option-after-script-before-double-dash", ["train.py", "--nodes", "2", "--", "--lr", "1"],
+     "slurmtorch option --nodes after SCRIPT, before a '--'"),
+    ("mpirun-option-after-script", ["mpirun", "train.py", "-n", "2", "--", "x"], "slurmtorch option -n after SCRIPT"),
     ("mpirun-zero-ranks", ["mpirun", "-n", "0", "train.py"], "-n must be at least 1, got 0"),
     ("mpirun-missing-hostfile", ["mpirun", "-n", "2", "--hostfile", "hosts.txt", "train.py"], "hostfile hosts.txt does not exist"),
     ("logs-unknown-job", ["logs", "4242"], "no job folder"),

@@ -53,7 +53,7 @@ def load_text(tmp_path: Path, text: str | bytes) -> None:
         assert e.render().startswith("error: ")
         return
     # A site that loads must also render (or refuse with one line).
-    run_cli(["sbatch", "--site", str(path), str(tmp_path / "t.py"), "--dry-run"], tmp_path)
+    run_cli(["sbatch", "--site", str(path), "--dry-run", str(tmp_path / "t.py")], tmp_path)
     assert site.partitions
 
 

@@ -172,7 +172,7 @@ def slurmtorch(testbed, home, *argv, timeout=120, **kw):
 
 def submit_fault(testbed, home, mode):
     return slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "4", "--timeout", "20", "-t", "5",
-                      FAULT, "--wait", "--", mode, "2", timeout=WAIT_GUARD_S)
+                      "--wait", FAULT, mode, "2", timeout=WAIT_GUARD_S)
 
 
 CASES = [
@@ -222,7 +222,7 @@ def test_a_lost_node_ends_the_job_with_node_fail_and_names_it(testbed, has_torch
     env = dict(testbed.env, SLURMTORCH_HOME=str(home))
     waiter = subprocess.Popen(
         [testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "-N", "4", "--timeout", "20",
-         "-t", "5", str(FAULT), "--wait", "--", "none", "0"],
+         "-t", "5", "--wait", str(FAULT), "none", "0"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         job_id = waiter.stdout.readline().strip()
@@ -260,8 +260,8 @@ def test_a_step_that_never_launches_fails_the_job_and_says_so(testbed, has_torch
     site.write_text("extends: testbed\nprologue:\n  - " + json.dumps(
         f'for d in {spools}/*/spool; do : >"$d/stepd.slurm.pmix.$SLURM_JOB_ID.0"; done') + "\n")
     home = tmp_path / "home"
-    proc = slurmtorch(testbed, home, "sbatch", "--site", site, "-N", "2", "-t", "5", FAULT, "--wait",
-                      "--", "none", "0", timeout=WAIT_GUARD_S)
+    proc = slurmtorch(testbed, home, "sbatch", "--site", site, "-N", "2", "-t", "5", "--wait", FAULT,
+                      "none", "0", timeout=WAIT_GUARD_S)
     job_id = proc.stdout.splitlines()[0]
     try:
         assert proc.returncode != 0, proc.stderr

@@ -39,7 +39,7 @@ def test_a_job_folder_is_private_under_umask_022_and_its_env_values_are_written_
     script.write_text("import os\nprint('token length', len(os.environ['HF_TOKEN']), flush=True)\n")
     home = tmp_path / "home"
     proc = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "2", "-t", "3",
-                      "--env", f"HF_TOKEN={SECRET}", script, "--wait", umask=0o022)
+                      "--env", f"HF_TOKEN={SECRET}", "--wait", script, umask=0o022)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.splitlines()[0]
     folder = home / "jobs" / job_id
@@ -63,7 +63,7 @@ def test_logs_status_and_wait_show_a_ranks_escape_sequences_instead_of_obeying_t
                       f"print('err ' + {HOSTILE!r}, file=sys.stderr, flush=True)\n"
                       f"raise ValueError({HOSTILE!r})\n")
     home = tmp_path / "home"
-    wait = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "1", "-t", "3", script, "--wait")
+    wait = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "1", "-t", "3", "--wait", script)
     assert wait.returncode != 0, wait.stderr
     job_id = wait.stdout.splitlines()[0]
     logs = slurmtorch(testbed, home, "logs", job_id)

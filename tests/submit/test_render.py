@@ -361,7 +361,7 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
         "import sys\n"
         "from slurmtorch.cli.main import main\n"
         "try:\n"
-        f"    main(['sbatch', '--site', 'hdr-ib', {str(script)!r}, '--dry-run', '-N', '2'])\n"
+        f"    main(['sbatch', '--site', 'hdr-ib', '--dry-run', '-N', '2', {str(script)!r}])\n"
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy')"

@@ -373,7 +373,7 @@ def test_role_job_gives_every_rank_the_cluster_and_only_training_ranks_all_reduc
 def test_sweep_runs_a_2x2_grid_of_two_node_jobs_as_one_array(testbed, tmp_path):
     home = tmp_path / "home"
     argv = ["sbatch", "--site", "testbed", "-N", "2", "--sweep", "lr=1e-3,it's $x", "--sweep", "bs=32,64",
-            "--array", "%2", "--env", "FAIL_TRIAL=3", "--wait", str(SCRIPTS / "sweep_probe.py"), "--", "--fixed", "1"]
+            "--array", "%2", "--env", "FAIL_TRIAL=3", "--wait", str(SCRIPTS / "sweep_probe.py"), "--fixed", "1"]
     proc = st(testbed, home, argv, timeout=120)
     assert proc.returncode == 1, proc.stderr  # trial 3 fails on purpose
     job_id = proc.stdout.splitlines()[0]

@@ -92,7 +92,7 @@ def test_every_rank_sees_args_env_and_job_name_byte_for_byte(testbed, tmp_path):
     job_name = "name with 'q' \"dq\" $(x) `y` ; && %j ~ *"
     env_args = [a for i, value in enumerate(CORPUS) for a in ("--env", f"ST_{i}={value}")]
     proc = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-N", "2", "-J", job_name, *env_args,
-                      script, "--wait", "--", *CORPUS, timeout=180, cwd=tmp_path)
+                      "--wait", script, "--", *CORPUS, timeout=180, cwd=tmp_path)  # it holds -n and --
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not Path("/tmp/slurmtorch-pwned").exists()
     job_id = proc.stdout.splitlines()[0]
@@ -121,7 +121,7 @@ def test_sbatch_stores_every_job_name_exactly(testbed, tmp_path):
         for name in NEWLINE_FREE:
             if not name or len(name) > 1024:
                 continue  # empty: "the script's name"; too long: refused (test_bad_input)
-            dry = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-J", name, script, "--dry-run")
+            dry = slurmtorch(testbed, home, "sbatch", "--site", "testbed", "-J", name, "--dry-run", script)
             assert dry.returncode == 0, (name, dry.stderr)
             sub = testbed.run(["sbatch", "--parsable", "--hold"], input=dry.stdout, check=False)
             assert sub.returncode == 0, (name, sub.stderr)

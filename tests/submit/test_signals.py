@@ -131,8 +131,8 @@ def kill_leftovers(pids: set[int]) -> None:
 def test_a_signal_to_the_mpirun_cli_ends_prterun_and_every_rank(mpi_env, tmp_path, signum):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
-    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", str(script), "-n", "3",
-                             "--", str(tmp_path)], env=mpi_env, cwd=REPO, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", "-n", "3", str(script),
+                             str(tmp_path)], env=mpi_env, cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=(tmp_path / "stderr").open("w"), start_new_session=True,
                             preexec_fn=default_signals)
     tree: set[int] = set()
@@ -220,8 +220,8 @@ def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tm
     name = f"sig{os.getpid()}{command[:2]}{int(signum)}"
     env = dict(testbed.env, SLURMTORCH_HOME=str(home), PATH=f"{bin_dir}{os.pathsep}{testbed.env['PATH']}")
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", str(REPO / "examples" / "probe.py"),
-                             "--site", "testbed", "--nodes", "1", "--job-name", name], env=env, cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed",
+                             "--nodes", "1", "--job-name", name, str(REPO / "examples" / "probe.py")], env=env, cwd=REPO,
                             stdout=out.open("w"), stderr=err.open("w"), start_new_session=True,
                             preexec_fn=default_signals)
     try:
