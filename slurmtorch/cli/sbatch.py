@@ -13,7 +13,7 @@ from slurmtorch.cli._common import options, program_args, provenance, with_optio
 
 # The `Options` fields this verb offers, in --help's order: flags, help and type live there.
 SBATCH_OPTIONS = (
-    "module", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
+    "module", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
     "time", "account", "qos", "job_name", "backend", "launcher", "timeout", "env", "requeue", "signal", "roles",
     "container_image", "container_runtime", "role_images", "array", "sweep",
 )

@@ -37,7 +37,7 @@ def per_node(o: Options, preset: dict[str, Any], partition: Partition, node: Nod
             f"{gpus} GPUs per node requested, but node type {node.name!r} of partition {partition.name!r} has {node.gpus}",
             tip=f"use --gpus-per-node {node.gpus} or less, or another partition",
         )
-    ntasks_per_node = positive("--ntasks-per-node", o.pick(preset, "ntasks_per_node", gpus or 1))
+    ntasks_per_node = positive("--ntasks-per-node", o.pick(preset, "ntasks_per_node", _tasks_per_node(o, preset, gpus)))
     default_cpus = max(1, node.cpus // ntasks_per_node)
     cpus_per_task = positive("--cpus-per-task", o.pick(preset, "cpus_per_task", default_cpus))
     if ntasks_per_node * cpus_per_task > node.cpus:
@@ -47,6 +47,15 @@ def per_node(o: Options, preset: dict[str, Any], partition: Partition, node: Nod
             tip=f"use --cpus-per-task {default_cpus} or fewer tasks per node",
         )
     return gpus, ntasks_per_node, cpus_per_task
+
+
+def _tasks_per_node(o: Options, preset: dict[str, Any], gpus: int) -> int:
+    """The default ranks per node: one per GPU, else one; with -n over --nodes, the most a
+    node is meant to hold (-N 2 -n 3: 2, and the default CPUs per rank leave room for 2)."""
+    nodes = o.pick(preset, "nodes")
+    if o.kind == "sbatch" and o.ntasks is not None and o.ntasks > 0 and nodes is not None and nodes > 0:
+        return -(-o.ntasks // nodes)
+    return gpus or 1
 
 
 def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node: int) -> RoleLayout | None:
@@ -78,20 +87,48 @@ def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node
 
 
 def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_per_node: int,
-               roles: RoleLayout | None) -> tuple[int, int]:
-    """(nodes, ranks): a batch job's nodes within the partition; an mpirun job's -n on one host."""
-    if o.kind == "sbatch":
+               roles: RoleLayout | None, launcher: str) -> tuple[int, int]:
+    """(nodes, ranks): a batch job's nodes within the partition (with -n, the ranks spread
+    over them, unevenly if need be); an mpirun job's -n on one host."""
+    if o.kind != "sbatch":
+        n = o.ntasks if o.ntasks is not None else preset.get("ntasks")
+        if n is None:
+            raise SpecError("mpirun needs the number of ranks", tip="pass -n N")
+        return 1, positive("-n", n)
+    if o.ntasks is not None:
+        nodes, n = _spread(o, preset, ntasks_per_node, roles, launcher)
+    else:
         nodes = roles.total if roles else positive("--nodes", o.pick(preset, "nodes", 1))
-        if nodes > partition.max_nodes:
-            raise SpecError(
-                f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
-                tip=f"use --nodes {partition.max_nodes} or less, or another partition",
-            )
-        return nodes, nodes * ntasks_per_node
-    n = o.ntasks if o.ntasks is not None else preset.get("ntasks")
-    if n is None:
-        raise SpecError("mpirun needs the number of ranks", tip="pass -n N")
-    return 1, positive("-n", n)
+        n = nodes * ntasks_per_node
+    if nodes > partition.max_nodes:
+        raise SpecError(
+            f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
+            tip=f"use --nodes {partition.max_nodes} or less" + (", or more --ntasks-per-node" if o.ntasks else "")
+            + ", or another partition",
+        )
+    return nodes, n
+
+
+def _spread(o: Options, preset: dict[str, Any], ntasks_per_node: int, roles: RoleLayout | None,
+            launcher: str) -> tuple[int, int]:
+    """(nodes, ranks) for -n: --nodes as given, else as many as -n needs at --ntasks-per-node."""
+    n = positive("-n/--ntasks", o.ntasks)
+    if roles:
+        raise SpecError("--role counts nodes, one task each; -n/--ntasks cannot apply", tip="leave -n out with --role")
+    given = o.pick(preset, "nodes")
+    nodes = positive("--nodes", given) if given is not None else -(-n // ntasks_per_node)
+    if n < nodes:
+        # sbatch would quietly shrink the job to -n nodes ("can't run 1 processes on 2 nodes").
+        raise SpecError(f"-n {n} ranks cannot cover {nodes} nodes: every node runs at least one",
+                        tip=f"use --nodes {n} or fewer, or -n {nodes} or more")
+    if n > nodes * ntasks_per_node:
+        raise SpecError(f"-n {n} ranks do not fit on {nodes} nodes of at most {ntasks_per_node} "
+                        "(--ntasks-per-node)", tip=f"use --ntasks-per-node {-(-n // nodes)}, or more --nodes")
+    if launcher == "torchrun" and n != nodes * ntasks_per_node:
+        raise SpecError(f"torchrun starts the same number of ranks on every node; -n {n} on {nodes} nodes "
+                        f"of {ntasks_per_node} is uneven",
+                        tip=f"use --launcher srun (or mpirun) for an uneven layout, or -n {nodes * ntasks_per_node}")
+    return nodes, n
 
 
 def time_limit(o: Options, preset: dict[str, Any], partition: Partition) -> str | None:

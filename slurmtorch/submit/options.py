@@ -31,8 +31,11 @@ class Options:
     preset: str | None = _flag("--preset")
     partition: str | None = _flag("--partition", "-p")
     nodes: int | None = _flag("--nodes", "-N")
-    ntasks_per_node: int | None = _flag("--ntasks-per-node", help="ranks per node (default: GPUs per node, or 1)")
-    ntasks: int | None = _flag("-n", "--np", help="number of ranks")  # mpirun only
+    ntasks_per_node: int | None = _flag("--ntasks-per-node",
+                                        help="ranks per node (default: GPUs per node, or 1); with -n, the most on any node")
+    ntasks: int | None = _flag("-n", "--ntasks", "--np",
+                               help="number of ranks; under sbatch spread over --nodes, unevenly if need be "
+                                    "(-N 2 -n 3 runs 2+1; not with --launcher torchrun)")
     hostfile: str | None = _flag("--hostfile")  # mpirun only; absolute, checked at the edge
     gpus_per_node: int | None = _flag("--gpus-per-node")
     cpus_per_task: int | None = _flag("--cpus-per-task")

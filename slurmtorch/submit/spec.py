@@ -43,6 +43,8 @@ class JobSpec:
     preset: str | None
     partition: str | None
     nodes: int
+    # Ranks on every node; in an uneven layout (-N 2 -n 3) the most a node is meant to hold
+    # (ceil(ntasks / nodes)): the default CPUs per rank are sized for it.
     ntasks_per_node: int
     ntasks: int
     gpus_per_node: int
@@ -83,6 +85,11 @@ class JobSpec:
     trials: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
 
     @property
+    def uneven(self) -> bool:
+        """Whether the nodes run different numbers of ranks (-n not nodes x ntasks_per_node)."""
+        return self.ntasks != self.nodes * self.ntasks_per_node
+
+    @property
     def job_dir_pattern(self) -> str:
         """The job folder below job_root as a Slurm filename pattern."""
         return "%A/trial-%a" if self.array else "%j"
@@ -99,7 +106,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     launcher, backend = choose_launcher(site, o, preset)
     gpus, ntasks_per_node, cpus_per_task = per_node(o, preset, partition, node)
     roles = role_layout(o, partition, launcher, ntasks_per_node)
-    nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles)
+    nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles, launcher)
     time = time_limit(o, preset, partition)
     timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
     if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
@@ -165,7 +172,13 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
             out["ntasks-per-node"] = "1"
             out["cpus-per-task"] = str(job.ntasks_per_node * job.cpus_per_task)
         else:
-            out["ntasks-per-node"] = str(job.ntasks_per_node)
+            if job.uneven:
+                # -N 2 -n 3: Slurm fills the nodes in order as far as the CPUs per rank allow
+                # (2+1), and srun's step follows. With --ntasks-per-node as well, Slurm would
+                # allocate nodes x that many tasks and every srun warn that it ignores it.
+                out["ntasks"] = str(job.ntasks)
+            else:
+                out["ntasks-per-node"] = str(job.ntasks_per_node)
             out["cpus-per-task"] = str(job.cpus_per_task)
         out["nodes"] = str(job.nodes)
         out["partition"] = job.partition

@@ -95,6 +95,21 @@ def test_a_submitting_shells_launcher_variables_are_unset_before_the_sites_expor
     assert ("-m slurmtorch.bootstrap.rendezvous" in text) is (launcher != "mpirun")
 
 
+# Option shapes beyond the layout: uneven layouts (-N 2 -n 3) under each launcher that can run them.
+OPTION_SHAPES = {
+    "uneven-srun": dict(nodes=2, ntasks=3),
+    "uneven-mpirun": dict(nodes=2, ntasks=3, launcher="mpirun"),
+}
+
+
+@pytest.mark.parametrize("shape", OPTION_SHAPES)
+def test_option_shapes_match_golden(shape):
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", **OPTION_SHAPES[shape]))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden(f"sbatch-testbed-{shape}.sh", text)
+
+
 @pytest.mark.parametrize("site_name", ["local", "testbed"])
 def test_mpirun_script_matches_golden(site_name):
     site = sites.load_site(site_name)
