@@ -50,9 +50,12 @@ from slurmtorch.submit import scheduler as sub
 # Job, its errors and Layout live in their own modules; named here too, where README sends users.
 __all__ = ["Distributor", "Job", "JobFailed", "RemoteError", "Layout", "plan_layout"]
 
-# Options passed through to the CLI's `spec.Options` (the rank layout is ours).
+# Options passed through to the CLI's `spec.Options` (the rank layout is ours): the
+# scheduler's, then sbatch's own that slurmtorch passes on (submit/sbatch_options.py).
+PASSED_ON = ("constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive", "dependency", "begin", "gres",
+             "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment", "sbatch_args", "srun_args")
 SCHEDULER_OPTIONS = ("partition", "time", "account", "qos", "job_name", "env", "cpus_per_task",
-                     "launcher", "timeout")
+                     "launcher", "timeout", *PASSED_ON)
 
 
 # --------------------------------------------------------------------------- the API
@@ -65,7 +68,9 @@ class Distributor:
     `site` is given); otherwise a Slurm job on `site` (default `$SLURMTORCH_SITE`).
     `scheduler_options` are the CLI's: partition, time, account, qos, job_name,
     env (mapping or `K=V` strings), cpus_per_task, launcher, timeout (the process
-    group's, in seconds). `progress=False` silences run()'s state lines and rank 0's
+    group's, in seconds), and sbatch's constraint, mem, mem_per_cpu, mem_per_gpu,
+    exclusive, dependency, begin, gres, reservation, nodelist, exclude, mail_type,
+    mail_user, comment, sbatch_args and srun_args (lists of `--option=value`). `progress=False` silences run()'s state lines and rank 0's
     streamed output.
     """
 
@@ -175,6 +180,7 @@ class Distributor:
             time=_opt_str(o.get("time")), account=o.get("account"), qos=o.get("qos"),
             job_name=o.get("job_name") or _job_name(name), timeout=o.get("timeout"),
             cpus_per_task=o.get("cpus_per_task"), backend=None if self.backend == "auto" else self.backend,
+            **{k: _opt_tuple(o[k]) if k in ("sbatch_args", "srun_args") else o[k] for k in PASSED_ON if k in o},
             python=sys.executable, job_root=str(jobdir.jobs_root()), command=(f"{self!r}.run({name})",),
         )
         if kind == "mpirun":
@@ -217,6 +223,10 @@ def _env_items(env: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]
     if isinstance(env, str):
         return (env,)
     return tuple(str(e) for e in env)
+
+
+def _opt_tuple(value: Any) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
 
 
 def _opt_str(value: Any) -> str | None:

@@ -14,8 +14,10 @@ from slurmtorch.cli._common import options, program_args, provenance, with_optio
 # The `Options` fields this verb offers, in --help's order: flags, help and type live there.
 SBATCH_OPTIONS = (
     "module", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
-    "time", "account", "qos", "job_name", "backend", "launcher", "timeout", "env", "requeue", "signal", "roles",
-    "container_image", "container_runtime", "role_images", "array", "sweep",
+    "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
+    "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
+    "backend", "launcher", "timeout", "env", "requeue", "signal", "roles", "container_image", "container_runtime",
+    "role_images", "array", "sweep", "sbatch_args", "srun_args",
 )
 
 

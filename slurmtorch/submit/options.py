@@ -38,10 +38,11 @@ class Options:
                                     "(-N 2 -n 3 runs 2+1; not with --launcher torchrun)")
     hostfile: str | None = _flag("--hostfile")  # mpirun only; absolute, checked at the edge
     gpus_per_node: int | None = _flag("--gpus-per-node")
-    cpus_per_task: int | None = _flag("--cpus-per-task")
+    cpus_per_task: int | None = _flag("-c", "--cpus-per-task",
+                                      help="CPUs per rank (default: the node's CPUs / ranks per node)")
     time: str | None = _flag("--time", "-t", help="Slurm time limit, e.g. 1-00:00:00")
     account: str | None = _flag("--account", "-A")
-    qos: str | None = _flag("--qos")
+    qos: str | None = _flag("-q", "--qos", help="Slurm QOS")
     job_name: str | None = _flag("--job-name", "-J")
     backend: str | None = _flag("--backend", help="auto|nccl|gloo|mpi")
     launcher: str | None = _flag("--launcher", help="srun|mpirun|torchrun")
@@ -73,6 +74,35 @@ class Options:
         help="a grid sweep (the product of every --sweep), one array task per trial; trial K gets "
              "SLURMTORCH_TRIAL=K, SLURMTORCH_SWEEP_<NAME>=V, SLURMTORCH_PARAMS (JSON) and --NAME V appended "
              "to the script arguments")
+
+    # sbatch's own options, passed on as #SBATCH lines after a check (submit/sbatch_options.py).
+    constraint: str | None = _flag("-C", "--constraint", metavar="FEATURES",
+                                   help="node features, in sbatch's syntax (e.g. 'a100&ib', '[rack1|rack2]')")
+    mem: str | None = _flag("--mem", metavar="SIZE[K|M|G|T]",
+                            help="memory per node (0: all of it); checked against the node type's memory_gb")
+    mem_per_cpu: str | None = _flag("--mem-per-cpu", metavar="SIZE[K|M|G|T]", help="memory per CPU")
+    mem_per_gpu: str | None = _flag("--mem-per-gpu", metavar="SIZE[K|M|G|T]", help="memory per GPU")
+    exclusive: bool | None = _flag("--exclusive", help="do not share the nodes with other jobs")
+    dependency: str | None = _flag("-d", "--dependency", metavar="TYPE:JOBID[:JOBID...]",
+                                   help="start after other jobs, e.g. afterok:1234, or singleton")
+    begin: str | None = _flag("--begin", metavar="TIME",
+                              help="start no earlier than TIME, e.g. now+1hour, 2026-01-31T20:00, tomorrow")
+    gres: str | None = _flag("--gres", metavar="NAME[:TYPE][:COUNT]",
+                             help="generic resources other than GPUs (those: --gpus-per-node), e.g. nvme:1")
+    reservation: str | None = _flag("--reservation", metavar="NAME", help="run in this reservation")
+    nodelist: str | None = _flag("-w", "--nodelist", metavar="HOSTLIST", help="nodes the job must include, e.g. gpu[01-04]")
+    exclude: str | None = _flag("-x", "--exclude", metavar="HOSTLIST", help="nodes the job must not use")
+    mail_type: str | None = _flag("--mail-type", metavar="TYPE[,TYPE...]", help="mail on BEGIN, END, FAIL, ALL, ...")
+    mail_user: str | None = _flag("--mail-user", metavar="ADDRESS", help="who gets --mail-type's mail")
+    comment: str | None = _flag("--comment", help="a comment Slurm keeps with the job")
+    # The escape hatch: anything else, as typed, quoted on the one path.
+    sbatch_args: tuple[str, ...] = _flag(
+        "--sbatch-arg", metavar="--OPTION[=VALUE]", default=(),
+        help="another sbatch option as an #SBATCH line, e.g. --sbatch-arg=--licenses=fs:1 (repeatable); "
+             "options slurmtorch sets itself are refused")
+    srun_args: tuple[str, ...] = _flag(
+        "--srun-arg", metavar="--OPTION[=VALUE]", default=(),
+        help="an option for every srun that starts ranks, e.g. --srun-arg=--gpu-bind=closest (repeatable)")
 
     @classmethod
     def given(cls, values: Mapping[str, Any], **edge: Any) -> Options:

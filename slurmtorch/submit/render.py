@@ -130,7 +130,7 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
         # --mpi=none: the ranks take their world from SLURM_* and SLURMTORCH_ROLES, not MPI.
         srun = ["--kill-on-bad-exit=1", "--mpi=none", f"--relative={offset}",
                 f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
-                f"--cpus-per-task={spec.cpus_per_task}", *pyxis]
+                f"--cpus-per-task={spec.cpus_per_task}", *pyxis, *spec.srun_args]
         argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
         steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
                               srun_args=tuple(srun), rank_argv=tuple(argv)))
@@ -150,7 +150,11 @@ def torchrun_literal(args, launcher: str = "torchrun") -> list[str]:
 
 
 def launch_plan(spec: JobSpec) -> Launch:
-    """Work out the launcher's arguments for this spec (pure)."""
+    """Work out the launcher's arguments for this spec (pure).
+
+    Every srun that starts ranks (the plain step, torchrun's agents, each role's step)
+    ends with `spec.srun_args`, the one list of extra srun options.
+    """
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
     started_check = not in_container and (bool(spec.roles) or launcher != "mpirun")
@@ -171,7 +175,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
         srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
+                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
                       started_check=started_check)
 
@@ -181,7 +185,7 @@ def launch_plan(spec: JobSpec) -> Launch:
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
         srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis]
+                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check)
 
     # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.

@@ -27,6 +27,7 @@ from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.launch import backend_for, choose_launcher, resolve_containers
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
+from slurmtorch.submit.sbatch_options import sbatch_directives, srun_arguments
 from slurmtorch.submit.sweeps import plan_array
 
 _MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # compiled on first use (re's cache): most jobs never need it
@@ -83,6 +84,9 @@ class JobSpec:
     trial_ids: tuple[int, ...] = ()
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
     trials: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
+    # Extra arguments of every srun that starts ranks (the plain step, torchrun's, each
+    # role's): the one list render.launch_plan appends; --srun-arg, as typed.
+    srun_args: tuple[str, ...] = ()
 
     @property
     def uneven(self) -> bool:
@@ -107,6 +111,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     gpus, ntasks_per_node, cpus_per_task = per_node(o, preset, partition, node)
     roles = role_layout(o, partition, launcher, ntasks_per_node)
     nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles, launcher)
+    asked = sbatch_directives(o, node, partition.name, (nodes, gpus, ntasks_per_node, cpus_per_task))
     time = time_limit(o, preset, partition)
     timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
     if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
@@ -157,14 +162,15 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         trial_ids=trial_ids,
         sweep=sweep,
         trials=trials,
+        srun_args=srun_arguments(o, launcher),
     )
-    base = {**dict(site.directives), **dict(preset.get("directives", ()))}
+    base = {**dict(site.directives), **dict(preset.get("directives", ())), **asked}
     return dataclasses.replace(job, directives=sbatch_header(job, base))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str, str | bool], ...]:
-    """The `#SBATCH` header of a batch job (the site's and preset's `base` under it), sorted
-    and checked; an mpirun job carries only `base`."""
+    """The `#SBATCH` header of a batch job (under it `base`: the site's and preset's, then
+    the options passed on), sorted and checked; an mpirun job carries only `base`."""
     out = dict(base)
     if job.kind == "sbatch":
         if job.launcher == "torchrun":

@@ -176,6 +176,22 @@ def test_bad_options_are_one_line_errors():
         Distributor(num_processes=2, nodes=2, local_mode=True)
 
 
+def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home):
+    from slurmtorch.submit import render, sites
+
+    d = Distributor(num_processes=2, site="testbed", constraint="testbed", mem="1G", exclusive=True,
+                    dependency="afterok:7", sbatch_args=["--nice=5"], srun_args="--label")
+    spec = d._spec(sites.load_site("testbed"), "train", home / "run", kind="sbatch")
+    header = dict(spec.directives)
+    assert (header["constraint"], header["mem"], header["exclusive"], header["dependency"], header["nice"]) == \
+        ("testbed", "1G", True, "afterok:7", "5")
+    assert render.launch_plan(spec).srun_args[-1] == "--label"
+    with pytest.raises(SpecError, match="--constraint is an option of a Slurm job"):
+        Distributor(num_processes=2, local_mode=True, constraint="x")._spec(
+            sites.load_site("local"), "train", home / "run", kind="mpirun")
+    assert not home.exists()
+
+
 def test_unpicklable_function_fails_before_anything_is_written(home):
     lock = threading.Lock()
 

@@ -128,11 +128,14 @@ def test_random_yaml_text_never_crashes(work, text):
 
 OPTIONS = ["--nodes", "--ntasks-per-node", "--gpus-per-node", "--cpus-per-task", "--time", "--partition",
            "--preset", "--job-name", "--backend", "--launcher", "--timeout", "--env", "--signal", "--account",
-           "--qos", "--module", "--site"]
+           "--qos", "--module", "--site", "--ntasks", "--mem", "--mem-per-cpu", "--constraint", "--dependency",
+           "--begin", "--gres", "--nodelist", "--exclude", "--mail-type", "--sbatch-arg", "--srun-arg"]
 values = st.one_of(st.integers(-3, 10**6).map(str), st.text(max_size=15),
                    st.sampled_from(["0", "-1", "1", "4", "5", "USR1@60", "B:USR1", "debug", "smoke", "preemptible",
                                     "gloo", "nccl", "srun", "torchrun", "mpirun", "X=1", "=", "1-00:00:00",
-                                    "UNLIMITED", "pkg.mod", "testbed", "hdr-ib", "./nope.yaml", "a\nb"]))
+                                    "UNLIMITED", "pkg.mod", "testbed", "hdr-ib", "./nope.yaml", "a\nb", "1G",
+                                    "afterok:1", "now+1hour", "node[1-2]", "node[", "END,FAIL", "--hold",
+                                    "--output=x", "--part=x", "-p"]))
 flags = st.sampled_from(["--requeue", "--no-requeue", "--wait", "--help", "--", "-N", "t.py", "missing.py"])
 
 

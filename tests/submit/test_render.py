@@ -95,10 +95,17 @@ def test_a_submitting_shells_launcher_variables_are_unset_before_the_sites_expor
     assert ("-m slurmtorch.bootstrap.rendezvous" in text) is (launcher != "mpirun")
 
 
-# Option shapes beyond the layout: uneven layouts (-N 2 -n 3) under each launcher that can run them.
+# Option shapes beyond the layout: sbatch's own options passed on, the escape hatch, and
+# uneven layouts (-N 2 -n 3) under each launcher that can run them.
 OPTION_SHAPES = {
+    "options": dict(nodes=2, constraint="testbed&cpu", mem="1G", exclusive=True, dependency="afterok:12:13",
+                    begin="now+1hour", gres="none", reservation="maint", nodelist="node[1-2]", exclude="node4",
+                    mail_type="END,FAIL", mail_user="me@example.org", comment="it's mine", qos="normal",
+                    sbatch_args=("--nice=5", "--licenses=fs:1", "--chdir=/home/user/a b"),
+                    srun_args=("--label", "--cpu-bind=verbose,cores")),
     "uneven-srun": dict(nodes=2, ntasks=3),
     "uneven-mpirun": dict(nodes=2, ntasks=3, launcher="mpirun"),
+    "torchrun-srun-args": dict(nodes=2, launcher="torchrun", srun_args=("--label",)),
 }
 
 

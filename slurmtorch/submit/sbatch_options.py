@@ -1,0 +1,266 @@
+"""sbatch's own options that slurmtorch passes on, and the escape hatch for everything else.
+
+`-C/--constraint`, `--mem`/`--mem-per-cpu`/`--mem-per-gpu`, `--exclusive`, `-d/--dependency`,
+`--begin`, `--gres`, `--reservation`, `-w/--nodelist`, `-x/--exclude`, `--mail-type`,
+`--mail-user` and `--comment` become `#SBATCH` lines as typed, once checked: what the
+site knows (the node type's memory and GPUs, the job's node count) and the syntax sbatch
+reads are refused here, in one line, rather than by sbatch or, worse, by a job that
+pends forever or never starts. `--sbatch-arg=--name[=value]` adds any other `#SBATCH`
+line and `--srun-arg=--name[=value]` any option to every srun that starts ranks; both
+refuse the options slurmtorch sets itself (the layout the ranks are derived from, the
+job folder's log paths, the array's trials) and those that would break the submission.
+Values reach the script only through the one quoting path: `shell.directive_value` for
+the header (`spec.sbatch_header`), `join_q` for srun lines (`render.launch_plan`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from slurmtorch import shell
+from slurmtorch.errors import SpecError
+from slurmtorch.submit.cluster import NodeType
+from slurmtorch.submit.options import Options
+
+# Options field -> #SBATCH name, for the ones passed on as typed after their check.
+PASSED_ON = {"constraint": "constraint", "mem": "mem", "mem_per_cpu": "mem-per-cpu", "mem_per_gpu": "mem-per-gpu",
+             "exclusive": "exclusive", "dependency": "dependency", "begin": "begin", "gres": "gres",
+             "reservation": "reservation", "nodelist": "nodelist", "exclude": "exclude", "mail_type": "mail-type",
+             "mail_user": "mail-user", "comment": "comment"}
+
+# Options the escape hatch refuses: name -> (why, tip). First the #SBATCH lines slurmtorch
+# writes itself (spec.sbatch_header) or has an option for: through --sbatch-arg they would
+# contradict the layout the ranks derive their world from, the job folder's log paths or
+# the array's trial table; then those that would break the submission.
+_SETS = "slurmtorch sets it"
+_LAYOUT = "slurmtorch sets it (the ranks derive their world from it)"
+_LOGS = ("slurmtorch sets it: the job folder holds the logs", "leave it out; `slurmtorch logs JOBID` shows them")
+SBATCH_REFUSED: dict[str, tuple[str, str]] = {
+    "nodes": (_LAYOUT, "use --nodes"), "ntasks": (_LAYOUT, "use -n/--ntasks"),
+    "ntasks-per-node": (_LAYOUT, "use --ntasks-per-node"), "cpus-per-task": (_SETS, "use -c/--cpus-per-task"),
+    "gpus-per-node": (_LAYOUT, "use --gpus-per-node"), "array": (_SETS, "use --array"),
+    **{name: (_SETS, f"use --{name}") for name in ("partition", "job-name", "time", "account", "qos", "signal",
+                                                    "requeue", "no-requeue")},
+    "output": _LOGS, "error": _LOGS, "open-mode": (_SETS + " (append when the job may be requeued)", "leave it out"),
+    **{name: ("slurmtorch has an option for it", f"use --{name}") for name in PASSED_ON.values()},
+    "cpus-per-gpu": ("sbatch takes it or --cpus-per-task, which slurmtorch sets", "use -c/--cpus-per-task"),
+    "wrap": ("the job is slurmtorch's script", "leave it out"),
+    "wait": ("sbatch would block instead of printing the job id", "use slurmtorch's --wait"),
+    "test-only": ("sbatch would submit nothing", "use --dry-run"),
+    # scheduler.submit submits held and releases the job once its folder is in place.
+    "hold": ("slurmtorch submits the job held and releases it once its folder is ready, which would undo it",
+             "hold it after submitting: scontrol hold JOBID"),
+}
+# srun options of the launch lines (render.launch_plan) slurmtorch sets, and those that would
+# start something other than one bootstrap per rank in this job.
+_STEP = ("every rank must run slurmtorch's bootstrap in this job's step", "leave it out")
+SRUN_REFUSED: dict[str, tuple[str, str]] = {
+    "nodes": (_LAYOUT, "use --nodes"), "ntasks": (_LAYOUT, "use -n/--ntasks"),
+    "ntasks-per-node": (_LAYOUT, "use --ntasks-per-node"), "cpus-per-task": (_LAYOUT, "use -c/--cpus-per-task"),
+    "relative": (_LAYOUT, "use --role"), "output": _LOGS, "error": _LOGS, "open-mode": (_SETS, "leave it out"),
+    "kill-on-bad-exit": (_SETS + ": a failed rank ends the step at once, not after the process-group timeout",
+                         "leave it out"),
+    "mpi": (_SETS + " from the site's mpi_plugin", "set mpi_plugin in the site config"),
+    "container-image": (_SETS, "use --container-image"), "container-mounts": (_SETS, "set the site's container mounts"),
+    "export": ("--export=NONE would start the ranks without PATH or the script's exports", "use --env NAME=VALUE"),
+    "multi-prog": _STEP, "pty": _STEP, "jobid": _STEP, "het-group": _STEP,
+}
+# Real sbatch options that are prefixes of refused ones: getopt reads any other unambiguous
+# prefix as the option it starts (`--part=x` is --partition), so those prefixes are refused.
+_REAL_PREFIXES = {"gpus"}
+
+_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
+_SIZE_RE = re.compile(r"(\d+)([KMGTkmgt]?)")
+_UNIT_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_JOB_ID = r"\d+(?:_(?:\d+|\*))?(?:\+\d+)?"  # 123, array task 123_4 or 123_*, +time (after) / +het offset
+_DEPENDENCY_RE = re.compile(rf"singleton|(?:after|afterany|afterburstbuffer|aftercorr|afternotok|afterok)(?::{_JOB_ID})+")
+_DEPENDENCY_TIP = ("TYPE:JOBID[:JOBID...] joined by ',' (all) or '?' (any), e.g. afterok:1234, afterany:1234:1240, "
+                   "singleton; TYPE: after, afterany, afterburstbuffer, aftercorr, afternotok, afterok")
+# One token of Slurm's time syntax (parse_time.c): the tokens may be joined by blanks, '-' or 'T'.
+_BEGIN_TOKEN = re.compile(r"""(?ix)
+    (?:today|tomorrow|midnight|noon|elevenses|fika|teatime)
+  | now(?:\s*[+-]\s*\d+\s*(?:seconds?|minutes?|hours?|days?|weeks?)?)?
+  | (?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?(?:\s*[ap]m)?
+  | \d{4}-(?P<ymonth>\d{1,2})-(?P<yday>\d{1,2})
+  | (?P<month>\d{1,2})[./]?(?P<day>\d{1,2})(?:[./]?\d{2})?
+""")
+_BEGIN_TIP = ("e.g. now+1hour, 16:00, 2026-01-31T20:00:00, 01/31-20:00, tomorrow, midnight "
+              "(sbatch's --begin: HH:MM[:SS] [AM|PM], MMDD[YY], MM/DD[/YY], YYYY-MM-DD[THH:MM[:SS]], "
+              "now[+COUNT[seconds|minutes|hours|days|weeks]])")
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
+              "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
+_GRES_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?::[A-Za-z0-9_.-]+)?(?::\d+[KMGTkmgt]?)?")
+
+
+def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[int, int, int, int]
+                      ) -> dict[str, str | bool]:
+    """#SBATCH name -> value for the options passed on and every --sbatch-arg, checked.
+
+    `layout` is (nodes, GPUs per node, most ranks on a node, CPUs per rank).
+    """
+    given = {name: getattr(o, field) for field, name in PASSED_ON.items() if getattr(o, field) not in (None, False)}
+    if o.kind != "sbatch" and (given or o.sbatch_args or o.srun_args):
+        first = next(iter(given), None)
+        flag = f"--{first}" if first else ("--sbatch-arg" if o.sbatch_args else "--srun-arg")
+        raise SpecError(f"{flag} is an option of a Slurm job; slurmtorch mpirun starts no job",
+                        tip="use slurmtorch sbatch")
+    nodes, gpus, tasks, cpus = layout
+    check_memory(given, node, partition, gpus, tasks * cpus)
+    check_node_lists(given.get("nodelist"), given.get("exclude"), nodes)
+    checks = {"dependency": check_dependency, "begin": check_begin, "mail-type": check_mail_type, "gres": check_gres}
+    for name, value in given.items():
+        if value is not True and not str(value).strip():
+            raise SpecError(f"--{name} is empty", tip=f"leave --{name} out, or give it a value")
+        if name in checks:
+            checks[name](value)
+    return {**given, **escape_hatch(o.sbatch_args, "--sbatch-arg", SBATCH_REFUSED, _REAL_PREFIXES)}
+
+
+def srun_arguments(o: Options, launcher: str) -> tuple[str, ...]:
+    """--srun-arg options as typed (one argv word each), checked; none for the mpirun launcher."""
+    if not o.srun_args:
+        return ()
+    if launcher == "mpirun":
+        raise SpecError("--srun-arg: launcher mpirun starts its ranks without srun", tip="use --launcher srun")
+    escape_hatch(o.srun_args, "--srun-arg", SRUN_REFUSED, set())
+    return tuple(o.srun_args)
+
+
+def escape_hatch(args: tuple[str, ...], flag: str, refused: dict[str, tuple[str, str]], real_prefixes: set[str]
+                 ) -> dict[str, str | bool]:
+    """`--name[=value]` strings -> {name: value (True: a bare flag)}; one line for the first bad one."""
+    out: dict[str, str | bool] = {}
+    for arg in args:
+        text = str(arg)
+        name, eq, value = text[2:].partition("=")
+        if not text.startswith("--") or not _NAME_RE.fullmatch(name):
+            raise SpecError(f"{flag}={text!r}: expected --OPTION or --OPTION=VALUE, with the long option name",
+                            tip=f"e.g. {flag}=--licenses=fs:1 (a value joins its option with '=', not a space)")
+        full = name if name in refused else None if name in real_prefixes else next(
+            (known for known in refused if known.startswith(name)), None)
+        if full is not None:
+            why, tip = refused[full]
+            read_as = "" if full == name else f"read as --{full}; "
+            raise SpecError(f"{flag}={text}: {read_as}{why}", tip=tip)
+        if name in out:
+            raise SpecError(f"{flag}: --{name} given twice", tip="give each option once")
+        shell.directive_value(value, what=f"{flag} --{name} value")  # one line, no NUL, UTF-8
+        out[name] = value if eq else True
+    return out
+
+
+def megabytes(text: str, flag: str) -> float:
+    """A size in Slurm's units (no suffix: megabytes; K, M, G, T are powers of 1024)."""
+    m = _SIZE_RE.fullmatch(str(text))
+    if not m:
+        raise SpecError(f"invalid {flag} {text!r}", tip=f"a size such as {flag} 64G, 500M or 1T (no unit: megabytes)")
+    return int(m[1]) * _UNIT_MB[m[2].upper()]
+
+
+def check_memory(given: dict, node: NodeType, partition: str, gpus: int, cpus_per_node: int) -> None:
+    """At most one of --mem, --mem-per-cpu, --mem-per-gpu, and no more than a node has."""
+    asked = [name for name in ("mem", "mem-per-cpu", "mem-per-gpu") if name in given]
+    if len(asked) > 1:
+        raise SpecError(f"--{asked[0]} and --{asked[1]} together: sbatch takes one memory request",
+                        tip="per node: --mem; per CPU: --mem-per-cpu; per GPU: --mem-per-gpu")
+    if not asked:
+        return
+    name = asked[0]
+    text = given[name]
+    mb = megabytes(text, f"--{name}")
+    if name != "mem" and mb == 0:
+        raise SpecError(f"--{name} {text} is zero", tip="use --mem 0 for all of a node's memory")
+    if name == "mem-per-gpu" and gpus == 0:
+        raise SpecError("--mem-per-gpu, but the job asks for no GPUs", tip="use --mem (per node) or --mem-per-cpu")
+    per_node = mb * {"mem": 1, "mem-per-cpu": cpus_per_node, "mem-per-gpu": gpus}[name]
+    if node.memory_gb is not None and per_node > node.memory_gb * 1024:
+        times = {"mem": "", "mem-per-cpu": f" x {cpus_per_node} CPUs", "mem-per-gpu": f" x {gpus} GPUs"}[name]
+        raise SpecError(f"--{name} {text}{times} is more than the {node.memory_gb}G of memory of node type "
+                        f"{node.name!r} (partition {partition!r})",
+                        tip=f"use --mem {node.memory_gb}G or less (--mem 0: all of it)")
+
+
+def check_node_lists(nodelist: str | None, exclude: str | None, nodes: int) -> None:
+    """-w/-x: Slurm host lists; -w within --nodes, and no node both asked for and excluded."""
+    named = {flag: _hosts(text, flag) for flag, text in (("--nodelist", nodelist), ("--exclude", exclude)) if text}
+    wanted = named.get("--nodelist", [])
+    if len(wanted) > nodes:
+        raise SpecError(f"--nodelist names {len(wanted)} nodes, but the job has {nodes} (--nodes)",
+                        tip=f"use --nodes {len(wanted)}, or name fewer nodes")
+    both = sorted(set(wanted) & set(named.get("--exclude", [])))
+    if both:
+        raise SpecError(f"{', '.join(both)} both in --nodelist and in --exclude", tip="name each node in one of them")
+
+
+def _hosts(text: str, flag: str) -> list[str]:
+    import hostlist  # lazy: only a job with -w/-x reads a host list (python-hostlist: Slurm's node[01-04])
+
+    if "/" in text:
+        # sbatch reads a value with '/' as a file of node names, which a check here cannot see.
+        raise SpecError(f"{flag} {text!r} looks like a file name; slurmtorch takes the node names",
+                        tip=f'pass them: {flag} "$(paste -sd, FILE)"')
+    try:
+        names = hostlist.expand_hostlist(text)
+    except Exception as exc:  # hostlist raises BadHostlist
+        raise SpecError(f"invalid {flag} {text!r}: {exc}", tip=f"a Slurm host list, e.g. {flag} node[01-04,07]") from None
+    if not names:
+        raise SpecError(f"{flag} {text!r} names no nodes", tip=f"e.g. {flag} node[01-04]")
+    return names
+
+
+def check_dependency(text: str) -> None:
+    """sbatch's TYPE:JOBID[:JOBID...] list, joined by ',' (all of them) or '?' (any), not both."""
+    sep = "?" if "?" in text else ","
+    if "?" in text and "," in text:
+        raise SpecError(f"invalid --dependency {text!r}: ',' (all) and '?' (any) cannot be mixed", tip=_DEPENDENCY_TIP)
+    for item in text.split(sep):
+        if not _DEPENDENCY_RE.fullmatch(item):
+            raise SpecError(f"invalid --dependency {text!r}: {item!r} is not TYPE:JOBID", tip=_DEPENDENCY_TIP)
+
+
+def check_begin(text: str) -> None:
+    """A --begin time in Slurm's syntax, its clock and calendar fields in range."""
+    if re.fullmatch(r"(?i)uts\d{7,}", text):  # seconds since the epoch
+        return
+    pos, seen = 0, False
+    while pos < len(text):
+        if text[pos] in " \tT-":
+            pos += 1
+            continue
+        m = _BEGIN_TOKEN.match(text, pos)
+        bad = m is None or _out_of_range(m)
+        if bad:
+            raise SpecError(f"invalid --begin {text!r}" + (f": {bad}" if isinstance(bad, str) else ""), tip=_BEGIN_TIP)
+        pos, seen = m.end(), True
+    if not seen:
+        raise SpecError(f"invalid --begin {text!r}", tip=_BEGIN_TIP)
+
+
+def _out_of_range(m: re.Match) -> str | None:
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    limits = (("hour", 23, "hour"), ("minute", 59, "minute"), ("second", 59, "second"),
+              ("month", 12, "month"), ("ymonth", 12, "month"), ("day", 31, "day"), ("yday", 31, "day"))
+    for key, top, what in limits:
+        if key in g and not (g[key] <= top and (g[key] >= 1 or key in ("hour", "minute", "second"))):
+            return f"{what} {g[key]} is out of range"
+    return None
+
+
+def check_mail_type(text: str) -> None:
+    """A comma list of sbatch's mail events (any case, as sbatch reads them)."""
+    for item in str(text).split(","):
+        if item.upper() not in MAIL_TYPES:
+            raise SpecError(f"invalid --mail-type {text!r}: unknown event {item!r}",
+                            tip=f"events: {', '.join(MAIL_TYPES)}")
+
+
+def check_gres(text: str) -> None:
+    """NAME[:TYPE][:COUNT] items; GPUs are --gpus-per-node's (each rank's device follows from it)."""
+    if text.lower() == "none":
+        return
+    for item in text.split(","):
+        if not _GRES_RE.fullmatch(item):
+            raise SpecError(f"invalid --gres {text!r}: {item!r} is not NAME[:TYPE][:COUNT]", tip="e.g. --gres nvme:1")
+        if item.split(":")[0].lower() == "gpu":
+            raise SpecError(f"--gres {text}: GPUs are asked for with --gpus-per-node",
+                            tip="use --gpus-per-node N (a GPU model: -C FEATURE, or a partition of that node type)")
