@@ -6,7 +6,8 @@ mpi4py, so the public names are resolved lazily on first use.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "init", "RankInfo", "Distributor", "RemoteError", "on_preempt", "restart_count"]
+__all__ = ["__version__", "init", "RankInfo", "Distributor", "RemoteError", "on_preempt", "restart_count",
+           "checkpoint_dir"]
 
 _LAZY = {
     "init": ("slurmtorch.bootstrap", "init"),
@@ -15,6 +16,7 @@ _LAZY = {
     "RemoteError": ("slurmtorch.api.job", "RemoteError"),
     "on_preempt": ("slurmtorch.bootstrap.preempt", "on_preempt"),
     "restart_count": ("slurmtorch.bootstrap.preempt", "restart_count"),
+    "checkpoint_dir": ("slurmtorch.bootstrap.preempt", "checkpoint_dir"),
 }
 
 

@@ -41,6 +41,10 @@ def fail(code: int, text: str) -> None:
         pass
     sys.stderr.write(f"rank {who} on {socket.gethostname()} failed:\n{text.rstrip()}\n")
     sys.stderr.flush()
+    if info is not None and os.environ.get("SLURMTORCH_HEARTBEAT_S"):
+        from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
+
+        heartbeat.stop(info.rank)  # it said why it ended: not a rank that stopped answering
     from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms off a non-MPI rank's start; needed at its end only
     from slurmtorch.submit import failures  # lazy: only a failing rank reads it (~5 ms of regexes)
 
@@ -61,7 +65,9 @@ def note_exit(code: int, environ=os.environ) -> None:
     folder, info = environ.get("SLURMTORCH_JOB_DIR"), STATE.info
     if not folder or info is None:
         return
-    restart = environ.get("SLURM_RESTART_COUNT") or "0"
+    from slurmtorch.bootstrap.preempt import restart_count  # lazy: at the rank's end only
+
+    restart = restart_count(environ)
     line = f"rank {info.rank} on {info.hostname or socket.gethostname()} exited {code} restart {restart}\n"
     try:
         fd = os.open(os.path.join(folder, f"rank-{info.rank}.exit"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -103,6 +109,10 @@ def finish(code: int) -> None:
     except (OSError, AttributeError):
         pass
     note_exit(code)  # before MPI_Finalize, which can wait for peers that never come
+    if STATE.info is not None and os.environ.get("SLURMTORCH_HEARTBEAT_S"):
+        from slurmtorch.bootstrap import heartbeat  # lazy: as in runner.init
+
+        heartbeat.stop(STATE.info.rank)  # a rank that ended is not a rank that stopped
     from slurmtorch.bootstrap import mpi  # lazy: as in fail()
 
     mpi.finalize()  # mpirun counts a rank that skips MPI_Finalize as failed

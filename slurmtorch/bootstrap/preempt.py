@@ -41,11 +41,13 @@ from collections.abc import Callable, Mapping
 
 from slurmtorch.errors import BootstrapError, SlurmtorchError
 
-__all__ = ["on_preempt", "install", "restart_count", "requeue_target", "preempt_signal", "job_rank"]
+__all__ = ["on_preempt", "install", "restart_count", "checkpoint_dir", "requeue_target", "preempt_signal",
+           "job_rank"]
 
 ENV_SIGNAL = "SLURMTORCH_PREEMPT_SIGNAL"  # e.g. USR1; set by the rendered script for --signal
 ENV_REQUEUE = "SLURMTORCH_PREEMPT_REQUEUE"  # 1 (default) or 0
 ENV_JOB_RANK = "SLURMTORCH_JOB_RANK"  # set by the bootstrap (contracts.env_for)
+ENV_RESTARTS = "SLURMTORCH_RESTART_COUNT"  # starts before this one; set by the restart supervisor
 # How long after the signal a process other than job rank 0 requeues the job itself,
 # should it still be running (rank 0's requeue ends it first). Long enough for rank 0's
 # checkpoint, short enough to leave a `--signal ...@60` warning time to requeue.
@@ -71,10 +73,34 @@ def on_preempt(fn: Callable[[], object]) -> Callable[[], object]:
 
 
 def restart_count(environ: Mapping[str, str] | None = None) -> int:
-    """How many times Slurm has requeued this job (SLURM_RESTART_COUNT; 0 on the first run)."""
+    """How many times this job's script has started before this start (0 on the first).
+
+    Every start counts: a restart on spare nodes after a failure (`--max-restarts`: the
+    supervisor sets SLURMTORCH_RESTART_COUNT) and a requeue (SLURM_RESTART_COUNT, which
+    Slurm increments), so a script resumes from its checkpoint whenever this is > 0.
+    """
     environ = os.environ if environ is None else environ
-    text = str(environ.get("SLURM_RESTART_COUNT", "") or "0").strip()
-    return int(text) if text.isdigit() else 0
+    for key in (ENV_RESTARTS, "SLURM_RESTART_COUNT"):
+        text = str(environ.get(key, "") or "").strip()
+        if text.isdigit():
+            return int(text)
+    return 0
+
+
+def checkpoint_dir(environ: Mapping[str, str] | None = None):
+    """A folder for this job's checkpoints that outlives restarts and requeues (a `Path`).
+
+    `checkpoints/` in the job's folder ($SLURMTORCH_JOB_DIR: an array trial's own), else
+    $SLURMTORCH_CHECKPOINT_DIR, else `./checkpoints`. Made if missing (by every rank that
+    asks: that is safe). A restarted or requeued job finds there what its last start saved.
+    """
+    from pathlib import Path  # lazy: only scripts that checkpoint ask
+
+    environ = os.environ if environ is None else environ
+    job = environ.get("SLURMTORCH_JOB_DIR", "").strip()
+    folder = Path(job) / "checkpoints" if job else Path(environ.get("SLURMTORCH_CHECKPOINT_DIR", "") or "checkpoints")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def requeue_target(environ: Mapping[str, str] | None = None) -> str:

@@ -7,7 +7,7 @@ through files, because that is the one channel a batch job and a laptop share:
 
 - rank 0's return value -> `result.pkl` (cloudpickle);
 - a rank that raises -> `error-rank-R.json` (rank, host, exception type, formatted
-  traceback, and SLURM_RESTART_COUNT as `restart`: a requeued job reruns in the
+  traceback, and `restart_count()` as `restart`: a requeued job reruns in the
   same WORKDIR), then the exception is re-raised so the bootstrap ends the whole job.
 
 Both are written under a temporary name and renamed: the submitting side polls
@@ -72,13 +72,14 @@ def _user_frames(tb):
 
 
 def _report(workdir: str, rank: int, exc: BaseException) -> None:
-    restart = os.environ.get("SLURM_RESTART_COUNT", "")
+    from slurmtorch.bootstrap.preempt import restart_count  # lazy: a failing rank only
+
     record = {
         "rank": rank,
         "host": socket.gethostname(),
         "time": time.time(),
         # Which run of a requeued job this is: the submitting side ignores earlier runs' errors.
-        "restart": int(restart) if restart.isdigit() else 0,
+        "restart": restart_count(),
         "exc_type": type(exc).__qualname__,
         "traceback": "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__))),
     }

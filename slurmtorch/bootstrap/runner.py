@@ -60,6 +60,10 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     os.environ.update(contracts.slurm_task_env(info, os.environ))
     os.environ.update(thread_defaults(os.environ, info.local_world_size, cpus_available()))
     install_patch_hook()
+    if os.environ.get("SLURMTORCH_HEARTBEAT_S"):  # --hang-timeout: the supervisor watches for stopped ranks
+        from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
+
+        heartbeat.start(info.rank, info.hostname)
     if process_group:
         init_group(info, backend, timeout)
         timings.mark("init_process_group")

@@ -1,0 +1,95 @@
+"""A rank's heartbeat: whether its main thread still moves, written where the supervisor looks.
+
+Started only when the job asked for hang detection (`--hang-timeout`: the supervisor sets
+SLURMTORCH_HEARTBEAT_S). A daemon thread samples the main thread's current frame every
+interval and writes one line to `$SLURMTORCH_JOB_DIR/.heartbeat/rank-R` (replaced whole,
+so a reader never sees half a line):
+
+    <written> <unmoved since> <torch|own> <rank> <host>
+
+`unmoved since` is when the main thread last moved (another frame, or another instruction
+in it); `torch` when it stands inside torch (a collective, DDP's backward waiting for its
+peers' gradients), `own` anywhere else (the script's own code, a sleep). A rank stuck in
+its own code while its peers wait in torch is the hung one; a file that stops being
+written is a rank that stopped (frozen, or gone with its node). The supervisor reads
+these (`submit.heartbeats`, which parses this line: keep the two in step). No collective,
+no torch import: the cost is one small file write per interval.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+ENV_INTERVAL = "SLURMTORCH_HEARTBEAT_S"
+FOLDER = ".heartbeat"
+_STOPPED = threading.Event()
+
+
+def start(rank: int, host: str, environ=os.environ) -> threading.Thread | None:
+    """Start the heartbeat thread if the job asked for one; None otherwise."""
+    folder, text = environ.get("SLURMTORCH_JOB_DIR"), environ.get(ENV_INTERVAL, "")
+    try:
+        interval = float(text)
+    except ValueError:
+        return None
+    if not folder or not interval > 0:
+        return None
+    path = os.path.join(folder, FOLDER, f"rank-{rank}")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError:
+        return None  # a folder this rank cannot write: no heartbeat, never a failed rank
+    main = threading.main_thread().ident
+    thread = threading.Thread(target=_beat, args=(path, interval, main, rank, host), name="slurmtorch-heartbeat",
+                              daemon=True)
+    thread.start()
+    return thread
+
+
+def stop(rank: int, environ=os.environ) -> None:
+    """Stop beating and remove the file: a rank that ended (and said why, or returned) is
+    not a rank that stopped answering."""
+    _STOPPED.set()
+    folder = environ.get("SLURMTORCH_JOB_DIR")
+    if folder and environ.get(ENV_INTERVAL):
+        _remove(os.path.join(folder, FOLDER, f"rank-{rank}"))
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _torch_root() -> str:
+    torch = sys.modules.get("torch")
+    return os.path.dirname(getattr(torch, "__file__", "") or "") + os.sep if torch else ""
+
+
+def _beat(path: str, interval: float, main: int, rank: int, host: str) -> None:
+    last, since = None, time.time()
+    tmp = f"{path}.tmp"
+    while not _STOPPED.is_set():
+        now = time.time()
+        frame = sys._current_frames().get(main)
+        if frame is None:
+            return  # the main thread has ended
+        where = (id(frame), frame.f_lasti)
+        if where != last:
+            last, since = where, now
+        root = _torch_root()
+        place = "torch" if root and frame.f_code.co_filename.startswith(root) else "own"
+        del frame
+        try:
+            with open(tmp, "w") as f:
+                f.write(f"{now:.3f} {since:.3f} {place} {rank} {host}\n")
+            os.replace(tmp, path)
+        except OSError:
+            pass
+        if _STOPPED.is_set():  # stop() ran while this beat was being written
+            _remove(path)
+        _STOPPED.wait(interval)
