@@ -53,7 +53,8 @@ __all__ = ["Distributor", "Job", "JobFailed", "RemoteError", "Layout", "plan_lay
 # Options passed through to the CLI's `spec.Options` (the rank layout is ours): the
 # scheduler's, then sbatch's own that slurmtorch passes on (submit/sbatch_options.py).
 PASSED_ON = ("constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive", "dependency", "begin", "gres",
-             "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment", "sbatch_args", "srun_args")
+             "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment", "sbatch_args", "srun_args",
+             "max_restarts", "spare_nodes", "hang_timeout")
 SCHEDULER_OPTIONS = ("partition", "time", "account", "qos", "job_name", "env", "cpus_per_task",
                      "launcher", "timeout", *PASSED_ON)
 
@@ -70,8 +71,10 @@ class Distributor:
     env (mapping or `K=V` strings), cpus_per_task, launcher, timeout (the process
     group's, in seconds), and sbatch's constraint, mem, mem_per_cpu, mem_per_gpu,
     exclusive, dependency, begin, gres, reservation, nodelist, exclude, mail_type,
-    mail_user, comment, sbatch_args and srun_args (lists of `--option=value`). `progress=False` silences run()'s state lines and rank 0's
-    streamed output.
+    mail_user, comment, sbatch_args and srun_args (lists of `--option=value`), and recovery's
+    max_restarts, spare_nodes and hang_timeout (see `slurmtorch sbatch --help`; the
+    function resumes from `slurmtorch.checkpoint_dir()` when `slurmtorch.restart_count()`
+    is above 0). `progress=False` silences run()'s state lines and rank 0's streamed output.
     """
 
     def __init__(self, num_processes: int = 1, nodes: int | None = None, use_gpu: bool = False,

@@ -10,7 +10,7 @@ import typer
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit import scheduler
-from slurmtorch.submit.report import failure_lines
+from slurmtorch.submit.report import failure_lines, restart_lines
 from slurmtorch.submit.tail import Tail
 
 
@@ -27,6 +27,8 @@ def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
         return 0
     status = scheduler.job_status(job_id)
     print(status.line())
+    for line in restart_lines(folder):
+        print(line)
     if status.done:
         for line in failure_lines(folder):
             print(line)

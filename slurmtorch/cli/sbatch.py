@@ -17,7 +17,7 @@ SBATCH_OPTIONS = (
     "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
     "backend", "launcher", "timeout", "env", "requeue", "signal", "roles", "container_image", "container_runtime",
-    "role_images", "array", "sweep", "sbatch_args", "srun_args",
+    "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "sbatch_args", "srun_args",
 )
 
 
@@ -49,7 +49,7 @@ def sbatch(
         sys.stdout.write(text)
         return 0
     from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real submission starts processes
-    from slurmtorch.submit.report import failure_lines  # lazy: only a failed --wait reads the logs
+    from slurmtorch.submit.report import failure_lines, restart_lines  # lazy: only --wait reads the logs
 
     # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
     sub = submit.submit(text, root, trials=spec.trials_record(job), announce=_announce)
@@ -60,6 +60,8 @@ def sbatch(
     status = submit.wait(sub.job_id, root)
     code = submit.exit_code_of(status)
     print(f"job {sub.job_id} {status.state} (exit {code})", file=sys.stderr)
+    for line in restart_lines(sub.job_dir):
+        print(f"slurmtorch: {line}", file=sys.stderr)
     if code != 0:
         for line in failure_lines(sub.job_dir):
             print(f"slurmtorch: {line}", file=sys.stderr)

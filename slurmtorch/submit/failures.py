@@ -17,7 +17,10 @@ _RANK_FAILED_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed
 _RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d+)\)$")
 # Where a report ends in a log shared with other writers (mpirun's, a torchrun node's):
 # slurmstepd's notice, mpirun's banner (a line of dashes, `prterun ...`), srun's lines.
-_REPORT_END_RE = re.compile(r"^(-{10,}|slurmstepd|prterun |srun: )")
+_REPORT_END_RE = re.compile(r"^(-{10,}|slurmstepd|prterun |srun: |slurmtorch: start \d+ )")
+# The restart supervisor's line before each restart (supervisor.mark_start), in batch.out
+# and at the end of every rank log: what follows is the latest start's.
+_START_RE = re.compile(r"^slurmtorch: start \d+ on .*$", re.MULTILINE)
 _EXC_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(:|$)")
 _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
 # What a rank reports when a *peer* died or hung: a consequence, not the cause.
@@ -212,7 +215,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
                 failures[rank] = RankFailure(rank, exits[rank].host, "its script returned while the others "
                                              f"still needed it (exit {exits[rank].code})", True)
         silent = [r for r in silent if r not in exits]
-        lost = sorted(set(_NODE_FAILURE_RE.findall(batch_out)))
+        lost = sorted(lost_nodes(batch_out))
         addrs = [m.group(1) for f in failures.values() for m in [_PEER_ADDR_RE.search(f.cause)] if m]
         if lost:
             where, cause = ",".join(lost), f"lost with its node (srun: Node failure on {','.join(lost)})"
@@ -222,6 +225,20 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         for rank in silent:
             failures[rank] = RankFailure(rank, where, cause, True)
     return sorted(failures.values(), key=lambda f: (not f.primary, f.rank))
+
+
+def latest_start(text: str) -> str:
+    """The part of a log that the latest start wrote: after the last restart line, if any.
+    A restarted job's logs grow across its starts; an earlier start's failure is history."""
+    last = None
+    for last in _START_RE.finditer(text):
+        pass
+    return text[last.end():] if last else text
+
+
+def lost_nodes(batch_out: str) -> list[str]:
+    """The nodes srun said it lost (`srun: error: Node failure on HOST`), in order, once each."""
+    return list(dict.fromkeys(_NODE_FAILURE_RE.findall(batch_out)))
 
 
 def is_consequence(report: str) -> bool:

@@ -34,6 +34,8 @@ SCRIPT = "script.sh"
 BATCH_OUT = "batch.out"
 TRIALS = "trials.json"
 EXIT_CODE = "exit-code"
+RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restarts.RestartState)
+HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (bootstrap.heartbeat writes them)
 
 _TORCHRUN_RE = re.compile(r"\btorch\.distributed\.run --nnodes (\d+) --nproc-per-node (\d+)\b")
 
@@ -181,6 +183,23 @@ def read_trials(folder: Path) -> dict | None:
         return None
     except (OSError, ValueError) as exc:
         raise SubmitError(f"cannot read {folder / TRIALS}: {exc}") from None
+
+
+def read_restarts(folder: Path) -> dict | None:
+    """A --max-restarts job's restarts.json, or None (no restarts asked, or none yet)."""
+    try:
+        return json.loads((folder / RESTARTS).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_restarts(folder: Path, record: dict) -> None:
+    """Replace restarts.json whole (a reader never sees half of it), private like the rest."""
+    tmp = folder / f".{RESTARTS}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record, indent=1) + "\n")
+    os.replace(tmp, folder / RESTARTS)
 
 
 def read_exit_code(folder: Path) -> int | None:

@@ -95,6 +95,20 @@ class Options:
     mail_type: str | None = _flag("--mail-type", metavar="TYPE[,TYPE...]", help="mail on BEGIN, END, FAIL, ALL, ...")
     mail_user: str | None = _flag("--mail-user", metavar="ADDRESS", help="who gets --mail-type's mail")
     comment: str | None = _flag("--comment", help="a comment Slurm keeps with the job")
+    # Recovery without a human (submit/recovery.py checks them; submit/supervisor.py runs them).
+    max_restarts: int | None = _flag(
+        "--max-restarts", metavar="N",
+        help="after a failure, start the step again, up to N times in all: on spare nodes (--spare-nodes) "
+             "without the node it blames, else by requeueing the job without it; a failure of the script "
+             "itself is retried once. The script resumes from slurmtorch.checkpoint_dir() when "
+             "slurmtorch.restart_count() > 0")
+    spare_nodes: int | None = _flag(
+        "--spare-nodes", metavar="K",
+        help="with --max-restarts: hold K nodes more than --nodes, to replace a failed node at once")
+    hang_timeout: int | None = _flag(
+        "--hang-timeout", metavar="SECONDS",
+        help="with --max-restarts: end and restart a step in which a rank has stopped, or is stuck in its "
+             "own code while the others wait for it, for SECONDS (well below --timeout)")
     # The escape hatch: anything else, as typed, quoted on the one path.
     sbatch_args: tuple[str, ...] = _flag(
         "--sbatch-arg", metavar="--OPTION[=VALUE]", default=(),

@@ -81,6 +81,9 @@ class Launch:
     # srun exits 0 when its step never launched: check that srun's task 0 started
     # (bootstrap.note_started). Only where the ranks see the job folder: not in a container.
     started_check: bool = False
+    # --max-restarts: the restart supervisor's own options (it runs `srun` + the ranks, and
+    # checks each start itself); empty without restarts.
+    supervisor_args: tuple[str, ...] = ()
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -97,12 +100,12 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
 
 def _append(spec: JobSpec) -> list[str]:
     # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
-    return ["--open-mode=append"] if spec.requeue else []
+    return ["--open-mode=append"] if spec.runs_again else []
 
 
 def _redirect(spec: JobSpec) -> str:
     """`>>` for the rank log wrappers when the job can be requeued, like _append."""
-    return ">>" if spec.requeue else ">"
+    return ">>" if spec.runs_again else ">"
 
 
 def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
@@ -149,6 +152,16 @@ def torchrun_literal(args, launcher: str = "torchrun") -> list[str]:
     return [a.replace("$", "$$") for a in args] if launcher == "torchrun" else list(args)
 
 
+def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
+    """The restart supervisor's options (submit/supervisor.py), or () without --max-restarts."""
+    if spec.max_restarts is None:
+        return ()
+    args = ["--nodes", str(spec.nodes), "--ntasks", str(spec.ntasks), "--max-restarts", str(spec.max_restarts)]
+    if spec.hang_timeout is not None:
+        args += ["--hang-timeout", str(spec.hang_timeout)]
+    return (*args, "--backend", spec.backend)
+
+
 def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure).
 
@@ -157,7 +170,8 @@ def launch_plan(spec: JobSpec) -> Launch:
     """
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
-    started_check = not in_container and (bool(spec.roles) or launcher != "mpirun")
+    # Under the restart supervisor each start gets its own marker, checked by the supervisor.
+    started_check = not in_container and spec.max_restarts is None and (bool(spec.roles) or launcher != "mpirun")
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
                       role_log_wrapper=_role_log_wrapper(_redirect(spec)),
@@ -186,7 +200,8 @@ def launch_plan(spec: JobSpec) -> Launch:
         srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
-        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check)
+        return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check,
+                      supervisor_args=supervisor_args(spec))
 
     # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
     mpirun = ["-n", str(spec.ntasks)]

@@ -9,14 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmtorch.submit import jobdir
-from slurmtorch.submit.failures import RankFailure, latest_exits, parse_failures
+from slurmtorch.submit.failures import RankFailure, latest_exits, latest_start, parse_failures
+from slurmtorch.submit.restarts import RestartState
 from slurmtorch.submit.tail import visible
 
 
 def failure_report(folder: Path) -> list[RankFailure]:
     """`parse_failures` over a job folder's batch.out, rank-*.err / node-*.err and the
-    rank-*.exit notes of ranks whose script returned."""
-    return parse_failures(jobdir.read_text(folder / jobdir.BATCH_OUT), jobdir.error_logs(folder),
+    rank-*.exit notes of ranks whose script returned; of a restarted job (--max-restarts),
+    what its latest start wrote."""
+    errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
+    return parse_failures(latest_start(jobdir.read_text(folder / jobdir.BATCH_OUT)), errs,
                           latest_exits(jobdir.exit_notes(folder)))
 
 
@@ -33,3 +36,16 @@ def failure_lines(folder: Path, limit: int = 8) -> list[str]:
         verb = "then failed" if primary else "failed"
         lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
     return [visible(line) for line in lines]
+
+
+def restart_lines(folder: Path) -> list[str]:
+    """A --max-restarts job's history for the terminal: how many restarts of how many, the
+    excluded nodes, and each failed start with its cause and what followed; [] for others."""
+    record = jobdir.read_restarts(folder)
+    if not record:
+        return []
+    state = RestartState.from_dict(record)
+    head = f"restarts: {state.restarts} of {record.get('max_restarts', '?')}"
+    if state.excluded:
+        head += f"; excluded: {','.join(state.excluded)}"
+    return [visible(line) for line in (head, *(e.line() for e in state.events))]

@@ -27,6 +27,7 @@ from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.launch import backend_for, choose_launcher, resolve_containers
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
+from slurmtorch.submit.recovery import resolve_restarts
 from slurmtorch.submit.sbatch_options import sbatch_directives, srun_arguments
 from slurmtorch.submit.sweeps import plan_array
 
@@ -87,6 +88,17 @@ class JobSpec:
     # Extra arguments of every srun that starts ranks (the plain step, torchrun's, each
     # role's): the one list render.launch_plan appends; --srun-arg, as typed.
     srun_args: tuple[str, ...] = ()
+    # --max-restarts: the step runs under the restart supervisor on `nodes` of the job's
+    # nodes + spare_nodes; None: no restarts (the step's end is the job's).
+    max_restarts: int | None = None
+    spare_nodes: int = 0
+    hang_timeout: int | None = None
+
+    @property
+    def runs_again(self) -> bool:
+        """Whether the job may run more than once in its folder (requeued, or restarted by
+        the supervisor): every run's output is then appended, not replaced."""
+        return self.requeue or self.max_restarts is not None
 
     @property
     def uneven(self) -> bool:
@@ -122,6 +134,9 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     env.update(preempt_env(signal, requeue))
     array, trial_ids, sweep, trials = plan_array(o)
     container, role_containers = resolve_containers(site, o, roles, launcher)
+    in_container = container is not None or any(c for _, c in role_containers)
+    max_restarts, spare_nodes, hang_timeout = resolve_restarts(o, launcher, roles is not None, in_container, nodes,
+                                                               partition.max_nodes, partition.name, timeout)
     job = JobSpec(
         kind=o.kind,
         site=site.name,
@@ -163,6 +178,9 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         sweep=sweep,
         trials=trials,
         srun_args=srun_arguments(o, launcher),
+        max_restarts=max_restarts,
+        spare_nodes=spare_nodes,
+        hang_timeout=hang_timeout,
     )
     base = {**dict(site.directives), **dict(preset.get("directives", ())), **asked}
     return dataclasses.replace(job, directives=sbatch_header(job, base))
@@ -178,7 +196,11 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
             out["ntasks-per-node"] = "1"
             out["cpus-per-task"] = str(job.ntasks_per_node * job.cpus_per_task)
         else:
-            if job.uneven:
+            if job.uneven and job.max_restarts is not None:
+                # Any node may have to take the fullest node's share once a spare stands in;
+                # the supervisor's step asks for exactly --nodes and --ntasks.
+                out["ntasks-per-node"] = str(job.ntasks_per_node)
+            elif job.uneven:
                 # -N 2 -n 3: Slurm fills the nodes in order as far as the CPUs per rank allow
                 # (2+1), and srun's step follows. With --ntasks-per-node as well, Slurm would
                 # allocate nodes x that many tasks and every srun warn that it ignores it.
@@ -186,7 +208,7 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
             else:
                 out["ntasks-per-node"] = str(job.ntasks_per_node)
             out["cpus-per-task"] = str(job.cpus_per_task)
-        out["nodes"] = str(job.nodes)
+        out["nodes"] = str(job.nodes + job.spare_nodes)
         out["partition"] = job.partition
         out["job-name"] = job.job_name
         if job.gpus_per_node:
@@ -197,7 +219,11 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
             out["account"] = job.account
         if job.qos:
             out["qos"] = job.qos
-        if job.requeue:
+        if job.max_restarts is not None:
+            # The supervisor restarts the step itself when a node fails (Slurm must not end
+            # the job for it) and requeues the job when no spare is left.
+            out["no-kill"] = True
+        if job.runs_again:
             out["requeue"] = True
             # A requeued job runs again in the same folder: keep every run's output.
             out["open-mode"] = "append"

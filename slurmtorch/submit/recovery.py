@@ -1,0 +1,54 @@
+"""`--max-restarts`, `--spare-nodes`, `--hang-timeout`: checked against the job before rendering.
+
+A job that restarts itself runs its srun step under the restart supervisor
+(`supervisor.py`) with `--nodes` of the job's nodes, holding `--spare-nodes` more to
+replace a failed one at once. Refused here, with what would work: the options without
+--max-restarts, a launcher other than srun (torchrun restarts in place with its own
+--max-restarts; the supervisor runs srun steps), role jobs (one step per role), jobs in a
+container (the supervisor runs beside the ranks, on the node, and needs slurmtorch there),
+more nodes than the partition allows, and a hang timeout the process-group timeout would
+beat anyway.
+"""
+
+from __future__ import annotations
+
+from slurmtorch.errors import SpecError
+from slurmtorch.submit.options import Options, positive
+
+
+def resolve_restarts(o: Options, launcher: str, roles: bool, in_container: bool, nodes: int, max_nodes: int,
+                     partition: str, timeout: int) -> tuple[int | None, int, int | None]:
+    """(max restarts or None, spare nodes, hang timeout or None)."""
+    if o.max_restarts is None:
+        for flag, value in (("--spare-nodes", o.spare_nodes), ("--hang-timeout", o.hang_timeout)):
+            if value is not None:
+                raise SpecError(f"{flag} needs --max-restarts", tip=f"e.g. --max-restarts 3 {flag} {value}")
+        return None, 0, None
+    restarts = positive("--max-restarts", o.max_restarts, tip="leave it out for a job that ends at its first failure")
+    if o.kind != "sbatch":
+        raise SpecError("--max-restarts needs slurmtorch sbatch (restarts run on a Slurm allocation)")
+    if launcher != "srun":
+        raise SpecError(f"--max-restarts restarts srun steps; launcher {launcher!r} cannot",
+                        tip="use --launcher srun (torchrun restarts in place, on the same nodes, with its own "
+                            "--max-restarts)")
+    if roles:
+        raise SpecError("--max-restarts does not apply to --role jobs (one srun step per role)",
+                        tip="leave --max-restarts out, or run the training roles as one job")
+    if in_container:
+        raise SpecError("--max-restarts cannot supervise ranks in a container: the supervisor runs on the node "
+                        "beside them and needs slurmtorch there",
+                        tip="leave --max-restarts out, or run without a container")
+    spare = o.spare_nodes if o.spare_nodes is not None else 0
+    if spare < 0:
+        raise SpecError(f"--spare-nodes must not be negative, got {spare}")
+    if nodes + spare > max_nodes:
+        raise SpecError(f"{nodes} nodes + {spare} spare need {nodes + spare}, but partition {partition!r} allows "
+                        f"at most {max_nodes}", tip=f"use --spare-nodes {max(0, max_nodes - nodes)} or fewer nodes")
+    hang = None
+    if o.hang_timeout is not None:
+        hang = positive("--hang-timeout", o.hang_timeout)
+        if hang >= timeout:
+            raise SpecError(f"--hang-timeout {hang} is not shorter than the process-group --timeout {timeout}: "
+                            "the timeout would end a hung step first",
+                            tip=f"use --hang-timeout {max(1, timeout // 4)}, or a longer --timeout")
+    return restarts, spare, hang

@@ -1,0 +1,192 @@
+"""Pure: whom a failed step blames, and what the job does next (restart, requeue, give up).
+
+`slurmtorch sbatch --max-restarts N --spare-nodes K` runs its step under the supervisor
+(`supervisor.py`, the edge). After a step fails, the supervisor reads what the step left
+(batch.out's new lines, the ranks' new stderr, their exit notes, the heartbeats) and asks
+this module two questions:
+
+- `blame`: was it the machine or the script? A node that was lost, a rank killed by a
+  signal, a rank that stopped answering (hung, or its heartbeat stopped), or the peer that
+  the others lost their connection to: the machine, and those nodes are suspect. An
+  exception, an exit code, a script that returned early: the script. Nothing to go on
+  (a step that never launched): unknown.
+- `decide`: with the job's `RestartState`, what next. Suspect nodes are excluded; while
+  the allocation still has enough healthy nodes (the spares), the step starts again on
+  them at once; when it has not, the job is requeued with the suspects excluded. A
+  failure of the script is retried once (it may have been the machine after all), and
+  so is a node failure whose cause repeats on a new node (it follows the script, not the
+  node); a second time ends the job with its cause. At most `max_restarts` in all.
+
+The state survives requeues in the job folder (`restarts.json`, written by the edge), so
+the counts, the excluded nodes and the history are those of the whole job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from slurmtorch.submit.failures import RankFailure
+
+# Causes that say the machine failed, not the script (failures.parse_failures' wording).
+_MACHINE_RE = re.compile(r"killed by a signal|lost with its node|hung|heartbeat stopped|Node failure|"
+                         r"stopped answering", re.IGNORECASE)
+_LAUNCH_RE = re.compile(r"never started: the step failed to launch")
+_DIGITS_RE = re.compile(r"\d+")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a step failed: `machine` (the suspect nodes), `script`, or `unknown`."""
+
+    kind: str
+    cause: str  # one line naming rank and host where known
+    nodes: tuple[str, ...] = ()
+    code: int = 1  # the exit code the job ends with if this is the last word
+    lost: bool = False  # srun reported the node lost: the machine, whatever happened before
+
+
+@dataclass(frozen=True)
+class Event:
+    """One failure and what was done about it, for `status` and `--wait`."""
+
+    start: int  # which start of the job's step failed (0: the first)
+    cause: str
+    action: str  # restart | requeue | give_up
+    nodes: tuple[str, ...] = ()  # restart: where it starts again; requeue: excluded
+    excluded: tuple[str, ...] = ()  # nodes newly excluded by this failure
+    at: float = 0.0  # time.time() when decided
+
+    def line(self) -> str:
+        blamed = f"; {', '.join(self.excluded)} excluded" if self.excluded else ""
+        what = {"restart": f"restarted on {','.join(self.nodes)}",
+                "requeue": f"requeued without {','.join(self.nodes)}",
+                "give_up": "not restarted"}[self.action]
+        return f"start {self.start} failed: {self.cause}{blamed}; {what}"
+
+
+@dataclass(frozen=True)
+class RestartState:
+    """The job's restart history, across in-allocation restarts and requeues."""
+
+    starts: int = 0  # step starts so far (restart_count() of the next start)
+    restarts: int = 0  # restarts after failures (in the allocation or by requeue): <= max_restarts
+    script_retries: int = 0  # restarts spent on a failure of the script (or unknown): at most 1
+    excluded: tuple[str, ...] = ()
+    last_cause: str = ""  # the previous failure's cause with its numbers out (repeat detection)
+    events: tuple[Event, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict:
+        return {"starts": self.starts, "restarts": self.restarts, "script_retries": self.script_retries,
+                "excluded": list(self.excluded), "last_cause": self.last_cause,
+                "events": [{"start": e.start, "cause": e.cause, "action": e.action, "nodes": list(e.nodes),
+                            "excluded": list(e.excluded), "at": e.at} for e in self.events]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> RestartState:
+        events = tuple(Event(int(e["start"]), str(e["cause"]), str(e["action"]), tuple(e.get("nodes", ())),
+                             tuple(e.get("excluded", ())), float(e.get("at", 0.0)))
+                       for e in data.get("events", ()))
+        return cls(starts=int(data.get("starts", 0)), restarts=int(data.get("restarts", 0)),
+                   script_retries=int(data.get("script_retries", 0)), excluded=tuple(data.get("excluded", ())),
+                   last_cause=str(data.get("last_cause", "")), events=events)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the job does next."""
+
+    action: str  # restart | requeue | give_up
+    nodes: tuple[str, ...]  # restart: the nodes of the next start; requeue: every excluded node
+    state: RestartState  # the state to save (this failure counted and recorded)
+    why: str  # one line for the log
+
+
+def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung: Sequence[tuple[int, str, str]] = (),
+          addresses: Mapping[str, str] | None = None, code: int = 1) -> Verdict:
+    """Pure: the verdict on one failed step.
+
+    `failures` is `parse_failures` over what this step left; `lost_nodes` the nodes srun
+    reported a node failure on; `hung` (rank, host, why) the ranks the supervisor found
+    stopped (`heartbeat.hung_ranks`); `addresses` maps node addresses to names, for a rank
+    named by its peer's address; `code` the step's exit code, kept unless a rank's is known.
+    """
+    addresses = addresses or {}
+    lost = tuple(sorted(set(lost_nodes)))
+    if hung:
+        nodes = tuple(sorted({host for _, host, _ in hung if host}))
+        rank, host, why = hung[0]
+        return Verdict("machine", f"rank {rank} on {host}: {why}", nodes, code)
+    primary = [f for f in failures if f.primary]
+    if lost:
+        first = next((f for f in primary if f.host in lost), None)
+        cause = first.line() if first else f"lost {', '.join(lost)} (srun: Node failure)"
+        return Verdict("machine", cause, lost, code, lost=True)
+    if not primary:
+        if failures:
+            return Verdict("unknown", failures[0].line() + " (and nobody said why)", (), code)
+        return Verdict("unknown", f"the step exited {code} and no rank said why", (), code)
+    machine = [f for f in primary if _MACHINE_RE.search(f.cause)]
+    if machine:
+        nodes = tuple(sorted({addresses.get(f.host, f.host) for f in machine if f.host}))
+        first = machine[0]
+        shown = replace(first, host=addresses.get(first.host, first.host))
+        return Verdict("machine", shown.line(), tuple(n for n in nodes if n != "an unknown host"), code)
+    first = primary[0]
+    if _LAUNCH_RE.search(first.cause):
+        return Verdict("unknown", first.line(), (), code)
+    return Verdict("script", first.line(), (), _exit_code_of(first.cause, code))
+
+
+def _exit_code_of(cause: str, default: int) -> int:
+    m = re.search(r"exited with (?:exit )?code (\d+)", cause)
+    return int(m.group(1)) if m else default
+
+
+def _shape(cause: str) -> str:
+    """A cause with its numbers and host names out: the same failure on another node or rank."""
+    text = re.sub(r"^rank \d+ on \S+: ", "", cause)
+    return _DIGITS_RE.sub("#", text)
+
+
+def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need: int, max_restarts: int,
+           now: float = 0.0) -> Plan:
+    """Pure: what to do after a failed start, and the state that records it.
+
+    `allocated` are the job's nodes in order (the batch host first), `need` the nodes one
+    start uses. The failed start is `state.starts - 1`.
+    """
+    start = max(0, state.starts - 1)
+    # A lost node is the machine's however often it happens; any other machine-looking
+    # failure that comes back the same on new nodes follows the script.
+    repeat = (verdict.kind == "machine" and not verdict.lost and bool(state.events)
+              and _shape(verdict.cause) == state.last_cause)
+    kind = "script" if repeat else verdict.kind
+    newly = tuple(n for n in verdict.nodes if n not in state.excluded) if kind == "machine" else ()
+    excluded = state.excluded + newly
+    base = replace(state, excluded=excluded, last_cause=_shape(verdict.cause))
+
+    def end(why: str) -> Plan:
+        event = Event(start, verdict.cause, "give_up", (), newly, now)
+        return Plan("give_up", (), replace(base, events=state.events + (event,)), why)
+
+    if state.restarts >= max_restarts:
+        return end(f"no restarts left ({state.restarts} of {max_restarts} used)")
+    if repeat:  # the restart on new nodes was its one retry
+        return end("the same failure again on new nodes: it follows the script, not the machine")
+    if kind != "machine":
+        if state.script_retries >= 1:
+            return end("it failed again after a restart: the script's failure, not the machine's")
+        base = replace(base, script_retries=state.script_retries + 1)
+    healthy = [n for n in allocated if n not in excluded]
+    counted = replace(base, restarts=state.restarts + 1)
+    if len(healthy) >= need:
+        nodes = tuple(healthy[:need])
+        event = Event(start, verdict.cause, "restart", nodes, newly, now)
+        return Plan("restart", nodes, replace(counted, events=state.events + (event,)),
+                    f"restart {counted.restarts} of {max_restarts}")
+    event = Event(start, verdict.cause, "requeue", excluded, newly, now)
+    return Plan("requeue", excluded, replace(counted, events=state.events + (event,)),
+                f"restart {counted.restarts} of {max_restarts}: {len(healthy)} healthy of the {need} nodes "
+                f"needed; requeued without {','.join(excluded)}")

@@ -1,0 +1,356 @@
+"""The restart supervisor: runs a job's srun step, and after a failure starts it again.
+
+`slurmtorch sbatch --max-restarts N [--spare-nodes K] [--hang-timeout S]` renders its
+launch as
+
+    python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 [...] -- \\
+        srun <srun options> <python -m slurmtorch.bootstrap ...>
+
+in the batch script, which runs on the allocation's first node. Each start of the step
+runs on `--nodes` of the job's nodes that are not excluded (the job holds K more: the
+spares), with its own MASTER_PORT (and MASTER_ADDR on the site's interface) picked on
+the start's first node and `restart_count()` telling the ranks which start this is. While
+the step runs, with `--hang-timeout`, the ranks' heartbeats are watched
+(`heartbeats.hung_ranks`) and a step with a stopped or hung rank is ended at once.
+
+After a failure, `restarts.blame` names the cause and the suspect nodes from what the
+step left (its part of batch.out, the ranks' new stderr, their exit notes, the hung
+ranks) and `restarts.decide` says what next: start again on the healthy nodes, requeue
+the job with the suspects excluded (`scontrol update ExcNodeList` + `scontrol requeue`:
+Slurm then ends this batch script and starts it again elsewhere), or give up with the
+cause. The history is kept in the job folder (`restarts.json`) for the next start, the
+next run after a requeue, `slurmtorch status` and `--wait`.
+
+This is the job's own edge, on the batch node: with `scheduler` (the login node's), the
+one other module that starts processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import hostlist
+
+from slurmtorch.submit import jobdir
+from slurmtorch.submit.failures import latest_exits, lost_nodes, parse_failures
+from slurmtorch.submit.heartbeats import hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.restarts import RestartState, blame, decide
+
+TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
+USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
+         "[--hang-timeout S] [--backend B] -- srun ...")
+
+
+@dataclass(frozen=True)
+class Args:
+    nodes: int
+    ntasks: int
+    max_restarts: int
+    hang_timeout: float | None
+    backend: str
+    srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it
+
+
+def parse_args(argv: Sequence[str]) -> Args:
+    """The batch script's call (pure). Raises ValueError with the usage on anything else."""
+    argv = list(argv)
+    if "--" not in argv:
+        raise ValueError(USAGE)
+    head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    values = dict(zip(head[::2], head[1::2]))
+    if len(head) % 2 or not srun or srun[0] != "srun" or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) \
+            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--hang-timeout", "--backend"}:
+        raise ValueError(USAGE)
+    hang = values.get("--hang-timeout")
+    return Args(int(values["--nodes"]), int(values["--ntasks"]), int(values["--max-restarts"]),
+                float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun))
+
+
+def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
+    """srun with this start's nodes: `--nodes/--ntasks/--nodelist` right after `srun` (pure).
+
+    A restart also gets `--overlap`: the failed start's step can outlive its ranks in
+    slurmctld's books when it lost a node (Slurm 22.05 keeps it, holding the surviving
+    nodes' CPUs, until the job ends: seen on the testbed, 6 minutes and counting), and a
+    new step on those nodes would wait for it ("Requested nodes are busy") forever.
+    """
+    overlap = ["--overlap"] if start else []
+    return ["srun", f"--nodes={len(nodes)}", f"--ntasks={args.ntasks}", f"--nodelist={','.join(nodes)}",
+            *overlap, *args.srun[1:]]
+
+
+def say(line: str) -> None:
+    """One line to batch.out (the batch script's stderr), where status and --wait look."""
+    sys.stderr.write(f"slurmtorch: {line}\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- the job's state
+
+
+def load_state(folder: Path) -> RestartState:
+    record = jobdir.read_restarts(folder)
+    return RestartState.from_dict(record) if record else RestartState()
+
+
+def save_state(folder: Path, state: RestartState, max_restarts: int) -> None:
+    try:
+        jobdir.write_restarts(folder, {**state.as_dict(), "max_restarts": max_restarts})
+    except OSError as exc:  # the restart still happens; only the record is missing
+        say(f"warning: cannot write {folder / jobdir.RESTARTS}: {exc.strerror or exc}")
+
+
+# --------------------------------------------------------------------------- one start
+
+
+def _rendezvous(node: str, here: str, what: list[str]) -> str:
+    """`python -m slurmtorch.bootstrap.rendezvous WHAT` on `node` (here, or a one-task step)."""
+    argv = [sys.executable, "-m", "slurmtorch.bootstrap.rendezvous", *what]
+    if node != here:
+        argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--mpi=none", "--kill-on-bad-exit=1",
+                *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"picking {' '.join(what)} on {node} failed: "
+                           f"{(proc.stderr.strip() or 'no output').splitlines()[-1]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: str,
+              fixed: dict[str, str]) -> dict[str, str]:
+    """The environment of start `start`: which start it is (restart_count()), the file its
+    task 0 leaves once running, where the world meets, and the heartbeat interval."""
+    env = dict(os.environ)
+    env["SLURMTORCH_RESTART_COUNT"] = str(start)
+    env["SLURMTORCH_STARTED"] = str(folder / f".started-{start}")
+    if args.hang_timeout:
+        env["SLURMTORCH_HEARTBEAT_S"] = f"{interval_for(args.hang_timeout):g}"
+    # A MASTER_ADDR/PORT the site fixed is kept; otherwise picked anew on this start's first
+    # node (the old port may still be held by a rank of the failed start).
+    if "MASTER_PORT" not in fixed:
+        env["MASTER_PORT"] = _rendezvous(nodes[0], here, ["--port"])
+    if "MASTER_ADDR" not in fixed and (env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME")):
+        env["MASTER_ADDR"] = _rendezvous(nodes[0], here, ["--backend", args.backend])
+    elif "MASTER_ADDR" not in fixed:
+        env.pop("MASTER_ADDR", None)  # the ranks then meet at the step's first node, by name
+    return env
+
+
+def mark_start(folder: Path, start: int, nodes: Sequence[str], after: str) -> None:
+    """`slurmtorch: start N on NODES, after: CAUSE` in batch.out and at the end of every rank's
+    stderr: a reader (`logs`, `--wait` streaming rank 0's) sees the restart where it happened,
+    and the failure report reads only what follows the last such line (failures.latest_start)."""
+    line = f"slurmtorch: start {start} on {','.join(nodes)}, after: {after}\n"
+    sys.stderr.write(line)
+    sys.stderr.flush()
+    for log in folder.glob("rank-*.err"):
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError:
+            pass
+
+
+def _sizes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in [folder / jobdir.BATCH_OUT, *folder.glob("rank-*.err")]
+            if p.exists()}
+
+
+def _since(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _beats(folder: Path) -> dict:
+    beats = {}
+    for p in (folder / jobdir.HEARTBEATS).glob("rank-*"):
+        if p.name.endswith(".tmp"):
+            continue
+        beat = parse_beat(jobdir.read_text(p))
+        if beat is not None:
+            beats[beat.rank] = beat
+    return beats
+
+
+def _clear_beats(folder: Path) -> None:
+    for p in (folder / jobdir.HEARTBEATS).glob("rank-*"):
+        p.unlink(missing_ok=True)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End a step: srun passes SIGTERM to its tasks and cancels the step; SIGKILL if it lingers."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None
+             ) -> tuple[int, list[tuple[int, str, str]]]:
+    """Run one start; (srun's exit code, the ranks found hung or stopped, if any)."""
+    proc = subprocess.Popen(argv, env=env)
+    poll = interval_for(hang_timeout) if hang_timeout else 1.0
+    hung: list[tuple[int, str, str]] = []
+    while True:
+        try:
+            return proc.wait(timeout=poll), hung
+        except subprocess.TimeoutExpired:
+            pass
+        if hang_timeout:
+            hung = hung_ranks(_beats(folder), time.time(), hang_timeout)
+            if hung:
+                for rank, host, why in hung:
+                    say(f"rank {rank} on {host}: {why}; ending the step")
+                _end(proc)
+                return proc.returncode, hung
+
+
+# --------------------------------------------------------------------------- after a start
+
+
+def _addresses(nodes: Sequence[str]) -> dict[str, str]:
+    """Node address -> name, so a rank named by its peers' view of it is named by its node."""
+    out = {}
+    for node in nodes:
+        try:
+            out[socket.gethostbyname(node)] = node
+        except OSError:
+            pass
+    return out
+
+
+def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started: bool,
+               hung: list[tuple[int, str, str]], allocated: Sequence[str]):
+    batch = _since(folder / jobdir.BATCH_OUT, sizes.get(jobdir.BATCH_OUT, 0))
+    errs = {}
+    for p in folder.glob("rank-*.err"):
+        idx = p.stem.split("-", 1)[1]
+        if idx.isdigit():
+            errs[int(idx)] = _since(p, sizes.get(p.name, 0))
+    exits = {r: e for r, e in latest_exits(jobdir.exit_notes(folder)).items() if e.restart == start}
+    failures = parse_failures(batch, errs, exits)
+    if rc == 0 and not started:
+        rc = 1
+    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc)
+
+
+def requeue(job: str, excluded: Sequence[str]) -> bool:
+    """Requeue the job without the excluded nodes; True once Slurm has it (it then ends us).
+
+    Slurm (22.05) takes a new ExcNodeList only from a job that is not running, and a
+    requeue ends this script: so the requeue comes first, with SIGTERM ignored here, and
+    the update follows while the job is completing (it is accepted from the moment the
+    requeue is under way: seen on the testbed, at the second try 0.5 s later). The nodes
+    the user excluded at submission (-x) stay excluded.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's TERM; its KILL ends us
+    proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        say(f"error: scontrol requeue {job} failed: {(proc.stderr.strip() or 'no output').splitlines()[-1]}")
+        return False
+    nodes = sorted({*excluded, *_excluded_now(job)})
+    deadline = time.monotonic() + 20
+    while True:
+        proc = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={hostlist.collect_hostlist(nodes)}"],
+                              capture_output=True, text=True, timeout=60)
+        if proc.returncode == 0:
+            say(f"job {job} requeued without {','.join(nodes)}")
+            return True
+        if time.monotonic() > deadline:
+            say(f"warning: job {job} requeued, but excluding {','.join(nodes)} failed: "
+                f"{(proc.stderr.strip() or 'no output').splitlines()[-1]}")
+            return True
+        time.sleep(0.5)
+
+
+def _excluded_now(job: str) -> list[str]:
+    """The job's ExcNodeList as Slurm has it now (the user's -x), expanded."""
+    proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=60)
+    for token in proc.stdout.split():
+        key, _, value = token.partition("=")
+        if key == "ExcNodeList" and value and value != "(null)":
+            return hostlist.expand_hostlist(value)
+    return []
+
+
+def job_ref(environ=os.environ) -> str:
+    array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
+    return f"{array}_{task}" if array.isdigit() and task.isdigit() else environ.get("SLURM_JOB_ID", "")
+
+
+def supervise(args: Args) -> int:
+    folder = Path(os.environ["SLURMTORCH_JOB_DIR"])
+    allocated = hostlist.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
+    state = load_state(folder)
+    while True:
+        nodes = [n for n in allocated if n not in state.excluded][:args.nodes]
+        start = state.starts
+        state = replace(state, starts=start + 1)
+        save_state(folder, state, args.max_restarts)
+        if len(nodes) < args.nodes:  # a requeued job that Slurm placed on a node excluded since
+            say(f"start {start}: {len(nodes)} healthy nodes of the {args.nodes} needed; requeueing")
+            return 0 if requeue(job_ref(), state.excluded) and _wait_for_requeue() else 1
+        env = start_env(args, start, folder, nodes, here, fixed)
+        _clear_beats(folder)
+        if start:
+            last = state.events[-1] if state.events else None
+            mark_start(folder, start, nodes, last.cause if last and last.start == start - 1
+                       else "the job was requeued (preempted?)")
+        sizes = _sizes(folder)
+        rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout)
+        started = Path(env["SLURMTORCH_STARTED"]).exists()
+        Path(env["SLURMTORCH_STARTED"]).unlink(missing_ok=True)
+        if rc == 0 and started and not hung:
+            return 0
+        verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated)
+        plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time())
+        state = plan.state
+        save_state(folder, state, args.max_restarts)
+        say(f"{state.events[-1].line()} ({plan.why})")
+        if plan.action == "restart":
+            continue
+        if plan.action == "requeue" and requeue(job_ref(), plan.nodes) and _wait_for_requeue():
+            return 0
+        return verdict.code or rc or 1
+
+
+def _wait_for_requeue(timeout: float = 120) -> bool:
+    """Slurm ends this batch script once the requeue is done; until then, wait (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(1)
+    say("error: the job was requeued but this run was not ended")
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    try:
+        return supervise(args)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+        say(f"error: the restart supervisor failed: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

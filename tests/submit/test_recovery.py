@@ -1,0 +1,185 @@
+"""Recovery without a human, on the real testbed (issue 17): a lost node, a killed rank and a
+hung rank are replaced by a spare and training resumes from its checkpoint with the same
+final weights as an uninterrupted run; a bug in the script is retried once and ends the job
+with its cause; with no spare left the job is requeued without the node and still finishes.
+
+Each job trains tests/scripts/resume_train.py (2 ranks, one per node, deterministic gloo DDP,
+a checkpoint after every step) with --max-restarts; the fault comes after its first
+checkpoint. The uninterrupted reference is the same script under mpirun on this host: gloo
+sums two ranks' gradients exactly, so the weights' hash must match bit for bit.
+The times from fault to resumed training are printed (`-s` shows them), never asserted.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import st
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "tests" / "scripts" / "resume_train.py"
+TESTBED = REPO / "scripts" / "testbed"
+STEPS = "14"
+GUARD_S = 300  # every job here ends well within this; a hang fails the test instead
+
+
+@pytest.fixture(scope="module")
+def reference(mpi_env, has_torch, tmp_path_factory) -> str:
+    """The final weights' hash of an uninterrupted run (2 ranks under mpirun, here)."""
+    folder = tmp_path_factory.mktemp("reference")
+    proc = subprocess.run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "slurmtorch.bootstrap",
+                           str(TRAIN), STEPS], env={**mpi_env, "SLURMTORCH_CHECKPOINT_DIR": str(folder)},
+                          capture_output=True, text=True, timeout=GUARD_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return re.search(r"^final (\w+)$", proc.stdout, re.MULTILINE).group(1)
+
+
+def submit(testbed, home: Path, *opts: str, fault: str = "none:0:0") -> str:
+    out = st(testbed, home, ["sbatch", "--site", "testbed", "--nodes", "2", "--timeout", "60", "-t", "10",
+                             "--max-restarts", "3", *opts, str(TRAIN), STEPS, fault], timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()[0]
+
+
+def wait_for(predicate, what: str, timeout: float = GUARD_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}", pytrace=False)
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def rank_1(folder: Path) -> tuple[int, str]:
+    """(pid, host) of rank 1's first start, from its first line."""
+    m = wait_for(lambda: re.search(r"^rank 1 pid (\d+) on (\S+) start 0$", read(folder / "rank-1.out"),
+                                   re.MULTILINE), "rank 1 to start")
+    wait_for(lambda: (folder / "checkpoints" / "state.pt").exists(), "the first checkpoint")
+    return int(m.group(1)), m.group(2)
+
+
+def finished(testbed, job: str) -> bool:
+    out = testbed.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+    return out in ("", "COMPLETED", "FAILED", "CANCELLED")
+
+
+def resumed_at(folder: Path) -> float:
+    m = wait_for(lambda: re.search(r"^resumed at step \d+ \(start \d+\) on \S+ at ([\d.]+)$",
+                                   read(folder / "rank-0.out"), re.MULTILINE), "training to resume")
+    return float(m.group(1))
+
+
+def final_hash(testbed, job: str, folder: Path) -> str:
+    wait_for(lambda: finished(testbed, job), f"job {job} to end")
+    m = re.search(r"^final (\w+)$", read(folder / "rank-0.out"), re.MULTILINE)
+    assert m, read(folder / "batch.out") + read(folder / "rank-0.out")
+    return m.group(1)
+
+
+@pytest.fixture
+def lose_node(testbed):
+    """Fail a node the hard way (scripts/testbed fail-node); it is restored afterwards, whatever happened."""
+    lost = []
+
+    def lose(node: str) -> float:
+        lost.append(node)
+        t = time.time()
+        subprocess.run([str(TESTBED), "fail-node", node], check=True, capture_output=True, timeout=60)
+        return t
+
+    yield lose
+    for node in lost:
+        subprocess.run([str(TESTBED), "restore-node", node], check=True, capture_output=True, timeout=120,
+                       env=testbed.env)
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_lost_node_is_replaced_by_the_spare_and_training_ends_as_if_uninterrupted(testbed, reference, lose_node,
+                                                                                     tmp_path):
+    home = tmp_path / "home"
+    job = submit(testbed, home, "--spare-nodes", "1")
+    folder = home / "jobs" / job
+    _, host = rank_1(folder)
+    t = lose_node(host)
+    print(f"\nlost node {host}: fault -> resumed {resumed_at(folder) - t:.1f} s")
+    assert final_hash(testbed, job, folder) == reference
+    status = st(testbed, home, ["status", job]).stdout
+    assert "restarts: 1 of 3; excluded: " + host in status, status
+    assert f"start 0 failed: rank 1 on {host}: lost with its node (srun: Node failure on {host})" in status, status
+    assert testbed.run(["scontrol", "-o", "show", "job", job]).stdout.count("Restarts=0") == 1  # not requeued
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_killed_rank_is_restarted_on_the_spare_and_its_node_named(testbed, reference, tmp_path):
+    home = tmp_path / "home"
+    job = submit(testbed, home, "--spare-nodes", "1")
+    folder = home / "jobs" / job
+    pid, host = rank_1(folder)
+    t = time.time()
+    subprocess.run(["kill", "-9", str(pid)], check=True)
+    print(f"\nkill -9 of rank 1 on {host}: fault -> resumed {resumed_at(folder) - t:.1f} s")
+    assert final_hash(testbed, job, folder) == reference
+    status = st(testbed, home, ["status", job]).stdout
+    assert f"start 0 failed: rank 1 on {host}: killed by a signal" in status and f"{host} excluded" in status, status
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_hung_rank_is_found_by_its_heartbeat_and_the_step_restarted(testbed, reference, tmp_path):
+    home = tmp_path / "home"
+    job = submit(testbed, home, "--spare-nodes", "1", "--hang-timeout", "8", fault="hang:1:4")
+    folder = home / "jobs" / job
+    _, host = rank_1(folder)
+    fault = float(wait_for(lambda: re.search(r"^FAULT hang at ([\d.]+)$", read(folder / "rank-1.err"), re.MULTILINE),
+                           "the hang").group(1))
+    print(f"\nrank 1 hangs on {host}: fault -> resumed {resumed_at(folder) - fault:.1f} s (--hang-timeout 8)")
+    assert final_hash(testbed, job, folder) == reference
+    status = st(testbed, home, ["status", job]).stdout
+    assert f"start 0 failed: rank 1 on {host}: hung: stuck in its own code" in status, status
+    assert "while rank 0 waited for it" in status and f"{host} excluded" in status, status
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_bug_in_the_script_is_retried_once_and_ends_the_job_with_its_cause(testbed, has_torch, tmp_path):
+    home = tmp_path / "home"
+    out = st(testbed, home, ["sbatch", "--site", "testbed", "--nodes", "2", "--timeout", "60", "-t", "10",
+                             "--max-restarts", "3", "--spare-nodes", "1", "--wait", str(TRAIN), STEPS, "raise-all:0:2"],
+             timeout=GUARD_S)
+    assert out.returncode == 1, out.stderr
+    job = out.stdout.split()[0]
+    assert "slurmtorch: restarts: 1 of 3" in out.stderr, out.stderr
+    assert "ValueError: bad batch at step 2; restarted on " in out.stderr, out.stderr
+    assert "not restarted" in out.stderr and "failed: rank 0 on" in out.stderr, out.stderr
+    batch = read(home / "jobs" / job / "batch.out")
+    assert batch.count("slurmtorch: start ") == 1 + 2, batch  # one restart line, two failed starts
+    assert "it failed again after a restart: the script's failure, not the machine's" in batch, batch
+
+
+@pytest.mark.timeout(GUARD_S + 180)
+def test_with_no_spare_left_the_job_is_requeued_without_the_node_and_finishes(testbed, reference, lose_node,
+                                                                              tmp_path):
+    home = tmp_path / "home"
+    job = submit(testbed, home)
+    folder = home / "jobs" / job
+    _, host = rank_1(folder)
+    t = lose_node(host)
+    print(f"\nlost node {host}, no spare: fault -> resumed after requeue {resumed_at(folder) - t:.1f} s")
+    assert final_hash(testbed, job, folder) == reference
+    shown = testbed.run(["scontrol", "-o", "show", "job", job]).stdout
+    assert f"ExcNodeList={host}" in shown and "Restarts=1" in shown, shown
+    assert host not in re.search(r" NodeList=(\S+)", shown).group(1), shown
+    status = st(testbed, home, ["status", job]).stdout
+    assert f"requeued without {host}" in status, status

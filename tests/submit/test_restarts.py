@@ -1,0 +1,226 @@
+"""Recovery without a human (--max-restarts): the pure parts. Whom a failed start blames, what
+the job does next, which ranks hung, the supervisor's command line, and the checks before
+rendering. The testbed runs of the same: tests/submit/test_recovery.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurmtorch.errors import SpecError
+from slurmtorch.submit.failures import RankFailure, latest_start, parse_failures
+from slurmtorch.submit.heartbeats import Beat, hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.options import Options
+from slurmtorch.submit.recovery import resolve_restarts
+from slurmtorch.submit.restarts import RestartState, Verdict, blame, decide
+from slurmtorch.submit.supervisor import parse_args, step_argv
+
+NODES = ["node1", "node2", "node3"]
+KILLED = "srun: error: node2: task 1: Killed\n"
+RAISED = {0: "rank 0 on node1 failed:\nTraceback (most recent call last):\n  x\nValueError: bad batch\n"}
+
+
+def fail(rank, host, cause, primary=True):
+    return RankFailure(rank, host, cause, primary)
+
+
+# ---------------------------------------------------------------- blame
+
+
+def test_a_lost_node_is_the_machines_and_suspect():
+    batch = "srun: error: Node failure on node2\n"
+    closed = "rank 0 on node1 failed:\nRuntimeError: Connection closed by peer [198.18.0.12]:1234\n"
+    v = blame(parse_failures(batch, {0: closed, 1: ""}), ["node2"])
+    assert (v.kind, v.nodes, v.lost) == ("machine", ("node2",), True)
+    assert v.cause == "rank 1 on node2: lost with its node (srun: Node failure on node2)"
+
+
+def test_a_rank_killed_by_a_signal_makes_its_node_suspect():
+    v = blame(parse_failures(KILLED, {}))
+    assert (v.kind, v.nodes) == ("machine", ("node2",)) and "killed by a signal" in v.cause
+
+
+def test_an_exception_is_the_scripts_and_excludes_nothing():
+    v = blame(parse_failures("", RAISED))
+    assert (v.kind, v.nodes, v.cause) == ("script", (), "rank 0 on node1: ValueError: bad batch")
+
+
+def test_a_rank_that_exits_with_a_code_ends_the_job_with_that_code():
+    v = blame([fail(1, "node2", "exited with code 3")], code=1)
+    assert (v.kind, v.code) == ("script", 3)
+
+
+def test_a_hung_rank_blames_its_node_whatever_its_peers_said():
+    v = blame([fail(0, "node1", "Connection closed by peer", primary=False)],
+              hung=[(1, "node2", "hung: stuck in its own code for 9 s while rank 0 waited for it")])
+    assert (v.kind, v.nodes) == ("machine", ("node2",))
+    assert v.cause == "rank 1 on node2: hung: stuck in its own code for 9 s while rank 0 waited for it"
+
+
+def test_a_rank_named_by_its_address_is_blamed_by_its_node_name():
+    silent = fail(1, "198.18.0.12", "no report and no exit status: lost with its node?")
+    v = blame([silent], addresses={"198.18.0.12": "node2"})
+    assert v.nodes == ("node2",) and v.cause.startswith("rank 1 on node2:")
+
+
+def test_a_step_that_never_launched_is_unknown():
+    v = blame([fail(0, "", "never started: the step failed to launch (Unspecified error); the slurmd log ...")])
+    assert v.kind == "unknown" and v.nodes == ()
+
+
+# ---------------------------------------------------------------- decide
+
+
+def started(state=RestartState(), n=1):
+    return RestartState(**{**state.as_dict(), "events": state.events, "starts": state.starts + n,
+                           "excluded": state.excluded})
+
+
+def test_a_machine_failure_with_a_spare_restarts_without_the_node():
+    plan = decide(started(), Verdict("machine", "rank 1 on node2: killed", ("node2",)), NODES, 2, 3)
+    assert (plan.action, plan.nodes) == ("restart", ("node1", "node3"))
+    assert plan.state.excluded == ("node2",) and plan.state.restarts == 1
+    assert plan.state.events[-1].line() == "start 0 failed: rank 1 on node2: killed; node2 excluded; restarted on node1,node3"
+
+
+def test_no_spare_left_requeues_without_the_node():
+    plan = decide(started(), Verdict("machine", "rank 1 on node2: lost", ("node2",), lost=True), NODES[:2], 2, 3)
+    assert (plan.action, plan.nodes) == ("requeue", ("node2",))
+    assert plan.state.events[-1].line().endswith("requeued without node2")
+
+
+def test_a_script_failure_is_retried_once_in_place_then_ends_the_job():
+    v = Verdict("script", "rank 0 on node1: ValueError: bad batch")
+    first = decide(started(), v, NODES, 2, 3)
+    assert (first.action, first.nodes, first.state.excluded) == ("restart", ("node1", "node2"), ())
+    second = decide(started(first.state), v, NODES, 2, 3)
+    assert second.action == "give_up" and "the script's failure" in second.why
+    assert second.state.events[-1].line().endswith("not restarted")
+
+
+def test_a_machine_looking_failure_that_follows_the_script_to_new_nodes_is_the_scripts():
+    # Killed on node2, then killed the same way on node3: the OOM killer, say, following the script.
+    first = decide(started(), Verdict("machine", "rank 1 on node2: killed by a signal", ("node2",)), NODES, 2, 3)
+    again = decide(started(first.state), Verdict("machine", "rank 1 on node3: killed by a signal", ("node3",)),
+                   NODES, 2, 3)
+    assert again.action == "give_up" and "follows the script" in again.why
+    assert again.state.excluded == ("node2",)  # node3 is not blamed for the script's failure
+
+
+def test_lost_nodes_are_the_machines_however_often():
+    first = decide(started(), Verdict("machine", "rank 1 on node2: lost (Node failure on node2)", ("node2",),
+                                      lost=True), NODES + ["node4"], 2, 3)
+    again = decide(started(first.state), Verdict("machine", "rank 1 on node3: lost (Node failure on node3)",
+                                                 ("node3",), lost=True), NODES + ["node4"], 2, 3)
+    assert (again.action, again.nodes, again.state.excluded) == ("restart", ("node1", "node4"), ("node2", "node3"))
+
+
+def test_restarts_stop_at_max_restarts_across_requeues():
+    state = RestartState.from_dict({"starts": 4, "restarts": 3, "excluded": ["node2"], "events": []})
+    plan = decide(state, Verdict("machine", "rank 0 on node1: lost", ("node1",), lost=True), NODES, 2, 3)
+    assert plan.action == "give_up" and plan.why == "no restarts left (3 of 3 used)"
+
+
+def test_the_state_reads_back_as_it_was_written():
+    plan = decide(started(), Verdict("machine", "rank 1 on node2: killed", ("node2",)), NODES, 2, 3, now=5.0)
+    assert RestartState.from_dict(plan.state.as_dict()) == plan.state
+
+
+# ---------------------------------------------------------------- heartbeats
+
+
+def beat(rank, written, unmoved, place, host=None):
+    return Beat(written, unmoved, place, rank, host or f"node{rank + 1}")
+
+
+def test_a_rank_stuck_in_its_own_code_while_peers_wait_in_torch_is_hung():
+    beats = {0: beat(0, 100, 80, "torch"), 1: beat(1, 100, 80, "own")}
+    assert hung_ranks(beats, 100.5, 15) == [(1, "node2", "hung: stuck in its own code for 20 s while rank 0 "
+                                                           "waited for it")]
+
+
+def test_ranks_all_busy_in_their_own_code_are_not_hung():
+    beats = {0: beat(0, 100, 80, "own"), 1: beat(1, 100, 80, "own")}  # an evaluation, a checkpoint
+    assert hung_ranks(beats, 100.5, 15) == []
+
+
+def test_a_heartbeat_no_longer_written_is_a_rank_that_stopped():
+    beats = {0: beat(0, 100, 99, "torch"), 1: beat(1, 80, 79, "torch")}
+    assert hung_ranks(beats, 100.5, 15) == [(1, "node2", "stopped answering (no heartbeat for 20 s)")]
+
+
+def test_healthy_ranks_that_move_are_not_named():
+    beats = {0: beat(0, 100, 99.5, "torch"), 1: beat(1, 100, 99.9, "own")}
+    assert hung_ranks(beats, 100.5, 15) == []
+
+
+@pytest.mark.parametrize("text", ["", "1 2 torch", "x 2 torch 0 h", "1 2 elsewhere 0 h", "1 2 own zero h"])
+def test_a_torn_or_foreign_heartbeat_line_is_ignored(text):
+    assert parse_beat(text) is None
+
+
+def test_a_heartbeat_line_reads_back():
+    assert parse_beat("1795.5 1790.25 own 3 node4\n") == Beat(1795.5, 1790.25, "own", 3, "node4")
+
+
+def test_ranks_beat_often_enough_for_the_timeout_and_no_more():
+    assert (interval_for(1), interval_for(15), interval_for(600)) == (0.5, 3.0, 5.0)
+
+
+# ---------------------------------------------------------------- supervisor and logs
+
+
+def test_the_supervisor_reads_the_batch_scripts_call():
+    args = parse_args(["--nodes", "2", "--ntasks", "3", "--max-restarts", "4", "--hang-timeout", "15",
+                       "--backend", "gloo", "--", "srun", "--kill-on-bad-exit=1", "python", "-m", "x", "--", "a"])
+    assert (args.nodes, args.ntasks, args.max_restarts, args.hang_timeout) == (2, 3, 4, 15.0)
+    assert step_argv(args, ["node1", "node3"]) == ["srun", "--nodes=2", "--ntasks=3", "--nodelist=node1,node3",
+                                                   "--kill-on-bad-exit=1", "python", "-m", "x", "--", "a"]
+    assert "--overlap" in step_argv(args, ["node1", "node3"], start=1)  # the failed start's step may linger
+
+
+@pytest.mark.parametrize("argv", [[], ["--nodes", "2"], ["--nodes", "2", "--", "srun"],
+                                  ["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--", "mpirun"],
+                                  ["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--bogus", "1", "--", "srun"]])
+def test_the_supervisor_refuses_any_other_call(argv):
+    with pytest.raises(ValueError, match="usage"):
+        parse_args(argv)
+
+
+def test_a_restarted_jobs_failure_report_reads_its_latest_start_only():
+    log = ("rank 0 on node1 failed:\nTraceback (most recent call last):\nValueError: old\n"
+           "slurmtorch: start 1 on node1,node3, after: rank 0 on node1: ValueError: old\n"
+           "FAULT at 12\nrank 0 on node1 failed:\nTraceback (most recent call last):\nKeyError: 'new'\n")
+    assert parse_failures("", {0: latest_start(log)})[0].cause == "KeyError: 'new'"
+    # An earlier start's report ends at the restart line instead of taking the next start's lines.
+    assert parse_failures("", {0: log})[0].cause == "ValueError: old"
+
+
+# ---------------------------------------------------------------- checked before rendering
+
+
+def resolve(launcher="srun", roles=False, container=False, nodes=2, max_nodes=4, timeout=600, **opts):
+    return resolve_restarts(Options.given(opts), launcher, roles, container, nodes, max_nodes, "debug", timeout)
+
+
+def test_without_max_restarts_nothing_is_supervised():
+    assert resolve() == (None, 0, None)
+
+
+def test_restarts_with_spares_and_a_hang_timeout():
+    assert resolve(max_restarts=3, spare_nodes=1, hang_timeout=15) == (3, 1, 15)
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"spare_nodes": 1}, "--spare-nodes needs --max-restarts"),
+    ({"hang_timeout": 10}, "--hang-timeout needs --max-restarts"),
+    ({"max_restarts": 0}, "--max-restarts must be at least 1"),
+    ({"max_restarts": 2, "launcher": "torchrun"}, "launcher 'torchrun' cannot"),
+    ({"max_restarts": 2, "roles": True}, "does not apply to --role jobs"),
+    ({"max_restarts": 2, "container": True}, "cannot supervise ranks in a container"),
+    ({"max_restarts": 2, "spare_nodes": 3}, "2 nodes \\+ 3 spare need 5, but partition 'debug' allows at most 4"),
+    ({"max_restarts": 2, "spare_nodes": -1}, "must not be negative"),
+    ({"max_restarts": 2, "hang_timeout": 600}, "not shorter than the process-group --timeout 600"),
+])
+def test_restart_options_that_cannot_work_are_refused_before_sbatch(opts, match):
+    with pytest.raises(SpecError, match=match):
+        resolve(**opts)
