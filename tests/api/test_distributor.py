@@ -192,6 +192,17 @@ def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home)
     assert not home.exists()
 
 
+def test_a_distributor_job_can_restart_itself_on_spare_nodes(home):
+    from slurmtorch.submit import render, sites
+
+    d = Distributor(num_processes=2, nodes=2, site="testbed", max_restarts=2, spare_nodes=1, hang_timeout=30)
+    spec = d._spec(sites.load_site("testbed"), "train", home / "run", kind="sbatch")
+    assert (spec.nodes, spec.spare_nodes, dict(spec.directives)["nodes"]) == (2, 1, "3")
+    assert render.launch_plan(spec).supervisor_args[:6] == ("--nodes", "2", "--ntasks", "2", "--max-restarts", "2")
+    assert "-m slurmtorch.submit.supervisor" in render.render_sbatch(spec)
+    assert not home.exists()
+
+
 def test_unpicklable_function_fails_before_anything_is_written(home):
     lock = threading.Lock()
 
