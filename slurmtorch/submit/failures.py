@@ -24,9 +24,13 @@ _START_RE = re.compile(r"^slurmtorch: start \d+ on .*$", re.MULTILINE)
 _EXC_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(:|$)")
 _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
 # What a rank reports when a *peer* died or hung: a consequence, not the cause.
+# NCCL says so in its own words: a peer that exited or a network error (ncclRemoteError /
+# ncclSystemError), or its watchdog giving up on a collective that never completed.
 _SECONDARY_RE = re.compile(
     r"Connection (reset|closed) by peer|Broken pipe|Connection refused|Timed out|timed out|"
-    r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)", re.IGNORECASE)
+    r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)|"
+    r"remote process exited or there was a network error|ncclRemoteError|ncclSystemError|"
+    r"NCCL communicator was aborted|Watchdog caught collective operation timeout", re.IGNORECASE)
 # slurmstepd could not set the step up (PMIx, container, cgroup): the task never ran, and
 # srun (22.05) still exits 0; the batch script turns that into exit 1.
 _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch failed: (?P<why>.+?)\s*$")

@@ -62,6 +62,18 @@ def test_a_rank_named_by_its_address_is_blamed_by_its_node_name():
     assert v.nodes == ("node2",) and v.cause.startswith("rank 1 on node2:")
 
 
+def test_nccls_network_errors_point_at_the_peer_that_went_silent():
+    # Rank 0 and 2 report NCCL's network error; rank 1 said nothing: its node is the suspect.
+    nccl = ("rank {r} on node{n} failed:\nTraceback (most recent call last):\ntorch.distributed.DistBackendError: NCCL "
+            "error in: ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version "
+            "2.21.5\nncclRemoteError: A call failed possibly due to a network error or a remote process exiting "
+            "prematurely.\n")
+    failures = parse_failures("srun: error: Node failure on node2\n", {0: nccl.format(r=0, n=1), 1: "",
+                                                                     2: nccl.format(r=2, n=3)})
+    v = blame(failures, ["node2"])
+    assert (v.kind, v.nodes) == ("machine", ("node2",)) and v.cause.startswith("rank 1 on node2: lost")
+
+
 def test_a_step_that_never_launched_is_unknown():
     v = blame([fail(0, "", "never started: the step failed to launch (Unspecified error); the slurmd log ...")])
     assert v.kind == "unknown" and v.nodes == ()
