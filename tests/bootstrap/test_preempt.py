@@ -79,7 +79,7 @@ def test_job_rank_0_runs_every_hook_then_requeues_the_array_task_and_exits():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["HOOK first", "HOOK third", "RAN scontrol requeue 70_7"]
     assert "preemption hook 'broken' failed" in proc.stderr and "RuntimeError: disk full" in proc.stderr
-    assert "rank 0 on " in proc.stderr and "requeued job 70_7; it restarts as restart 1" in proc.stderr
+    assert "rank 0 on " in proc.stderr and "requeueing job 70_7; it restarts as restart 1" in proc.stderr
 
 
 @pytest.mark.parametrize("who", [
@@ -94,7 +94,7 @@ def test_other_ranks_run_their_hooks_return_at_once_and_requeue_only_if_rank_0_n
     # collective); the fallback requeue comes 0.5 s later, because nobody else did.
     assert proc.stdout.splitlines() == ["HOOK first", "HOOK third", "CARRIED ON", "RAN scontrol requeue 70_7"]
     assert "job rank 0 did not requeue within 0.5 s; requeueing" in proc.stderr
-    assert "requeued job 70_7" in proc.stderr
+    assert "requeueing job 70_7" in proc.stderr
 
 
 def test_job_rank_comes_from_the_bootstrap_or_a_job_wide_rank_only():
@@ -183,7 +183,7 @@ def test_signalled_job_checkpoints_requeues_and_finishes_with_the_right_total(te
     assert f"rank 0 restart 1 resuming at step {saved['step']} value {saved['value']}\n" in text
     assert text.rstrip().endswith(f"final value {2 * total} steps {total} restart 1")
     assert "SIGUSR1 received (restart 0); running 1 preemption hook(s)" in err
-    assert f"requeued job {job_id}; it restarts as restart 1" in err
+    assert f"requeueing job {job_id}; it restarts as restart 1" in err
     assert f"job {job_id} COMPLETED (exit 0)" in err
     # Rank 1 ran its (no-op) hook too and was ended by the requeue.
     assert re.search(r"rank 1 on node\d+: SIGUSR1 received", (folder / "rank-1.err").read_text())
