@@ -29,6 +29,11 @@ except ImportError:  # pragma: no cover
 from slurmtorch.cli._common import ProgramCommand
 from slurmtorch.errors import SlurmtorchError
 
+# With rich installed, typer < 0.20 escapes the `[required]` of an argument's help for
+# rich's markup even when rich formats nothing (rich_markup_mode=None): help showed a
+# literal `\\[required]`. Plain click formatting is what we use, so typer is told so.
+typer.core.HAS_RICH = False
+
 # verb -> (module in slurmtorch.cli, attribute, whether it runs a program). A call builds
 # only the verb it runs: importing and wiring every verb's module (and typer's command
 # objects for each) was a quarter of a dry run's own start-up. A verb that runs a program
@@ -52,7 +57,7 @@ def build_app(verbs=None) -> typer.Typer:
         name="slurmtorch",
         help="Launch PyTorch distributed training on Slurm and MPI clusters.",
         no_args_is_help=True,
-        add_completion=False,
+        add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
         pretty_exceptions_show_locals=False,
         rich_markup_mode=None,
     )
@@ -60,7 +65,10 @@ def build_app(verbs=None) -> typer.Typer:
     # A callback keeps `slurmtorch VERB ...` a group even when one verb is registered
     # (typer would otherwise run a lone command as the program itself).
     @app.callback()
-    def _group() -> None:
+    def _group(
+        version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                     help="print slurmtorch's version and exit"),
+    ) -> None:
         pass
 
     for verb in verbs or _VERBS:
@@ -71,6 +79,14 @@ def build_app(verbs=None) -> typer.Typer:
         else:
             app.command(verb, cls=ProgramCommand if runs_program else None)(target)
     return app
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from slurmtorch import __version__
+
+        print(f"slurmtorch {__version__}")
+        raise typer.Exit(0)
 
 
 def _app_for(argv: list[str]) -> typer.Typer:

@@ -28,22 +28,23 @@ class Options:
     script: str | None = None  # absolute; the edge checked that it exists (spec.split_script)
     module: str | None = _flag("-m", "--module", help="run a module instead of SCRIPT")
     script_args: tuple[str, ...] = ()
-    preset: str | None = _flag("--preset")
-    partition: str | None = _flag("--partition", "-p")
-    nodes: int | None = _flag("--nodes", "-N")
+    preset: str | None = _flag("--preset", help="a named set of defaults from the site config (slurmtorch site show SITE)")
+    partition: str | None = _flag("--partition", "-p", help="Slurm partition (default: the site's default one)")
+    nodes: int | None = _flag("--nodes", "-N", help="number of nodes (default: the preset's, else 1)")
     ntasks_per_node: int | None = _flag("--ntasks-per-node",
                                         help="ranks per node (default: GPUs per node, or 1); with -n, the most on any node")
     ntasks: int | None = _flag("-n", "--ntasks", "--np",
                                help="number of ranks; under sbatch spread over --nodes, unevenly if need be "
                                     "(-N 2 -n 3 runs 2+1; not with --launcher torchrun)")
-    hostfile: str | None = _flag("--hostfile")  # mpirun only; absolute, checked at the edge
-    gpus_per_node: int | None = _flag("--gpus-per-node")
+    hostfile: str | None = _flag("--hostfile", help="mpirun's hosts, one per line (default: this host only)")  # mpirun only; absolute, checked at the edge
+    gpus_per_node: int | None = _flag("--gpus-per-node",
+                                      help="GPUs per node (default: all of the node type's); one rank each by default")
     cpus_per_task: int | None = _flag("-c", "--cpus-per-task",
                                       help="CPUs per rank (default: the node's CPUs / ranks per node)")
     time: str | None = _flag("--time", "-t", help="Slurm time limit, e.g. 1-00:00:00")
-    account: str | None = _flag("--account", "-A")
+    account: str | None = _flag("--account", "-A", help="Slurm account (project) to charge")
     qos: str | None = _flag("-q", "--qos", help="Slurm QOS")
-    job_name: str | None = _flag("--job-name", "-J")
+    job_name: str | None = _flag("--job-name", "-J", help="job name (default: the script's or module's name)")
     backend: str | None = _flag("--backend", help="auto|nccl|gloo|mpi")
     launcher: str | None = _flag("--launcher", help="srun|mpirun|torchrun")
     timeout: int | None = _flag("--timeout", help="process-group timeout in seconds")
