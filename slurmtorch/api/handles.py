@@ -19,6 +19,8 @@ from slurmtorch.api.runfolder import run_folder_error
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit.jobstatus import JobStatus
+from slurmtorch.submit.watch import WATCH
 
 CANCEL_GRACE_S = 10.0
 _RANK_LOG_RE = re.compile(r"rank-(\d+)\.err")
@@ -29,9 +31,13 @@ class Handle:
 
     job_id: str
 
-    def status(self) -> sub.JobStatus: ...
+    def status(self) -> JobStatus: ...
 
     def cancel(self) -> None: ...
+
+    def done_waiting(self) -> None:
+        """A wait has seen the job end: the next question about it is asked afresh (a job
+        can be requeued after it ended, and a caller may then wait for it again)."""
 
     def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]: ...
 
@@ -56,14 +62,20 @@ class SlurmHandle(Handle):
     def _runner(self) -> dict:
         return {} if self.runner is None else {"runner": self.runner}
 
-    def status(self) -> sub.JobStatus:
-        return sub.job_status(self.job_id, self.root, **self._runner())
+    def status(self) -> JobStatus:
+        """Through the shared watch: however often it is asked, the scheduler is asked at
+        polling's rate, and one call answers every job this process waits for."""
+        return WATCH.status(self.job_id, self.root, **self._runner())
+
+    def done_waiting(self) -> None:
+        WATCH.forget(self.job_id, self.root)
 
     def cancel(self) -> None:
         try:
             sub.cancel(self.job_id, **self._runner())
         except SubmitError:
-            if not self.status().done:  # else it ended between our look and scancel: fine
+            # It may have ended since the watch's last look: then there is nothing to cancel.
+            if not sub.job_status(self.job_id, self.root, **self._runner()).done:
                 raise
 
     def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
@@ -107,18 +119,18 @@ class LocalHandle(Handle):
         except (OSError, ValueError):
             return None
 
-    def status(self) -> sub.JobStatus:
+    def status(self) -> JobStatus:
         if self.process is not None:
             self.process.poll()  # reap the guard once it has ended
         code = self._exit_code()
         if (self.workdir / "cancelled").exists():
-            return sub.JobStatus(self.job_id, "CANCELLED", code, source="local")
+            return JobStatus(self.job_id, "CANCELLED", code, source="local")
         if code is None and group_alive(self.pgid):
-            return sub.JobStatus(self.job_id, "RUNNING", None, nodes="localhost", source="local")
+            return JobStatus(self.job_id, "RUNNING", None, nodes="localhost", source="local")
         code = self._exit_code()  # it may have ended between the two looks
         if code is None:
-            return sub.JobStatus(self.job_id, "FAILED", None, "mpirun ended without an exit code", source="local")
-        return sub.JobStatus(self.job_id, "COMPLETED" if code == 0 else "FAILED", code, source="local")
+            return JobStatus(self.job_id, "FAILED", None, "mpirun ended without an exit code", source="local")
+        return JobStatus(self.job_id, "COMPLETED" if code == 0 else "FAILED", code, source="local")
 
     def cancel(self) -> None:
         (self.workdir / "cancelled").touch()

@@ -19,8 +19,10 @@ from slurmtorch.api.runfolder import close_run_folder
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SlurmtorchError, SpecError
 from slurmtorch.submit import failures, jobdir
-from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit.jobstatus import JobStatus
+from slurmtorch.submit.statusline import StatusLine
 from slurmtorch.submit.tail import Tail, drain
+from slurmtorch.submit.waiting import TICK_S
 
 
 class JobFailed(SlurmtorchError):
@@ -68,7 +70,7 @@ class Job:
         self._outcome: tuple[bool, Any] | None = None
         # Once a result was returned its run folder is gone (close_run_folder), and with it
         # what a local run's handle reads its state from: the final status is kept here.
-        self._succeeded: sub.JobStatus | None = None
+        self._succeeded: JobStatus | None = None
 
     @property
     def job_id(self) -> str:
@@ -134,36 +136,37 @@ class Job:
             raise value
         return value
 
-    def _wait(self, timeout: float | None, stream: bool) -> sub.JobStatus:
+    def _wait(self, timeout: float | None, stream: bool) -> JobStatus:
+        """Until the job ends: its state from the handle (a Slurm job's through the shared
+        watch.WATCH, at polling's rate however often it is asked), rank 0's output streamed."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        line = StatusLine(sys.stderr, self.job_id, prefix="slurmtorch: ") if stream else None
         tails = []
         if stream:
             out, err = self._handle.log_paths(None, None)  # rank 0's (node 0's under torchrun)
-            tails = [Tail(out, sys.stdout), Tail(err, sys.stderr)]
-        shown = None
+            tails = [Tail(out, sys.stdout, line), Tail(err, sys.stderr, line)]
         while True:
             for t in tails:
                 t.pump()
             status = self._handle.status()
-            if stream and (status.state, status.nodes) != shown:
-                shown = (status.state, status.nodes)
-                if not status.done:
-                    where = f" on {status.nodes}" if status.nodes and status.state == "RUNNING" else ""
-                    why = f" ({status.reason})" if status.reason not in ("", "None", "(null)") and \
-                        status.state == "PENDING" else ""
-                    say(f"job {self.job_id}: {status.state}{where}{why}")
             if status.done:
                 break
+            if line is not None:
+                line.show(status)
             if deadline is not None and time.monotonic() >= deadline:
+                if line is not None:
+                    line.close()
                 raise TimeoutError(f"job {self.job_id} is still {status.state} after {timeout:g} s")
-            time.sleep(sub.POLL_S)
+            time.sleep(TICK_S)
+        self._handle.done_waiting()
         drain(tails)
-        if stream:
+        if line is not None:
+            line.close()
             code = "" if status.exit_code is None else f" (exit {status.exit_code})"
             say(f"job {self.job_id}: {status.state}{code}")
         return status
 
-    def _collect(self, status: sub.JobStatus) -> Any:
+    def _collect(self, status: JobStatus) -> Any:
         """Turn the ended job's files into rank 0's value, a RemoteError or a JobFailed.
 
         A job that COMPLETED with exit 0 succeeded, whatever error files the folder holds:

@@ -18,7 +18,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Options)}
 
 # Flags that change what happens, not what is submitted: they are left out of the
 # `# Run with:` line so that a dry run prints exactly what a submission sends.
-_NOT_IN_PROVENANCE = {"--dry-run", "--wait"}
+_NOT_IN_PROVENANCE = {"--dry-run", "--wait", "--cancel-on-interrupt", "--parsable"}
 
 
 def option(name: str) -> Any:

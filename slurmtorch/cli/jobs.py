@@ -1,48 +1,128 @@
-"""`slurmtorch status|logs|cancel JOBID`: follow a job without an accounting DB."""
+"""`slurmtorch status|logs|cancel`: follow jobs without an accounting DB."""
 
 from __future__ import annotations
 
+import json
 import sys
-from typing import Optional
+from dataclasses import replace
+from typing import List, Optional
 
 import typer
 
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit import scheduler
-from slurmtorch.submit.report import failure_lines, restart_lines
-from slurmtorch.submit.tail import Tail
+from slurmtorch.submit import waiting
+from slurmtorch.submit.jobstatus import JobStatus
+from slurmtorch.submit.report import exit_code, failure_lines, restart_lines
+from slurmtorch.submit.tail import Tail, visible
+
+# `status` without ids: the jobs the controller still knows, then this many more from folders.
+RECENT = 10
 
 
-def status(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
-    """Print the job's state (squeue, then scontrol, then its folder's exit-code)."""
-    folder = jobdir.job_dir(job_id)
-    if jobdir.read_trials(folder) is not None:
-        trials = scheduler.array_status(job_id)
-        for t in trials:
-            print(t.line())
-            if t.status.done:
-                for line in failure_lines(jobdir.trial_dir(job_id, t.trial)):
-                    print(f"  {line}")
-        return 0
-    status = scheduler.job_status(job_id)
-    print(status.line())
+def status(
+    job_ids: Optional[List[str]] = typer.Argument(None, metavar="[JOBID]...", show_default=False,
+                                                  help="jobs to show (default: your slurmtorch jobs)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list"),
+) -> int:
+    """Show jobs' states: the given ones, else your slurmtorch jobs as a table.
+
+    One squeue call for all of them; an ended job's exit code comes from its folder.
+    """
+    root = jobdir.jobs_root()
+    if not job_ids:
+        return _table(root, as_json)
+    for j in job_ids:
+        jobdir.check_job_id(j)
+    singles = [j for j in job_ids if jobdir.read_trials(jobdir.job_dir(j, root)) is None]
+    known = scheduler.statuses(singles, root)
+    records = []
+    for j in job_ids:
+        folder = jobdir.job_dir(j, root)
+        if j not in known:  # an array job: one line per trial
+            trials = scheduler.array_status(j, root)
+            records += [_record(t.status, jobdir.trial_dir(j, t.trial, root), trial=t.trial, params=t.params)
+                        for t in trials]
+            if not as_json:
+                for t in trials:
+                    print(t.line())
+                    if t.status.done:
+                        for line in failure_lines(jobdir.trial_dir(j, t.trial, root)):
+                            print(f"  {line}")
+            continue
+        st = known[j]
+        records.append(_record(st, folder))
+        if not as_json:
+            _print_job(st, folder)
+    if as_json:
+        print(json.dumps(records, indent=1))
+    return 0
+
+
+def _print_job(st: JobStatus, folder) -> None:
+    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
+    extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
+    shown = st if code is None else replace(st, exit_code=code)
+    print(shown.line(extra))
     for line in restart_lines(folder):
         print(line)
-    if status.done:
+    if st.done:
         for line in failure_lines(folder):
             print(line)
+
+
+def _record(st: JobStatus, folder, **more) -> dict:
+    """A job's status as JSON-ready data (`status --json`)."""
+    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
+    record = {"job_id": st.job_id, "state": st.state, "exit_code": code, "step_exit_code": job,
+              "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
+              "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
+              "failures": failure_lines(folder) if st.done else []}
+    record.update(more)
+    return record
+
+
+def _table(root, as_json: bool) -> int:
+    """This user's slurmtorch jobs (those with a folder here): the ones the controller knows,
+    newest first, then the RECENT newest of the rest, from their folders."""
+    folders = {p.name: p for p in root.glob("*") if p.name.isdigit()} if root.is_dir() else {}
+    queued = {j: st for j, st in scheduler.my_jobs().items() if j.partition("_")[0] in folders}
+    others = sorted((j for j in folders if not any(q.partition("_")[0] == j for q in queued)), key=int)[-RECENT:]
+    rows = []
+    for j in sorted(queued, key=lambda j: tuple(int(x) for x in j.split("_")), reverse=True):
+        st, folder = queued[j], scheduler.job_folder(j, root)
+        rows.append((replace(st, exit_code=jobdir.read_exit_code(folder)) if st.done else st, folder))
+    for j in reversed(others):
+        folder = folders[j]
+        if jobdir.read_trials(folder) is not None:
+            continue  # an ended array: `status JOBID` lists its trials
+        rows.append((scheduler.settle(j, None, folder), folder))
+    if as_json:
+        print(json.dumps([_record(st, folder) for st, folder in rows], indent=1))
+        return 0
+    if not rows:
+        print(f"no slurmtorch jobs in {root}", file=sys.stderr)
+        return 0
+    print(f"{'JOBID':<12} {'STATE':<12} {'EXIT':>4}  {'NODES / REASON'}")
+    for st, folder in rows:
+        code = "" if not st.done or st.exit_code is None else str(exit_code(folder, st)[0])
+        where = st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
+        print(visible(f"{st.job_id:<12} {st.state:<12} {code:>4}  {where}"))
     return 0
 
 
 def logs(
-    job_id: str = typer.Argument(..., metavar="JOBID"),
+    job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="the job"),
     rank: Optional[int] = typer.Option(None, "--rank", "-r", help="which rank's output (default 0)"),
     node: Optional[int] = typer.Option(None, "--node", help="torchrun jobs: which node's output (one file per "
                                                             "node, all its ranks; default 0)"),
     trial: Optional[int] = typer.Option(None, "--trial", "-k", help="which trial (array task) of an array job"),
     batch: bool = typer.Option(False, "--batch", help="the batch script's own output instead"),
-    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends, then exit "
+                                                              "with its exit code"),
+    cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
+                                             help="with --follow: Ctrl-C cancels the job (default: it runs on)"),
 ) -> int:
     """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder.
 
@@ -69,8 +149,8 @@ def logs(
         out, err = jobdir.rank_log_paths(folder, rank, node)
         paths = [(out, sys.stdout), (err, sys.stderr)]
     if follow:
-        scheduler.follow(job_id, paths)
-        return 0
+        st = waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt)
+        return exit_code(folder, st)[0]
     if not any(p.exists() for p, _ in paths):
         raise SubmitError(
             f"no output yet for {'the batch step' if batch else paths[0][0].stem.replace('-', ' ')} "
@@ -84,8 +164,19 @@ def logs(
     return 0
 
 
-def cancel(job_id: str = typer.Argument(..., metavar="JOBID")) -> int:
-    """Cancel the job (scancel)."""
-    scheduler.cancel(job_id)
-    print(f"cancel requested for job {job_id}", file=sys.stderr)
-    return 0
+def cancel(job_ids: List[str] = typer.Argument(..., metavar="JOBID...", show_default=False,
+                                               help="jobs to cancel")) -> int:
+    """Cancel jobs of yours that are queued or running (scancel).
+
+    An unknown job, someone else's, or one that has already ended is an error.
+    """
+    failed = 0
+    for j in job_ids:
+        try:
+            before = scheduler.cancel(j)
+        except SubmitError as exc:
+            print(exc.render(), file=sys.stderr)
+            failed += 1
+            continue
+        print(f"job {j} cancelled (it was {before.state.lower()})", file=sys.stderr)
+    return 1 if failed else 0

@@ -27,8 +27,12 @@ def sbatch(
     script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", show_default=False),
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script, submit nothing"),
-    wait: bool = typer.Option(False, "--wait", help="block until the job (every array task) ends; exit with its "
-                                                    "code (non-zero if any trial failed)"),
+    wait: bool = typer.Option(False, "--wait", help="block until the job (every array task) ends, streaming rank "
+                                                    "0's output and the job's state; exit with the failing "
+                                                    "rank's exit code (non-zero if any trial failed)"),
+    cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
+                                             help="with --wait: Ctrl-C cancels the job (default: it runs on)"),
+    parsable: bool = typer.Option(False, "--parsable", help="print only the job id (as sbatch --parsable)"),
     **given,
 ) -> int:
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
@@ -42,32 +46,45 @@ def sbatch(
     script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
     job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options(
-        ctx.params, ("script_and_args", "site", "dry_run", "wait"), kind="sbatch", script=script,
-        script_args=args, python=sys.executable, job_root=str(root), command=provenance(ctx, "sbatch", len(typed))))
+        ctx.params, VERB_ONLY, kind="sbatch", script=script, script_args=args, python=sys.executable,
+        job_root=str(root), command=provenance(ctx, "sbatch", len(typed))))
     text = render.render_sbatch(job)
     if dry_run:
         sys.stdout.write(text)
         return 0
     from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real submission starts processes
-    from slurmtorch.submit.report import failure_lines, restart_lines  # lazy: only --wait reads the logs
 
     # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
-    sub = submit.submit(text, root, trials=spec.trials_record(job), announce=_announce)
+    sub = submit.submit(text, root, trials=spec.trials_record(job), announce=_quiet if parsable else _announce)
     if not wait:
         return 0
+    from slurmtorch.submit import waiting  # lazy: only --wait follows the job
+    from slurmtorch.submit.report import ended_line, failure_lines, restart_lines
+
     if job.array:
-        return submit.wait_array(sub.job_id, root)
-    status = submit.wait(sub.job_id, root)
-    code = submit.exit_code_of(status)
-    print(f"job {sub.job_id} {status.state} (exit {code})", file=sys.stderr)
-    for line in restart_lines(sub.job_dir):
-        print(f"slurmtorch: {line}", file=sys.stderr)
+        return waiting.wait_array(sub.job_id, root, cancel_on_interrupt=cancel_on_interrupt)
+    from slurmtorch.submit.watch import WATCH
+
+    WATCH.submitted(sub.job_id, root)
+    status = waiting.wait(sub.job_id, root, cancel_on_interrupt=cancel_on_interrupt)
+    line, code = ended_line(sub.job_id, sub.job_dir, status)
+    print(line, file=sys.stderr)
+    for text in restart_lines(sub.job_dir):
+        print(f"slurmtorch: {text}", file=sys.stderr)
     if code != 0:
-        for line in failure_lines(sub.job_dir):
-            print(f"slurmtorch: {line}", file=sys.stderr)
+        for text in failure_lines(sub.job_dir):
+            print(f"slurmtorch: {text}", file=sys.stderr)
     return code
+
+
+# The verb's own parameters, not `Options` fields.
+VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable")
 
 
 def _announce(sub) -> None:
     print(sub.job_id, flush=True)
     print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
+
+
+def _quiet(sub) -> None:
+    print(sub.job_id, flush=True)

@@ -9,7 +9,8 @@ folder into parse_failures; the bootstrap asks is_consequence before it ends the
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import signal
+from dataclasses import dataclass, replace
 
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
 # the log it wrote to says which rank it was.
@@ -59,6 +60,7 @@ class RankFailure:
     host: str
     cause: str
     primary: bool  # False: it failed because a peer died or hung
+    code: int | None = None  # the rank's own exit code, where srun or the rank said it
 
     def line(self) -> str:
         where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
@@ -87,6 +89,16 @@ def latest_exits(texts: list[str]) -> dict[int, RankExit]:
     exits = [e for e in map(rank_exit, texts) if e is not None]
     latest = max((e.restart for e in exits), default=0)
     return {e.rank: e for e in exits if e.restart == latest}
+
+
+def srun_exit_code(what: str) -> int | None:
+    """A task's exit code from srun's words: `Exited with exit code N` is N, a signal's name
+    (`Killed`, `Terminated`, `Segmentation fault`: strsignal) 128 + its number."""
+    m = re.match(r"Exited with exit code (\d+)", what)
+    if m:
+        return int(m[1])
+    name = what.strip()
+    return next((128 + sig.value for sig in signal.Signals if signal.strsignal(sig) == name), None)
 
 
 def _expand_tasks(text: str) -> list[int]:
@@ -186,7 +198,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         if m:
             for t in _expand_tasks(m["tasks"]):
                 unlaunched.setdefault(t, m["why"])
-    failures = dict(reported)
+    # A rank that reported a cause exited on its own: srun's line has its code, else the
+    # bootstrap's for a Python exception (1).
+    failures = {r: replace(f, code=_own_code(srun.get(r))) for r, f in reported.items()}
     for rank, why in unlaunched.items():
         if rank not in failures and rank not in srun:
             failures[rank] = RankFailure(rank, "", f"never started: the step failed to launch ({why}); "
@@ -194,10 +208,11 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     for rank, (host, what) in srun.items():
         if rank in failures:
             continue
+        code = srun_exit_code(what)
         if what == "Killed":
-            failures[rank] = RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True)
+            failures[rank] = RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True, code)
         elif what.startswith("Exited with exit code"):
-            failures[rank] = RankFailure(rank, host, f"{what.lower()} without reporting a cause", True)
+            failures[rank] = RankFailure(rank, host, f"{what.lower()} without reporting a cause", True, code)
         elif what.startswith("Unable to") or "node" in what.lower():
             failures[rank] = RankFailure(rank, host, what, True)
     if failures and not any(f.primary for f in failures.values()):
@@ -208,7 +223,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
                     peers = ", ".join(str(f.rank) for f in sorted(timed_out, key=lambda f: f.rank))
                     failures[rank] = RankFailure(
                         rank, host, f"hung: reported nothing while ranks {peers} timed out waiting "
-                        "(the process-group --timeout); terminated by srun", True)
+                        "(the process-group --timeout); terminated by srun", True, srun_exit_code(what))
     if failures and not any(f.primary for f in failures.values()):
         # Ranks that said nothing and have no exit status from srun (it prints none for
         # an exit 0), while their peers lost the connection: either their script returned
@@ -229,6 +244,14 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         for rank in silent:
             failures[rank] = RankFailure(rank, where, cause, True)
     return sorted(failures.values(), key=lambda f: (not f.primary, f.rank))
+
+
+def _own_code(srun_line: tuple[str, str] | None) -> int:
+    """The exit code of a rank that reported its failure: the one srun saw it exit with, else
+    1, the bootstrap's after an exception (srun has no line for it, or names the signal it
+    ended the rank with once it had reported: that is srun's doing, not the rank's)."""
+    m = re.match(r"Exited with exit code (\d+)", srun_line[1]) if srun_line else None
+    return int(m[1]) if m else 1
 
 
 def latest_start(text: str) -> str:

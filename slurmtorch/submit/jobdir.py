@@ -210,6 +210,17 @@ def read_exit_code(folder: Path) -> int | None:
         return None
 
 
+def progress_mark(folder: Path) -> tuple[bool, int | None]:
+    """What the folder says of the job's progress, cheaply (two stats): whether the batch
+    script started (batch.out exists) and when it last wrote its exit code (mtime, ns).
+    A waiter asks the scheduler sooner when this changes (polling.Backoff.nudge)."""
+    try:
+        ended = (folder / EXIT_CODE).stat().st_mtime_ns
+    except OSError:
+        ended = None
+    return (folder / BATCH_OUT).exists(), ended
+
+
 def torchrun_layout(script: str) -> tuple[int, int] | None:
     """(nodes, ranks per node) when a job script launches torchrun, else None (pure)."""
     m = _TORCHRUN_RE.search(script)

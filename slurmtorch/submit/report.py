@@ -10,6 +10,7 @@ from pathlib import Path
 
 from slurmtorch.submit import jobdir
 from slurmtorch.submit.failures import RankFailure, latest_exits, latest_start, parse_failures
+from slurmtorch.submit.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.restarts import RestartState
 from slurmtorch.submit.tail import visible
 
@@ -36,6 +37,31 @@ def failure_lines(folder: Path, limit: int = 8) -> list[str]:
         verb = "then failed" if primary else "failed"
         lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
     return [visible(line) for line in lines]
+
+
+def exit_code(folder: Path, status: JobStatus) -> tuple[int, RankFailure | None, int]:
+    """(the code a user expects, the failed rank it comes from, the job's own) of an ended job.
+
+    The job's own code is the launch step's (srun's 143 when it ended the step because a
+    rank failed, 137 after a SIGKILL), which says little; what a person expects, as from a
+    local run, is the failing rank's own: 1 for an exception, n for sys.exit(n), 128+signal
+    for a kill. That is the first primary failure's code where the folder tells it (its
+    rank is returned too), else the job's.
+    """
+    job = exit_code_of(status)
+    if job == 0:
+        return 0, None, 0
+    rank = next((f for f in failure_report(folder) if f.primary and f.code), None)
+    return (rank.code, rank, job) if rank is not None else (job, None, job)
+
+
+def ended_line(job_id: str, folder: Path, status: JobStatus) -> tuple[str, int]:
+    """`job 42 FAILED (exit 1 from rank 2; the step exited 143)` and the exit code it names."""
+    code, rank, job = exit_code(folder, status)
+    if rank is None:
+        return f"job {job_id} {status.state} (exit {code})", code
+    context = f"; the step exited {job}" if job != code else ""
+    return f"job {job_id} {status.state} (exit {code} from rank {rank.rank}{context})", code
 
 
 def restart_lines(folder: Path) -> list[str]:

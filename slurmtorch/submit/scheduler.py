@@ -5,40 +5,34 @@ submitted *held* so that it cannot start before its folder exists, then the fold
 renamed to the job id and the job released. Any failure on the way removes the folder
 (and cancels the held job): nothing half-written is left behind.
 
-Following a job without an accounting DB: squeue while it is queued or running, then
-scontrol, then its folder's exit-code once the scheduler has forgotten it.
+Following a job without an accounting DB: squeue (`-t all`: ended jobs too, while the
+controller remembers them), the job folder's exit-code, and scontrol only for the exit
+code of an ended job that wrote none. How often to ask is `polling`'s and `watch`'s.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
 
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit.interrupts import Forwarding, Interrupted, deferred, on_lasting_thread
-from slurmtorch.submit.report import failure_lines
-from slurmtorch.submit.tail import Tail, drain
+from slurmtorch.submit.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, parse_squeue,
+                                         scontrol_exit, scontrol_fields)
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
-TERMINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
-})
 _JOB_ID_RE = re.compile(r"^(?P<id>[0-9]+)(?:;(?P<cluster>\S+))?$")
-POLL_S = 0.25
-MAX_POLL_S = 2.0
 GUARD = Path(__file__).with_name("guard.py")
 GUARD_BOUND_S = 20.0  # guard.py's GRACE_S + KILL_WAIT_S, and some
 
@@ -229,103 +223,66 @@ def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path) -> subpr
 # --------------------------------------------------------------------------- status
 
 
-@dataclass(frozen=True)
-class JobStatus:
-    job_id: str
-    state: str
-    exit_code: int | None = None
-    reason: str = ""
-    nodes: str = ""
-    source: str = ""
-
-    @property
-    def done(self) -> bool:
-        """Ended: a terminal Slurm state, or known only from its folder (the scheduler has
-        forgotten it, so it cannot run any more, exit-code file or not). Every wait
-        stops on this."""
-        if self.source == "job folder":
-            return True
-        return self.state.split()[0] in TERMINAL_STATES if self.state else False
-
-    def line(self) -> str:
-        parts = [f"job={self.job_id}", f"state={self.state}"]
-        if self.exit_code is not None:
-            parts.append(f"exit_code={self.exit_code}")
-        if self.nodes:
-            parts.append(f"nodes={self.nodes}")
-        if self.reason and self.reason not in ("None", "(null)"):
-            parts.append(f"reason={self.reason}")
-        parts.append(f"source={self.source}")
-        return " ".join(parts)
-
-
-def _squeue_state(job_id: str, runner: Runner) -> tuple[str, str, str] | None:
-    proc = runner(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%N"], check=False, timeout=30)
+def squeue(selection: Sequence[str], runner: Runner = run) -> dict[str, SqueueRow]:
+    """One squeue call: every job the controller still knows (`-t all`: ended ones too, for
+    MinJobAge, 300 s by default) among `selection` (`-j 1,2,3_4`, `-u NAME`), array tasks
+    one per line (`-r`). A selection of only forgotten ids is an empty answer, not an error."""
+    argv = ["squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT, *selection]
+    proc = runner(argv, check=False, timeout=30)
     if proc.returncode != 0:
         if "Invalid job id" in proc.stderr:
-            return None
+            return {}
         raise SubmitError(
             f"squeue failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
-            argv=["squeue", "-j", job_id], returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
+            argv=argv, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
         )
-    line = proc.stdout.strip().splitlines()
-    if not line:
-        return None
-    state, _, rest = line[0].partition("|")
-    reason, _, nodes = rest.partition("|")
-    return state, reason, nodes
+    return parse_squeue(proc.stdout)
 
 
-def _scontrol_job(job_id: str, runner: Runner) -> dict[str, str] | None:
+def scontrol_job(job_id: str, runner: Runner = run) -> dict[str, str] | None:
     proc = runner(["scontrol", "-o", "show", "job", job_id], check=False, timeout=30)
     if proc.returncode != 0 or not proc.stdout.strip():
         return None
-    fields = {}
-    for token in proc.stdout.split():
-        key, sep, value = token.partition("=")
-        if sep and key not in fields:
-            fields[key] = value
-    return fields
+    return scontrol_fields(proc.stdout)
 
 
-def _scontrol_exit(fields: dict[str, str], state: str) -> int:
-    code, _, sig = fields.get("ExitCode", "0:0").partition(":")
-    code_i, sig_i = int(code or 0), int(sig or 0)
-    if code_i:
-        return code_i
-    if sig_i:
-        return 128 + sig_i
-    return 0 if state == "COMPLETED" else 1
+def job_folder(job_id: str, root: Path | None = None) -> Path:
+    """The folder of job `JOBID`, or of array task `JOBID_K` (its trial-K)."""
+    base, sep, task = str(job_id).partition("_")
+    jobdir.check_job_id(base)
+    if not sep:
+        return jobdir.job_dir(base, root)
+    return jobdir.trial_dir(base, int(jobdir.check_job_id(task)), root)
+
+
+def statuses(job_ids: Sequence[str], root: Path | None = None, *, runner: Runner = run) -> dict[str, JobStatus]:
+    """Every job's (or array task's) status with one squeue call; scontrol only for an
+    ended job whose folder holds no exit code (cancelled, timed out: what code Slurm saw)."""
+    folders = {j: job_folder(j, root) for j in job_ids}
+    rows = squeue(["-j", ",".join(job_ids)], runner) if job_ids else {}
+    return {j: settle(j, rows.get(j), folders[j], runner) for j in job_ids}
 
 
 def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
-    """State of a job without an accounting DB: squeue, then scontrol, then the job folder."""
-    jobdir.check_job_id(job_id)
-    return _status(job_id, jobdir.job_dir(job_id, root), runner)
+    """State of a job (or array task `JOBID_K`) without an accounting DB: squeue, then its folder."""
+    return statuses([str(job_id)], root, runner=runner)[str(job_id)]
 
 
-def _status(job_id: str, folder: Path, runner: Runner) -> JobStatus:
-    """`job_id` may be an array task (`123_4`), whose folder is the trial's."""
-    return _status_after_squeue(job_id, folder, runner, _squeue_state(job_id, runner))
+task_status = job_status  # `JOBID_K` is an array task's status; the old name of the same call
 
 
-def _status_after_squeue(job_id: str, folder: Path, runner: Runner, sq: tuple[str, str, str] | None) -> JobStatus:
-    """The status given squeue's (state, reason, nodes) or None: scontrol and the folder
-    are asked only once squeue no longer shows the job running or waiting."""
-    if sq is not None:
-        state, reason, nodes = sq
-        if state not in TERMINAL_STATES:
-            return JobStatus(job_id, state, None, reason, nodes, "squeue")
-    fields = _scontrol_job(job_id, runner)
-    if fields is not None:
-        state = fields.get("JobState", "UNKNOWN")
-        exit_code = None
-        if state in TERMINAL_STATES:
-            exit_code = jobdir.read_exit_code(folder)
-            if exit_code is None:
-                exit_code = _scontrol_exit(fields, state)
-        return JobStatus(job_id, state, exit_code, fields.get("Reason", ""), fields.get("NodeList", ""), "scontrol")
+def settle(job_id: str, row: SqueueRow | None, folder: Path, runner: Runner = run) -> JobStatus:
+    """The status given squeue's row (None: the controller has forgotten the job): a job
+    still queued or running as squeue says; an ended one with the batch script's exit code
+    (scontrol's when the script never wrote one); a forgotten one from its folder alone."""
+    if row is not None and row.state not in TERMINAL_STATES:
+        return row.status()
     exit_code = jobdir.read_exit_code(folder)
+    if row is not None:
+        if exit_code is None:
+            fields = scontrol_job(job_id, runner)
+            exit_code = scontrol_exit(fields or {}, row.state)
+        return replace(row.status(), exit_code=exit_code)
     if exit_code is not None:
         return JobStatus(job_id, "COMPLETED" if exit_code == 0 else "FAILED", exit_code, source="job folder")
     if folder.is_dir():
@@ -333,22 +290,18 @@ def _status_after_squeue(job_id: str, folder: Path, runner: Runner, sq: tuple[st
         # cancelled, timed out or killed with its node.
         return JobStatus(job_id, "ENDED", None, "no exit-code file (cancelled or killed?)", source="job folder")
     raise SubmitError(
-        f"job {job_id} is unknown to squeue and scontrol, and {folder} does not exist",
+        f"job {job_id} is unknown to squeue, and {folder} does not exist",
         tip="check the job id and SLURMTORCH_HOME",
     )
 
 
+def my_jobs(runner: Runner = run) -> dict[str, JobStatus]:
+    """This user's jobs that the controller still knows (queued, running, recently ended),
+    by id, from one squeue call; ended ones without their exit code (the caller has folders)."""
+    return {j: row.status() for j, row in squeue(["-u", _me()], runner).items()}
+
+
 # --------------------------------------------------------------------------- arrays
-
-
-def task_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:
-    """job_status of `JOBID` or of one array task `JOBID_K` (its folder is trial-K)."""
-    base, sep, task = str(job_id).partition("_")
-    if not sep:
-        return job_status(job_id, root, runner=runner)
-    jobdir.check_job_id(base)
-    jobdir.check_job_id(task)
-    return _status(job_id, jobdir.trial_dir(base, int(task), root), runner)
 
 
 @dataclass(frozen=True)
@@ -364,53 +317,21 @@ class TrialStatus:
             parts.append(f"exit_code={s.exit_code}")
         if s.nodes:
             parts.append(f"nodes={s.nodes}")
-        if s.reason and s.reason not in ("None", "(null)"):
-            parts.append(f"reason={s.reason}")
+        if s.why:
+            parts.append(f"reason={s.why}")
         if self.params:
             parts.append("params=" + ",".join(f"{k}={v}" for k, v in self.params.items()))
         parts.append(f"source={s.source}")
         return " ".join(parts)
 
 
-def parse_squeue_tasks(stdout: str, job_id: str) -> dict[int, tuple[str, str, str]]:
-    """`squeue -h -r -j JOB -o %i|%T|%r|%N` -> {task: (state, reason, nodes)} (pure).
-
-    `-r` puts every array task on its own line as `JOB_TASK`, pending ones included;
-    anything else (a heterogeneous job, another job's line) is ignored.
-    """
-    tasks: dict[int, tuple[str, str, str]] = {}
-    for line in stdout.splitlines():
-        ident, sep, rest = line.strip().partition("|")
-        base, _, task = ident.partition("_")
-        if not sep or base != job_id or not task.isdigit():
-            continue
-        state, _, rest = rest.partition("|")
-        reason, _, nodes = rest.partition("|")
-        tasks[int(task)] = (state, reason, nodes)
-    return tasks
-
-
-def _squeue_tasks(job_id: str, runner: Runner) -> dict[int, tuple[str, str, str]]:
-    """Every queued task of an array job in one squeue call."""
-    argv = ["squeue", "-h", "-r", "-j", job_id, "-o", "%i|%T|%r|%N"]
-    proc = runner(argv, check=False, timeout=30)
-    if proc.returncode != 0:
-        if "Invalid job id" in proc.stderr:
-            return {}  # the whole array has left the queue
-        raise SubmitError(
-            f"squeue failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
-            argv=argv, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
-        )
-    return parse_squeue_tasks(proc.stdout, job_id)
-
-
 def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run,
                  known: dict[int, JobStatus] | None = None) -> list[TrialStatus]:
     """Every trial (array task) of an array job submitted by slurmtorch.
 
-    One squeue for all tasks; scontrol (then the trial's folder) only for a task that
-    has left the queue. Trials in `known` (ended ones a waiter has already reported)
-    are taken as they are, without asking the scheduler again.
+    One squeue for all tasks; scontrol only for an ended task without an exit code. Trials
+    in `known` (ended ones a waiter has already reported) are taken as they are, without
+    asking the scheduler again.
     """
     folder = jobdir.job_dir(job_id, root)
     record = jobdir.read_trials(folder)
@@ -418,81 +339,42 @@ def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run,
         raise SubmitError(f"job {job_id} is not an array job (no {folder / jobdir.TRIALS})")
     known = known or {}
     trials = sorted(((int(t), params) for t, params in record["trials"].items()), key=lambda kv: kv[0])
-    queued = _squeue_tasks(job_id, runner) if any(t not in known for t, _ in trials) else {}
+    rows = squeue(["-j", job_id], runner) if any(t not in known for t, _ in trials) else {}
     out = []
     for t, params in trials:
-        status = known.get(t) or _status_after_squeue(f"{job_id}_{t}", jobdir.trial_dir(job_id, t, root),
-                                                      runner, queued.get(t))
+        task = f"{job_id}_{t}"
+        status = known.get(t) or settle(task, rows.get(task), jobdir.trial_dir(job_id, t, root), runner)
         out.append(TrialStatus(t, params, status))
     return out
 
 
-def wait_array(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
-               err: IO[str] | None = None) -> int:
-    """Block until every trial has ended, reporting each; 0 only if all succeeded.
+def _me() -> str:
+    """This process's user name as Slurm shows it (not $USER, which a shell may have changed)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
-    Polls back off from `poll_s` to MAX_POLL_S while nothing ends (an array can run for
-    hours; the controller serves every user's squeue), and ended trials are not asked
-    about again.
+
+def cancel(job_id: str, *, runner: Runner = run) -> JobStatus:
+    """scancel a job of this user's that is still queued or running; its status before.
+
+    scancel (22.05) exits 0 and says nothing for an unknown job id, so the job is looked up
+    first: unknown, someone else's, or already ended is an error naming which.
     """
-    err = err or sys.stderr
-    reported: dict[int, JobStatus] = {}
-    delay = poll_s
-    while True:
-        trials = array_status(job_id, root, runner=runner, known=reported)
-        ended = False
-        for t in trials:
-            if t.trial not in reported and t.status.done:
-                reported[t.trial] = t.status
-                ended = True
-                print(f"trial {t.trial} {t.status.state} (exit {exit_code_of(t.status)})", file=err, flush=True)
-                if exit_code_of(t.status) != 0:
-                    for line in failure_lines(jobdir.trial_dir(job_id, t.trial, root)):
-                        print(f"slurmtorch: trial {t.trial}: {line}", file=err)
-        if len(reported) == len(trials):
-            break
-        if ended:
-            delay = poll_s  # others may be about to end too
-        time.sleep(delay)
-        delay = min(delay * 2, MAX_POLL_S)
-    failed = [t.trial for t in trials if exit_code_of(t.status) != 0]
-    print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
-          + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
-    return 1 if failed else 0
-
-
-# --------------------------------------------------------------------------- following
-
-
-def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None = None, *,
-           runner: Runner = run, poll_s: float = POLL_S) -> JobStatus:
-    """Stream files while the job runs (polling squeue); return its final status."""
-    tails = [Tail(p, out) for p, out in paths]
-    while True:
-        for t in tails:
-            t.pump()
-        status = task_status(job_id, root, runner=runner)
-        if status.done:
-            break
-        time.sleep(poll_s)
-    drain(tails)
+    base = jobdir.check_job_id(str(job_id).partition("_")[0])
+    rows = squeue(["-j", str(job_id)], runner)
+    row = rows.get(str(job_id)) or next((r for j, r in rows.items() if j.partition("_")[0] == base), None)
+    if row is None:
+        raise SubmitError(f"job {job_id} is not known to Slurm (never submitted, or ended long enough ago "
+                          "to be forgotten)", tip=f"slurmtorch status {job_id} reads its folder")
+    me = _me()
+    if row.user and row.user != me:
+        raise SubmitError(f"job {job_id} belongs to {row.user}, not to {me}",
+                          tip="only its owner (or an operator, with scancel) can cancel it")
+    status = row.status()
+    if status.done:
+        raise SubmitError(f"job {job_id} has already ended ({status.state}); nothing to cancel",
+                          tip=f"slurmtorch status {job_id}")
+    runner(["scancel", str(job_id)])
     return status
-
-
-def wait(job_id: str, root: Path | None = None, *, runner: Runner = run, poll_s: float = POLL_S,
-         out: IO[str] | None = None, err: IO[str] | None = None) -> JobStatus:
-    """Block until the job ends, streaming rank 0's output (node 0's under torchrun);
-    return the final status."""
-    folder = jobdir.job_dir(job_id, root)
-    o, e = jobdir.rank_log_paths(folder)
-    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, runner=runner, poll_s=poll_s)
-
-
-def exit_code_of(status: JobStatus) -> int:
-    if status.exit_code is not None:
-        return status.exit_code
-    return 0 if status.state == "COMPLETED" else 1
-
-
-def cancel(job_id: str, *, runner: Runner = run) -> None:
-    runner(["scancel", jobdir.check_job_id(job_id)])

@@ -27,12 +27,17 @@ def visible(text: str) -> str:
 
 
 class Tail:
-    """Copies what was appended to a file since the last call, its controls made `visible`."""
+    """Copies what was appended to a file since the last call, its controls made `visible`.
 
-    def __init__(self, path: Path, out: IO[str]):
+    `line` (a statusline.StatusLine) is told before and after each write, so that a live
+    status line on the same terminal steps aside for the job's output.
+    """
+
+    def __init__(self, path: Path, out: IO[str], line=None):
         self.path = path
         self.out = out
         self.offset = 0
+        self.line = line
 
     def pump(self) -> bool:
         try:
@@ -55,8 +60,13 @@ class Tail:
             if b & 0x80 == 0:
                 break
         self.offset += cut
-        self.out.write(visible(data[:cut].decode("utf-8", errors="replace")))
+        text = visible(data[:cut].decode("utf-8", errors="replace"))
+        if self.line is not None:
+            self.line.before_output()
+        self.out.write(text)
         self.out.flush()
+        if self.line is not None:
+            self.line.after_output(text, self.out)
         return True
 
 

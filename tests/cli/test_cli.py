@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import resources
+from slurmtorch.submit.jobstatus import SQUEUE_FORMAT
 
 from helpers import st
 
@@ -186,18 +187,46 @@ def all_paths(top: Path) -> list[Path]:
     return [top, *sorted(top.rglob("*"))]
 
 
-def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path):
+def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path, monkeypatch):
     """Cancelled while pending, timed out, lost with its node: no exit-code, and once
-    squeue and scontrol forget it, only its folder is left. Waiting must end there."""
-    from slurmtorch.submit import scheduler as submit
+    squeue forgets it, only its folder is left. Waiting must end there."""
+    from slurmtorch.submit import jobstatus, scheduler, waiting
+    from slurmtorch.submit.watch import Watch
 
     root = tmp_path / "jobs"
     (root / "123").mkdir(parents=True)
-    status = submit.job_status("123", root, runner=FakeSlurm())
+    status = scheduler.job_status("123", root, runner=FakeSlurm())
     assert status.state == "ENDED" and status.source == "job folder" and status.done
-    assert submit.exit_code_of(status) == 1
+    assert jobstatus.exit_code_of(status) == 1
+    clock = FakeClock(monkeypatch)
     out, err = io.StringIO(), io.StringIO()
-    assert submit.wait("123", root, runner=FakeSlurm(), poll_s=0.01, out=out, err=err).state == "ENDED"
+    ended = waiting.wait("123", root, runner=FakeSlurm(), watch=Watch(clock), out=out, err=err)
+    assert ended.state == "ENDED"
+
+
+class FakeClock:
+    """Monotonic time that moves only when the code under test sleeps (waiting's ticks)."""
+
+    def __init__(self, monkeypatch=None):
+        self.t = 1000.0
+        if monkeypatch is not None:
+            from slurmtorch.submit import waiting
+
+            monkeypatch.setattr(waiting.time, "sleep", self.sleep)
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def squeue_line(job: str, state: str, reason: str = "None", nodes: str = "", user: str = "") -> str:
+    """One line as `squeue -o SQUEUE_FORMAT` prints it."""
+    import pwd
+
+    user = user or pwd.getpwuid(os.getuid()).pw_name
+    return f"{job}|{state}|{reason}|{nodes}|2026-11-24T20:00:00|2026-11-24T20:00:05|{user}\n"
 
 
 def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):
@@ -318,9 +347,10 @@ def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
         jobdir.log_names(None, node=0)
 
 
-def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path):
+def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path, monkeypatch):
     """torchrun writes node-0.out, and only once the job runs: --wait must still show it."""
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit import waiting
+    from slurmtorch.submit.watch import Watch
 
     root = tmp_path / "jobs"
     folder = root / "123"
@@ -332,18 +362,20 @@ def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_p
         if argv[0] == "squeue":
             polls.append(argv)
             if len(polls) == 1:
-                return 0, "PENDING|Resources|\n", ""
+                return 0, squeue_line("123", "PENDING", "Resources"), ""
             if len(polls) == 2:
                 (folder / "node-0.out").write_text("hello from node 0\n")
                 (folder / "node-0.err").write_text("warn\n")
-                return 0, "RUNNING|None|node[1-2]\n", ""
+                return 0, squeue_line("123", "RUNNING", nodes="node[1-2]"), ""
             (folder / "exit-code").write_text("0\n")
             return NOT_FOUND
         return NOT_FOUND
 
+    clock = FakeClock(monkeypatch)
     out, err = io.StringIO(), io.StringIO()
-    status = submit.wait("123", root, runner=FakeSlurm(answer), poll_s=0.01, out=out, err=err)
-    assert status.state == "COMPLETED" and out.getvalue() == "hello from node 0\n" and err.getvalue() == "warn\n"
+    status = waiting.wait("123", root, runner=FakeSlurm(answer), watch=Watch(clock), out=out, err=err, live=False)
+    assert status.state == "COMPLETED" and out.getvalue() == "hello from node 0\n"
+    assert err.getvalue() == "job 123: PENDING (Resources)\njob 123: RUNNING on node[1-2]\nwarn\n"
 
 
 def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
@@ -362,55 +394,58 @@ def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
     assert default.returncode == 0 and default.stdout == "node 0 out\n", default.stderr
 
 
-def test_squeue_array_lines_are_parsed_per_task():
-    from slurmtorch.submit import scheduler as submit
+def test_squeue_lines_are_parsed_per_job_and_array_task():
+    from slurmtorch.submit.jobstatus import parse_squeue
 
-    text = ("123_0|RUNNING|None|node1\n123_1|PENDING|Resources|\n 123_12|COMPLETING|None|node[2-3]\n"
-            "124_0|RUNNING|None|node4\n123|RUNNING|None|node1\nnonsense\n")
-    assert submit.parse_squeue_tasks(text, "123") == {
-        0: ("RUNNING", "None", "node1"), 1: ("PENDING", "Resources", ""), 12: ("COMPLETING", "None", "node[2-3]")}
-    assert submit.parse_squeue_tasks("", "123") == {}
+    text = ("123_0|RUNNING|None|node1|2026-11-24T20:00:00|2026-11-24T20:00:05|ann\n"
+            "123_1|PENDING|Resources||2026-11-24T20:00:00|N/A|ann\n"
+            " 124|COMPLETING|None|node[2-3]|2026-11-24T20:00:00|2026-11-24T20:00:05|bob\nnonsense\n")
+    rows = parse_squeue(text)
+    assert sorted(rows) == ["123_0", "123_1", "124"]
+    assert (rows["123_1"].state, rows["123_1"].reason, rows["123_1"].started) == ("PENDING", "Resources", None)
+    assert (rows["124"].nodes, rows["124"].user) == ("node[2-3]", "bob")
+    assert rows["123_0"].started - rows["123_0"].submitted == 5
+    assert parse_squeue("") == {}
 
 
-def test_array_waits_ask_squeue_once_per_poll_scontrol_only_for_tasks_that_left_and_back_off(tmp_path, monkeypatch):
-    from slurmtorch.submit import scheduler as submit
+def test_array_waits_ask_squeue_once_for_every_task_scontrol_only_without_an_exit_code_and_back_off(
+        tmp_path, monkeypatch):
+    from slurmtorch.submit import polling, scheduler, waiting
 
     root = tmp_path / "jobs"
-    sub = submit.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
-                        trials={"array": "0-2", "trials": {"0": {}, "1": {}, "2": {}}})
-    queue = [  # what squeue shows at each poll: task -> state
+    sub = scheduler.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
+                           trials={"array": "0-2", "trials": {"0": {}, "1": {}, "2": {}}})
+    queue = [  # what squeue shows at each call: task -> state
         {0: "PENDING", 1: "PENDING", 2: "PENDING"},
         {0: "PENDING", 1: "PENDING", 2: "PENDING"},
-        {0: "RUNNING", 2: "PENDING"},
-        {2: "RUNNING"},
-        {2: "RUNNING"},
-        {2: "RUNNING"},
-        {2: "RUNNING"},
-        {2: "RUNNING"},
-        {},
+        {0: "RUNNING", 1: "COMPLETED", 2: "PENDING"},
+        {0: "FAILED", 1: "COMPLETED", 2: "RUNNING"},
+        {0: "FAILED", 1: "COMPLETED", 2: "RUNNING"},
+        {0: "FAILED", 1: "COMPLETED", 2: "RUNNING"},
+        {0: "FAILED", 1: "COMPLETED", 2: "COMPLETED"},
     ]
-    ended = {"1": "COMPLETED 0:0", "0": "FAILED 3:0", "2": "COMPLETED 0:0"}
-    polls = []
+    clock = FakeClock(monkeypatch)
+    calls = []
 
     def answer(argv):
         if argv[0] == "squeue":
-            assert argv[1:6] == ["-h", "-r", "-j", "123", "-o"], argv
-            shown = queue[min(len(polls), len(queue) - 1)]
-            polls.append(shown)
-            return 0, "".join(f"123_{t}|{s}|None|node1\n" for t, s in shown.items()), ""
-        task = argv[-1].split("_")[1]
-        state, code = ended[task].split()
-        return 0, f"JobId={argv[-1]} JobState={state} Reason=None ExitCode={code}\n", ""
+            assert argv[1:] == ["-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT, "-j", "123"], argv
+            shown = queue[min(len(calls), len(queue) - 1)]
+            calls.append(clock())
+            return 0, "".join(squeue_line(f"123_{t}", s) for t, s in shown.items()), ""
+        return 0, f"JobId={argv[-1]} JobState=FAILED Reason=None ExitCode=3:0\n", ""
 
+    (root / "123" / "trial-1" / "exit-code").write_text("0\n")  # what trial 1's batch script wrote
     slurm = FakeSlurm(answer)
-    sleeps = []
-    monkeypatch.setattr(submit.time, "sleep", sleeps.append)
     err = io.StringIO()
-    assert submit.wait_array(sub.job_id, root, runner=slurm, err=err) == 1
-    assert len(slurm.called("squeue")) == len(queue)  # one per poll, for every task at once
-    assert [c[-1] for c in slurm.called("scontrol")] == ["123_1", "123_0", "123_2"]  # once each, on leaving
-    assert sleeps == [0.25, 0.5, 0.25, 0.25, 0.5, 1.0, 2.0, 2.0]
-    assert "job 123: 2 of 3 trials succeeded; failed: 0" in err.getvalue()
+    assert waiting.wait_array(sub.job_id, root, runner=slurm, err=err, live=False, clock=clock) == 1
+    assert len(calls) == len(queue)  # one per look, for every task at once
+    assert [c[-1] for c in slurm.called("scontrol")] == ["123_0", "123_2"]  # ended without an exit-code file
+    gaps = [round(b - a, 2) for a, b in zip(calls, calls[1:])]
+    assert gaps[0] == polling.MIN_S and gaps[1] == polling.MIN_S * polling.GROWTH  # nothing changed: back off
+    assert gaps[2] == polling.MIN_S  # trials ended: start again
+    assert "trial 1 COMPLETED (exit 0)" in err.getvalue() and "trial 0 FAILED (exit 3)" in err.getvalue()
+    assert "job 123: 1 of 3 trials succeeded; failed: 0, 2" in err.getvalue()
 
 
 def test_mpirun_scripts_beyond_the_argument_size_limit_run(tmp_path):
@@ -584,7 +619,7 @@ def test_cancel_a_running_job_ends_the_wait(testbed, home, tmp_path):
         assert rc != 0
         assert "CANCELLED" in waiter.stderr.read()
         followed, _ = follower.communicate(timeout=30)
-        assert follower.returncode == 0 and followed == "started\n"
+        assert follower.returncode == 143 and followed == "started\n"  # logs --follow exits with the job's code
     finally:
         if waiter.poll() is None:
             waiter.kill()

@@ -67,7 +67,8 @@ def test_readme_output_block_parses_and_matches_its_own_shape():
     assert err[-1] == "job <job id> COMPLETED (exit 0)"
     fake_out = "123\nepoch 0 loss 0.5000\nepoch 1 loss 0.2500\nepoch 2 loss 0.1250\n" \
                "trained on 4 ranks across nodes node1,node2,node3,node4 final loss 0.1250 (local rank 0)\n"
-    fake_err = "submitted job 123; folder /tmp/h/jobs/123\nsome warning\njob 123 COMPLETED (exit 0)\n"
+    fake_err = ("submitted job 123; folder /tmp/h/jobs/123\njob 123: PENDING\njob 123: RUNNING on node[1-4]\n"
+                "some warning\njob 123 COMPLETED (exit 0)\n")
     assert matches(out, fake_out, "123", "/tmp/h") == []
     assert matches(err, fake_err, "123", "/tmp/h") == []
     assert matches(out, fake_out.replace("0.5000", "nan"), "123", "/tmp/h") == ["epoch 0 loss <loss>"]

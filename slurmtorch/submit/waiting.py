@@ -1,0 +1,145 @@
+"""Waiting for a job: its output from the folder, its state from the Watch, and Ctrl-C.
+
+`sbatch --wait` and `logs --follow` copy a job's logs from its folder as they grow (every
+TICK_S: files only, nothing asked of the controller) while `watch.WATCH` asks the
+scheduler at `polling`'s rate; a `StatusLine` shows the state. Ctrl-C leaves the job
+running and says how to stop it (exit 130), or cancels it with `--cancel-on-interrupt`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from slurmtorch.errors import SlurmtorchError
+from slurmtorch.submit import jobdir
+from slurmtorch.submit import scheduler
+from slurmtorch.submit.jobstatus import JobStatus, exit_code_of
+from slurmtorch.submit.polling import Backoff
+from slurmtorch.submit.report import failure_lines
+from slurmtorch.submit.statusline import StatusLine
+from slurmtorch.submit.tail import Tail, drain
+from slurmtorch.submit.watch import WATCH, Watch
+
+TICK_S = 0.25
+
+
+class StoppedWaiting(SlurmtorchError):
+    """Ctrl-C while waiting: the job goes on (or was cancelled, if asked); exit 130."""
+
+    exit_code = 130
+
+    def render(self) -> str:
+        return f"slurmtorch: {self.message}"
+
+
+def interrupted(job_id: str, status: JobStatus | None, cancel: bool, runner=None,
+                root: Path | None = None) -> StoppedWaiting:
+    """What Ctrl-C on a waiter says: the job is still there and how to stop it, or (`cancel`)
+    that it was cancelled. `status`: the job's last known one (None for an array job)."""
+    if status is not None:  # a single job's last look may be up to MAX_S old: say what it does now
+        try:
+            status = scheduler.job_status(job_id, root, **({"runner": runner} if runner else {}))
+        except SlurmtorchError:
+            pass
+    state = (status.state if status is not None else "queued or running").lower()
+    if not cancel:
+        return StoppedWaiting(f"job {job_id} is still {state}; slurmtorch cancel {job_id} stops it")
+    try:
+        scheduler.cancel(job_id, **({"runner": runner} if runner else {}))
+    except SlurmtorchError as exc:  # it ended meanwhile, say
+        return StoppedWaiting(f"job {job_id} was not cancelled: {exc.message}")
+    return StoppedWaiting(f"job {job_id} cancelled (it was {state}), as --cancel-on-interrupt asked")
+
+
+def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None = None, *,
+           runner=None, watch: Watch = WATCH, err: IO[str] | None = None, live: bool | None = None,
+           cancel_on_interrupt: bool = False) -> JobStatus:
+    """Stream files while the job runs; return its final status (StoppedWaiting on Ctrl-C)."""
+    line = StatusLine(err or sys.stderr, str(job_id), live)
+    tails = [Tail(p, out, line) for p, out in paths]
+    status = None
+    try:
+        while True:
+            for t in tails:
+                t.pump()
+            status = watch.status(job_id, root, runner=runner)
+            if status.done:
+                break
+            line.show(status)
+            time.sleep(TICK_S)
+    except KeyboardInterrupt:
+        line.close()
+        raise interrupted(job_id, status, cancel_on_interrupt, runner, root) from None
+    line.close()
+    drain(tails)
+    watch.forget(job_id, root)
+    return status
+
+
+def wait(job_id: str, root: Path | None = None, *, out: IO[str] | None = None, err: IO[str] | None = None,
+         **kw) -> JobStatus:
+    """Block until the job ends, streaming rank 0's output (node 0's under torchrun)."""
+    o, e = jobdir.rank_log_paths(jobdir.job_dir(job_id, root))
+    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, err=err, **kw)
+
+
+def wait_array(job_id: str, root: Path | None = None, *, runner=None, err: IO[str] | None = None,
+               live: bool | None = None, cancel_on_interrupt: bool = False, clock=time.monotonic) -> int:
+    """Block until every trial has ended, reporting each; 0 only if all succeeded.
+
+    One squeue call answers every trial, at `polling`'s rate; a trial folder that shows a
+    start or an end brings the next call forward. Ended trials are not asked about again.
+    """
+    err = err or sys.stderr
+    line = StatusLine(err, job_id, live)
+    reported: dict[int, JobStatus] = {}
+    backoff, marks, trials, last = Backoff(), None, [], None
+    kw = {"runner": runner} if runner else {}
+    try:
+        while True:
+            now_marks = [jobdir.progress_mark(p) for p in sorted(jobdir.job_dir(job_id, root).glob("trial-*"))]
+            if marks is not None and now_marks != marks:
+                backoff.nudge()
+            marks = now_marks
+            if backoff.due(clock()):
+                trials = scheduler.array_status(job_id, root, known=reported, **kw)
+                summary = _summary(trials)
+                backoff.called(clock(), summary != last)
+                last = summary
+                for t in trials:
+                    if t.trial not in reported and t.status.done:
+                        reported[t.trial] = t.status
+                        line.before_output()
+                        _report_trial(job_id, t, root, err)
+                if len(reported) == len(trials):
+                    break
+                line.say(summary, summary)
+            time.sleep(TICK_S)
+    except KeyboardInterrupt:
+        line.close()
+        raise interrupted(job_id, None, cancel_on_interrupt, runner, root) from None
+    line.close()
+    failed = [t.trial for t in trials if exit_code_of(t.status) != 0]
+    print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
+          + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
+    return 1 if failed else 0
+
+
+def _summary(trials) -> str:
+    """`trials: 2 running, 1 pending, 1 done` for the status line."""
+    counts: dict[str, int] = {}
+    for t in trials:
+        word = "done" if t.status.done else t.status.state.lower()
+        counts[word] = counts.get(word, 0) + 1
+    return "trials: " + ", ".join(f"{n} {word}" for word, n in counts.items())
+
+
+def _report_trial(job_id: str, t, root: Path | None, err: IO[str]) -> None:
+    print(f"trial {t.trial} {t.status.state} (exit {exit_code_of(t.status)})", file=err, flush=True)
+    if exit_code_of(t.status) != 0:
+        for text in failure_lines(jobdir.trial_dir(job_id, t.trial, root)):
+            print(f"slurmtorch: trial {t.trial}: {text}", file=err)

@@ -1,0 +1,201 @@
+"""Daily use on a busy cluster (issue 13), on the real testbed: polite polling, the state while
+waiting, Ctrl-C, the failing rank's exit code, cancel's errors, status lists and JSON.
+
+Scheduler calls are counted by wrappers put first on PATH that log each call and exec the
+real squeue/scontrol/sacct: what is counted is what slurmtorch asked the real controller.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import st
+
+COUNTED = ("squeue", "scontrol", "sacct")
+
+TICKS = """\
+import sys, time
+for i in range(int(sys.argv[1])):
+    print("tick", i, flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+# Rank 1 of two fails as asked (argv[1]): raise, exit N, or kill itself with SIGKILL;
+# rank 0 waits in a collective until srun ends the step.
+FAILS = """\
+import os, signal, sys
+import torch, torch.distributed as dist
+dist.all_reduce(torch.ones(1))
+if dist.get_rank() == 1:
+    how = sys.argv[1]
+    if how == "raise":
+        raise ValueError("bad batch")
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.exit(int(how))
+dist.all_reduce(torch.ones(1))
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def counted(testbed, tmp_path: Path):
+    """PATH with counting wrappers of squeue, scontrol and sacct; returns (env, read_calls)."""
+    wrappers, log = tmp_path / "counted", tmp_path / "calls.log"
+    wrappers.mkdir()
+    for name in COUNTED:
+        real = shutil.which(name, path=testbed.env["PATH"])
+        assert real, f"{name} is not on the testbed's PATH"
+        (wrappers / name).write_text(f'#!/bin/sh\necho "{name} $*" >>"{log}"\nexec "{real}" "$@"\n')
+        (wrappers / name).chmod(0o755)
+
+    def calls() -> list[str]:
+        return log.read_text().splitlines() if log.exists() else []
+
+    return {"PATH": f"{wrappers}{os.pathsep}{testbed.env['PATH']}"}, calls
+
+
+def script(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def waiter(testbed, home: Path, argv: list[str], **env) -> subprocess.Popen:
+    """`slurmtorch ARGV` in a process group of its own (so a test can Ctrl-C it as a terminal
+    would), with SIGINT at Python's default (a shell may start background jobs ignoring it)."""
+    return subprocess.Popen([testbed.python, "-m", "slurmtorch.cli.main", *argv],
+                            env={**testbed.env, "SLURMTORCH_HOME": str(home), **env}, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+
+
+def squeue_state(testbed, job_id: str) -> str:
+    return testbed.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"]).stdout.strip()
+
+
+@pytest.mark.timeout(180)
+def test_a_minute_of_wait_asks_the_scheduler_at_most_12_times_and_shows_why_the_job_pends(
+        testbed, home, tmp_path, counted):
+    """A job held 10 s by --begin (reason BeginTime), then running ~45 s: the wait ends with the
+    job, prints the pending reason, and makes at most 12 scheduler calls (squeue, scontrol, sacct)
+    in all, releasing the held submission included."""
+    env, calls = counted
+    ticks = script(tmp_path, "ticks.py", TICKS)
+    start = time.monotonic()
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--begin", "now+10", "--wait",
+                              str(ticks), "9", "5"], env=env, timeout=150)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[1:] == [f"tick {i}" for i in range(9)]
+    job_id = proc.stdout.split()[0]
+    assert f"job {job_id}: PENDING (BeginTime)" in proc.stderr.splitlines()
+    assert f"job {job_id}: RUNNING on node" in proc.stderr
+    assert f"job {job_id} COMPLETED (exit 0)" in proc.stderr
+    made = calls()
+    assert len(made) <= 12, (took, made)
+    assert took >= 50, took  # it did wait the whole minute: the count is a minute's
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cancel", [False, True], ids=["runs-on", "cancel-on-interrupt"])
+def test_ctrl_c_on_wait_says_the_job_runs_on_or_cancels_it_when_asked(testbed, home, tmp_path, cancel):
+    ticks = script(tmp_path, "ticks.py", TICKS)
+    extra = ["--cancel-on-interrupt"] if cancel else []
+    proc = waiter(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--wait", *extra, str(ticks), "60", "1"])
+    job_id = ""
+    try:
+        job_id = proc.stdout.readline().strip()
+        assert job_id.isdigit(), proc.stderr.read() if proc.poll() is not None else job_id
+        while "tick 0" not in proc.stdout.readline():
+            pass
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        if cancel:
+            assert f"slurmtorch: job {job_id} cancelled (it was running), as --cancel-on-interrupt asked" in err
+            assert squeue_state(testbed, job_id) in ("CANCELLED", "COMPLETING"), err
+        else:
+            assert f"slurmtorch: job {job_id} is still running; slurmtorch cancel {job_id} stops it" in err
+            assert squeue_state(testbed, job_id) == "RUNNING"
+            follow = waiter(testbed, home, ["logs", job_id, "--follow"])
+            time.sleep(2)
+            os.killpg(follow.pid, signal.SIGINT)
+            _, ferr = follow.communicate(timeout=30)
+            assert follow.returncode == 130 and f"job {job_id} is still running" in ferr, ferr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_id.isdigit():
+            testbed.run(["scancel", job_id])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how, code", [("raise", 1), ("5", 5), ("kill", 137)], ids=["exception", "exit-5", "sigkill"])
+def test_wait_status_and_follow_give_the_failing_ranks_own_exit_code(testbed, has_torch, home, tmp_path, how, code):
+    """Not srun's 143 for the step it ended: 1 for an exception, n for sys.exit(n), 128+9 for
+    a SIGKILL, as a local run would; srun's is named as context."""
+    fails = script(tmp_path, "fails.py", FAILS)
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--wait", str(fails), how], timeout=200)
+    assert proc.returncode == code, proc.stderr
+    job_id = proc.stdout.split()[0]
+    assert f"job {job_id} FAILED (exit {code} from rank 1" in proc.stderr
+    status = st(testbed, home, ["status", job_id, "--json"])
+    (record,) = json.loads(status.stdout)
+    assert (record["state"], record["exit_code"], record["failed_rank"]) == ("FAILED", code, 1), record
+    follow = st(testbed, home, ["logs", job_id, "--follow"])
+    assert follow.returncode == code, follow.stderr
+
+
+@pytest.mark.timeout(120)
+def test_cancel_refuses_unknown_and_ended_jobs_and_cancels_a_running_one(testbed, home, tmp_path):
+    unknown = st(testbed, home, ["cancel", "987654"])
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith("error: job 987654 is not known to Slurm"), unknown.stderr
+    ticks = script(tmp_path, "ticks.py", TICKS)
+    done = st(testbed, home, ["sbatch", "--site", "testbed", "--wait", str(ticks), "1", "0"])
+    assert done.returncode == 0, done.stderr
+    ended = st(testbed, home, ["cancel", done.stdout.split()[0]])
+    assert ended.returncode == 1 and "has already ended (COMPLETED); nothing to cancel" in ended.stderr
+    running = st(testbed, home, ["sbatch", "--site", "testbed", "--parsable", str(ticks), "60", "1"])
+    job_id = running.stdout.strip()
+    assert job_id.isdigit() and running.stderr == "", (running.stdout, running.stderr)  # --parsable: the id alone
+    cancel = st(testbed, home, ["cancel", job_id])
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stderr.startswith(f"job {job_id} cancelled (it was ")
+
+
+@pytest.mark.timeout(120)
+def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
+    ticks = script(tmp_path, "ticks.py", TICKS)
+    done = st(testbed, home, ["sbatch", "--site", "testbed", "--wait", str(ticks), "1", "0"]).stdout.split()[0]
+    pending = st(testbed, home, ["sbatch", "--site", "testbed", "--begin", "now+300", "--parsable", str(ticks),
+                                 "1", "0"]).stdout.strip()
+    try:
+        table = st(testbed, home, ["status"])
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        assert lines[0].split() == ["JOBID", "STATE", "EXIT", "NODES", "/", "REASON"]
+        rows = [ln.split() for ln in lines[1:]]
+        assert [r[0] for r in rows] == [pending, done], table.stdout
+        assert rows[0][1] == "PENDING" and rows[1][1:3] == ["COMPLETED", "0"], table.stdout
+        records = json.loads(st(testbed, home, ["status", "--json"]).stdout)
+        assert [(r["job_id"], r["state"]) for r in records] == [(pending, "PENDING"), (done, "COMPLETED")]
+        assert records[0]["reason"] in ("BeginTime", "None", "") and records[1]["exit_code"] == 0
+        both = st(testbed, home, ["status", done, pending])
+        assert [ln.split()[:2] for ln in both.stdout.splitlines()] == [
+            [f"job={done}", "state=COMPLETED"], [f"job={pending}", "state=PENDING"]]
+    finally:
+        testbed.run(["scancel", pending])
