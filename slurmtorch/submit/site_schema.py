@@ -30,10 +30,10 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
     "cpus": ("int", "CPU cores per node usable by jobs"),
     "memory_gb": ("int", "memory per node in GB"),
     "fabric": (FABRICS, "interconnect between nodes"),
-    "hcas": ("strlist", "RDMA devices (mlx5_0, ...) for NCCL_IB_HCA / UCX_NET_DEVICES"),
-    "interfaces": ("strlist", "IP interfaces for NCCL/Gloo bootstrap sockets"),
+    "hcas": ("strlist", "RDMA devices (mlx5_0, ...): NCCL_IB_HCA (exact names) / UCX_NET_DEVICES"),
+    "interfaces": ("strlist", "IP interfaces for NCCL (exact names) and Gloo bootstrap sockets"),
     "rdma": ("bool", "whether RDMA works on the fabric"),
-    "gid_index": ("int", "RoCE GID index for NCCL_IB_GID_INDEX (default 3: RoCE v2/IPv4)"),
+    "gid_index": ("int", "RoCE GID index for NCCL_IB_GID_INDEX (default: NCCL >= 2.21 picks the RoCE v2 GID itself)"),
     "link_gbps": ("int", "link speed per node in Gb/s; `slurmtorch doctor --allocation` compares the measured "
                          "all_reduce bus bandwidth with it"),
     "env": ("envmap", "environment for jobs on this node type; overrides the fabric's, null removes"),

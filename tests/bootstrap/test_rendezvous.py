@@ -42,6 +42,18 @@ def test_socket_ifname_follows_nccl_syntax(spec, chosen):
     assert rendezvous.pick_interface(spec, AVAILABLE) == chosen
 
 
+@pytest.mark.parametrize("spec, available, chosen", [
+    ("=eth1", ["eth10", "eth1"], "eth1"),                # exact: never the longer name
+    ("=eth1", ["eth10", "eth11"], None),
+    ("eth1", ["eth10", "eth11"], "eth10"),               # NCCL's prefix: eth1 also matches eth10
+    ("=hsn0,hsn1,hsn2,hsn3", ["lo", "hsn1", "hsn0"], "hsn0"),  # slurmtorch's fabric form
+])
+def test_exact_interface_lists_as_slurmtorch_writes_them(spec, available, chosen):
+    """The site's interfaces reach NCCL_SOCKET_IFNAME as `=a,b` (exact, NCCL's syntax:
+    https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html); the rendezvous reads it alike."""
+    assert rendezvous.pick_interface(spec, available) == chosen
+
+
 def test_the_backends_own_ifname_variable_wins():
     env = {"GLOO_SOCKET_IFNAME": "eth0", "NCCL_SOCKET_IFNAME": "ib0"}
     assert rendezvous.ifname_spec(env, "gloo") == "eth0"

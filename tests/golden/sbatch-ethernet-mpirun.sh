@@ -29,7 +29,7 @@ export SLURMTORCH_JOB_DIR
 
 # Environment (node type fabric, site, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME=eno1
+export NCCL_SOCKET_IFNAME==eno1
 export GLOO_SOCKET_IFNAME=eno1
 export NCCL_P2P_DISABLE=1
 

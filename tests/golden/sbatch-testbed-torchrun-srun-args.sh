@@ -28,7 +28,7 @@ export SLURMTORCH_JOB_DIR
 
 # Environment (node type fabric, site, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==eth0
 export GLOO_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=eth0

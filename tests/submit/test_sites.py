@@ -53,7 +53,7 @@ def test_testbed_site_matches_the_local_cluster():
     assert env["OMPI_MCA_btl"] == "self,sm,tcp"
     assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=eth0", "eth0")
 
 
 def test_testbed_site_agrees_with_scripts_testbed():
@@ -66,27 +66,35 @@ def test_testbed_site_agrees_with_scripts_testbed():
     assert "198.18.0" in text
 
 
-def test_infiniband_rdma_gets_hcas_for_nccl_and_ucx():
+def test_infiniband_rdma_names_exactly_its_hcas_for_nccl_and_ucx():
+    """NCCL reads NCCL_IB_HCA entries as prefixes (mlx5_1 would also pick mlx5_10, mlx5_11)
+    unless the list starts with '=' (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)."""
     nt = sites.load_site("hdr-ib").node_type("a100")
     env = dict(nt.network_env())
-    assert env["NCCL_IB_HCA"] == ",".join(f"mlx5_{i}" for i in range(8))
+    assert env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
     assert env["UCX_NET_DEVICES"].split(",")[0] == "mlx5_0:1"
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ib0"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ib0", "ib0")
     assert "NCCL_IB_DISABLE" not in env
-    assert env["NCCL_NET_GDR_LEVEL"] == "PIX"  # admin's extra knob
+    assert "NCCL_NET_GDR_LEVEL" not in env  # NCCL picks GPUDirect RDMA per GPU/HCA pair itself
 
 
-def test_roce_adds_the_gid_index():
-    env = dict(sites.load_site("roce").node_types[0].network_env())
-    assert env["NCCL_IB_GID_INDEX"] == "3"
-    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
-    assert env["NCCL_SOCKET_IFNAME"] == "ens1f0np0,ens1f1np1"
+def test_roce_leaves_the_gid_to_nccl_unless_the_admin_gives_one(tmp_path):
+    """NCCL >= 2.21 selects the RoCE v2 GID itself; a forced index 3 was wrong on other GID tables."""
+    nt = sites.load_site("roce").node_types[0]
+    env = dict(nt.network_env())
+    assert "NCCL_IB_GID_INDEX" not in env
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
+    assert env["NCCL_SOCKET_IFNAME"] == "=ens1f0np0,ens1f1np1"
+    assert nt.link_gbps == 200  # 2 x 100 GbE, as its comment says
+    p = write(tmp_path, "s.yaml", MINIMAL.replace(
+        "fabric: ethernet, interfaces: [eth0]}", "fabric: roce, rdma: true, hcas: [mlx5_0], gid_index: 5}"))
+    assert dict(sites.load_site(p).node_types[0].network_env())["NCCL_IB_GID_INDEX"] == "5"
 
 
 def test_ethernet_disables_ib_and_pins_the_interface():
     env = dict(sites.load_site("ethernet").node_types[0].network_env())
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eno1"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=eno1", "eno1")
     assert "NCCL_IB_HCA" not in env and "UCX_NET_DEVICES" not in env
 
 

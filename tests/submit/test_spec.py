@@ -94,7 +94,7 @@ def test_env_precedence_fabric_then_site_then_preset_then_user(hdr):
     assert env["NCCL_SOCKET_IFNAME"] == "ib1"
     assert env["X"] == "a=b"
     keys = [k for k, _ in spec.env]
-    assert keys.index("NCCL_IB_HCA") < keys.index("NCCL_NET_GDR_LEVEL") < keys.index("X")
+    assert keys.index("NCCL_IB_HCA") < keys.index("NCCL_DEBUG") < keys.index("X")
 
 
 def test_preset_supplies_partition_and_nodes(hdr):
