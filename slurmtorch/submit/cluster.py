@@ -1,6 +1,6 @@
 """What a site describes, as frozen values: node types, partitions, a container, the `Site`.
 
-Built only by `site_schema.validate` (so every value here was checked once, on load);
+Built only by `site_rules.validate` (so every value here was checked once, on load);
 everything downstream reads these and never the YAML.
 """
 

@@ -17,7 +17,7 @@ from slurmtorch import resources
 from slurmtorch.errors import SiteError, SpecError
 from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Site, valid_tip
 from slurmtorch.submit.inputs import file_problem
-from slurmtorch.submit.site_schema import validate
+from slurmtorch.submit.site_rules import validate
 from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
 
 
