@@ -14,8 +14,11 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.fabric import fabric_env
 
 LAUNCHERS = ("srun", "mpirun", "torchrun")
-MPI_PLUGINS = ("pmix", "pmi2", "none")
+# srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is HPE Cray EX's
+# PMI for Cray MPICH (Slurm's MpiDefault on Perlmutter, Frontier, LUMI).
+MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
 CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+GPU_VENDORS = ("nvidia", "amd")
 
 # Process-group timeout. gloo's own default (30 min) would let one hung peer hold
 # every node of the job that long; 10 min is torch's NCCL default.
@@ -44,6 +47,7 @@ class NodeType:
     gid_index: int | None = None
     link_gbps: int | None = None
     env: tuple[tuple[str, str | None], ...] = ()
+    gpu_vendor: str = "nvidia"  # amd: RCCL (reads the NCCL_* names), ROCR_VISIBLE_DEVICES, apptainer --rocm
 
     def network_env(self) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment, with the admin's `env` applied on top.

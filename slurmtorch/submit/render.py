@@ -115,7 +115,9 @@ def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
     if c.runtime == "apptainer":
         prefix = ["apptainer", "exec"]
         if spec.gpus_per_node:
-            prefix.append("--nv")
+            # The host's GPU driver libraries and devices in the container: NVIDIA's, or AMD's
+            # ROCm (https://apptainer.org/docs/user/latest/gpu.html).
+            prefix.append("--rocm" if spec.gpu_vendor == "amd" else "--nv")
         for mount in c.mounts:
             prefix += ["--bind", mount]
         return [*prefix, c.image], []

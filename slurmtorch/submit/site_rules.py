@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Container, NodeType, Partition, Site, parse_time, valid_tip
+from slurmtorch.submit.fabric import HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
 from slurmtorch.submit.site_schema import (CONTAINER_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA, PRESET_SCHEMA,
                                            REQUIRED, SITE_SCHEMA)
 from slurmtorch.submit.site_values import Stop, Validator
@@ -72,10 +73,15 @@ def _node_type(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Nod
     V.check_keys(body, NODE_TYPE_SCHEMA, kp, required=REQUIRED["node_type"])
     vals = V.values(body, NODE_TYPE_SCHEMA, kp)
     fabric, rdma = vals.get("fabric"), vals.get("rdma")
-    if rdma and fabric == "ethernet":
-        V.note(body, "rdma", f"{kp}.rdma", "ethernet has no RDMA",
-               "use fabric: roce for RDMA over Ethernet, or rdma: false")
-    if rdma and not vals.get("hcas"):
+    if fabric in RDMA_NEVER and rdma:
+        V.note(body, "rdma", f"{kp}.rdma", f"{fabric} has no RDMA",
+               "use fabric: roce for RDMA over Ethernet, or rdma: false" if fabric == "ethernet" else "leave rdma out")
+    if fabric in RDMA_ALWAYS and rdma is False:
+        V.note(body, "rdma", f"{kp}.rdma", f"fabric {fabric} is RDMA by design",
+               "leave rdma out; for plain sockets use fabric: ethernet")
+    if fabric in RDMA_ALWAYS:
+        vals["rdma"] = True
+    if fabric in HCA_FABRICS and rdma and not vals.get("hcas"):
         V.note(body, "rdma", f"{kp}.hcas", "an RDMA fabric needs its HCAs listed",
                "add hcas: [mlx5_0, ...] (see `ibv_devices`)")
     if "gid_index" in vals and fabric != "roce":

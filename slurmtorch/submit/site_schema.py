@@ -10,7 +10,7 @@ from typing import Any
 
 from slurmtorch.backends import BACKENDS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, LAUNCHERS, MPI_PLUGINS
+from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS, MPI_PLUGINS
 from slurmtorch.submit.fabric import FABRICS
 
 # One table drives validation, the JSON schema and the docs. Each entry:
@@ -19,12 +19,14 @@ from slurmtorch.submit.fabric import FABRICS
 NODE_TYPE_SCHEMA: dict[str, Any] = {
     "gpus": ("int", "GPUs per node (0 for CPU nodes)"),
     "gpu_model": ("str", "GPU model, for humans (e.g. a100, h100)"),
+    "gpu_vendor": (GPU_VENDORS, "nvidia (default) or amd: RCCL reads the NCCL_* names; ranks see their GPU through "
+                                "ROCR_VISIBLE_DEVICES; apptainer gets --rocm"),
     "cpus": ("int", "CPU cores per node usable by jobs"),
     "memory_gb": ("int", "memory per node in GB"),
-    "fabric": (FABRICS, "interconnect between nodes"),
+    "fabric": (FABRICS, "interconnect between nodes (see `slurmtorch site show` for the environment each implies)"),
     "hcas": ("strlist", "RDMA devices (mlx5_0, ...): NCCL_IB_HCA (exact names) / UCX_NET_DEVICES"),
     "interfaces": ("strlist", "IP interfaces for NCCL (exact names) and Gloo bootstrap sockets"),
-    "rdma": ("bool", "whether RDMA works on the fabric"),
+    "rdma": ("bool", "whether RDMA works on the fabric (infiniband, roce; efa, slingshot and gcp-gib always have it)"),
     "gid_index": ("int", "RoCE GID index for NCCL_IB_GID_INDEX (default: NCCL >= 2.21 picks the RoCE v2 GID itself)"),
     "link_gbps": ("int", "link speed per node in Gb/s; `slurmtorch doctor --allocation` compares the measured "
                          "all_reduce bus bandwidth with it"),
@@ -69,7 +71,7 @@ SITE_SCHEMA: dict[str, Any] = {
     "extends": ("str", "name or path of a site this one is merged onto"),
     "description": ("str", "one line for `slurmtorch site list`"),
     "launcher": (LAUNCHERS, "how ranks are started"),
-    "mpi_plugin": (MPI_PLUGINS, "srun --mpi plugin (pmix for Open MPI 5)"),
+    "mpi_plugin": (MPI_PLUGINS, "srun --mpi plugin (pmix for Open MPI 5; cray_shasta for Cray MPICH)"),
     "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
                       "`container.python`"),
     "modules": ("strlist", "environment modules to load"),

@@ -141,7 +141,8 @@ def site_as_dict(site: Site) -> dict[str, Any]:
     }
     for nt in site.node_types:
         out["node_types"][nt.name] = {
-            "gpus": nt.gpus, "gpu_model": nt.gpu_model, "cpus": nt.cpus, "memory_gb": nt.memory_gb,
+            "gpus": nt.gpus, "gpu_model": nt.gpu_model, "gpu_vendor": nt.gpu_vendor, "cpus": nt.cpus,
+            "memory_gb": nt.memory_gb,
             "fabric": nt.fabric, "hcas": list(nt.hcas), "interfaces": list(nt.interfaces), "rdma": nt.rdma,
             "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
         }

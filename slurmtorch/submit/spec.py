@@ -93,6 +93,7 @@ class JobSpec:
     max_restarts: int | None = None
     spare_nodes: int = 0
     hang_timeout: int | None = None
+    gpu_vendor: str = "nvidia"
 
     @property
     def runs_again(self) -> bool:
@@ -181,6 +182,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         max_restarts=max_restarts,
         spare_nodes=spare_nodes,
         hang_timeout=hang_timeout,
+        gpu_vendor=node.gpu_vendor,
     )
     base = {**dict(site.directives), **dict(preset.get("directives", ())), **asked}
     return dataclasses.replace(job, directives=sbatch_header(job, base))

@@ -250,7 +250,8 @@ def test_json_schema_describes_the_keys():
     json.dumps(schema)
     assert schema["required"] == ["node_types", "partitions"]
     nt = schema["properties"]["node_types"]["additionalProperties"]
-    assert nt["properties"]["fabric"]["enum"] == ["infiniband", "roce", "ethernet"]
+    assert nt["properties"]["fabric"]["enum"][:3] == ["infiniband", "roce", "ethernet"]
+    assert {"slingshot", "efa", "gcp-gib"} <= set(nt["properties"]["fabric"]["enum"])
     assert set(nt["required"]) == {"gpus", "cpus", "fabric"}
     assert schema["additionalProperties"] is False
 
@@ -305,3 +306,45 @@ def test_fast_and_pure_loaders_agree_on_values_and_line_marks(tmp_path):
         fast, pure = site_yaml.read_yaml(f), site_yaml.parse_pure(f.read_text(), f)
         assert fast == pure and marks(fast) == marks(pure), f
 
+
+def _fabric_site(tmp_path, node: str):
+    return sites.load_site(write(tmp_path, "s.yaml", MINIMAL.replace(
+        "{gpus: 0, cpus: 4, fabric: ethernet, interfaces: [eth0]}", node)))
+
+
+def test_slingshot_sets_hpes_settings_and_the_fine_grained_memory_rccl_needs_on_amd(tmp_path):
+    """https://github.com/HewlettPackard/shs-ccl-docs/blob/main/ccl_env.sh"""
+    nv = dict(_fabric_site(tmp_path, "{gpus: 4, cpus: 64, fabric: slingshot, interfaces: [hsn0, hsn1]}")
+              .node_types[0].network_env())
+    assert nv["FI_PROVIDER"] == "cxi" and nv["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
+    assert (nv["NCCL_NET_GDR_LEVEL"], nv["NCCL_CROSS_NIC"], nv["FI_MR_CACHE_MONITOR"]) == ("PHB", "1", "userfaultfd")
+    assert (nv["NCCL_SOCKET_IFNAME"], nv["GLOO_SOCKET_IFNAME"]) == ("=hsn0,hsn1", "hsn0,hsn1")
+    assert "HSA_FORCE_FINE_GRAIN_PCIE" not in nv and "NCCL_IB_DISABLE" not in nv
+    amd = dict(_fabric_site(tmp_path, "{gpus: 8, cpus: 56, fabric: slingshot, gpu_vendor: amd}")
+               .node_types[0].network_env())
+    assert amd["HSA_FORCE_FINE_GRAIN_PCIE"] == "1" and "NCCL_SOCKET_IFNAME" not in amd
+
+
+def test_efa_and_gib_set_their_plugins_variables(tmp_path):
+    efa = dict(_fabric_site(tmp_path, "{gpus: 8, cpus: 192, fabric: efa}").node_types[0].network_env())
+    assert efa == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    gib = dict(_fabric_site(tmp_path, "{gpus: 8, cpus: 224, fabric: gcp-gib}").node_types[0].network_env())
+    assert gib["NCCL_NET"] == "gIB" and gib["NCCL_NET_GDR_LEVEL"] == "PIX" and "NCCL_IB_DISABLE" not in gib
+
+
+@pytest.mark.parametrize("fabric", ["slingshot", "efa", "gcp-gib"])
+def test_plugin_fabrics_are_rdma_by_design(tmp_path, fabric):
+    nt = _fabric_site(tmp_path, f"{{gpus: 8, cpus: 8, fabric: {fabric}}}").node_types[0]
+    assert nt.rdma is True  # no hcas needed: the plugin finds its devices
+    assert _fabric_site(tmp_path, f"{{gpus: 8, cpus: 8, fabric: {fabric}, rdma: true}}").node_types[0].rdma
+    with pytest.raises(SiteError) as e:
+        _fabric_site(tmp_path, f"{{gpus: 8, cpus: 8, fabric: {fabric}, rdma: false}}")
+    assert f"node_types.cpu.rdma: fabric {fabric} is RDMA by design" in e.value.message
+    assert "fabric: ethernet" in e.value.tip
+
+
+def test_an_admins_env_may_still_override_or_remove_a_fabrics_variable(tmp_path):
+    nt = _fabric_site(tmp_path, "{gpus: 4, cpus: 8, fabric: slingshot, env: {FI_PROVIDER: null, "
+                                "FI_MR_CACHE_MONITOR: kdreg2}}").node_types[0]
+    env = dict(nt.network_env())
+    assert "FI_PROVIDER" not in env and env["FI_MR_CACHE_MONITOR"] == "kdreg2"
