@@ -20,6 +20,9 @@ MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
 CONTAINER_RUNTIMES = ("pyxis", "apptainer")
 GPU_VENDORS = ("nvidia", "amd")
 
+# prepend_path / append_path: (NAME, (dir, ...)) in the order written.
+PathMap = tuple[tuple[str, tuple[str, ...]], ...]
+
 # Process-group timeout. gloo's own default (30 min) would let one hung peer hold
 # every node of the job that long; 10 min is torch's NCCL default.
 DEFAULT_TIMEOUT_S = 600
@@ -48,6 +51,10 @@ class NodeType:
     link_gbps: int | None = None
     env: tuple[tuple[str, str | None], ...] = ()
     gpu_vendor: str = "nvidia"  # amd: RCCL (reads the NCCL_* names), ROCR_VISIBLE_DEVICES, apptainer --rocm
+    srun_args: tuple[str, ...] = ()
+    node_prologue: tuple[str, ...] = ()
+    prepend_path: PathMap = ()
+    append_path: PathMap = ()
 
     def network_env(self) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment, with the admin's `env` applied on top.
@@ -73,6 +80,11 @@ class Partition:
     node_type: str
     default: bool = False
     default_time: str | None = None
+    account: str | None = None  # defaults for jobs on it (an option or preset wins)
+    qos: str | None = None
+    required: tuple[str, ...] | None = None  # account/qos a job must have; None: the site's
+    directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
+    srun_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,12 +118,19 @@ class Site:
     python: str | None = None
     modules: tuple[str, ...] = ()
     container: Container | None = None
-    directives: tuple[tuple[str, str | bool], ...] = ()
+    directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
     prologue: tuple[str, ...] = ()
     epilogue: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str | None], ...] = ()
     timeout: int = DEFAULT_TIMEOUT_S
     templates: str | None = None
+    module_purge: bool = False
+    module_use: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()  # account/qos every job must have (a partition may say otherwise)
+    srun_args: tuple[str, ...] = ()
+    node_prologue: tuple[str, ...] = ()
+    prepend_path: PathMap = ()
+    append_path: PathMap = ()
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one."""

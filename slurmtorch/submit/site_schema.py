@@ -12,10 +12,21 @@ from slurmtorch.backends import BACKENDS
 from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS, MPI_PLUGINS
 from slurmtorch.submit.fabric import FABRICS
+from slurmtorch.submit.site_values import REQUIRABLE
+
+_PATHS = ("prepend_path: NAME: [DIR, ...] put before the variable's existing value (kept, with ':'), "
+          "after the layers before this one")
+_APPEND = "append_path: NAME: [DIR, ...] put after the variable's existing value (kept, with ':')"
+_SRUN = ("extra options (--name[=value]) for every srun that starts ranks; site, node type, partition, then "
+         "the job's --srun-arg. Options slurmtorch sets itself are refused")
+_PROLOGUE = ("shell lines (trusted admin text) run once on every node before the ranks start, as their own "
+             "srun step under bash -eu; a failure ends the job (exit 1). Output: the job folder's "
+             "node-prologue-N.out")
 
 # One table drives validation, the JSON schema and the docs. Each entry:
-# key -> (type, description). Types: "str", "int", "bool", "time", "strlist", "envmap",
-# "directives", "rolemap", or a tuple of allowed strings, or a nested dict.
+# key -> (type, description). Types: "str", "int", "bool", "time", "strlist", "lines", "paths",
+# "envmap", "pathmap", "srunargs", "required", "directives", "rolemap", a tuple of allowed
+# strings, or a nested dict.
 NODE_TYPE_SCHEMA: dict[str, Any] = {
     "gpus": ("int", "GPUs per node (0 for CPU nodes)"),
     "gpu_model": ("str", "GPU model, for humans (e.g. a100, h100)"),
@@ -30,7 +41,11 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
     "gid_index": ("int", "RoCE GID index for NCCL_IB_GID_INDEX (default: NCCL >= 2.21 picks the RoCE v2 GID itself)"),
     "link_gbps": ("int", "link speed per node in Gb/s; `slurmtorch doctor --allocation` compares the measured "
                          "all_reduce bus bandwidth with it"),
-    "env": ("envmap", "environment for jobs on this node type; overrides the fabric's, null removes"),
+    "env": ("envmap", "environment for jobs on this node type; overrides the fabric's and the site's, null removes"),
+    "prepend_path": ("pathmap", _PATHS),
+    "append_path": ("pathmap", _APPEND),
+    "srun_args": ("srunargs", _SRUN),
+    "node_prologue": ("lines", _PROLOGUE + "; after the site's"),
 }
 PARTITION_SCHEMA: dict[str, Any] = {
     "max_nodes": ("int", "most nodes one job may use"),
@@ -38,6 +53,11 @@ PARTITION_SCHEMA: dict[str, Any] = {
     "node_type": ("str", "name of an entry in node_types"),
     "default": ("bool", "used when no --partition is given"),
     "default_time": ("time", "time limit when none is given"),
+    "account": ("str", "Slurm account when the job names none (-A and a preset's win)"),
+    "qos": ("str", "Slurm QOS when the job names none (-q and a preset's win)"),
+    "required": ("required", f"what a job here must have ({', '.join(REQUIRABLE)}); replaces the site's"),
+    "directives": ("directives", "extra #SBATCH lines for jobs here (after the site's; null removes one)"),
+    "srun_args": ("srunargs", _SRUN),
 }
 PRESET_SCHEMA: dict[str, Any] = {
     "partition": ("str", "partition name"),
@@ -52,8 +72,10 @@ PRESET_SCHEMA: dict[str, Any] = {
     "launcher": (LAUNCHERS, "how ranks are started"),
     "timeout": ("int", "process-group timeout in seconds"),
     "env": ("envmap", "extra environment"),
+    "prepend_path": ("pathmap", _PATHS),
+    "append_path": ("pathmap", _APPEND),
     "modules": ("strlist", "extra modules to load"),
-    "directives": ("directives", "extra #SBATCH directives"),
+    "directives": ("directives", "extra #SBATCH directives (null removes one the site or partition set)"),
     "requeue": ("bool", "let Slurm (and the preemption handler) requeue the job"),
     "signal": ("str", "preemption signal, [R:]SIG[@SECONDS] (e.g. USR1@60); implies requeue"),
 }
@@ -74,16 +96,25 @@ SITE_SCHEMA: dict[str, Any] = {
     "mpi_plugin": (MPI_PLUGINS, "srun --mpi plugin (pmix for Open MPI 5; cray_shasta for Cray MPICH)"),
     "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
                       "`container.python`"),
+    "module_purge": ("bool", "`module purge` before the site's modules are loaded"),
+    "module_use": ("paths", "`module use DIR` for each, before the modules are loaded"),
     "modules": ("strlist", "environment modules to load"),
     "container": (CONTAINER_SCHEMA, "container for every rank"),
-    "directives": ("directives", "extra #SBATCH directives (name: value, or true for a flag)"),
+    "directives": ("directives", "extra #SBATCH directives (name: value, true for a flag, null removes one; "
+                                 "`partition: null` for a QOS-routed site)"),
+    "required": ("required", f"what every job must have ({', '.join(REQUIRABLE)}), refused before sbatch "
+                             "otherwise; a partition's `required` replaces it"),
     "prologue": ("strlist", "shell lines before the launch (trusted admin text)"),
+    "node_prologue": ("lines", _PROLOGUE),
     "epilogue": ("strlist", "shell lines after the launch (trusted admin text)"),
-    "env": ("envmap", "environment for every job"),
+    "env": ("envmap", "environment for every job (values are literal: no $NAME expansion)"),
+    "prepend_path": ("pathmap", _PATHS),
+    "append_path": ("pathmap", _APPEND),
+    "srun_args": ("srunargs", _SRUN),
     "timeout": ("int", "process-group timeout in seconds"),
     "templates": ("str", "folder with template overrides, relative to this file"),
     "node_types": ({"*": NODE_TYPE_SCHEMA}, "node types by name"),
-    "partitions": ({"*": PARTITION_SCHEMA}, "partitions by name"),
+    "partitions": ({"*": PARTITION_SCHEMA}, "partitions by name (on a QOS-routed site: the routes -p names)"),
     "presets": ({"*": PRESET_SCHEMA}, "named option defaults; `default` applies when none is named"),
 }
 REQUIRED = {
@@ -119,6 +150,17 @@ def json_schema() -> dict[str, Any]:
                 "bool": {"type": "boolean"},
                 "time": {"type": "string", "pattern": r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d+){0,2})$"},
                 "strlist": {"type": "array", "items": {"type": "string"}},
+                "lines": {"type": "array", "items": {"type": "string"}},
+                "paths": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
+                "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
+                "pathmap": {
+                    "type": "object",
+                    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+                    "additionalProperties": {"oneOf": [
+                        {"type": "string", "pattern": "^[^:$]+$"},
+                        {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "^[^:$]+$"}}]},
+                },
                 "envmap": {
                     "type": "object",
                     "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
@@ -126,7 +168,7 @@ def json_schema() -> dict[str, Any]:
                 },
                 "directives": {
                     "type": "object",
-                    "additionalProperties": {"type": ["string", "integer", "boolean"]},
+                    "additionalProperties": {"type": ["string", "integer", "boolean", "null"]},
                 },
                 "rolemap": {
                     "type": "object",

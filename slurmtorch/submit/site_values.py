@@ -20,9 +20,14 @@ from slurmtorch.errors import ShellSafetyError, SiteError
 from slurmtorch.limits import MAX_ENV_STRING, fits_env
 from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.cluster import parse_time, valid_tip
+from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem, site_directive_problem
 from slurmtorch.submit.site_yaml import Marked, type_name, where
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # shell.env_name's pattern; re's cache compiles it once
+# `$NAME` or `${NAME}` in a plain env value: exported literally, never expanded (the bug of
+# `LD_LIBRARY_PATH: /opt/plugin/lib:$LD_LIBRARY_PATH`).
+_EXPANSION = re.compile(r"\$\{?[A-Za-z_]")
+REQUIRABLE = ("account", "qos")
 _LAST = 1 << 30  # sorts after every line
 
 
@@ -153,6 +158,28 @@ class Validator:
                       "Slurm formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (quote it in YAML)")
         return v
 
+    def lines(self, mapping, key, v, keypath):
+        """Shell lines or paths: a list of strings without NUL (a shell cannot carry it)."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, item in enumerate(items):
+            if "\x00" in item:
+                self.note(mapping, key, f"{keypath}[{i}]", "contains a NUL byte, which no shell can carry")
+        return items
+
+    def paths(self, mapping, key, v, keypath):
+        """Folders (module use): one line each."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, item in enumerate(items):
+            if not item or any(c in item for c in "\n\r\x00"):
+                self.note(mapping, key, f"{keypath}[{i}]", "expected a folder path on one line")
+        return items
+
+    def required(self, mapping, key, v, keypath):
+        if not isinstance(v, list) or not all(x in REQUIRABLE for x in v):
+            self.fail(mapping, key, keypath, f"expected a list of {' and '.join(REQUIRABLE)}, got {v!r}",
+                      "e.g. required: [account], or [account, qos]")
+        return tuple(dict.fromkeys(v))
+
     def envmap(self, mapping, key, v, keypath):
         if not isinstance(v, dict):
             self.fail(mapping, key, keypath, f"expected a mapping NAME: value, got {type_name(v)}")
@@ -174,7 +201,47 @@ class Validator:
                       f"{MAX_ENV_STRING} bytes with its name",
                       "Linux refuses to start a program with a longer one (execve's MAX_ARG_STRLEN); "
                       "put large data in a file and export its path")
+        if isinstance(val, str) and _EXPANSION.search(val):
+            self.fail(v, name, kp, f"{val!r} would be exported literally: env values are not expanded",
+                      f"keep the existing value with prepend_path: {{{name}: [DIR]}} or append_path: "
+                      "(at the same level), or write the full value")
         return None if val is None else str(val)
+
+    def pathmap(self, mapping, key, v, keypath):
+        """prepend_path/append_path: NAME: [dir, ...] or NAME: dir; literal, ':'-free entries."""
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping NAME: [DIR, ...], got {type_name(v)}")
+        out = []
+        for name, dirs in v.items():
+            kp = f"{keypath}.{name}"
+            with self.section():
+                if not isinstance(name, str) or not re.fullmatch(_ENV_NAME, name):
+                    self.fail(v, name, kp, "invalid environment variable name",
+                              "names are letters, digits and '_', not starting with a digit")
+                dirs = [dirs] if isinstance(dirs, str) else dirs
+                if not isinstance(dirs, list) or not dirs or not all(isinstance(d, str) for d in dirs):
+                    self.fail(v, name, kp, "expected a folder or a list of folders")
+                for d in dirs:
+                    if not d or any(c in d for c in ":\n\r\x00") or "$" in d:
+                        self.fail(v, name, kp, f"{d!r} is not one literal folder",
+                                  "one entry per folder: no ':', '$' or newline (the value is literal; "
+                                  "the existing value is kept by the composition itself)")
+                out.append((name, tuple(dirs)))
+        return tuple(out)
+
+    def srunargs(self, mapping, key, v, keypath):
+        """srun options as `--name[=value]`; the ones slurmtorch sets are refused (SRUN_REFUSED)."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, arg in enumerate(items):
+            problem = option_problem(arg, SRUN_REFUSED, set())
+            if problem is None and any(c in arg for c in "\n\r\x00"):
+                problem = ("contains a newline or NUL", "one option per entry")
+            if problem is not None:
+                why, tip = problem
+                fix = ("e.g. --gpu-bind=closest (a value joins its option with '=')" if not tip else
+                       "leave it out of srun_args" + ("" if tip == "leave it out" else f"; {tip}"))
+                self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r}: {why}", fix)
+        return items
 
     def rolemap(self, mapping, key, v, keypath):
         if not isinstance(v, dict):
@@ -191,6 +258,7 @@ class Validator:
         return tuple(out)
 
     def directives(self, mapping, key, v, keypath):
+        """name: value, true for a flag, null (or false) to remove the line an earlier layer set."""
         if not isinstance(v, dict):
             self.fail(mapping, key, keypath, f"expected a mapping name: value, got {type_name(v)}")
         out = []
@@ -200,13 +268,19 @@ class Validator:
                 self.note(v, name, kp, "invalid directive name",
                           "use the long sbatch option without dashes, e.g. constraint")
                 continue
-            if val is False or val is None:
-                continue
-            if not isinstance(val, (str, int, bool)):
+            val = None if val is False else val
+            if val is not None and not isinstance(val, (str, int, bool)):
                 self.note(v, name, kp, f"expected a string, number or true, got {type_name(val)}")
                 continue
-            out.append((name, val if val is True else str(val)))
+            problem = site_directive_problem(name, val)
+            if problem is None and isinstance(val, str) and any(c in val for c in "\n\r\x00"):
+                problem = (f"{val!r} contains a newline or NUL, which an #SBATCH line cannot carry", None)
+            if problem is not None:
+                self.note(v, name, kp, *problem)
+                continue
+            out.append((name, val if val is True or val is None else str(val)))
         return tuple(out)
+
 
 def _order(mapping, key) -> tuple[str, int]:
     if isinstance(mapping, Marked) and key in mapping.where:

@@ -90,8 +90,7 @@ def test_broken_site_file_is_one_line_naming_file_and_key(cli, site):
     assert (f"(and {more} more: slurmtorch site validate {site})" in err) is bool(more), err
 
 
-@pytest.mark.parametrize("site", [p for p in SINGLE_CASES if "template" not in p.stem and "newline" not in p.stem],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize("site", [p for p in SINGLE_CASES if "template" not in p.stem], ids=lambda p: p.stem)
 def test_site_validate_reports_the_same_line(cli, site):
     code, out, err = cli("site", "validate", site)
     assert_one_clear_line(cli, code, out, err, expectation(site))
