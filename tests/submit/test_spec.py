@@ -41,11 +41,12 @@ def test_defaults_use_every_gpu_with_one_rank_each(hdr):
 def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name):
     """A default time (preset or partition) never exceeds a partition's max_time."""
     site = sites.load_site(site_name)
+    account = "proj0001" if site.required else None  # a site that requires an account refuses jobs without
     for partition in site.partitions:
-        spec = build_spec(site, opts(partition=partition.name))
+        spec = build_spec(site, opts(partition=partition.name, account=account))
         assert spec.time == partition.default_time
     for name, _ in site.presets:
-        build_spec(site, opts(preset=name))
+        build_spec(site, opts(preset=name, account=account))
 
 
 def test_hdr_ib_debug_partition_gets_its_own_default_time(hdr):
