@@ -345,6 +345,19 @@ def test_schema_lists_every_new_key():
     assert re.fullmatch(top["srun_args"]["items"]["pattern"], "--gpu-bind=closest")
 
 
+def test_the_readmes_site_admin_example_is_one_valid_site(tmp_path):
+    """README's "For site admins" builds one site over its YAML blocks; together they must load."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## For site admins", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    site = sites.load_site(write(tmp_path, "".join(blocks)))
+    assert {nt.name for nt in site.node_types} == {"h100", "l40s"} and site.required == ("account",)
+    spec = build_spec(site, golden_options("s", account="a1"))
+    assert ("LD_LIBRARY_PATH", ("/opt/hpcx/nccl_rdma_sharp_plugin/lib",), ()) in spec.env_paths
+    bash_syntax_ok(render.render_sbatch(spec))
+    assert build_spec(site, golden_options("s", preset="debug")).account == "training"
+
+
 def test_slurmtorch_mpirun_forwards_composed_paths_to_remote_ranks_too(tmp_path):
     site = sites.load_site(write(tmp_path, MINIMAL + "env: {A: '1'}\nprepend_path: {LD_LIBRARY_PATH: /opt/p}\n"))
     spec = build_spec(site, golden_options("s", kind="mpirun", ntasks=2))
