@@ -84,10 +84,11 @@ class Validator:
             files.setdefault(file, len(files))
         ordered = sorted(self.problems, key=lambda p: (files[p[0][0]], p[0][1]))
         problems = tuple((message, tip) for _o, message, tip in ordered)
-        try:
-            source = shell.quote(str(self.path))
+        path = str(self.path)
+        try:  # the hint's command, copy-pasteable; a name a shell word cannot show on one line: repr
+            source = shell.quote(path) if path.isprintable() else repr(path)
         except ShellSafetyError:
-            source = repr(str(self.path))
+            source = repr(path)
         raise SiteError(problems[0][0], tip=problems[0][1], problems=problems, source=source)
 
     # ------------------------------------------------------------------ keys

@@ -348,3 +348,13 @@ def test_an_admins_env_may_still_override_or_remove_a_fabrics_variable(tmp_path)
                                 "FI_MR_CACHE_MONITOR: kdreg2}}").node_types[0]
     env = dict(nt.network_env())
     assert "FI_PROVIDER" not in env and env["FI_MR_CACHE_MONITOR"] == "kdreg2"
+
+
+def test_the_hint_to_see_every_problem_is_a_command_on_one_line_whatever_the_file_is_called(tmp_path):
+    bad = MINIMAL.replace("max_nodes: 2", "max_nodes: two") + "launcher: slurm\nname: fine\n"
+    for name, shown in (("my site.yaml", "'{}'"), ("a\nb.yaml", "{!r}")):
+        p = write(tmp_path, name, bad)
+        with pytest.raises(SiteError) as e:
+            sites.load_site(p)
+        hint = f"(and 1 more: slurmtorch site validate {shown.format(str(p))})"
+        assert "\n" not in hint and hint in e.value.render()
