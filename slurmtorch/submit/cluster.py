@@ -14,8 +14,8 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.fabric import fabric_env
 
 LAUNCHERS = ("srun", "mpirun", "torchrun")
-# srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is HPE Cray EX's
-# PMI for Cray MPICH (Slurm's MpiDefault on Perlmutter, Frontier, LUMI).
+# srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
+# for the Cray PMI that Cray MPICH uses on HPE Cray EX systems.
 MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
 CONTAINER_RUNTIMES = ("pyxis", "apptainer")
 GPU_VENDORS = ("nvidia", "amd")
