@@ -25,7 +25,35 @@ class SlurmtorchError(Exception):
 
 
 class SiteError(SlurmtorchError):
-    """A site config that cannot be found, parsed or validated."""
+    """A site config that cannot be found, parsed or validated.
+
+    Validation reports every problem of a file at once: `problems` holds each as
+    (message, tip), the first being this error's own; `source` is the file to run
+    `slurmtorch site validate` on for the rest (already quoted for a shell).
+    """
+
+    def __init__(self, message: str, tip: str | None = None,
+                 problems: tuple[tuple[str, str | None], ...] = (), source: str | None = None):
+        super().__init__(message, tip)
+        self.problems = tuple(problems) or ((message, tip),)
+        self.source = source
+
+    def render(self) -> str:
+        """The first problem; with more, where to see them all (`render_all`)."""
+        more = len(self.problems) - 1
+        if more and self.source:
+            text = f"error: {self.message} (and {more} more: slurmtorch site validate {self.source})"
+            return text + (f"\ntip: {self.tip}" if self.tip else "")
+        return super().render()
+
+    def render_all(self) -> str:
+        """Every problem, each on its own `error:` line, its tip on the next."""
+        lines = []
+        for message, tip in self.problems:
+            lines.append(f"error: {message}")
+            if tip:
+                lines.append(f"tip: {tip}")
+        return "\n".join(lines)
 
 
 class SpecError(SlurmtorchError):

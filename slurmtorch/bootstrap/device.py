@@ -33,8 +33,16 @@ def choose_backend(requested: str, cuda: bool, nccl: bool, gloo: bool, mpi: bool
 
 
 # Variables through which a launcher (Slurm's --gpus-per-task / --gpu-bind, a site's
-# wrapper) or the user gives each rank its own GPUs; CUDA's, then AMD's (ROCm).
+# wrapper) or the user gives each rank its own GPUs; CUDA's, then AMD's (ROCm). On AMD
+# GPUs Slurm sets ROCR_VISIBLE_DEVICES (ROCr level: every ROCm program); HIP's and CUDA's
+# apply on top of it, in HIP programs only
+# (https://rocm.docs.amd.com/projects/HIP/en/latest/reference/env_variables.html).
 VISIBLE_DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def visible_devices_var(hip: bool) -> str:
+    """The variable a message should name: ROCm's on a ROCm build of torch (torch.version.hip)."""
+    return "ROCR_VISIBLE_DEVICES" if hip else "CUDA_VISIBLE_DEVICES"
 
 
 def bound_per_rank(env: Mapping[str, str]) -> bool:
@@ -47,35 +55,37 @@ def bound_per_rank(env: Mapping[str, str]) -> bool:
     return any(env.get(key, "").strip() for key in VISIBLE_DEVICE_VARS)
 
 
-def pick_device(local_rank: int, local_world_size: int, device_count: int, bound: bool = True) -> int:
+def pick_device(local_rank: int, local_world_size: int, device_count: int, bound: bool = True,
+                var: str = "CUDA_VISIBLE_DEVICES") -> int:
     """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK; one visible and bound
-    to this rank (`bound_per_rank`: Slurm's --gpus-per-task gives one per task) -> 0."""
+    to this rank (`bound_per_rank`: Slurm's --gpus-per-task gives one per task) -> 0. `var`
+    is the visible-devices variable messages name (`visible_devices_var`)."""
     if device_count >= local_world_size:
         return local_rank
     if device_count == 1 and bound:
         return 0
-    shared = "CUDA_VISIBLE_DEVICES unset, so every rank sees the same GPU" if device_count == 1 else \
+    shared = f"{var} unset, so every rank sees the same GPU" if device_count == 1 else \
         "NCCL needs one GPU per rank"
     raise BootstrapError(
         f"{local_world_size} ranks on this node but {device_count} visible GPU{'s' if device_count != 1 else ''} "
         f"({shared})",
         tip=f"ask for one GPU per rank (--gpus-per-node {local_world_size}, or --ntasks-per-node {device_count}), "
-            "give each rank its own CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1), or use --backend gloo")
+            f"give each rank its own {var} (srun --gpus-per-task=1), or use --backend gloo")
 
 
 def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int,
-                bound: bool = True) -> int | None:
+                bound: bool = True, var: str = "CUDA_VISIBLE_DEVICES") -> int | None:
     """Pure: the GPU to make current in this rank, or None to leave CUDA alone.
 
     Whenever GPUs are visible, whatever the backend: a gloo job's CUDA tensors and
     libraries that read `torch.cuda.current_device()` would otherwise all pile onto
-    GPU 0. Only NCCL insists that the GPUs fit the ranks; gloo/mpi with more ranks
-    than GPUs keep CUDA's default.
+    GPU 0. Only NCCL (RCCL on AMD GPUs, the same backend) insists that the GPUs fit the
+    ranks; gloo/mpi with more ranks than GPUs keep CUDA's default.
     """
     if device_count < 1:
         return None
     try:
-        return pick_device(local_rank, local_world_size, device_count, bound)
+        return pick_device(local_rank, local_world_size, device_count, bound, var)
     except BootstrapError:
         if backend == "nccl":
             raise

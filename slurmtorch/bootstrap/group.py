@@ -34,7 +34,7 @@ import sys
 import time
 
 from slurmtorch.bootstrap import contracts, rendezvous
-from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, rank_device
+from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, rank_device, visible_devices_var
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
 from slurmtorch.errors import BootstrapError
@@ -220,7 +220,7 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
     # Before the group: NCCL with two ranks on one GPU fails only in the first collective,
     # with its own traceback ("Duplicate GPU detected"); this names the layout and the fix.
     device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0,
-                         bound_per_rank(os.environ))
+                         bound_per_rank(os.environ), visible_devices_var(bool(getattr(torch.version, "hip", None))))
     if device is not None:
         torch.cuda.set_device(device)
     kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))

@@ -30,6 +30,7 @@ def doctor(
     from slurmtorch import doctor as d
     from slurmtorch.submit import sites
     from slurmtorch.submit import spec
+    from slurmtorch.submit.environment import composed
 
     from slurmtorch.errors import SlurmtorchError
 
@@ -51,9 +52,13 @@ def doctor(
     # preset): build a one-node spec. Its time limit is the partition's, so a preset's
     # longer default cannot make the doctor itself refuse to run.
     max_time = next((p.max_time for p in site_obj.partitions if p.name == part), None)
-    options = Options(module="slurmtorch.doctor", partition=part, preset=preset, nodes=1, time=max_time)
+    # The doctor submits nothing: a site's `required:` account/QOS gets a stand-in, so that
+    # the spec (built only for its environment) is not refused for lacking one.
+    options = Options(module="slurmtorch.doctor", partition=part, preset=preset, nodes=1, time=max_time,
+                      account="(doctor)", qos="(doctor)")
     job = spec.build_spec(site_obj, options) if part is not None else None
-    env = list(job.env) if job is not None else list(nt.network_env()) + list(site_obj.env)
+    env = (list(job.env) + composed(job.env_paths, os.environ) if job is not None else
+           list(nt.network_env()) + [(k, v) for k, v in site_obj.env if v is not None])
     backend = d.wanted_backend(job.backend if job is not None else None, nt)
     print(f"slurmtorch doctor: site {site_obj.name!r} ({site_obj.source}), node type {nt.name!r}"
           + (f", partition {part!r}" if part else ""), flush=True)

@@ -40,7 +40,8 @@ def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
 
 @app.command("validate")
 def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
-    """Load and validate a site file; one error line if it is wrong."""
+    """Load and validate a site file; every problem found, each on its own `error:` line
+    (with its `tip:`), then how many."""
     from pathlib import Path
 
     from slurmtorch.submit import sites
@@ -51,7 +52,14 @@ def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
     problem = file_problem(p)
     if problem:
         raise SiteError(f"site file {path} {problem}")
-    site = sites.load_site(p)
+    try:
+        site = sites.load_site(p)
+    except SiteError as e:
+        if len(e.problems) == 1:
+            raise
+        print(e.render_all(), file=sys.stderr)
+        print(f"{len(e.problems)} problems in {path}", file=sys.stderr)
+        return e.exit_code
     print(f"ok: {path}: site {site.name!r}, {len(site.partitions)} partitions, {len(site.node_types)} node types",
           file=sys.stderr)
     return 0

@@ -1,9 +1,11 @@
 """What the node checks look at, and the one edge that reads it off this node.
 
 `gather_node_facts` looks at the node once (the jobs' interpreter's torch and MPI
-library, `srun --mpi=list`, /sys and /dev, the host name) and returns a frozen
-`NodeFacts`; the checks (`doctor.node`) are pure functions of it. A missing piece is a
-fact, never an exception: a node without torch or srun is exactly what the doctor reports.
+library, `srun --mpi=list`, /sys, /proc and /dev, the host name, the locked-memory
+limit, the NCCL network plugins on the job's LD_LIBRARY_PATH) and returns a frozen
+`NodeFacts`; the checks (`doctor.node`, `doctor.rdma`) are pure functions of it. A missing
+piece is a fact, never an exception: a node without torch or srun is exactly what the
+doctor reports.
 
 torch and mpi4py are probed in a child process of the site's `python` (the interpreter
 the jobs use, not necessarily this one), so a broken build cannot take the doctor down.
@@ -11,9 +13,11 @@ the jobs use, not necessarily this one), so a broken build cannot take the docto
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import resource
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,11 +34,12 @@ class TorchFacts:
 
     version: str | None = None
     error: str = ""
-    cuda: str | None = None  # torch.version.cuda: None on a CPU build
-    gpus: int = 0  # torch.cuda.device_count() (0 without CUDA)
+    cuda: str | None = None  # torch.version.cuda: None on a CPU (or ROCm) build
+    gpus: int = 0  # torch.cuda.device_count() (0 without CUDA or ROCm)
     gloo: bool = False
     nccl: bool = False
     mpi: bool = False
+    hip: str | None = None  # torch.version.hip: a ROCm build (its "nccl" backend is RCCL)
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,30 @@ class Interface:
 
 
 @dataclass(frozen=True)
+class Port:
+    """One RDMA port: /sys/class/infiniband/DEV/ports/N."""
+
+    device: str
+    port: int
+    state: str  # e.g. "4: ACTIVE"
+    link_layer: str = ""  # InfiniBand | Ethernet
+    gid_types: tuple[tuple[int, str], ...] = ()  # (index, "RoCE v2" | "IB/RoCE v1") of the GIDs in use
+
+
+@dataclass(frozen=True)
+class RdmaFacts:
+    """What an RDMA fabric needs of a node (doctor.rdma reads them)."""
+
+    ports: tuple[Port, ...] = ()
+    memlock: int | None = None  # RLIMIT_MEMLOCK's soft limit in bytes; None: unlimited
+    peermem: bool = False  # the nvidia_peermem module is loaded
+    nvidia_open: bool = False  # NVIDIA's open kernel modules (DMA-BUF for GPUDirect RDMA)
+    kernel: str = ""  # uname -r
+    cxi_devices: tuple[str, ...] = ()  # /sys/class/cxi (HPE Slingshot 11 NICs)
+    net_plugins: tuple[str, ...] = ()  # lib{nccl,rccl}-net*.so on the job's LD_LIBRARY_PATH
+
+
+@dataclass(frozen=True)
 class NodeFacts:
     """Everything the node checks look at, gathered once by `gather_node_facts`."""
 
@@ -63,12 +92,14 @@ class NodeFacts:
     torch: TorchFacts = TorchFacts(error="not probed")
     mpi: MpiFacts = MpiFacts(error="not probed")
     gpu_devices: int = 0  # /dev/nvidiaN present
+    amd_gpus: int = 0  # DRM render nodes of AMD GPUs (each MI250X GCD is one)
     ib_devices: tuple[str, ...] = ()
     interfaces: tuple[Interface, ...] = ()
     host_address: str | None = None  # what the host name resolves to
     srun_plugins: tuple[str, ...] | None = None  # `srun --mpi=list`; None: no srun here
     srun_error: str = ""
     environ: tuple[tuple[str, str], ...] = ()  # the current environment (for "already set")
+    rdma: RdmaFacts = RdmaFacts()
 
 
 # --------------------------------------------------------------------------- the probe
@@ -90,8 +121,9 @@ try:
     import torch
     import torch.distributed as dist
     ok = dist.is_available()
-    out["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
-                    "gpus": torch.cuda.device_count() if torch.version.cuda else 0,
+    hip = getattr(torch.version, "hip", None)
+    out["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "hip": hip,
+                    "gpus": torch.cuda.device_count() if torch.version.cuda or hip else 0,
                     "gloo": ok and dist.is_gloo_available(), "nccl": ok and dist.is_nccl_available(),
                     "mpi": ok and dist.is_mpi_available()}
 except Exception as e:
@@ -190,6 +222,49 @@ def srun_plugins() -> tuple[tuple[str, ...] | None, str]:
     return parse_srun_plugins(text), ""
 
 
+def _ports() -> tuple[Port, ...]:
+    ports = []
+    for path in sorted(glob.glob("/sys/class/infiniband/*/ports/*")):
+        device, port = path.split("/")[4], path.rsplit("/", 1)[1]
+        if not port.isdigit():
+            continue
+        types = []
+        for entry in sorted(glob.glob(f"{path}/gid_attrs/types/*"), key=lambda p: int(p.rsplit("/", 1)[1])):
+            kind = _read(entry)  # unreadable (EINVAL) for a GID slot not in use
+            if kind:
+                types.append((int(entry.rsplit("/", 1)[1]), kind))
+        ports.append(Port(device, int(port), _read(f"{path}/state") or "", _read(f"{path}/link_layer") or "",
+                          tuple(types)))
+    return tuple(ports)
+
+
+def _net_plugins(env: Mapping[str, str]) -> tuple[str, ...]:
+    """NCCL/RCCL network plugins in the job's LD_LIBRARY_PATH folders (NCCL loads libnccl-net.so from there)."""
+    folders = (env.get("LD_LIBRARY_PATH") or os.environ.get("LD_LIBRARY_PATH", "")).split(":")
+    found = []
+    for folder in dict.fromkeys(f for f in folders if f):
+        found += sorted(glob.glob(os.path.join(folder, "lib*ccl-net*.so*")))
+    return tuple(found)
+
+
+def gather_rdma(env: Mapping[str, str]) -> RdmaFacts:
+    """The RDMA part of the facts: ports, limits, modules, devices, plugins (never raises)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    try:
+        cxi = tuple(sorted(os.listdir("/sys/class/cxi")))
+    except OSError:
+        cxi = ()
+    driver = _read("/proc/driver/nvidia/version") or ""
+    return RdmaFacts(ports=_ports(), memlock=None if soft == resource.RLIM_INFINITY else soft,
+                     peermem=os.path.isdir("/sys/module/nvidia_peermem"), nvidia_open="Open Kernel Module" in driver,
+                     kernel=os.uname().release, cxi_devices=cxi, net_plugins=_net_plugins(env))
+
+
+def _amd_gpus() -> int:
+    """AMD GPUs (GCDs) by their DRM render nodes: PCI vendor 0x1002."""
+    return sum(1 for path in glob.glob("/sys/class/drm/renderD*/device/vendor") if _read(path) == "0x1002")
+
+
 def gather_node_facts(python: str, env: Mapping[str, str], timeout: float = 60) -> NodeFacts:
     """The side-effecting edge: look at this node. Never raises for a missing piece."""
     hostname = socket.gethostname()
@@ -208,6 +283,6 @@ def gather_node_facts(python: str, env: Mapping[str, str], timeout: float = 60) 
     except OSError:
         host_address = None
     return NodeFacts(hostname=hostname, python=python, python_error=python_error, torch=torch, mpi=mpi,
-                     gpu_devices=gpu_devices, ib_devices=ib, interfaces=gather_interfaces(),
+                     gpu_devices=gpu_devices, amd_gpus=_amd_gpus(), ib_devices=ib, interfaces=gather_interfaces(),
                      host_address=host_address, srun_plugins=plugins, srun_error=srun_error,
-                     environ=tuple(os.environ.items()))
+                     environ=tuple(os.environ.items()), rdma=gather_rdma(env))

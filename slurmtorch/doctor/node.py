@@ -1,10 +1,11 @@
 """The node checks: pure functions of (facts, site, node type), each returning report lines.
 
 Is this node what its site says it is? The jobs' interpreter and its torch build and
-backends, GPUs against the node type, InfiniBand devices and IP interfaces against the
-site, the MPI library, srun's MPI plugins (PMIx), and the site's environment as the job
-script would export it, each variable checked against this node. The facts come from
-`doctor.facts`; nothing here looks at the machine.
+backends, GPUs against the node type (NVIDIA's or AMD's), InfiniBand devices and IP
+interfaces against the site, the MPI library, srun's MPI plugins (PMIx), what its RDMA
+fabric needs (`doctor.rdma`), and the site's environment as the job script would export
+it, each variable checked against this node. The facts come from `doctor.facts`; nothing
+here looks at the machine.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from slurmtorch.bootstrap import rendezvous
 from slurmtorch.doctor.facts import Interface, NodeFacts, TorchFacts
+from slurmtorch.doctor.rdma import rdma_checks
 from slurmtorch.doctor.report import FAIL, OK, WARN, Check
 from slurmtorch.submit.fabric import fabric_env
 
@@ -53,8 +55,10 @@ def check_torch(t: TorchFacts, nt, backend: str) -> list[Check]:
     if t.version is None:
         return [Check(FAIL, f"torch cannot be imported: {t.error or 'unknown error'}",
                       "pip install torch (a CUDA build on GPU nodes) into the jobs' interpreter")]
-    out = [Check(OK, f"torch {t.version} ({'CUDA ' + t.cuda if t.cuda else 'CPU build'})")]
-    fixes = {"nccl": "a CUDA build of torch (NCCL ships with it)",
+    build = f"CUDA {t.cuda}" if t.cuda else f"ROCm {t.hip}" if t.hip else "CPU build"
+    out = [Check(OK, f"torch {t.version} ({build})")]
+    fixes = {"nccl": "a ROCm build of torch (RCCL ships with it)" if getattr(nt, "gpu_vendor", "") == "amd"
+             else "a CUDA build of torch (NCCL ships with it)",
              "gloo": "a torch build with gloo (every PyPI wheel has it)",
              "mpi": "a torch built from source against this MPI, or use gloo/nccl"}
     for name, have in (("gloo", t.gloo), ("nccl", t.nccl), ("mpi", t.mpi)):
@@ -70,21 +74,24 @@ def check_torch(t: TorchFacts, nt, backend: str) -> list[Check]:
 
 def check_gpus(facts: NodeFacts, nt) -> list[Check]:
     expected, t = nt.gpus, facts.torch
-    seen = t.gpus if t.version is not None else facts.gpu_devices
+    amd = getattr(nt, "gpu_vendor", "nvidia") == "amd"
+    devices, kind = (facts.amd_gpus, "AMD GPU render") if amd else (facts.gpu_devices, "/dev/nvidia*")
+    seen = t.gpus if t.version is not None else devices
     if expected == 0:
-        if max(seen, facts.gpu_devices) > 0:
-            n = max(seen, facts.gpu_devices)
+        if max(seen, facts.gpu_devices, facts.amd_gpus) > 0:
+            n = max(seen, facts.gpu_devices, facts.amd_gpus)
             return [Check(WARN, f"{n} GPUs here, but node type {nt.name!r} has gpus: 0",
                           f"set node_types.{nt.name}.gpus: {n} in the site config if jobs should use them")]
         return [Check(OK, f"no GPUs (node type {nt.name!r} has none)")]
-    if t.version is not None and t.cuda is None:
+    if t.version is not None and t.cuda is None and t.hip is None:
         return [Check(FAIL, f"torch {t.version} is a CPU build, but node type {nt.name!r} has {expected} GPUs"
-                      + (f" ({facts.gpu_devices} /dev/nvidia* devices here)" if facts.gpu_devices else ""),
-                      "install a CUDA build of torch into the jobs' interpreter")]
+                      + (f" ({devices} {kind} devices here)" if devices else ""),
+                      f"install a {'ROCm' if amd else 'CUDA'} build of torch into the jobs' interpreter")]
     if seen < expected:
         return [Check(FAIL, f"{seen} of the {expected} GPUs of node type {nt.name!r} visible"
-                      + (f" to torch ({facts.gpu_devices} /dev/nvidia* devices)" if t.version else ""),
-                      "check nvidia-smi and CUDA_VISIBLE_DEVICES; inside a job ask for them (--gpus-per-node)")]
+                      + (f" to torch ({devices} {kind} devices)" if t.version else ""),
+                      ("check rocm-smi and ROCR_VISIBLE_DEVICES" if amd else "check nvidia-smi and CUDA_VISIBLE_DEVICES")
+                      + "; inside a job ask for them (--gpus-per-node)")]
     if seen > expected:
         return [Check(WARN, f"{seen} GPUs visible, node type {nt.name!r} says {expected}",
                       f"set node_types.{nt.name}.gpus: {seen} in the site config")]
@@ -226,9 +233,8 @@ def check_env(env: Sequence[tuple[str, str]], facts: NodeFacts, nt) -> list[Chec
                 out.append(Check(FAIL, f"{key}={value}: no interface {', '.join(missing)} here", fix_env))
             else:
                 out.append(Check(OK, f"{key}={value}{note}"))
-        elif key in ("NCCL_IB_HCA", "UCX_NET_DEVICES") and value and not value.startswith(("^", "=")):
-            devices = [d.split(":", 1)[0] for d in value.split(",") if d]
-            missing = [d for d in devices if d not in facts.ib_devices and not d.startswith(("eth", "ib", "en"))]
+        elif key in ("NCCL_IB_HCA", "UCX_NET_DEVICES") and value and not value.startswith("^"):
+            missing = missing_devices(value, facts.ib_devices, exact=key == "UCX_NET_DEVICES")
             if missing and not nt.rdma:
                 out.append(Check(WARN, f"{key}={value}: {', '.join(missing)} not present", fix_env))
             elif missing:
@@ -242,6 +248,20 @@ def check_env(env: Sequence[tuple[str, str]], facts: NodeFacts, nt) -> list[Chec
     return out
 
 
+def missing_devices(value: str, present: Sequence[str], exact: bool = False) -> list[str]:
+    """The RDMA devices an NCCL_IB_HCA (or UCX_NET_DEVICES) value names that are not here.
+
+    NCCL's syntax (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html): a
+    leading `=` makes the names exact, else each is a prefix (`mlx5` is every mlx5_N);
+    `:port` follows a name. UCX's names are exact, and its eth*/ib*/en* are IP devices.
+    """
+    exact = exact or value.startswith("=")
+    names = [d.split(":", 1)[0] for d in value.lstrip("=").split(",") if d]
+    if exact:
+        return [d for d in names if d not in present and not d.startswith(("eth", "ib", "en"))]
+    return [d for d in names if not any(p.startswith(d) for p in present)]
+
+
 def node_checks(facts: NodeFacts, site, nt, env: Sequence[tuple[str, str]], backend: str) -> list[Check]:
     """Every node check, in report order."""
     checks = check_python(facts)
@@ -251,6 +271,7 @@ def node_checks(facts: NodeFacts, site, nt, env: Sequence[tuple[str, str]], back
     checks += check_interfaces(facts, nt)
     checks += check_mpi(facts, site)
     checks += check_srun(facts, site)
+    checks += rdma_checks(facts, nt)
     checks += check_env(env, facts, nt)
     return checks
 

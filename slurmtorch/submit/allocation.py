@@ -153,3 +153,24 @@ def time_limit(o: Options, preset: dict[str, Any], partition: Partition) -> str 
             tip=f"use --time {partition.max_time} or less",
         )
     return time
+
+
+_REQUIRED_FLAGS = {"account": ("-A ACCOUNT", "sacctmgr show associations user=$USER format=account"),
+                   "qos": ("-q QOS", "sacctmgr show associations user=$USER format=qos")}
+
+
+def account_and_qos(o: Options, preset: dict[str, Any], partition: Partition, site: Site
+                    ) -> tuple[str | None, str | None]:
+    """(account, QOS): the option, else the preset's, else the partition's default. A batch
+    job on a partition (or site) that `required:` one and has none is refused here, before
+    sbatch, rather than by slurmctld's "Invalid account or account/partition combination"."""
+    account = o.pick(preset, "account", partition.account)
+    qos = o.pick(preset, "qos", partition.qos)
+    required = partition.required if partition.required is not None else site.required
+    if o.kind == "sbatch":
+        for name, value in (("account", account), ("qos", qos)):
+            if name in required and not value:
+                flag, lookup = _REQUIRED_FLAGS[name]
+                raise SpecError(f"partition {partition.name!r} of site {site.name!r} requires a Slurm {name} "
+                                f"and the job names none", tip=f"pass {flag} (yours: {lookup})")
+    return account, qos

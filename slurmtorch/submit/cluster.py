@@ -1,6 +1,6 @@
 """What a site describes, as frozen values: node types, partitions, a container, the `Site`.
 
-Built only by `site_schema.validate` (so every value here was checked once, on load);
+Built only by `site_rules.validate` (so every value here was checked once, on load);
 everything downstream reads these and never the YAML.
 """
 
@@ -14,8 +14,14 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.fabric import fabric_env
 
 LAUNCHERS = ("srun", "mpirun", "torchrun")
-MPI_PLUGINS = ("pmix", "pmi2", "none")
+# srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
+# for the Cray PMI that Cray MPICH uses on HPE Cray EX systems.
+MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
 CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+GPU_VENDORS = ("nvidia", "amd")
+
+# prepend_path / append_path: (NAME, (dir, ...)) in the order written.
+PathMap = tuple[tuple[str, tuple[str, ...]], ...]
 
 # Process-group timeout. gloo's own default (30 min) would let one hung peer hold
 # every node of the job that long; 10 min is torch's NCCL default.
@@ -44,6 +50,11 @@ class NodeType:
     gid_index: int | None = None
     link_gbps: int | None = None
     env: tuple[tuple[str, str | None], ...] = ()
+    gpu_vendor: str = "nvidia"  # amd: RCCL (reads the NCCL_* names), ROCR_VISIBLE_DEVICES, apptainer --rocm
+    srun_args: tuple[str, ...] = ()
+    node_prologue: tuple[str, ...] = ()
+    prepend_path: PathMap = ()
+    append_path: PathMap = ()
 
     def network_env(self) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment, with the admin's `env` applied on top.
@@ -69,6 +80,11 @@ class Partition:
     node_type: str
     default: bool = False
     default_time: str | None = None
+    account: str | None = None  # defaults for jobs on it (an option or preset wins)
+    qos: str | None = None
+    required: tuple[str, ...] | None = None  # account/qos a job must have; None: the site's
+    directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
+    srun_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,12 +118,19 @@ class Site:
     python: str | None = None
     modules: tuple[str, ...] = ()
     container: Container | None = None
-    directives: tuple[tuple[str, str | bool], ...] = ()
+    directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
     prologue: tuple[str, ...] = ()
     epilogue: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str | None], ...] = ()
     timeout: int = DEFAULT_TIMEOUT_S
     templates: str | None = None
+    module_purge: bool = False
+    module_use: tuple[str, ...] = ()
+    required: tuple[str, ...] = ()  # account/qos every job must have (a partition may say otherwise)
+    srun_args: tuple[str, ...] = ()
+    node_prologue: tuple[str, ...] = ()
+    prepend_path: PathMap = ()
+    append_path: PathMap = ()
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one."""

@@ -2,17 +2,31 @@
 
 Fabric (what the node type's network implies), then the site's `env`, the node
 type's own `env` (the admin's last word for that hardware), the preset's, and the
-user's `--env`; a null in a YAML layer removes the variable. Refused from `--env`: names
-the batch script sets itself, names whose literal value cannot work (PATH, PYTHONHOME,
-LD_PRELOAD), and Slurm's job-identity variables.
+user's `--env`; a null in a YAML layer removes the variable. Within a layer the plain
+values come first, then its `prepend_path`/`append_path`: a composition applies to the
+value the layers before it left (a later layer's prepend goes in front of an earlier
+one's), and a plain value in a later layer replaces the variable, compositions and all.
+A composition over nothing but the job's own environment keeps that value at run time
+(`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one
+literal value here. Refused from `--env`: names the batch script sets itself, names
+whose literal value cannot work (PATH, PYTHONHOME, LD_PRELOAD), and Slurm's
+job-identity variables.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from slurmtorch import shell
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.cluster import NodeType, Site
+from slurmtorch.submit.cluster import NodeType, PathMap, Site
+from slurmtorch.submit.fabric import fabric_env
 from slurmtorch.submit.options import Options
+
+# (NAME, dirs before the inherited value, dirs after it): exported as
+# front:$NAME:back, with the ':' beside $NAME only when NAME is set and not empty.
+PathEdit = tuple[str, tuple[str, ...], tuple[str, ...]]
+_INHERIT = None  # a recipe's base: the value the job's environment brings
 
 # Variables the batch script sets itself. An --env value for one would be overwritten
 # or, worse, win: SLURM_EXPORT_ENV=NONE strips every srun step's environment, and a
@@ -45,17 +59,40 @@ SLURM_IDENTITY = frozenset({
 })
 
 
-def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> dict[str, str]:
-    """Every layer applied in order; insertion order is the order the script exports them."""
-    env: dict[str, str] = dict(node.network_env())
-    env.update(site.env)
-    for key, value in (*node.env, *preset.get("env", ())):
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    env.update(parse_env(o.env, batch=o.kind == "sbatch"))
-    return env
+def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> tuple[dict[str, str], tuple[PathEdit, ...]]:
+    """(plain values, path edits over the inherited value): every layer applied in order.
+
+    Insertion order is the order the script exports them; the path edits come after.
+    """
+    layers: list[tuple[Iterable[tuple[str, str | None]], PathMap, PathMap]] = [
+        (fabric_env(node), (), ()),
+        (site.env, site.prepend_path, site.append_path),
+        (node.env, node.prepend_path, node.append_path),
+        (preset.get("env", ()), preset.get("prepend_path", ()), preset.get("append_path", ())),
+        (parse_env(o.env, batch=o.kind == "sbatch"), (), ()),
+    ]
+    recipes: dict[str, tuple[str | None, tuple[str, ...], tuple[str, ...]]] = {}
+    for values, front, back in layers:
+        for key, value in values:
+            recipes.pop(key, None)
+            if value is not None:
+                recipes[key] = (value, (), ())
+        for key, dirs in front:
+            base, before, after = recipes.get(key, (_INHERIT, (), ()))
+            recipes[key] = (base, (*dirs, *before), after)
+        for key, dirs in back:
+            base, before, after = recipes.get(key, (_INHERIT, (), ()))
+            recipes[key] = (base, before, (*after, *dirs))
+    env = {key: ":".join(p for p in (*before, base, *after) if p) if before or after else base
+           for key, (base, before, after) in recipes.items() if base is not _INHERIT}
+    edits = tuple((key, before, after) for key, (base, before, after) in recipes.items() if base is _INHERIT)
+    return env, edits
+
+
+def composed(edits: Iterable[PathEdit], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The values `edits` give on top of `environ`, as the rendered script computes them."""
+    return [(key, ":".join([*before, *([environ[key]] if environ.get(key) else []), *after]))
+            for key, before, after in edits]
 
 
 def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[tuple[str, str]]:

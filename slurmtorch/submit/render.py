@@ -8,6 +8,7 @@ provenance line); StrictUndefined turns a typo in a template into an error.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -84,6 +85,9 @@ class Launch:
     # --max-restarts: the restart supervisor's own options (it runs `srun` + the ranks, and
     # checks each start itself); empty without restarts.
     supervisor_args: tuple[str, ...] = ()
+    # The node prologue's srun options after its --nodes/--ntasks (which the template
+    # writes from $SLURM_JOB_NUM_NODES); empty without a node prologue.
+    node_prologue_args: tuple[str, ...] = ()
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -115,7 +119,9 @@ def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
     if c.runtime == "apptainer":
         prefix = ["apptainer", "exec"]
         if spec.gpus_per_node:
-            prefix.append("--nv")
+            # The host's GPU driver libraries and devices in the container: NVIDIA's, or AMD's
+            # ROCm (https://apptainer.org/docs/user/latest/gpu.html).
+            prefix.append("--rocm" if spec.gpu_vendor == "amd" else "--nv")
         for mount in c.mounts:
             prefix += ["--bind", mount]
         return [*prefix, c.image], []
@@ -162,12 +168,28 @@ def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
     return (*args, "--backend", spec.backend)
 
 
+def node_prologue_args(spec: JobSpec) -> tuple[str, ...]:
+    """srun options of the node prologue's step: one task per node, its output per node in
+    the job folder (node-prologue-N.out, N the node's task). Not `spec.srun_args`: those
+    are for the ranks (a --gpus-per-task there would not fit one task per node)."""
+    if not spec.node_prologue or spec.kind != "sbatch":
+        return ()
+    logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-prologue-%t.out"
+    return ("--ntasks-per-node=1", "--kill-on-bad-exit=1", "--mpi=none", f"--output={logs}", *_append(spec))
+
+
 def launch_plan(spec: JobSpec) -> Launch:
     """Work out the launcher's arguments for this spec (pure).
 
     Every srun that starts ranks (the plain step, torchrun's agents, each role's step)
     ends with `spec.srun_args`, the one list of extra srun options.
     """
+    plan = _launch_plan(spec)
+    prologue = node_prologue_args(spec)
+    return dataclasses.replace(plan, node_prologue_args=prologue) if prologue else plan
+
+
+def _launch_plan(spec: JobSpec) -> Launch:
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
     # Under the restart supervisor each start gets its own marker, checked by the supervisor.
@@ -212,7 +234,7 @@ def launch_plan(spec: JobSpec) -> Launch:
             # One host: Open MPI counts cores as slots and refuses -n beyond them; on a
             # laptop more ranks than cores is the user's call, as with torchrun.
             mpirun += ["--oversubscribe"]
-        for name, _ in spec.env:
+        for name in (*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)):
             mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
                   rank_log_wrapper=_rank_log_wrapper(_redirect(spec)))
@@ -313,10 +335,30 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
     env.filters["comment"] = comment_quote
     env.filters["sbatch_directive"] = _sbatch_directive
     env.filters["sweep_var"] = _sweep_var
+    env.filters["composed_path"] = composed_path
     env.filters["sweep_args"] = sweep_args
     env.filters["launcher_literal"] = torchrun_literal
     env.filters["tojson_compact"] = lambda v: json.dumps(dict(v), separators=(",", ":"), ensure_ascii=False)
     return env
+
+
+def composed_path(edit: tuple[str, tuple[str, ...], tuple[str, ...]]) -> str:
+    """The value of `export NAME=...` for a path composition that keeps NAME's value.
+
+    `front:$NAME:back`, the ':' beside $NAME only when NAME is set and not empty. The folders
+    (admin text) are quoted by the one quoting path; the expansion is ours, written from the
+    checked name alone, and double-quoted so that no shell splits or globs it.
+    """
+    name, front, back = edit
+    shell.env_name(name)
+    text = script_quote(":".join(front)) if front else ""
+    if front:
+        text += f'"${{{name}:+:${name}}}"'
+    else:
+        text += f'"${{{name}:+${name}:}}"'
+    if back:
+        text += script_quote((":" if front else "") + ":".join(back))
+    return text
 
 
 def _sweep_var(name: str) -> str:

@@ -65,6 +65,24 @@ SRUN_REFUSED: dict[str, tuple[str, str]] = {
     "export": ("--export=NONE would start the ranks without PATH or the script's exports", "use --env NAME=VALUE"),
     "multi-prog": _STEP, "pty": _STEP, "jobid": _STEP, "het-group": _STEP,
 }
+# A site's `directives:` (site, partition, preset) may set or remove (null) any #SBATCH line
+# but those slurmtorch writes from the job itself or keeps an option for (SBATCH_REFUSED,
+# less the options passed on as typed, which a site may default). Of those, only
+# `partition` may be removed: a QOS-routed site (NERSC Perlmutter: `-q regular -C gpu`)
+# submits without one. The others carry the layout the ranks derive their world from, the
+# job folder's logs, or the job's identity. Each with the fix a site file has.
+SITE_REMOVABLE = frozenset({"partition"})
+_SITE_TIPS = {
+    "partition": "a job's partition is a `partitions:` entry (-p); null removes the line on a QOS-routed site",
+    "time": "set partitions.NAME.default_time, or time: in a preset",
+    "account": "set account: on the partition or in a preset",
+    "qos": "set qos: on the partition or in a preset",
+    "job-name": "leave it out: jobs are named after their script (-J)",
+    "signal": "set signal: in a preset", "requeue": "set requeue: in a preset",
+    "no-requeue": "set requeue: false in a preset",
+    "nodes": "set nodes: in a preset", "ntasks-per-node": "set ntasks_per_node: in a preset",
+    "cpus-per-task": "set cpus_per_task: in a preset", "gpus-per-node": "set gpus_per_node: in a preset",
+}
 # Real sbatch options that are prefixes of refused ones: getopt reads any other unambiguous
 # prefix as the option it starts (`--part=x` is --partition), so those prefixes are refused.
 _REAL_PREFIXES = {"gpus"}
@@ -116,14 +134,38 @@ def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[
     return {**given, **escape_hatch(o.sbatch_args, "--sbatch-arg", SBATCH_REFUSED, _REAL_PREFIXES)}
 
 
-def srun_arguments(o: Options, launcher: str) -> tuple[str, ...]:
-    """--srun-arg options as typed (one argv word each), checked; none for the mpirun launcher."""
-    if not o.srun_args:
-        return ()
+def site_directive_problem(name: str, value: object) -> tuple[str, str] | None:
+    """(problem, tip) of a site's `directives:` entry (None: remove the line), or None if fine."""
+    site_refused = {k: v for k, v in SBATCH_REFUSED.items() if k not in PASSED_ON.values()}
+    full = refused_name(name, site_refused, _REAL_PREFIXES)
+    if full is None:
+        return None
+    read_as = "" if full == name else f"read as --{full}; "
+    if value is None and full in SITE_REMOVABLE:
+        return None if full == name else (f"{read_as}write the option's full name", f"{full}: null")
+    tip = _SITE_TIPS.get(full, site_refused[full][1] if site_refused[full][1] != "leave it out" else "leave it out")
+    if value is None:
+        return f"{read_as}the #SBATCH --{full} line cannot be removed: {site_refused[full][0]}", tip
+    return f"{read_as}{site_refused[full][0]}", tip
+
+
+def srun_arguments(o: Options, launcher: str, site_args: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The extra options of every srun that starts ranks: the site's (`site_args`: site,
+    node type, partition; checked on load) first, then --srun-arg as typed (one argv word
+    each), checked here; none for the mpirun launcher, which starts its ranks without srun."""
     if launcher == "mpirun":
-        raise SpecError("--srun-arg: launcher mpirun starts its ranks without srun", tip="use --launcher srun")
+        if o.srun_args:
+            raise SpecError("--srun-arg: launcher mpirun starts its ranks without srun", tip="use --launcher srun")
+        return ()
     escape_hatch(o.srun_args, "--srun-arg", SRUN_REFUSED, set())
-    return tuple(o.srun_args)
+    args = (*site_args, *o.srun_args)
+    per_task = next((a for a in args if a.partition("=")[0] in ("--gpus-per-task", "--gpus")), None)
+    if launcher == "torchrun" and per_task is not None:
+        # torchrun's one agent per node spawns every rank of the node: it needs all its GPUs.
+        source = "--srun-arg" if per_task in o.srun_args else "the site's srun_args"
+        raise SpecError(f"{per_task} (from {source}) would give torchrun's one agent per node a share of the "
+                        "node's GPUs, not each rank", tip="use --launcher srun, which starts one task per rank")
+    return args
 
 
 def escape_hatch(args: tuple[str, ...], flag: str, refused: dict[str, tuple[str, str]], real_prefixes: set[str]
@@ -132,21 +174,45 @@ def escape_hatch(args: tuple[str, ...], flag: str, refused: dict[str, tuple[str,
     out: dict[str, str | bool] = {}
     for arg in args:
         text = str(arg)
+        problem = option_problem(text, refused, real_prefixes)
+        if problem is not None:
+            why, tip = problem
+            shown = f"{text!r}" if why.startswith("expected") else text
+            raise SpecError(f"{flag}={shown}: {why}",
+                            tip=f"e.g. {flag}=--licenses=fs:1 (a value joins its option with '=', not a space)"
+                            if why.startswith("expected") else tip)
         name, eq, value = text[2:].partition("=")
-        if not text.startswith("--") or not _NAME_RE.fullmatch(name):
-            raise SpecError(f"{flag}={text!r}: expected --OPTION or --OPTION=VALUE, with the long option name",
-                            tip=f"e.g. {flag}=--licenses=fs:1 (a value joins its option with '=', not a space)")
-        full = name if name in refused else None if name in real_prefixes else next(
-            (known for known in refused if known.startswith(name)), None)
-        if full is not None:
-            why, tip = refused[full]
-            read_as = "" if full == name else f"read as --{full}; "
-            raise SpecError(f"{flag}={text}: {read_as}{why}", tip=tip)
         if name in out:
             raise SpecError(f"{flag}: --{name} given twice", tip="give each option once")
         shell.directive_value(value, what=f"{flag} --{name} value")  # one line, no NUL, UTF-8
         out[name] = value if eq else True
     return out
+
+
+def option_problem(text: str, refused: dict[str, tuple[str, str]], real_prefixes: set[str]
+                   ) -> tuple[str, str] | None:
+    """(problem, tip) of one `--name[=value]` string, or None when it may pass.
+
+    The one rule for options slurmtorch keeps for itself, read by the escape hatch
+    (--sbatch-arg, --srun-arg) and by site validation (srun_args, directives).
+    """
+    name = text[2:].partition("=")[0]
+    if not text.startswith("--") or not _NAME_RE.fullmatch(name):
+        return "expected --OPTION or --OPTION=VALUE, with the long option name", ""
+    full = refused_name(name, refused, real_prefixes)
+    if full is None:
+        return None
+    why, tip = refused[full]
+    return ("" if full == name else f"read as --{full}; ") + why, tip
+
+
+def refused_name(name: str, refused: dict[str, tuple[str, str]], real_prefixes: set[str]) -> str | None:
+    """The refused option `name` is, or abbreviates (getopt reads any unambiguous prefix)."""
+    if name in refused:
+        return name
+    if name in real_prefixes:
+        return None
+    return next((known for known in refused if known.startswith(name)), None)
 
 
 def megabytes(text: str, flag: str) -> float:

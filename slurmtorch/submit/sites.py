@@ -17,7 +17,7 @@ from slurmtorch import resources
 from slurmtorch.errors import SiteError, SpecError
 from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Site, valid_tip
 from slurmtorch.submit.inputs import file_problem
-from slurmtorch.submit.site_schema import validate
+from slurmtorch.submit.site_rules import validate
 from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
 
 
@@ -125,10 +125,17 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "mpi_plugin": site.mpi_plugin,
         "python": site.python,
         "timeout": site.timeout,
+        "module_purge": site.module_purge,
+        "module_use": list(site.module_use),
         "modules": list(site.modules),
         "env": dict(site.env),
+        "prepend_path": _paths(site.prepend_path),
+        "append_path": _paths(site.append_path),
         "directives": dict(site.directives),
+        "required": list(site.required),
+        "srun_args": list(site.srun_args),
         "prologue": list(site.prologue),
+        "node_prologue": list(site.node_prologue),
         "epilogue": list(site.epilogue),
         "templates": site.templates,
         "container": None if site.container is None else {
@@ -137,20 +144,37 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             **({"roles": dict(site.container.roles)} if site.container.roles else {})},
         "node_types": {},
         "partitions": {},
-        "presets": {name: dict(body) for name, body in site.presets},
+        "presets": {name: {k: _preset_value(k, v) for k, v in body} for name, body in site.presets},
     }
     for nt in site.node_types:
         out["node_types"][nt.name] = {
-            "gpus": nt.gpus, "gpu_model": nt.gpu_model, "cpus": nt.cpus, "memory_gb": nt.memory_gb,
-            "fabric": nt.fabric, "hcas": list(nt.hcas), "interfaces": list(nt.interfaces), "rdma": nt.rdma,
-            "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
+            "gpus": nt.gpus, "gpu_model": nt.gpu_model, "gpu_vendor": nt.gpu_vendor, "cpus": nt.cpus,
+            "memory_gb": nt.memory_gb, "fabric": nt.fabric, "hcas": list(nt.hcas), "interfaces": list(nt.interfaces),
+            "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
+            "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
+            "srun_args": list(nt.srun_args), "node_prologue": list(nt.node_prologue),
         }
     for p in site.partitions:
         out["partitions"][p.name] = {
             "max_nodes": p.max_nodes, "max_time": p.max_time, "node_type": p.node_type,
-            "default": p.default, "default_time": p.default_time,
+            "default": p.default, "default_time": p.default_time, "account": p.account, "qos": p.qos,
+            "required": None if p.required is None else list(p.required), "directives": dict(p.directives),
+            "srun_args": list(p.srun_args),
         }
     return out
+
+
+def _paths(paths) -> dict[str, list[str]]:
+    return {name: list(dirs) for name, dirs in paths}
+
+
+def _preset_value(key: str, value: Any) -> Any:
+    """A preset's value as `site show` prints it: mappings as mappings, lists as lists."""
+    if key in ("prepend_path", "append_path"):
+        return _paths(value)
+    if key in ("env", "directives"):
+        return dict(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def site_ref(site: str | None, fallback: str | None) -> str:

@@ -20,9 +20,10 @@ from slurmtorch import __version__
 from slurmtorch import shell
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.allocation import node_count, per_node, resolve_target, role_layout, time_limit
-from slurmtorch.submit.cluster import Container, Site
-from slurmtorch.submit.environment import job_env
+from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node, resolve_target, role_layout,
+                                          time_limit)
+from slurmtorch.submit.cluster import Container, NodeType, Partition, Site
+from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.launch import backend_for, choose_launcher, resolve_containers
 from slurmtorch.submit.options import Options, positive
@@ -93,6 +94,14 @@ class JobSpec:
     max_restarts: int | None = None
     spare_nodes: int = 0
     hang_timeout: int | None = None
+    # Path compositions over the job's inherited value (environment.PathEdit), exported
+    # after `env` as front:$NAME:back.
+    env_paths: tuple[PathEdit, ...] = ()
+    module_purge: bool = False
+    module_use: tuple[str, ...] = ()
+    # Trusted admin lines run once per node (site's, then the node type's) before the ranks.
+    node_prologue: tuple[str, ...] = ()
+    gpu_vendor: str = "nvidia"
 
     @property
     def runs_again(self) -> bool:
@@ -128,7 +137,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
     if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
         raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
-    env = job_env(site, node, preset, o)
+    env, env_paths = job_env(site, node, preset, o)
     signal, requeue = resolve_preemption(o, preset)
     check_warning_time(signal, time)
     env.update(preempt_env(signal, requeue))
@@ -137,6 +146,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     in_container = container is not None or any(c for _, c in role_containers)
     max_restarts, spare_nodes, hang_timeout = resolve_restarts(o, launcher, roles is not None, in_container, nodes,
                                                                partition.max_nodes, partition.name, timeout)
+    account, qos = account_and_qos(o, preset, partition, site)
     job = JobSpec(
         kind=o.kind,
         site=site.name,
@@ -148,8 +158,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         gpus_per_node=gpus,
         cpus_per_task=cpus_per_task,
         time=time,
-        account=o.pick(preset, "account"),
-        qos=o.pick(preset, "qos"),
+        account=account,
+        qos=qos,
         job_name=job_name(o),
         backend=backend_for(backend, gpus),
         launcher=launcher,
@@ -177,19 +187,36 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         trial_ids=trial_ids,
         sweep=sweep,
         trials=trials,
-        srun_args=srun_arguments(o, launcher),
+        srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args)),
         max_restarts=max_restarts,
         spare_nodes=spare_nodes,
         hang_timeout=hang_timeout,
+        env_paths=env_paths,
+        gpu_vendor=node.gpu_vendor,
     )
-    base = {**dict(site.directives), **dict(preset.get("directives", ())), **asked}
-    return dataclasses.replace(job, directives=sbatch_header(job, base))
+    return _site_parts(job, site, node, partition, preset, asked)
+
+
+def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, preset: dict,
+                asked: dict[str, str | bool]) -> JobSpec:
+    """The job with what the site adds around it: the `#SBATCH` header (site's, partition's,
+    preset's directives, then the options passed on), modules and the node prologue."""
+    if job.kind == "mpirun" and (site.node_prologue or node.node_prologue):
+        raise SpecError(f"site {site.name!r} has a node_prologue, which runs as a Slurm job step; "
+                        "slurmtorch mpirun starts no Slurm job", tip="use slurmtorch sbatch")
+    base = {**dict(site.directives), **dict(partition.directives), **dict(preset.get("directives", ())), **asked}
+    return dataclasses.replace(job, directives=sbatch_header(job, base), module_purge=site.module_purge,
+                               module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str, str | bool], ...]:
-    """The `#SBATCH` header of a batch job (under it `base`: the site's and preset's, then
-    the options passed on), sorted and checked; an mpirun job carries only `base`."""
-    out = dict(base)
+    """The `#SBATCH` header of a batch job (under it `base`: the site's, partition's and
+    preset's, then the options passed on), sorted and checked; an mpirun job carries only
+    `base`. A name whose value in `base` is None is left out: a site's directive removed by
+    a later layer, or the `partition` line on a QOS-routed site (the only line of ours a
+    site may remove: validation refuses the others)."""
+    out = {name: value for name, value in base.items() if value is not None}
+    removed = {name for name, value in base.items() if value is None}
     if job.kind == "sbatch":
         if job.launcher == "torchrun":
             # One torchrun agent per node spawns the ranks; it gets the node's CPUs.
@@ -209,7 +236,8 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
                 out["ntasks-per-node"] = str(job.ntasks_per_node)
             out["cpus-per-task"] = str(job.cpus_per_task)
         out["nodes"] = str(job.nodes + job.spare_nodes)
-        out["partition"] = job.partition
+        if "partition" not in removed:
+            out["partition"] = job.partition
         out["job-name"] = job.job_name
         if job.gpus_per_node:
             out["gpus-per-node"] = str(job.gpus_per_node)

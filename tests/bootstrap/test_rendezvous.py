@@ -15,7 +15,8 @@ import pytest
 
 from slurmtorch.bootstrap import mpi
 from slurmtorch.bootstrap import rendezvous
-from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, pick_device, rank_device
+from slurmtorch.bootstrap.device import (bound_per_rank, choose_backend, pick_device, rank_device,
+                                        visible_devices_var)
 from slurmtorch.bootstrap.options import FROM, HELP, USAGE, parse_args
 from slurmtorch.errors import BootstrapError
 
@@ -40,6 +41,18 @@ AVAILABLE = ["lo", "eth0", "eth1", "ib0", "docker0"]
 ])
 def test_socket_ifname_follows_nccl_syntax(spec, chosen):
     assert rendezvous.pick_interface(spec, AVAILABLE) == chosen
+
+
+@pytest.mark.parametrize("spec, available, chosen", [
+    ("=eth1", ["eth10", "eth1"], "eth1"),                # exact: never the longer name
+    ("=eth1", ["eth10", "eth11"], None),
+    ("eth1", ["eth10", "eth11"], "eth10"),               # NCCL's prefix: eth1 also matches eth10
+    ("=hsn0,hsn1,hsn2,hsn3", ["lo", "hsn1", "hsn0"], "hsn0"),  # slurmtorch's fabric form
+])
+def test_exact_interface_lists_as_slurmtorch_writes_them(spec, available, chosen):
+    """The site's interfaces reach NCCL_SOCKET_IFNAME as `=a,b` (exact, NCCL's syntax:
+    https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html); the rendezvous reads it alike."""
+    assert rendezvous.pick_interface(spec, available) == chosen
 
 
 def test_the_backends_own_ifname_variable_wins():
@@ -211,6 +224,17 @@ def test_two_ranks_on_the_nodes_only_gpu_are_refused_before_nccl_sees_them():
                                  "so every rank sees the same GPU)")
     assert "--gpus-per-node 2" in err.value.tip and "--backend gloo" in err.value.tip
     assert "CUDA_VISIBLE_DEVICES" in err.value.tip
+
+
+def test_amd_ranks_bound_by_slurm_use_their_one_visible_gcd_and_errors_name_rocm():
+    """srun --gpus-per-task=1 --gpu-bind=closest on MI250X nodes (OLCF's launch line) sets
+    ROCR_VISIBLE_DEVICES per task: each rank sees one GCD, device 0."""
+    assert rank_device("nccl", 5, 8, 1, bound_per_rank({"ROCR_VISIBLE_DEVICES": "5"})) == 0
+    assert rank_device("nccl", 5, 8, 8, bound_per_rank({})) == 5  # every GCD visible: LOCAL_RANK
+    with pytest.raises(BootstrapError) as err:
+        rank_device("nccl", 1, 2, 1, bound=False, var=visible_devices_var(hip=True))
+    assert "ROCR_VISIBLE_DEVICES unset" in err.value.message and "own ROCR_VISIBLE_DEVICES" in err.value.tip
+    assert visible_devices_var(hip=False) == "CUDA_VISIBLE_DEVICES"
 
 
 def test_one_gpu_bound_to_each_rank_is_that_ranks_gpu():

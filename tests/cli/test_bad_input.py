@@ -31,6 +31,16 @@ def expectation(path: Path) -> str:
     return first[len("# expect: "):]
 
 
+def also_expected(path: Path) -> list[str]:
+    """The further problems a fixture pins (`# also: ...` lines after `# expect:`)."""
+    lines = path.read_bytes().decode(errors="replace").splitlines()[1:]
+    return [ln[len("# also: "):] for ln in lines if ln.startswith("# also: ")]
+
+
+SINGLE_CASES = [p for p in SITE_CASES if not also_expected(p)]
+SEVERAL_CASES = [p for p in SITE_CASES if also_expected(p)]
+
+
 @pytest.fixture
 def cli(tmp_path, monkeypatch, capsys):
     """Run `slurmtorch ARGV` in-process in tmp_path; returns (exit code, stdout, stderr)."""
@@ -76,13 +86,28 @@ def assert_one_clear_line(cli, code: int, out: str, err: str, message: str) -> N
 def test_broken_site_file_is_one_line_naming_file_and_key(cli, site):
     code, out, err = cli("sbatch", "--site", site, "train.py")
     assert_one_clear_line(cli, code, out, err, expectation(site))
+    more = len(also_expected(site))
+    assert (f"(and {more} more: slurmtorch site validate {site})" in err) is bool(more), err
 
 
-@pytest.mark.parametrize("site", [p for p in SITE_CASES if "template" not in p.stem and "newline" not in p.stem],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize("site", [p for p in SINGLE_CASES if "template" not in p.stem], ids=lambda p: p.stem)
 def test_site_validate_reports_the_same_line(cli, site):
     code, out, err = cli("site", "validate", site)
     assert_one_clear_line(cli, code, out, err, expectation(site))
+
+
+@pytest.mark.parametrize("site", SEVERAL_CASES, ids=lambda p: p.stem)
+def test_site_validate_reports_every_mistake_in_one_run(cli, site):
+    """Each problem on its own `error:` line (its tip, if any, on the next), in file order."""
+    code, out, err = cli("site", "validate", site)
+    assert code == 2 and "Traceback" not in err and out == ""
+    errors = [ln for ln in err.splitlines() if ln.startswith("error: ")]
+    wanted = [expectation(site), *also_expected(site)]
+    assert len(errors) == len(wanted), err
+    for line, text in zip(errors, wanted):
+        assert text in line, (text, line)
+    assert all(ln.startswith(("error: ", "tip: ")) for ln in err.splitlines()[:-1]), err
+    assert err.splitlines()[-1] == f"{len(wanted)} problems in {site}"
 
 
 OPTION_CASES = [

@@ -111,7 +111,7 @@ def test_site_list_show_validate_schema(tmp_path):
     names = [ln.split("\t")[0] for ln in listed.stdout.splitlines()]
     assert {"testbed", "hdr-ib", "roce", "ethernet", "cloud"} <= set(names)
     shown = cli(["site", "show", "testbed"], tmp_path)
-    assert "NCCL_SOCKET_IFNAME: eth0" in shown.stdout
+    assert "NCCL_SOCKET_IFNAME: =eth0" in shown.stdout
     ok = cli(["site", "validate", resources.site_configs_dir() / "cloud.yaml"], tmp_path)
     assert ok.returncode == 0 and ok.stderr.startswith("ok: ")
     schema = json.loads(cli(["site", "schema"], tmp_path).stdout)

@@ -313,3 +313,119 @@ def test_a_node_that_cannot_reach_master_addr_says_so(bed):
     assert "cannot reach MASTER_ADDR 198.18.0.250:" in result.stderr, result.stderr
     # Whichever two nodes were free: the testbed is shared.
     assert any(f"rank {r} on {n} failed" in result.stderr for r in (0, 1) for n in bed.nodes), result.stderr
+
+
+# ----------------------------------------------------------------------------- RDMA fabrics (issue 12)
+
+from slurmtorch.doctor.facts import Port, RdmaFacts  # noqa: E402
+from slurmtorch.doctor.node import missing_devices  # noqa: E402
+from slurmtorch.doctor.rdma import (check_cxi, check_efa, check_gpudirect, check_memlock, check_net_plugin,  # noqa: E402
+                                    check_ports, rdma_checks)
+
+HDR = [f"mlx5_{i}" for i in range(8)]
+
+
+def ports(state="4: ACTIVE", layer="InfiniBand", gids=((0, "IB/RoCE v1"),), devices=HDR):
+    return tuple(Port(d, 1, state, layer, tuple(gids)) for d in devices)
+
+
+def test_a_locked_memory_limit_warns_with_the_fix_and_unlimited_is_ok():
+    assert check_memlock(RdmaFacts(memlock=None)).status == "ok"
+    c = check_memlock(RdmaFacts(memlock=64 * 1024))
+    assert c.status == "warn" and "64 KiB" in c.what and "LimitMEMLOCK=infinity" in c.fix
+
+
+def test_ib_ports_must_be_active():
+    nt = node_type("hdr-ib", "a100")
+    down = check_ports(RdmaFacts(ports=ports(state="1: DOWN")), nt)
+    assert [c.status for c in down] == ["fail"] * 8 and "mlx5_0 port 1 is 1: DOWN, not ACTIVE" in down[0].what
+    assert all(c.status == "ok" for c in check_ports(RdmaFacts(ports=ports()), nt))
+
+
+def test_roce_needs_a_roce_v2_gid_and_a_pinned_index_must_be_one(tmp_path):
+    nt = node_type("roce", "l40s")
+    devices = ["mlx5_0", "mlx5_1"]
+    v1_only = check_ports(RdmaFacts(ports=ports(layer="Ethernet", devices=devices)), nt)
+    assert [c.status for c in v1_only] == ["ok", "fail", "ok", "fail"] and "no RoCE v2 GID" in v1_only[1].what
+    both = ((0, "IB/RoCE v1"), (1, "RoCE v2"), (3, "RoCE v2"))
+    assert all(c.status == "ok" for c in check_ports(RdmaFacts(ports=ports(layer="Ethernet", gids=both,
+                                                                          devices=devices)), nt))
+    pinned = sites.load_site(_roce_site(tmp_path, 0)).node_types[0]
+    bad = check_ports(RdmaFacts(ports=ports(layer="Ethernet", gids=both, devices=["mlx5_0"])), pinned)
+    assert bad[1].status == "fail" and "GID 0 (the site's gid_index) is IB/RoCE v1" in bad[1].what
+    assert "one of [1, 3]" in bad[1].fix
+
+
+def _roce_site(tmp_path, gid):
+    p = tmp_path / "r.yaml"
+    p.write_text("node_types:\n  r: {gpus: 1, cpus: 4, fabric: roce, rdma: true, hcas: [mlx5_0], "
+                 f"gid_index: {gid}}}\npartitions:\n  p: {{max_nodes: 1, max_time: '10', node_type: r}}\n")
+    return p
+
+
+@pytest.mark.parametrize("rdma, status", [
+    (RdmaFacts(peermem=True), "ok"),
+    (RdmaFacts(nvidia_open=True, kernel="6.8.0-1015-azure"), "ok"),       # DMA-BUF
+    (RdmaFacts(nvidia_open=True, kernel="5.4.0-150-generic"), "warn"),    # too old a kernel for DMA-BUF
+    (RdmaFacts(kernel="6.8.0"), "warn"),                                  # proprietary modules, no peermem
+])
+def test_gpudirect_rdma_needs_nvidia_peermem_or_dma_buf(rdma, status):
+    c = check_gpudirect(rdma)
+    assert c.status == status and (status == "ok" or "modprobe nvidia-peermem" in c.fix)
+
+
+def test_slingshot_needs_its_cxi_devices_and_the_ofi_plugin():
+    nt = node_type("slingshot-nvidia", "a100")
+    assert check_cxi(RdmaFacts(), nt).status == "fail"
+    assert check_cxi(RdmaFacts(cxi_devices=("cxi0", "cxi1")), nt).status == "warn"  # 4 interfaces
+    assert check_cxi(RdmaFacts(cxi_devices=("cxi0", "cxi1", "cxi2", "cxi3")), nt).status == "ok"
+    missing = check_net_plugin(RdmaFacts(), nt)
+    assert missing.status == "fail" and "fall back to TCP sockets" in missing.what and "aws-ofi-nccl" in missing.fix
+    ok = check_net_plugin(RdmaFacts(net_plugins=("/opt/plugin/lib/libnccl-net.so",)), nt)
+    assert ok.status == "ok" and "libnccl-net.so" in ok.what
+
+
+def test_efa_needs_its_devices_and_gcp_its_gib_plugin():
+    p5 = node_type("aws-p5", "p5.48xlarge")
+    assert check_efa(facts(ib_devices=())).status == "fail"
+    assert check_efa(facts(ib_devices=("rdmap79s0", "rdmap80s0"))).what == "2 EFA devices (rdmap79s0, rdmap80s0)"
+    assert "/opt/amazon/ofi-nccl/lib" in check_net_plugin(RdmaFacts(), p5).fix
+    a3u = node_type("gcp-a3u-a4", "a3-ultragpu-8g")
+    gib = check_net_plugin(RdmaFacts(net_plugins=("/usr/local/gib/lib64/libnccl-net_internal.so",)), a3u)
+    assert gib.status == "ok"
+    assert "/usr/local/gib/lib64" in check_net_plugin(RdmaFacts(), a3u).fix
+
+
+def test_each_fabric_runs_only_the_rdma_checks_it_needs():
+    def names(site, nt_name, **rdma):
+        return [c.what.split(":")[0].split(" (")[0] for c in rdma_checks(facts(rdma=RdmaFacts(**rdma)),
+                                                                         node_type(site, nt_name))]
+    assert rdma_checks(facts(), node_type("testbed", "cpu")) == []  # no RDMA: nothing to look at
+    assert names("hdr-ib", "a100", ports=ports())[0] == "locked memory"
+    assert any("GPUDirect" in n for n in names("hdr-ib", "a100", ports=ports()))
+    assert names("slingshot-nvidia", "a100")[1:] == ["no CXI devices in /sys/class/cxi, but node type 'a100' is on "
+                                                     "Slingshot", "no NCCL network plugin"]
+    mi = rdma_checks(facts(rdma=RdmaFacts(cxi_devices=("cxi0", "cxi1", "cxi2", "cxi3"))), node_type("mi250x", "mi250x"))
+    assert not any("GPUDirect" in c.what for c in mi)  # AMD GPUs: no nvidia-peermem to look for
+
+
+def test_exact_and_prefix_hca_lists_follow_nccl_syntax():
+    present = ("mlx5_0", "mlx5_1", "mlx5_10")
+    assert missing_devices("=mlx5_0,mlx5_2", present) == ["mlx5_2"]
+    assert missing_devices("mlx5", present) == [] and missing_devices("mlx4", present) == ["mlx4"]
+    assert missing_devices("=mlx5_1:1", present) == []
+    nt = node_type("azure-ndv5", "nd96isr-h100-v5")
+    env = [("NCCL_IB_HCA", "=mlx5_ib0,mlx5_ib9")]
+    (c,) = check_env(env, facts(ib_devices=tuple(f"mlx5_ib{i}" for i in range(8))), nt)
+    assert c.status == "fail" and "mlx5_ib9 not in /sys/class/infiniband" in c.what
+
+
+def test_amd_gpus_are_counted_by_their_render_nodes_and_a_rocm_torch_is_not_a_cpu_build():
+    nt = node_type("mi250x", "mi250x")
+    rocm = TorchFacts(version="2.9.0+rocm6.4", hip="6.4", gpus=8, gloo=True, nccl=True)
+    assert check_gpus(facts(torch=rocm), nt)[0].status == "ok"
+    assert "ROCm 6.4" in check_torch(rocm, nt, "nccl")[0].what
+    cpu = check_gpus(facts(amd_gpus=8), nt)[0]
+    assert cpu.status == "fail" and "8 AMD GPU render devices" in cpu.what and "ROCm build" in cpu.fix
+    few = check_gpus(facts(torch=TorchFacts(**{**rocm.__dict__, "gpus": 1})), nt)[0]
+    assert few.status == "fail" and "ROCR_VISIBLE_DEVICES" in few.fix

@@ -5,9 +5,9 @@
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
 
-# Environment (node type fabric, site, preset, --env)
+# Environment (node type fabric, site, node type, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==eth0
 export GLOO_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=eth0

@@ -33,12 +33,11 @@ export SLURMTORCH_JOB_DIR
 module load cuda/12.4
 module load nccl/2.21
 
-# Environment (node type fabric, site, preset, --env)
-export NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
+# Environment (node type fabric, site, node type, preset, --env)
+export NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7
 export UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_7:1
-export NCCL_SOCKET_IFNAME=ib0
+export NCCL_SOCKET_IFNAME==ib0
 export GLOO_SOCKET_IFNAME=ib0
-export NCCL_NET_GDR_LEVEL=PIX
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
 # now, at random below the kernel's ephemeral range (a port from there can be taken by

@@ -30,11 +30,10 @@ export SLURMTORCH_JOB_DIR
 # Modules (site, preset)
 module load cuda/12.4
 
-# Environment (node type fabric, site, preset, --env)
-export NCCL_IB_HCA=mlx5_0,mlx5_1
+# Environment (node type fabric, site, node type, preset, --env)
+export NCCL_IB_HCA==mlx5_0,mlx5_1
 export UCX_NET_DEVICES=mlx5_0:1,mlx5_1:1
-export NCCL_IB_GID_INDEX=3
-export NCCL_SOCKET_IFNAME=ens1f0np0,ens1f1np1
+export NCCL_SOCKET_IFNAME==ens1f0np0,ens1f1np1
 export GLOO_SOCKET_IFNAME=ens1f0np0,ens1f1np1
 export NCCL_IB_TC=106
 

@@ -29,9 +29,9 @@ SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLU
 export SLURMTORCH_JOB_DIR
 mkdir -p "$SLURMTORCH_JOB_DIR"
 
-# Environment (node type fabric, site, preset, --env)
+# Environment (node type fabric, site, node type, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==eth0
 export GLOO_SOCKET_IFNAME=eth0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=eth0

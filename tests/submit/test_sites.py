@@ -53,7 +53,7 @@ def test_testbed_site_matches_the_local_cluster():
     assert env["OMPI_MCA_btl"] == "self,sm,tcp"
     assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=eth0", "eth0")
 
 
 def test_testbed_site_agrees_with_scripts_testbed():
@@ -66,27 +66,35 @@ def test_testbed_site_agrees_with_scripts_testbed():
     assert "198.18.0" in text
 
 
-def test_infiniband_rdma_gets_hcas_for_nccl_and_ucx():
+def test_infiniband_rdma_names_exactly_its_hcas_for_nccl_and_ucx():
+    """NCCL reads NCCL_IB_HCA entries as prefixes (mlx5_1 would also pick mlx5_10, mlx5_11)
+    unless the list starts with '=' (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)."""
     nt = sites.load_site("hdr-ib").node_type("a100")
     env = dict(nt.network_env())
-    assert env["NCCL_IB_HCA"] == ",".join(f"mlx5_{i}" for i in range(8))
+    assert env["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
     assert env["UCX_NET_DEVICES"].split(",")[0] == "mlx5_0:1"
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ib0"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ib0", "ib0")
     assert "NCCL_IB_DISABLE" not in env
-    assert env["NCCL_NET_GDR_LEVEL"] == "PIX"  # admin's extra knob
+    assert "NCCL_NET_GDR_LEVEL" not in env  # NCCL picks GPUDirect RDMA per GPU/HCA pair itself
 
 
-def test_roce_adds_the_gid_index():
-    env = dict(sites.load_site("roce").node_types[0].network_env())
-    assert env["NCCL_IB_GID_INDEX"] == "3"
-    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
-    assert env["NCCL_SOCKET_IFNAME"] == "ens1f0np0,ens1f1np1"
+def test_roce_leaves_the_gid_to_nccl_unless_the_admin_gives_one(tmp_path):
+    """NCCL >= 2.21 selects the RoCE v2 GID itself; a forced index 3 was wrong on other GID tables."""
+    nt = sites.load_site("roce").node_types[0]
+    env = dict(nt.network_env())
+    assert "NCCL_IB_GID_INDEX" not in env
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1"
+    assert env["NCCL_SOCKET_IFNAME"] == "=ens1f0np0,ens1f1np1"
+    assert nt.link_gbps == 200  # 2 x 100 GbE, as its comment says
+    p = write(tmp_path, "s.yaml", MINIMAL.replace(
+        "fabric: ethernet, interfaces: [eth0]}", "fabric: roce, rdma: true, hcas: [mlx5_0], gid_index: 5}"))
+    assert dict(sites.load_site(p).node_types[0].network_env())["NCCL_IB_GID_INDEX"] == "5"
 
 
 def test_ethernet_disables_ib_and_pins_the_interface():
     env = dict(sites.load_site("ethernet").node_types[0].network_env())
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eno1"
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=eno1", "eno1")
     assert "NCCL_IB_HCA" not in env and "UCX_NET_DEVICES" not in env
 
 
@@ -205,9 +213,9 @@ def test_invalid_site_names_file_line_key_and_fix(tmp_path, text, expect):
     p = write(tmp_path, "s.yaml", text)
     with pytest.raises(SiteError) as e:
         sites.load_site(p)
-    assert re.search(expect, e.value.message), e.value.message
-    assert "\n" not in e.value.message
-    assert e.value.message.startswith(str(p))
+    messages = [message for message, _tip in e.value.problems]
+    assert any(re.search(expect, m) for m in messages), messages  # one of every problem found
+    assert all("\n" not in m and m.startswith(str(p)) for m in messages)
 
 
 def test_unknown_key_suggests_the_valid_one(tmp_path):
@@ -242,7 +250,8 @@ def test_json_schema_describes_the_keys():
     json.dumps(schema)
     assert schema["required"] == ["node_types", "partitions"]
     nt = schema["properties"]["node_types"]["additionalProperties"]
-    assert nt["properties"]["fabric"]["enum"] == ["infiniband", "roce", "ethernet"]
+    assert nt["properties"]["fabric"]["enum"][:3] == ["infiniband", "roce", "ethernet"]
+    assert {"slingshot", "efa", "gcp-gib"} <= set(nt["properties"]["fabric"]["enum"])
     assert set(nt["required"]) == {"gpus", "cpus", "fabric"}
     assert schema["additionalProperties"] is False
 
@@ -297,3 +306,55 @@ def test_fast_and_pure_loaders_agree_on_values_and_line_marks(tmp_path):
         fast, pure = site_yaml.read_yaml(f), site_yaml.parse_pure(f.read_text(), f)
         assert fast == pure and marks(fast) == marks(pure), f
 
+
+def _fabric_site(tmp_path, node: str):
+    return sites.load_site(write(tmp_path, "s.yaml", MINIMAL.replace(
+        "{gpus: 0, cpus: 4, fabric: ethernet, interfaces: [eth0]}", node)))
+
+
+def test_slingshot_sets_hpes_settings_and_the_fine_grained_memory_rccl_needs_on_amd(tmp_path):
+    """https://github.com/HewlettPackard/shs-ccl-docs/blob/main/ccl_env.sh"""
+    nv = dict(_fabric_site(tmp_path, "{gpus: 4, cpus: 64, fabric: slingshot, interfaces: [hsn0, hsn1]}")
+              .node_types[0].network_env())
+    assert nv["FI_PROVIDER"] == "cxi" and nv["FI_CXI_DISABLE_HOST_REGISTER"] == "1"
+    assert (nv["NCCL_NET_GDR_LEVEL"], nv["NCCL_CROSS_NIC"], nv["FI_MR_CACHE_MONITOR"]) == ("PHB", "1", "userfaultfd")
+    assert (nv["NCCL_SOCKET_IFNAME"], nv["GLOO_SOCKET_IFNAME"]) == ("=hsn0,hsn1", "hsn0,hsn1")
+    assert "HSA_FORCE_FINE_GRAIN_PCIE" not in nv and "NCCL_IB_DISABLE" not in nv
+    amd = dict(_fabric_site(tmp_path, "{gpus: 8, cpus: 56, fabric: slingshot, gpu_vendor: amd}")
+               .node_types[0].network_env())
+    assert amd["HSA_FORCE_FINE_GRAIN_PCIE"] == "1" and "NCCL_SOCKET_IFNAME" not in amd
+
+
+def test_efa_and_gib_set_their_plugins_variables(tmp_path):
+    efa = dict(_fabric_site(tmp_path, "{gpus: 8, cpus: 192, fabric: efa}").node_types[0].network_env())
+    assert efa == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    gib = dict(_fabric_site(tmp_path, "{gpus: 8, cpus: 224, fabric: gcp-gib}").node_types[0].network_env())
+    assert gib["NCCL_NET"] == "gIB" and gib["NCCL_NET_GDR_LEVEL"] == "PIX" and "NCCL_IB_DISABLE" not in gib
+
+
+@pytest.mark.parametrize("fabric", ["slingshot", "efa", "gcp-gib"])
+def test_plugin_fabrics_are_rdma_by_design(tmp_path, fabric):
+    nt = _fabric_site(tmp_path, f"{{gpus: 8, cpus: 8, fabric: {fabric}}}").node_types[0]
+    assert nt.rdma is True  # no hcas needed: the plugin finds its devices
+    assert _fabric_site(tmp_path, f"{{gpus: 8, cpus: 8, fabric: {fabric}, rdma: true}}").node_types[0].rdma
+    with pytest.raises(SiteError) as e:
+        _fabric_site(tmp_path, f"{{gpus: 8, cpus: 8, fabric: {fabric}, rdma: false}}")
+    assert f"node_types.cpu.rdma: fabric {fabric} is RDMA by design" in e.value.message
+    assert "fabric: ethernet" in e.value.tip
+
+
+def test_an_admins_env_may_still_override_or_remove_a_fabrics_variable(tmp_path):
+    nt = _fabric_site(tmp_path, "{gpus: 4, cpus: 8, fabric: slingshot, env: {FI_PROVIDER: null, "
+                                "FI_MR_CACHE_MONITOR: kdreg2}}").node_types[0]
+    env = dict(nt.network_env())
+    assert "FI_PROVIDER" not in env and env["FI_MR_CACHE_MONITOR"] == "kdreg2"
+
+
+def test_the_hint_to_see_every_problem_is_a_command_on_one_line_whatever_the_file_is_called(tmp_path):
+    bad = MINIMAL.replace("max_nodes: 2", "max_nodes: two") + "launcher: slurm\nname: fine\n"
+    for name, shown in (("my site.yaml", "'{}'"), ("a\nb.yaml", "{!r}")):
+        p = write(tmp_path, name, bad)
+        with pytest.raises(SiteError) as e:
+            sites.load_site(p)
+        hint = f"(and 1 more: slurmtorch site validate {shown.format(str(p))})"
+        assert "\n" not in hint and hint in e.value.render()

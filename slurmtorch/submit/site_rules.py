@@ -1,0 +1,176 @@
+"""A merged site file as a `cluster.Site`: each entry built, and the rules between keys.
+
+`validate` walks the file once with a `site_values.Validator`, which notes every
+problem and goes on: an entry with a problem is left out of the result (so no later
+rule trips over it), its siblings are still checked, and references to it by name
+(a partition's node type) still resolve. At the end one SiteError carries them all.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Container, NodeType, Partition, Site, parse_time, valid_tip
+from slurmtorch.submit.fabric import HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
+from slurmtorch.submit.site_schema import (CONTAINER_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA, PRESET_SCHEMA,
+                                           REQUIRED, SITE_SCHEMA)
+from slurmtorch.submit.site_values import Stop, Validator
+from slurmtorch.submit.site_yaml import Marked, type_name
+
+_SUBTREES = ("node_types", "partitions", "presets", "container", "extends")
+
+
+def validate(raw: Marked, path: Path) -> Site:
+    """A merged site file as a `Site`, or one SiteError carrying every problem found."""
+    V = Validator(path)
+    site: dict[str, Any] = {}
+    with V.section():
+        V.check_keys(raw, SITE_SCHEMA, "", required=REQUIRED["site"])
+    for key, (spec, _desc) in SITE_SCHEMA.items():
+        if key not in _SUBTREES and key in raw:
+            with V.section():
+                site[key] = V.value(raw, key, spec, key)
+    types = _entries(V, raw, "node_types", "node type", _node_type)
+    parts = _entries(V, raw, "partitions", "partition", _partition)
+    _one_default(V, raw, parts)
+    named = _presets(V, raw)
+    box = None
+    with V.section():
+        box = _container(V, raw, site.get("launcher", "srun"))
+    with V.section():
+        _templates(V, raw, site, path)
+    with V.section():
+        site["name"] = _name(V, raw, site, path)
+    V.raise_problems()
+    return Site(source=str(path), partitions=tuple(parts), node_types=tuple(types), presets=tuple(named),
+                container=box, **site)
+
+
+def _entries(V: Validator, raw: Marked, key: str, what: str, build) -> list:
+    """Every entry of the mapping `key` built by `build(V, raw, name, body, kp)`; broken ones left out."""
+    out: list = []
+    if key not in raw:
+        return out
+    entries = raw[key]
+    if not isinstance(entries, dict) or not entries:
+        V.note(raw, key, key, f"expected a non-empty mapping of {what} names")
+        return out
+    for name, body in entries.items():
+        kp = f"{key}.{name}"
+        with V.section():
+            if not isinstance(body, dict):
+                V.fail(entries, name, kp, f"expected a mapping, got {type_name(body)}")
+            built = build(V, raw, str(name), body, kp)
+            if built is not None:
+                out.append(built)
+    return out
+
+
+def _node_type(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> NodeType | None:
+    before = V.count()
+    V.check_keys(body, NODE_TYPE_SCHEMA, kp, required=REQUIRED["node_type"])
+    vals = V.values(body, NODE_TYPE_SCHEMA, kp)
+    fabric, rdma = vals.get("fabric"), vals.get("rdma")
+    if fabric in RDMA_NEVER and rdma:
+        V.note(body, "rdma", f"{kp}.rdma", f"{fabric} has no RDMA",
+               "use fabric: roce for RDMA over Ethernet, or rdma: false" if fabric == "ethernet" else "leave rdma out")
+    if fabric in RDMA_ALWAYS and rdma is False:
+        V.note(body, "rdma", f"{kp}.rdma", f"fabric {fabric} is RDMA by design",
+               "leave rdma out; for plain sockets use fabric: ethernet")
+    if fabric in RDMA_ALWAYS:
+        vals["rdma"] = True
+    if fabric in HCA_FABRICS and rdma and not vals.get("hcas"):
+        V.note(body, "rdma", f"{kp}.hcas", "an RDMA fabric needs its HCAs listed",
+               "add hcas: [mlx5_0, ...] (see `ibv_devices`)")
+    if "gid_index" in vals and fabric != "roce":
+        V.note(body, "gid_index", f"{kp}.gid_index", "gid_index only applies to fabric: roce")
+    if vals.get("cpus") == 0:
+        V.note(body, "cpus", f"{kp}.cpus", "a node type needs at least one CPU")
+    return NodeType(name=name, **vals) if V.count() == before else None
+
+
+def _partition(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Partition | None:
+    before = V.count()
+    V.check_keys(body, PARTITION_SCHEMA, kp, required=REQUIRED["partition"])
+    vals = V.values(body, PARTITION_SCHEMA, kp)
+    types = raw.get("node_types")
+    known = [str(n) for n in types] if isinstance(types, dict) else None
+    if known is not None and "node_type" in vals and vals["node_type"] not in known:
+        V.note(body, "node_type", f"{kp}.node_type", f"no node type {vals['node_type']!r}",
+               valid_tip(vals["node_type"], known, "node types"))
+    if vals.get("max_nodes") == 0:
+        V.note(body, "max_nodes", f"{kp}.max_nodes", "must be at least 1")
+    if "default_time" in vals and "max_time" in vals and \
+            parse_time(vals["default_time"]) > parse_time(vals["max_time"]):
+        V.note(body, "default_time", f"{kp}.default_time", "longer than max_time")
+    return Partition(name=name, **vals) if V.count() == before else None
+
+
+def _one_default(V: Validator, raw: Marked, parts: list[Partition]) -> None:
+    defaults = [p.name for p in parts if p.default]
+    if len(defaults) > 1:
+        V.note_file("partitions", f"more than one default ({', '.join(defaults)})",
+                    "mark exactly one partition default: true")
+
+
+def _presets(V: Validator, raw: Marked) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
+    out: list = []
+    if raw.get("presets") is None:
+        return out
+    if not isinstance(raw["presets"], dict):
+        V.note(raw, "presets", "presets", "expected a mapping of preset names")
+        return out
+    for name, body in raw["presets"].items():
+        kp = f"presets.{name}"
+        with V.section():
+            if not NAME_RE.fullmatch(str(name)):
+                V.fail(raw["presets"], name, kp, f"invalid preset name {str(name)!r}", f"preset {NAME_TIP}")
+            if not isinstance(body, dict):
+                V.fail(raw["presets"], name, kp, f"expected a mapping, got {type_name(body)}")
+            before = V.count()
+            V.check_keys(body, PRESET_SCHEMA, kp)
+            vals = V.values(body, PRESET_SCHEMA, kp)
+            parts = raw.get("partitions")
+            known = [str(p) for p in parts] if isinstance(parts, dict) else None
+            if known is not None and "partition" in vals and vals["partition"] not in known:
+                V.note(body, "partition", f"{kp}.partition", f"no partition {vals['partition']!r}",
+                       valid_tip(vals["partition"], known, "partitions"))
+            if V.count() == before:
+                out.append((str(name), tuple(vals.items())))
+    return out
+
+
+def _container(V: Validator, raw: Marked, launcher: str) -> Container | None:
+    if raw.get("container") is None:
+        return None
+    c = raw["container"]
+    if not isinstance(c, dict):
+        V.fail(raw, "container", "container", f"expected a mapping, got {type_name(c)}")
+    before = V.count()
+    V.check_keys(c, CONTAINER_SCHEMA, "container", required=REQUIRED["container"])
+    vals = V.values(c, CONTAINER_SCHEMA, "container")
+    if vals.get("runtime") == "pyxis" and launcher != "srun":
+        V.note(c, "runtime", "container.runtime", "pyxis containers need launcher: srun")
+    if V.count() != before:
+        raise Stop
+    return Container(**vals)
+
+
+def _templates(V: Validator, raw: Marked, site: dict[str, Any], path: Path) -> None:
+    if "templates" in site and not os.path.isabs(site["templates"]):
+        site["templates"] = str((path.parent / site["templates"]).resolve())
+    if "templates" in site and not Path(site["templates"]).is_dir():
+        V.fail(raw, "templates", "templates", f"folder {site['templates']} does not exist")
+
+
+def _name(V: Validator, raw: Marked, site: dict[str, Any], path: Path) -> str:
+    name = site.pop("name", None) or path.stem
+    if not NAME_RE.fullmatch(name):
+        if "name" in raw:
+            V.fail(raw, "name", "name", f"invalid site name {name!r}", f"site {NAME_TIP}")
+        V.note_message(f"invalid site name {name!r} (the name of site file {str(path)!r})",
+                       f"rename the file or set `name:`; site {NAME_TIP}")
+        raise Stop
+    return name

@@ -1,0 +1,297 @@
+"""Checking one site file's values against the schema's types, every problem collected.
+
+`Validator` walks a merged site file: each problem is noted with its file, line (where
+YAML knows it), key path and fix, and the walk goes on, so `site validate` reports them
+all in one run. A problem that makes the rest of a subtree meaningless (a node type that
+is not a mapping) raises `Stop`, which the enclosing `section()` catches: only that
+subtree is left unchecked. `raise_problems` turns what was collected into one SiteError.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from slurmtorch import shell
+from slurmtorch.errors import ShellSafetyError, SiteError
+from slurmtorch.limits import MAX_ENV_STRING, fits_env
+from slurmtorch.roles import ROLE_ORDER
+from slurmtorch.submit.cluster import parse_time, valid_tip
+from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem, site_directive_problem
+from slurmtorch.submit.site_yaml import Marked, type_name, where
+
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # shell.env_name's pattern; re's cache compiles it once
+# `$NAME` or `${NAME}` in a plain env value: exported literally, never expanded (the bug of
+# `LD_LIBRARY_PATH: /opt/plugin/lib:$LD_LIBRARY_PATH`).
+_EXPANSION = re.compile(r"\$\{?[A-Za-z_]")
+REQUIRABLE = ("account", "qos")
+_LAST = 1 << 30  # sorts after every line
+
+
+class Stop(Exception):
+    """The rest of this subtree cannot be checked meaningfully; its problem is noted."""
+
+
+class Validator:
+    """One file's values checked against the schema; problems collected, not raised."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.problems: list[tuple[tuple[str, int], str, str | None]] = []
+
+    # ------------------------------------------------------------------ problems
+
+    def note(self, mapping, key, keypath: str, problem: str, tip: str | None = None) -> None:
+        """Record one problem at `key` of `mapping` (file:line: key path: problem) and go on."""
+        if not keypath.isprintable():  # a key with a newline: the error stays one line
+            keypath = repr(keypath)
+        place = where(mapping, key, self.path)
+        self.problems.append((_order(mapping, key), f"{place}: {keypath}: {problem}", tip))
+
+    def note_file(self, place: str, problem: str, tip: str | None = None) -> None:
+        """A problem of the file as a whole (a missing key has no line of its own)."""
+        self.note_message(f"{self.path}: {place}: {problem}", tip)
+
+    def note_message(self, message: str, tip: str | None = None) -> None:
+        """A problem said in full by the caller (one that cannot name the file: its name is the problem)."""
+        self.problems.append(((str(self.path), 0), message, tip))
+
+    def fail(self, mapping, key, keypath: str, problem: str, tip: str | None = None):
+        """Record a problem that ends this subtree's checks."""
+        self.note(mapping, key, keypath, problem, tip)
+        raise Stop
+
+    @contextmanager
+    def section(self) -> Iterator[None]:
+        """A subtree whose `fail` stops only itself."""
+        try:
+            yield
+        except Stop:
+            pass
+
+    def count(self) -> int:
+        return len(self.problems)
+
+    def raise_problems(self) -> None:
+        """One SiteError for everything noted, in file order (first: the earliest line)."""
+        if not self.problems:
+            return
+        files: dict[str, int] = {}
+        for (file, _line), _m, _t in self.problems:
+            files.setdefault(file, len(files))
+        ordered = sorted(self.problems, key=lambda p: (files[p[0][0]], p[0][1]))
+        problems = tuple((message, tip) for _o, message, tip in ordered)
+        path = str(self.path)
+        try:  # the hint's command, copy-pasteable; a name a shell word cannot show on one line: repr
+            source = shell.quote(path) if path.isprintable() else repr(path)
+        except ShellSafetyError:
+            source = repr(path)
+        raise SiteError(problems[0][0], tip=problems[0][1], problems=problems, source=source)
+
+    # ------------------------------------------------------------------ keys
+
+    def check_keys(self, mapping: dict, schema: dict, keypath: str, required=()) -> None:
+        """Note unknown keys; a missing required key stops the subtree (it cannot be built)."""
+        for key in mapping:
+            if key not in schema:
+                kp = f"{keypath}.{key}" if keypath else str(key)
+                self.note(mapping, key, kp, "unknown key", valid_tip(str(key), list(schema), "keys here"))
+        missing = [key for key in required if key not in mapping]
+        for key in missing:
+            # Inside an entry, where the entry starts; a missing top-level key after the rest
+            # (an unknown key, likely its misspelling, says more).
+            order = _order_first(mapping, self.path) if keypath else (str(self.path), _LAST)
+            self.problems.append((order,
+                                  f"{self.path}: {keypath or 'top level'}: missing required key {key!r}",
+                                  f"add `{key}:` ({schema[key][1]})"))
+        if missing:
+            raise Stop
+
+    def values(self, mapping: dict, schema: dict, keypath: str) -> dict[str, Any]:
+        """Every known key's checked value; a key with a problem is left out (and noted)."""
+        out = {}
+        for key in mapping:
+            if key in schema:
+                with self.section():
+                    out[key] = self.value(mapping, key, schema[key][0], f"{keypath}.{key}" if keypath else key)
+        return out
+
+    # ------------------------------------------------------------------ one value
+
+    def value(self, mapping, key, spec, keypath):
+        """The value at `key` as the schema type `spec` says, or `fail`."""
+        v = mapping[key]
+        if isinstance(spec, tuple):
+            if v not in spec:
+                self.fail(mapping, key, keypath, f"invalid value {v!r}", valid_tip(str(v), list(spec), "values"))
+            return v
+        if spec == "str":
+            if not isinstance(v, str):
+                self.fail(mapping, key, keypath, f"expected a string, got {type_name(v)}")
+            return v
+        if spec == "int":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                self.fail(mapping, key, keypath, f"expected a non-negative integer, got {v!r}")
+            return v
+        if spec == "bool":
+            if not isinstance(v, bool):
+                self.fail(mapping, key, keypath, f"expected true or false, got {v!r}")
+            return v
+        if spec == "strlist":
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                self.fail(mapping, key, keypath, "expected a list of strings")
+            return tuple(v)
+        return getattr(self, spec)(mapping, key, v, keypath)
+
+    def time(self, mapping, key, v, keypath):
+        if isinstance(v, int) and not isinstance(v, bool):
+            v = str(v)  # plain minutes
+        if not isinstance(v, str):
+            self.fail(mapping, key, keypath, f"expected a Slurm time string, got {type_name(v)}")
+        try:
+            parse_time(v)
+        except ValueError as exc:
+            why = f": {exc}" if str(exc) != v.strip() else ""
+            self.fail(mapping, key, keypath, f"invalid time {v!r}{why}",
+                      "Slurm formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (quote it in YAML)")
+        return v
+
+    def lines(self, mapping, key, v, keypath):
+        """Shell lines or paths: a list of strings without NUL (a shell cannot carry it)."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, item in enumerate(items):
+            if "\x00" in item:
+                self.note(mapping, key, f"{keypath}[{i}]", "contains a NUL byte, which no shell can carry")
+        return items
+
+    def paths(self, mapping, key, v, keypath):
+        """Folders (module use): one line each."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, item in enumerate(items):
+            if not item or any(c in item for c in "\n\r\x00"):
+                self.note(mapping, key, f"{keypath}[{i}]", "expected a folder path on one line")
+        return items
+
+    def required(self, mapping, key, v, keypath):
+        if not isinstance(v, list) or not all(x in REQUIRABLE for x in v):
+            self.fail(mapping, key, keypath, f"expected a list of {' and '.join(REQUIRABLE)}, got {v!r}",
+                      "e.g. required: [account], or [account, qos]")
+        return tuple(dict.fromkeys(v))
+
+    def envmap(self, mapping, key, v, keypath):
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping NAME: value, got {type_name(v)}")
+        out = []
+        for name, val in v.items():
+            with self.section():
+                out.append((name, self._env_value(v, name, val, f"{keypath}.{name}")))
+        return tuple(out)
+
+    def _env_value(self, v, name, val, kp) -> str | None:
+        if not isinstance(name, str) or not re.fullmatch(_ENV_NAME, name):
+            self.fail(v, name, kp, "invalid environment variable name",
+                      "names are letters, digits and '_', not starting with a digit")
+        if isinstance(val, bool) or not (val is None or isinstance(val, (str, int))):
+            self.fail(v, name, kp, f"expected a string, got {type_name(val)}",
+                      "quote values such as 'yes', 'true' or '1.0' in YAML")
+        if val is not None and not fits_env(name, str(val)):
+            self.fail(v, name, kp, f"{name}=... is {len(str(val).encode())} bytes; a variable may be at most "
+                      f"{MAX_ENV_STRING} bytes with its name",
+                      "Linux refuses to start a program with a longer one (execve's MAX_ARG_STRLEN); "
+                      "put large data in a file and export its path")
+        if isinstance(val, str) and _EXPANSION.search(val):
+            self.fail(v, name, kp, f"{val!r} would be exported literally: env values are not expanded",
+                      f"keep the existing value with prepend_path: {{{name}: [DIR]}} or append_path: "
+                      "(at the same level), or write the full value")
+        return None if val is None else str(val)
+
+    def pathmap(self, mapping, key, v, keypath):
+        """prepend_path/append_path: NAME: [dir, ...] or NAME: dir; literal, ':'-free entries."""
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping NAME: [DIR, ...], got {type_name(v)}")
+        out = []
+        for name, dirs in v.items():
+            kp = f"{keypath}.{name}"
+            with self.section():
+                if not isinstance(name, str) or not re.fullmatch(_ENV_NAME, name):
+                    self.fail(v, name, kp, "invalid environment variable name",
+                              "names are letters, digits and '_', not starting with a digit")
+                dirs = [dirs] if isinstance(dirs, str) else dirs
+                if not isinstance(dirs, list) or not dirs or not all(isinstance(d, str) for d in dirs):
+                    self.fail(v, name, kp, "expected a folder or a list of folders")
+                for d in dirs:
+                    if not d or any(c in d for c in ":\n\r\x00") or "$" in d:
+                        self.fail(v, name, kp, f"{d!r} is not one literal folder",
+                                  "one entry per folder: no ':', '$' or newline (the value is literal; "
+                                  "the existing value is kept by the composition itself)")
+                out.append((name, tuple(dirs)))
+        return tuple(out)
+
+    def srunargs(self, mapping, key, v, keypath):
+        """srun options as `--name[=value]`; the ones slurmtorch sets are refused (SRUN_REFUSED)."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, arg in enumerate(items):
+            problem = option_problem(arg, SRUN_REFUSED, set())
+            if problem is None and any(c in arg for c in "\n\r\x00"):
+                problem = ("contains a newline or NUL", "one option per entry")
+            if problem is not None:
+                why, tip = problem
+                fix = ("e.g. --gpu-bind=closest (a value joins its option with '=')" if not tip else
+                       "leave it out of srun_args" + ("" if tip == "leave it out" else f"; {tip}"))
+                self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r}: {why}", fix)
+        return items
+
+    def rolemap(self, mapping, key, v, keypath):
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping role: image, got {type_name(v)}")
+        out = []
+        for name, val in v.items():
+            kp = f"{keypath}.{name}"
+            if name not in ROLE_ORDER:
+                self.note(v, name, kp, f"unknown role {name!r}", valid_tip(str(name), list(ROLE_ORDER), "roles"))
+            elif not isinstance(val, str) or not val or any(c in val for c in "\n\r\x00"):
+                self.note(v, name, kp, "expected an image reference (one line)")
+            else:
+                out.append((name, val))
+        return tuple(out)
+
+    def directives(self, mapping, key, v, keypath):
+        """name: value, true for a flag, null (or false) to remove the line an earlier layer set."""
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping name: value, got {type_name(v)}")
+        out = []
+        for name, val in v.items():
+            kp = f"{keypath}.{name}"
+            if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+                self.note(v, name, kp, "invalid directive name",
+                          "use the long sbatch option without dashes, e.g. constraint")
+                continue
+            val = None if val is False else val
+            if val is not None and not isinstance(val, (str, int, bool)):
+                self.note(v, name, kp, f"expected a string, number or true, got {type_name(val)}")
+                continue
+            problem = site_directive_problem(name, val)
+            if problem is None and isinstance(val, str) and any(c in val for c in "\n\r\x00"):
+                problem = (f"{val!r} contains a newline or NUL, which an #SBATCH line cannot carry", None)
+            if problem is not None:
+                self.note(v, name, kp, *problem)
+                continue
+            out.append((name, val if val is True or val is None else str(val)))
+        return tuple(out)
+
+
+def _order(mapping, key) -> tuple[str, int]:
+    if isinstance(mapping, Marked) and key in mapping.where:
+        file, line = mapping.where[key]
+        return file, line or 0
+    return "", 0
+
+
+def _order_first(mapping, path: Path) -> tuple[str, int]:
+    """Where a mapping starts (its first key), for a problem of the mapping as a whole."""
+    if isinstance(mapping, Marked) and mapping.where:
+        return _order(mapping, next(iter(mapping.where)))
+    return str(path), 0
