@@ -39,6 +39,8 @@ _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MUL
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 # bootstrap.exits.note_exit's line (keep the two in step).
+# templates/_macros.sh.j2's line when the node prologue's step fails (keep the two in step).
+_PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
 _EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
 
 
@@ -252,6 +254,21 @@ def _own_code(srun_line: tuple[str, str] | None) -> int:
     ended the rank with once it had reported: that is srun's doing, not the rank's)."""
     m = re.match(r"Exited with exit code (\d+)", srun_line[1]) if srun_line else None
     return int(m[1]) if m else 1
+
+
+def prologue_failures(batch_out: str, prologue_err: str) -> list[str]:
+    """The node prologue's failure, if the batch script said it failed: one cause per node srun
+    named (`node2: exited with exit code 1 (its output: node-prologue-1.out)`), else one line."""
+    if _PROLOGUE_FAILED not in batch_out:
+        return []
+    causes = []
+    for ln in prologue_err.splitlines():
+        m = _SRUN_TASK_RE.match(ln)
+        if m:
+            for t in _expand_tasks(m["tasks"]):
+                causes.append(f"the node prologue on {m['host']}: {m['what'].lower()} (its output: "
+                              f"node-prologue-{t}.out)")
+    return causes or ["the node prologue failed before any node ran it (node-prologue.err says why)"]
 
 
 def latest_start(text: str) -> str:

@@ -35,6 +35,7 @@ BATCH_OUT = "batch.out"
 TRIALS = "trials.json"
 EXIT_CODE = "exit-code"
 RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restarts.RestartState)
+NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node prologue step
 HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (bootstrap.heartbeat writes them)
 
 _TORCHRUN_RE = re.compile(r"\btorch\.distributed\.run --nnodes (\d+) --nproc-per-node (\d+)\b")

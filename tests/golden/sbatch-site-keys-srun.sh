@@ -49,9 +49,10 @@ export LD_LIBRARY_PATH=/opt/preset/lib:/opt/plugin/lib"${LD_LIBRARY_PATH:+:$LD_L
 export PATH="${PATH:+$PATH:}"/opt/tools/bin
 
 # Node prologue (site, node type): once on every node of the job, before the ranks start,
-# as its own step; a failure ends the job. Each node's output: node-prologue-N.out.
+# as its own step; a failure ends the job. Each node's output: node-prologue-N.out; srun's
+# own lines (which node failed) go to node-prologue.err, not among the ranks' in batch.out.
 srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 --mpi=none --output=/home/user/.slurmtorch/jobs/%j/node-prologue-%t.out \
-    bash -euc $'nvidia-smi -pm 1 >/dev/null\necho "ready on $(hostname)"\necho node-type line'
+    bash -euc $'nvidia-smi -pm 1 >/dev/null\necho "ready on $(hostname)"\necho node-type line' 2>>"$SLURMTORCH_JOB_DIR/node-prologue.err"
 rc=$?
 if [ "$rc" -ne 0 ]; then
     printf 'slurmtorch: error: node prologue failed (srun exit %s; see %s)\n' "$rc" "$SLURMTORCH_JOB_DIR/node-prologue-*.out" >&2
