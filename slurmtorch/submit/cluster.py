@@ -17,7 +17,9 @@ LAUNCHERS = ("srun", "mpirun", "torchrun")
 # srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
 # for the Cray PMI that Cray MPICH uses on HPE Cray EX systems.
 MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
-CONTAINER_RUNTIMES = ("pyxis", "apptainer")
+CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter")
+# Runtimes that start a rank as a command under srun (or srun itself, pyxis): not under mpirun.
+SRUN_RUNTIMES = ("pyxis", "podman-hpc", "shifter")
 GPU_VENDORS = ("nvidia", "amd")
 
 # prepend_path / append_path: (NAME, (dir, ...)) in the order written.
@@ -89,13 +91,14 @@ class Partition:
 
 @dataclass(frozen=True)
 class Container:
-    """A container every rank runs in (pyxis `srun --container-image` or apptainer)."""
+    """A container every rank runs in (submit/containers.py: how, per runtime)."""
 
     runtime: str
     image: str
     mounts: tuple[str, ...] = ()
     roles: tuple[tuple[str, str], ...] = ()  # per-role images of a role job (`--role`)
     python: str | None = None  # interpreter inside the image; None: python3
+    args: tuple[str, ...] = ()  # the runtime's own options from the site (shifter --module=gpu, ...)
 
     @property
     def interpreter(self) -> str:

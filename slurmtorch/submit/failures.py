@@ -39,6 +39,10 @@ _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MUL
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 # bootstrap.exits.note_exit's line (keep the two in step).
+# python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
+_NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
+NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
+                 "the image, or set the site's container.python to an interpreter that has it)")
 # templates/_macros.sh.j2's line when the node prologue's step fails (keep the two in step).
 _PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
 _EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
@@ -217,6 +221,10 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
             failures[rank] = RankFailure(rank, host, f"{what.lower()} without reporting a cause", True, code)
         elif what.startswith("Unable to") or "node" in what.lower():
             failures[rank] = RankFailure(rank, host, what, True)
+    for rank, text in rank_errs.items():  # an interpreter (a container image's) without slurmtorch
+        if rank not in reported and _NO_SLURMTORCH_RE.search(text):
+            host = srun[rank][0] if rank in srun else ""
+            failures[rank] = RankFailure(rank, host, NO_SLURMTORCH, True, 1)
     if failures and not any(f.primary for f in failures.values()):
         timed_out = [f for f in failures.values() if _TIMEOUT_RE.search(f.cause)]
         if timed_out:
@@ -254,6 +262,15 @@ def _own_code(srun_line: tuple[str, str] | None) -> int:
     ended the rank with once it had reported: that is srun's doing, not the rank's)."""
     m = re.match(r"Exited with exit code (\d+)", srun_line[1]) if srun_line else None
     return int(m[1]) if m else 1
+
+
+def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
+    """What failed in the batch script before any rank ran: its python (which picks the port
+    on the first node) without slurmtorch, or the node prologue (`prologue_failures`)."""
+    if _NO_SLURMTORCH_RE.search(batch_out):
+        return ["the job's python on its first node has no slurmtorch (the site's `python:` must be an "
+                "interpreter the compute nodes share with slurmtorch installed)"]
+    return prologue_failures(batch_out, prologue_err)
 
 
 def prologue_failures(batch_out: str, prologue_err: str) -> list[str]:

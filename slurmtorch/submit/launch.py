@@ -2,7 +2,9 @@
 
 The site sets the defaults (its launcher, its container); the options may change the
 launcher, the backend, the image and runtime, and give a role job's roles their own
-images. A pyxis container is a flag of `srun`, so it needs the srun launcher.
+images. A pyxis container is a flag of `srun`; podman-hpc and shifter start a rank as a command
+under srun: all three run under the srun and torchrun launchers (torchrun's agents start
+with srun), never under mpirun.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from slurmtorch import shell
 from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SpecError
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
-from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, LAUNCHERS, Container, Site
+from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, Site
 from slurmtorch.submit.options import Options
 
 
@@ -25,8 +27,9 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     backend = o.pick(preset, "backend") or "auto"
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
-    if site.container is not None and site.container.runtime == "pyxis" and launcher != "srun":
-        raise SpecError(f"site {site.name!r} runs ranks in a pyxis container, which needs --launcher srun")
+    if site.container is not None and site.container.runtime in SRUN_RUNTIMES and launcher == "mpirun":
+        raise SpecError(f"site {site.name!r} runs ranks in a {site.container.runtime} container, which starts "
+                        "under srun", tip="use --launcher srun")
     return launcher, backend
 
 
@@ -61,9 +64,10 @@ def resolve_containers(site: Site, o: Options, roles: RoleLayout | None, launche
             role_containers.append((role, _container(base, runtime, image) if image is not None else base))
     for unknown in set(role_images) - {r for r, _ in (roles.roles if roles else ())}:
         raise SpecError(f"--role-image {unknown}=...: the job has no {unknown} role")
-    if any(c is not None and c.runtime == "pyxis" for c in [base, *(c for _, c in role_containers)]) \
-            and launcher != "srun":
-        raise SpecError("pyxis containers (srun --container-image) need --launcher srun")
+    runtimes = {c.runtime for c in [base, *(c for _, c in role_containers)] if c is not None}
+    if runtimes & set(SRUN_RUNTIMES) and launcher == "mpirun":
+        raise SpecError(f"{sorted(runtimes & set(SRUN_RUNTIMES))[0]} containers start under srun, not mpirun",
+                        tip="use --launcher srun")
     return base, tuple(role_containers)
 
 
@@ -84,5 +88,7 @@ def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 
 def _container(base: Container | None, runtime: str, image: str) -> Container:
     """A container of `image` under `runtime` that keeps the site's mounts and interpreter."""
+    if base is not None and base.runtime != runtime:  # the site's runtime options are not this runtime's
+        return Container(runtime=runtime, image=image, mounts=base.mounts, python=base.python)
     return Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
-                     python=base.python if base else None)
+                     python=base.python if base else None, args=base.args if base else ())

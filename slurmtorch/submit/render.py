@@ -22,6 +22,7 @@ from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES
+from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var
 
@@ -80,7 +81,7 @@ class Launch:
     role_steps: tuple[RoleStep, ...] = ()
     role_log_wrapper: str = ROLE_LOG_WRAPPER
     # srun exits 0 when its step never launched: check that srun's task 0 started
-    # (bootstrap.note_started). Only where the ranks see the job folder: not in a container.
+    # (bootstrap.note_started). Containers too: they mount the jobs folder (containers.mounts).
     started_check: bool = False
     # --max-restarts: the restart supervisor's own options (it runs `srun` + the ranks, and
     # checks each start itself); empty without restarts.
@@ -88,6 +89,9 @@ class Launch:
     # The node prologue's srun options after its --nodes/--ntasks (which the template
     # writes from $SLURM_JOB_NUM_NODES); empty without a node prologue.
     node_prologue_args: tuple[str, ...] = ()
+    # The ranks run in a container: the batch script then runs nothing of the submitting
+    # host's python (its venv need not exist on the nodes) and picks the port in bash.
+    in_container: bool = False
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -110,25 +114,6 @@ def _append(spec: JobSpec) -> list[str]:
 def _redirect(spec: JobSpec) -> str:
     """`>>` for the rank log wrappers when the job can be requeued, like _append."""
     return ">>" if spec.runs_again else ">"
-
-
-def container_args(spec: JobSpec, c) -> tuple[list[str], list[str]]:
-    """(argv prefix for apptainer, srun arguments for pyxis) of container `c` (or None)."""
-    if c is None:
-        return [], []
-    if c.runtime == "apptainer":
-        prefix = ["apptainer", "exec"]
-        if spec.gpus_per_node:
-            # The host's GPU driver libraries and devices in the container: NVIDIA's, or AMD's
-            # ROCm (https://apptainer.org/docs/user/latest/gpu.html).
-            prefix.append("--rocm" if spec.gpu_vendor == "amd" else "--nv")
-        for mount in c.mounts:
-            prefix += ["--bind", mount]
-        return [*prefix, c.image], []
-    pyxis = [f"--container-image={c.image}"]
-    if c.mounts:
-        pyxis.append(f"--container-mounts={','.join(c.mounts)}")
-    return [], pyxis
 
 
 def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
@@ -184,16 +169,16 @@ def launch_plan(spec: JobSpec) -> Launch:
     Every srun that starts ranks (the plain step, torchrun's agents, each role's step)
     ends with `spec.srun_args`, the one list of extra srun options.
     """
-    plan = _launch_plan(spec)
-    prologue = node_prologue_args(spec)
-    return dataclasses.replace(plan, node_prologue_args=prologue) if prologue else plan
+    in_container = spec.container is not None or any(c for _, c in spec.role_containers)
+    return dataclasses.replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec),
+                               in_container=in_container)
 
 
 def _launch_plan(spec: JobSpec) -> Launch:
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
-    in_container = spec.container is not None or any(c for _, c in spec.role_containers)
     # Under the restart supervisor each start gets its own marker, checked by the supervisor.
-    started_check = not in_container and spec.max_restarts is None and (bool(spec.roles) or launcher != "mpirun")
+    # In a container too: the jobs folder is mounted at its own path (containers.mounts).
+    started_check = spec.max_restarts is None and (bool(spec.roles) or launcher != "mpirun")
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
                       role_log_wrapper=_role_log_wrapper(_redirect(spec)),

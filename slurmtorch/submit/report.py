@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from slurmtorch.submit import jobdir
-from slurmtorch.submit.failures import RankFailure, latest_exits, latest_start, parse_failures, prologue_failures
+from slurmtorch.submit.failures import RankFailure, latest_exits, latest_start, parse_failures, batch_failures
 from slurmtorch.submit.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.restarts import RestartState
 from slurmtorch.submit.tail import visible
@@ -27,10 +27,10 @@ def failure_report(folder: Path) -> list[RankFailure]:
 def failure_lines(folder: Path, limit: int = 8) -> list[str]:
     """Human lines naming rank, host and cause; the first is the likely root cause. Causes
     and hosts are the ranks' own words: their control characters are made `visible`."""
-    prologue = prologue_failures(latest_start(jobdir.read_text(folder / jobdir.BATCH_OUT)),
-                                 jobdir.read_text(folder / jobdir.NODE_PROLOGUE_ERR))
-    if prologue:  # no rank ran
-        return [visible(f"failed: {cause}") for cause in prologue[:limit]]
+    before = batch_failures(latest_start(jobdir.read_text(folder / jobdir.BATCH_OUT)),
+                            jobdir.read_text(folder / jobdir.NODE_PROLOGUE_ERR))
+    if before:  # no rank ran
+        return [visible(f"failed: {cause}") for cause in before[:limit]]
     report = failure_report(folder)
     primary = [f for f in report if f.primary]
     secondary = [f for f in report if not f.primary]

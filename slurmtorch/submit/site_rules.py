@@ -12,7 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Container, NodeType, Partition, Site, parse_time, valid_tip
+from slurmtorch.submit.cluster import (NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, NodeType, Partition, Site, parse_time,
+                                       valid_tip)
 from slurmtorch.submit.fabric import HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
 from slurmtorch.submit.site_schema import (CONTAINER_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA, PRESET_SCHEMA,
                                            REQUIRED, SITE_SCHEMA)
@@ -151,8 +152,9 @@ def _container(V: Validator, raw: Marked, launcher: str) -> Container | None:
     before = V.count()
     V.check_keys(c, CONTAINER_SCHEMA, "container", required=REQUIRED["container"])
     vals = V.values(c, CONTAINER_SCHEMA, "container")
-    if vals.get("runtime") == "pyxis" and launcher != "srun":
-        V.note(c, "runtime", "container.runtime", "pyxis containers need launcher: srun")
+    if vals.get("runtime") in SRUN_RUNTIMES and launcher == "mpirun":
+        V.note(c, "runtime", "container.runtime", f"{vals['runtime']} containers start under srun, not mpirun",
+               tip="use launcher: srun (or torchrun)")
     if V.count() != before:
         raise Stop
     return Container(**vals)

@@ -80,13 +80,16 @@ PRESET_SCHEMA: dict[str, Any] = {
     "signal": ("str", "preemption signal, [R:]SIG[@SECONDS] (e.g. USR1@60); implies requeue"),
 }
 CONTAINER_SCHEMA: dict[str, Any] = {
-    "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image) or apptainer exec"),
+    "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image), apptainer exec, podman-hpc run or shifter; "
+                                    "the jobs folder and the script's folder are mounted at their own paths"),
     "image": ("str", "image reference or path"),
     "mounts": ("strlist", "bind mounts SRC:DST"),
     "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
                          "roles not named use `image`"),
     "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
                       "site's `python` is the one on the host)"),
+    "args": ("strlist", "the runtime's own options, e.g. [--module=gpu,nccl-plugin] for shifter, [--nccl] for "
+                        "podman-hpc, [--writable-tmpfs] for apptainer, [--container-remap-root] for pyxis"),
 }
 SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),

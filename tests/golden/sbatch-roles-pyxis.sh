@@ -35,28 +35,42 @@ export OMPI_MCA_btl_tcp_if_include=eth0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, at random below the kernel's ephemeral range (a port from there can be taken by
-# any outgoing connection in the seconds before rank 0 binds it again).
-if ! MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port); then
+# Rank 0 runs on this node, the first of the allocation: take a port that no socket here
+# uses now (/proc/net/tcp*, in hex), at random below the kernel's ephemeral range. In bash:
+# the ranks' python is the image's, and nothing of the submitting host's runs in the job.
+# Each rank takes MASTER_ADDR from the job's first node's host name.
+read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$ephemeral" -gt 21000 ] || ephemeral=32768
+MASTER_PORT=
+for _ in $(seq 100); do
+    port=$((20000 + RANDOM % (ephemeral - 20000)))
+    grep -qi ":$(printf '%04X' "$port") " /proc/net/tcp /proc/net/tcp6 2>/dev/null || { MASTER_PORT=$port; break; }
+done
+if [ -z "$MASTER_PORT" ]; then
+    echo "slurmtorch: error: no free port for MASTER_PORT on $(hostname)" >&2
     printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
     exit 1
 fi
 export MASTER_PORT
 
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
+# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
+SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
+export SLURMTORCH_STARTED
+rm -f "$SLURMTORCH_STARTED"
+
 # Launch: one srun step per role, each on its own nodes (--relative), all at once.
 # The torch world is the training roles (master=1, worker=2);
 # every rank finds its place from SLURMTORCH_ROLES. Rank logs go to $SLURMTORCH_JOB_DIR.
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' \
+srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &
 role[$!]=master training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' \
+srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 &
 role[$!]=worker training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=registry.example/ps image:1' \
+srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=4 '--container-image=registry.example/ps image:1' --container-mounts=/home/user:/home/user \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 &
 role[$!]=ps
@@ -93,6 +107,11 @@ if [ -n "${role[*]}" ]; then
 fi
 (exit "$rc")
 rc=$?
+if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
+    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
+    rc=1
+fi
+rm -f "$SLURMTORCH_STARTED"
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
 printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"

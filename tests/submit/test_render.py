@@ -83,10 +83,10 @@ def test_sbatch_script_matches_golden(site_name, launcher):
 
 @pytest.mark.parametrize("launcher,image,checked", [
     ("srun", None, True), ("torchrun", None, True), ("mpirun", None, False),
-    ("srun", "nvcr.io/nvidia/pytorch:24.01-py3", False)])
-def test_srun_launches_fail_when_no_rank_started_except_in_a_container(launcher, image, checked):
-    """srun exits 0 when its step never launched; mpirun does not, and a rank in a
-    container may not see the job folder to say it started."""
+    ("srun", "nvcr.io/nvidia/pytorch:24.01-py3", True)])
+def test_srun_launches_fail_when_no_rank_started(launcher, image, checked):
+    """srun exits 0 when its step never launched; mpirun does not. A rank in a container
+    says it started too: the jobs folder is mounted in every container at its own path."""
     spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher=launcher, container_image=image))
     text = render.render_sbatch(spec)
     assert ('[ ! -e "$SLURMTORCH_STARTED" ]' in text) is checked
@@ -320,11 +320,12 @@ def test_containers_pyxis_and_apptainer(tmp_path):
     p.write_text(base + "container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', mounts: [/data:/data]}\n")
     text = render.render_sbatch(build_spec(sites.load_site(p), golden_options("pyx")))
     assert "--container-image=nvcr.io#nvidia/pytorch:24.05-py3" in text
-    assert "--container-mounts=/data:/data" in text
+    # The jobs folder and the script's folder (/home/user, holding it) at their own paths, then the site's.
+    assert "--container-mounts=/home/user:/home/user,/data:/data" in text
     p = tmp_path / "app.yaml"
     p.write_text(base + "container: {runtime: apptainer, image: /img/pt.sif}\n")
     text = render.render_sbatch(build_spec(sites.load_site(p), golden_options("app", launcher="mpirun")))
-    assert "apptainer exec /img/pt.sif python3 -m slurmtorch.bootstrap" in text
+    assert "apptainer exec --bind /home/user:/home/user /img/pt.sif python3 -m slurmtorch.bootstrap" in text
 
 
 @pytest.mark.parametrize("runtime, launcher", [("pyxis", "srun"), ("apptainer", "srun"), ("apptainer", "mpirun"),
@@ -338,7 +339,8 @@ def test_ranks_in_a_container_use_its_python_not_the_submitting_one(tmp_path, ru
         spec = build_spec(sites.load_site(p), golden_options("c", launcher=launcher, **kw))
         plan = render.launch_plan(spec)
         argvs = [s.rank_argv for s in plan.role_steps] or [plan.torchrun_argv or plan.rank_argv]
-        assert "/opt/venv/bin/python" in render.render_sbatch(spec)  # the batch shell runs on the host
+        # Nothing of the submitting host's venv runs in the job: the port is picked in bash.
+        assert "/opt/venv" not in render.render_sbatch(spec)
         return {a for argv in argvs for a in argv if "python" in a}
 
     assert python_of_ranks("") == {"python3"}
@@ -420,3 +422,80 @@ def test_torchrun_gives_its_worker_arguments_back_as_typed():
     assert macros.substitute(render.torchrun_literal(odd), "3") == odd
     assert render.torchrun_literal(odd, "srun") == odd
 
+
+
+# --------------------------------------------------------------------------- containers, every runtime
+
+
+def container_site(tmp_path, runtime: str, extra: str = "") -> Path:
+    base = (resources.site_configs_dir() / "testbed.yaml").read_text()
+    p = tmp_path / f"{runtime}.yaml"
+    p.write_text(base + f"container: {{runtime: {runtime}, image: 'registry.example/pt:1', mounts: [/data:/data]{extra}}}\n")
+    return p
+
+
+@pytest.mark.parametrize("runtime", ["podman-hpc", "shifter"])
+def test_podman_hpc_and_shifter_scripts_match_golden(tmp_path, runtime):
+    spec = build_spec(sites.load_site(container_site(tmp_path, runtime)), golden_options("testbed"))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden(f"sbatch-testbed-{runtime}.sh", text)
+
+
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman-hpc", "shifter"])
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_a_container_job_runs_nothing_of_the_submitting_venv_and_mounts_the_job_and_script_folders(
+        tmp_path, runtime, launcher):
+    """The batch script picks the port in bash, and every runtime mounts the jobs folder and
+    the script's folder at their own paths (here /srv/jobs and /proj/code), then the site's."""
+    opts = golden_options("testbed", launcher=launcher, script="/proj/code/train.py", job_root="/srv/jobs")
+    spec = build_spec(sites.load_site(container_site(tmp_path, runtime)), opts)
+    text = render.render_sbatch(spec)
+    assert "/opt/venv" not in text and "slurmtorch.bootstrap.rendezvous" not in text
+    plan = render.launch_plan(spec)
+    words = " ".join([*plan.srun_args, *plan.torchrun_argv, *plan.rank_argv])
+    expected = {"pyxis": "--container-mounts=/proj/code:/proj/code,/srv/jobs:/srv/jobs,/data:/data",
+                "apptainer": "--bind /proj/code:/proj/code --bind /srv/jobs:/srv/jobs --bind /data:/data",
+                "podman-hpc": "-v /proj/code:/proj/code -v /srv/jobs:/srv/jobs -v /data:/data",
+                "shifter": "--volume=/proj/code:/proj/code --volume=/srv/jobs:/srv/jobs --volume=/data:/data"}
+    assert expected[runtime] in words, words
+
+
+def test_podman_hpc_is_given_every_variable_the_batch_script_exports_for_the_ranks(tmp_path):
+    """podman passes none of the host's environment unless named: the job's env (fabric, site,
+    --env), path compositions, Slurm's and slurmtorch's own, MASTER_ADDR/PORT."""
+    site = container_site(tmp_path, "podman-hpc", ", args: [--nccl]")
+    site.write_text(site.read_text() + "prepend_path: {LD_LIBRARY_PATH: /opt/plugin/lib}\n")
+    spec = build_spec(sites.load_site(site), golden_options("testbed", env=("WANDB_MODE=offline",)))
+    argv = list(render.launch_plan(spec).rank_argv)
+    named = {argv[i + 1] for i, a in enumerate(argv) if a == "-e"}
+    assert {n for n, _ in spec.env} | {"LD_LIBRARY_PATH", "WANDB_MODE", "SLURM_*", "SLURMTORCH_*", "MASTER_ADDR",
+                                      "MASTER_PORT"} <= named
+    assert argv[:6] == ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--pid=host"]
+    assert argv[argv.index("registry.example/pt:1") - 1] == "--nccl"  # the site's args, before the image
+
+
+def test_the_bash_port_pick_gives_a_free_port_below_the_ephemeral_range(tmp_path):
+    spec = build_spec(sites.load_site(container_site(tmp_path, "apptainer")), golden_options("testbed"))
+    text = render.render_sbatch(spec)
+    block = text[text.index("read -r ephemeral"):text.index("export MASTER_PORT") + len("export MASTER_PORT")]
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+    ports = set()
+    for _ in range(5):
+        proc = subprocess.run(["bash", "-c", block + '\necho "$MASTER_PORT"'], capture_output=True, text=True,
+                              env={"SLURMTORCH_JOB_DIR": str(tmp_path), "PATH": os.environ["PATH"]}, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        port = int(proc.stdout)
+        assert 20000 <= port < (low if low > 21000 else 32768)
+        ports.add(port)
+    assert len(ports) > 1  # at random
+
+
+def test_an_interpreter_without_slurmtorch_is_named_as_such():
+    from slurmtorch.submit.failures import NO_SLURMTORCH, batch_failures, parse_failures
+
+    err = ("/usr/bin/python3: Error while finding module specification for 'slurmtorch.bootstrap' "
+           "(ModuleNotFoundError: No module named 'slurmtorch')\n")
+    got = parse_failures("srun: error: node1: task 0: Exited with exit code 1\n", {0: err})
+    assert [(f.rank, f.host, f.cause, f.code) for f in got] == [(0, "node1", NO_SLURMTORCH, 1)]
+    assert "has no slurmtorch" in batch_failures("/usr/bin/python3: No module named slurmtorch.bootstrap\n", "")[0]

@@ -185,7 +185,7 @@ def test_array_jobs_write_each_trial_into_its_own_folder():
     (dict(roles=("master=1",), role_images=("ps=img",)), "no ps role"),
     (dict(roles=("master=1",), role_images=("ps",)), "expected ROLE=IMAGE"),
     (dict(container_image="img", container_runtime="docker"), "unknown --container-runtime"),
-    (dict(container_image="img", launcher="mpirun"), "need --launcher srun"),
+    (dict(container_image="img", launcher="mpirun"), "pyxis containers start under srun, not mpirun"),
 ])
 def test_impossible_role_and_container_requests_are_refused(kw, message):
     with pytest.raises(SpecError, match=message):
@@ -223,8 +223,9 @@ def test_site_container_roles_pick_per_role_images_with_gpus(tmp_path):
     site = sites.load_site(str(site_file))
     spec = build_spec(site, golden_options("gpu", roles=("chief=1", "worker=1", "ps=1")))
     steps = {s.role: s.rank_argv for s in render.launch_plan(spec).role_steps}
-    assert steps["chief"][:6] == ("apptainer", "exec", "--nv", "--bind", "/data:/data", "/img/base.sif")
-    assert steps["ps"][:6] == ("apptainer", "exec", "--nv", "--bind", "/data:/data", "/img/ps.sif")
+    home = ("--bind", "/home/user:/home/user")  # the jobs folder and the script's, at their own paths
+    assert steps["chief"][:8] == ("apptainer", "exec", "--nv", *home, "--bind", "/data:/data", "/img/base.sif")
+    assert steps["ps"][:8] == ("apptainer", "exec", "--nv", *home, "--bind", "/data:/data", "/img/ps.sif")
     assert "--nv" not in render.render_sbatch(build_spec(site, golden_options("gpu", roles=("chief=1",), gpus_per_node=0))) \
         .split("apptainer exec", 1)[1].split("\n", 1)[0]
 

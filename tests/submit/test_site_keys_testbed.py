@@ -114,3 +114,18 @@ def test_a_qos_routed_site_writes_no_partition_and_its_srun_args_reach_the_step(
     folder = home / "jobs" / job_id
     lines = [ln for r in range(2) for ln in (folder / f"rank-{r}.out").read_text().splitlines()]
     assert sorted(ln.split(":", 1)[0].strip() for ln in lines) == ["0", "1"], lines
+
+
+@pytest.mark.timeout(180)
+def test_a_jobs_python_without_slurmtorch_is_named_in_one_line(testbed, home, tmp_path, probe):
+    """The site's `python` is an interpreter the nodes share (a bare venv here): without
+    slurmtorch the job ends before any rank and says which, instead of a traceback in batch.out."""
+    import venv
+
+    bare = tmp_path / "bare-venv"
+    venv.create(bare, with_pip=False)
+    s = site(tmp_path, f"python: {bare / 'bin' / 'python'}\n")
+    proc = st(testbed, home, ["sbatch", "--site", str(s), "-N", "2", "--wait", str(probe)], timeout=150,
+              cwd=tmp_path)  # not the checkout, whose slurmtorch/ python would find on its path
+    assert proc.returncode == 1, proc.stderr
+    assert "slurmtorch: failed: the job's python on its first node has no slurmtorch" in proc.stderr, proc.stderr

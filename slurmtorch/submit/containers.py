@@ -1,0 +1,75 @@
+"""How a rank starts inside a container, for each runtime (pure): what goes before the
+bootstrap's argv, and what goes on srun's line.
+
+- pyxis/enroot: srun itself starts the task in the image (`--container-image`,
+  `--container-mounts`; https://github.com/NVIDIA/pyxis#usage); it passes the task's
+  environment in.
+- apptainer: `apptainer exec [--nv|--rocm] [--bind SRC[:DST]] IMAGE CMD` under srun
+  (https://apptainer.org/docs/user/latest/gpu.html, .../bind_paths_and_mounts.html); the
+  host environment passes in by default.
+- podman-hpc (NERSC): `podman-hpc run --rm [--gpu] -v SRC:DST -e NAME IMAGE CMD` under
+  srun (https://github.com/NERSC/podman-hpc: its mpi module runs with --network=host
+  --ipc=host --pid=host and passes `-e SLURM_*`). podman passes nothing of the host's
+  environment unless asked, so every variable the batch script exports for the ranks is
+  named with -e, and the ranks share the node's network (gloo/NCCL sockets, the store).
+- shifter (NERSC): `shifter --image=IMAGE [--volume=SRC:DST] CMD` under srun
+  (https://github.com/NERSC/shifter/blob/master/doc/command/shifter.rst); the
+  environment passes in.
+
+Every runtime gets the job folder's root and the script's folder mounted at the same
+path, so the ranks find the script and write their logs, heartbeats and exit notes where
+the login node reads them. The site's own `mounts` and `args` (e.g. `--module=gpu` for
+shifter, `--nccl` for podman-hpc) come after.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Names the batch script exports for the ranks besides the job's env (spec.env): podman
+# passes none of them unless named (`-e NAME`, `-e PREFIX*`).
+BATCH_EXPORTS = ("SLURM_*", "SLURMTORCH_*", "MASTER_ADDR", "MASTER_PORT")
+
+
+def mounts(spec, c) -> list[str]:
+    """SRC:DST bind mounts of container `c`: the jobs folder and the script's folder (same path
+    inside), then the site's; each once."""
+    auto: list[str] = []
+    for path in sorted({spec.job_root, *([os.path.dirname(spec.script)] if spec.script else [])}):
+        if not any(path == a or path.startswith(a.rstrip("/") + "/") for a in auto):  # not inside one already
+            auto.append(path)
+    out: list[str] = []
+    for m in (*(f"{p}:{p}" for p in auto), *c.mounts):
+        if m not in out and not any(m.split(":", 1)[0] == o.split(":", 1)[0] for o in out):
+            out.append(m)
+    return out
+
+
+def container_args(spec, c) -> tuple[list[str], list[str]]:
+    """(argv before the rank's python, srun options) that run a rank in container `c` (or None)."""
+    if c is None:
+        return [], []
+    binds = mounts(spec, c)
+    gpus = bool(spec.gpus_per_node)
+    if c.runtime == "pyxis":
+        return [], [f"--container-image={c.image}", f"--container-mounts={','.join(binds)}", *c.args]
+    if c.runtime == "apptainer":
+        prefix = ["apptainer", "exec"]
+        if gpus:
+            # The host's GPU driver libraries and devices in the container: NVIDIA's, or AMD's ROCm.
+            prefix.append("--rocm" if spec.gpu_vendor == "amd" else "--nv")
+        for m in binds:
+            prefix += ["--bind", m]
+        return [*prefix, *c.args, c.image], []
+    if c.runtime == "podman-hpc":
+        prefix = ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--pid=host"]
+        if gpus and spec.gpu_vendor != "amd":
+            prefix.append("--gpu")
+        for m in binds:
+            prefix += ["-v", m]
+        for name in (*BATCH_EXPORTS, *(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)):
+            prefix += ["-e", name]
+        return [*prefix, *c.args, c.image], []
+    if c.runtime == "shifter":
+        return ["shifter", f"--image={c.image}", *(f"--volume={m}" for m in binds), *c.args], []
+    raise AssertionError(c.runtime)  # validated on load and by resolve_containers
