@@ -96,17 +96,20 @@ def _partition(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Par
     before = V.count()
     V.check_keys(body, PARTITION_SCHEMA, kp, required=REQUIRED["partition"])
     vals = V.values(body, PARTITION_SCHEMA, kp)
-    types = raw.get("node_types")
-    known = [str(n) for n in types] if isinstance(types, dict) else None
-    if known is not None and "node_type" in vals and vals["node_type"] not in known:
-        V.note(body, "node_type", f"{kp}.node_type", f"no node type {vals['node_type']!r}",
-               valid_tip(vals["node_type"], known, "node types"))
+    _refers(V, body, vals, "node_type", kp, raw.get("node_types"), "node type")
     if vals.get("max_nodes") == 0:
         V.note(body, "max_nodes", f"{kp}.max_nodes", "must be at least 1")
     if "default_time" in vals and "max_time" in vals and \
             parse_time(vals["default_time"]) > parse_time(vals["max_time"]):
         V.note(body, "default_time", f"{kp}.default_time", "longer than max_time")
     return Partition(name=name, **vals) if V.count() == before else None
+
+
+def _refers(V: Validator, body: dict, vals: dict, key: str, kp: str, section: Any, what: str) -> None:
+    """`key` names an entry of `section` (node_types, partitions), if that section is a mapping."""
+    known = [str(n) for n in section] if isinstance(section, dict) else None
+    if known is not None and key in vals and vals[key] not in known:
+        V.note(body, key, f"{kp}.{key}", f"no {what} {vals[key]!r}", valid_tip(vals[key], known, f"{what}s"))
 
 
 def _one_default(V: Validator, raw: Marked, parts: list[Partition]) -> None:
@@ -133,11 +136,7 @@ def _presets(V: Validator, raw: Marked) -> list[tuple[str, tuple[tuple[str, Any]
             before = V.count()
             V.check_keys(body, PRESET_SCHEMA, kp)
             vals = V.values(body, PRESET_SCHEMA, kp)
-            parts = raw.get("partitions")
-            known = [str(p) for p in parts] if isinstance(parts, dict) else None
-            if known is not None and "partition" in vals and vals["partition"] not in known:
-                V.note(body, "partition", f"{kp}.partition", f"no partition {vals['partition']!r}",
-                       valid_tip(vals["partition"], known, "partitions"))
+            _refers(V, body, vals, "partition", kp, raw.get("partitions"), "partition")
             if V.count() == before:
                 out.append((str(name), tuple(vals.items())))
     return out
