@@ -30,12 +30,11 @@ RDMA_NEVER = frozenset({"ethernet"})
 # CXI's registration of host buffers deadlocks with CUDA/HIP allocations
 # (DISABLE_HOST_REGISTER, the userfaultfd cache monitor), the default completion queue
 # overflows at scale, rings may cross NICs, and GPUDirect RDMA is used up to the CPU's
-# host bridge (PHB). FI_PROVIDER=cxi pins the plugin to libfabric's Slingshot provider
-# (fi_cxi(7)) rather than a silent fallback to tcp; the centres leave it to the plugin.
-# Not set: HPE's FI_CXI_RDZV_* (they need `srun --network=disable_rdzv_get`: a site adds
+# host bridge (PHB). Not set: FI_PROVIDER=cxi, which none of these documents sets (the
+# plugin picks libfabric's provider itself; `slurmtorch doctor` checks the CXI devices and
+# the plugin are there), HPE's FI_CXI_RDZV_* (they need `srun --network=disable_rdzv_get`: a site adds
 # both, in env: and srun_args:), and NCCL_NET="AWS Libfabric" (HPE: not on one-node runs).
 SLINGSHOT_ENV = (
-    ("FI_PROVIDER", "cxi"),
     ("FI_CXI_DISABLE_HOST_REGISTER", "1"),
     ("FI_MR_CACHE_MONITOR", "userfaultfd"),
     ("FI_CXI_DEFAULT_CQ_SIZE", "131072"),

@@ -37,7 +37,6 @@ module load rccl-net-plugin
 module load craype-accel-amd-gfx90a
 
 # Environment (node type fabric, site, node type, preset, --env)
-export FI_PROVIDER=cxi
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_CXI_DEFAULT_CQ_SIZE=131072
 export NCCL_NET_GDR_LEVEL=PHB

@@ -36,7 +36,6 @@ module use '/opt/site/my modules'
 module load cuda/12.4
 
 # Environment (node type fabric, site, node type, preset, --env)
-export FI_PROVIDER=cxi
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export FI_CXI_DEFAULT_CQ_SIZE=131072

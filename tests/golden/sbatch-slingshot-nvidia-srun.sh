@@ -30,7 +30,6 @@ SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
 # Environment (node type fabric, site, node type, preset, --env)
-export FI_PROVIDER=cxi
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export FI_CXI_DEFAULT_CQ_SIZE=131072
