@@ -119,3 +119,39 @@ def test_a_killed_rank_and_an_exit_n_keep_their_own_codes():
 def test_without_a_rank_to_blame_the_jobs_own_code_stands(tmp_path):
     (tmp_path / "batch.out").write_text("")
     assert ended_line("9", tmp_path, JobStatus("9", "CANCELLED", exit_code=143)) == ("job 9 CANCELLED (exit 143)", 143)
+
+
+def test_one_squeue_call_answers_every_job_a_process_waits_for_and_none_is_asked_before_it_is_due(tmp_path):
+    """Two jobs waited for in one process (a Distributor's, say): one call for both, and
+    however often a caller asks, none sooner than the back-off allows."""
+    import pwd
+    import subprocess
+
+    from slurmtorch.submit.watch import Watch
+
+    me = pwd.getpwuid(__import__("os").getuid()).pw_name
+    root = tmp_path / "jobs"
+    for j in ("11", "12"):
+        (root / j).mkdir(parents=True)
+    calls = []
+
+    def runner(argv, check=True, timeout=60):
+        calls.append(argv)
+        rows = "".join(f"{j}|RUNNING|None|node1|2026-11-24T20:00:00|2026-11-24T20:00:05|{me}\n" for j in ("11", "12"))
+        return subprocess.CompletedProcess(argv, 0, rows, "")
+
+    now = [0.0]
+    watch = Watch(clock=lambda: now[0])
+    assert watch.status("11", root, runner=runner).state == "RUNNING"
+    assert watch.status("12", root, runner=runner).state == "RUNNING"  # its own first look
+    assert [c[-1] for c in calls] == ["11", "12"]
+    for _ in range(100):  # asked every 10 ms for a second: answered from the last look
+        now[0] += 0.01
+        watch.status("11", root, runner=runner)
+        watch.status("12", root, runner=runner)
+    assert len(calls) == 2
+    now[0] = polling.MIN_S + 0.5
+    watch.status("11", root, runner=runner)
+    assert len(calls) == 3 and calls[-1][-2:] == ["-j", "11,12"]  # both due: one call
+    watch.status("12", root, runner=runner)
+    assert len(calls) == 3
