@@ -36,10 +36,14 @@ def status(
     for j in job_ids:
         jobdir.check_job_id(j)
     singles = [j for j in job_ids if jobdir.read_trials(jobdir.job_dir(j, root)) is None]
-    known = scheduler.statuses(singles, root)
+    unknown: dict = {}
+    known = scheduler.statuses(singles, root, unknown=unknown)
     records = []
     for j in job_ids:
         folder = jobdir.job_dir(j, root)
+        if j in unknown:
+            print(unknown[j].render(), file=sys.stderr)
+            continue
         if j not in known:  # an array job: one line per trial
             trials = scheduler.array_status(j, root)
             records += [_record(t.status, jobdir.trial_dir(j, t.trial, root), trial=t.trial, params=t.params)
@@ -57,7 +61,7 @@ def status(
             _print_job(st, folder)
     if as_json:
         print(json.dumps(records, indent=1))
-    return 0
+    return 1 if unknown else 0
 
 
 def _print_job(st: JobStatus, folder) -> None:

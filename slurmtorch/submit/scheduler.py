@@ -255,12 +255,23 @@ def job_folder(job_id: str, root: Path | None = None) -> Path:
     return jobdir.trial_dir(base, int(jobdir.check_job_id(task)), root)
 
 
-def statuses(job_ids: Sequence[str], root: Path | None = None, *, runner: Runner = run) -> dict[str, JobStatus]:
+def statuses(job_ids: Sequence[str], root: Path | None = None, *, runner: Runner = run,
+             unknown: dict[str, SubmitError] | None = None) -> dict[str, JobStatus]:
     """Every job's (or array task's) status with one squeue call; scontrol only for an
-    ended job whose folder holds no exit code (cancelled, timed out: what code Slurm saw)."""
+    ended job whose folder holds no exit code (cancelled, timed out: what code Slurm saw).
+    A job neither Slurm nor a folder knows raises, or with `unknown` is left out and its
+    error kept there."""
     folders = {j: job_folder(j, root) for j in job_ids}
     rows = squeue(["-j", ",".join(job_ids)], runner) if job_ids else {}
-    return {j: settle(j, rows.get(j), folders[j], runner) for j in job_ids}
+    out = {}
+    for j in job_ids:
+        try:
+            out[j] = settle(j, rows.get(j), folders[j], runner)
+        except SubmitError as exc:
+            if unknown is None:
+                raise
+            unknown[j] = exc
+    return out
 
 
 def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -> JobStatus:

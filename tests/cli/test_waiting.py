@@ -197,5 +197,8 @@ def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
         both = st(testbed, home, ["status", done, pending])
         assert [ln.split()[:2] for ln in both.stdout.splitlines()] == [
             [f"job={done}", "state=COMPLETED"], [f"job={pending}", "state=PENDING"]]
+        with_unknown = st(testbed, home, ["status", done, "987654"])  # the known one still shown; exit 1
+        assert with_unknown.returncode == 1 and with_unknown.stdout.startswith(f"job={done} state=COMPLETED")
+        assert with_unknown.stderr.startswith("error: job 987654 is unknown to squeue")
     finally:
         testbed.run(["scancel", pending])
