@@ -8,7 +8,6 @@ rank that hosts the store holds MASTER_PORT (`rendezvous`) until torch binds it.
 from __future__ import annotations
 
 import os
-import socket
 
 from slurmtorch.bootstrap import launchers, rendezvous
 from slurmtorch.bootstrap.options import FROM
@@ -19,7 +18,7 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
            role: str | None = None):
     """The world and (on the master) the held MASTER_PORT; the side-effecting edge of `launchers`."""
     environ = os.environ if env is None else env
-    hostname = hostname or socket.gethostname()
+    hostname = hostname or os.uname().nodename  # gethostname(2); `import socket` is ~3 ms of a rank's start
     if role is not None:
         info = launchers.from_roles(environ, hostname, role)
         reservation = None
