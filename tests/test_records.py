@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from slurmtorch.bootstrap.rankinfo import RankInfo
-from slurmtorch.records import record
+from slurmtorch.records import field, fields, record, replace
 from slurmtorch.roles import parse_roles
 
 
@@ -77,6 +77,26 @@ def test_rank_info_and_role_layout_are_records_a_script_can_introspect():
                     master_addr="h", master_port=1, hostname="h", source="env", layout=parse_roles("master=1,ps=1"))
     assert dataclasses.asdict(info)["layout"] == {"roles": (("master", 1), ("ps", 1))}
     assert dataclasses.replace(info, rank=0).rank == 0 and info.rank == 1
+
+
+def test_fields_carry_their_metadata_with_or_without_dataclasses():
+    @record
+    class Flagged:
+        plain: int = 0
+        flagged: str | None = field(default=None, metadata={"flags": ("--x",)})
+
+    ours = {f.name: (f.type, f.default, dict(f.metadata)) for f in fields(Flagged)}
+    assert ours == {"plain": ("int", 0, {}), "flagged": ("str | None", None, {"flags": ("--x",)})}
+    assert Flagged.flagged is None and Flagged().flagged is None  # the class attribute is the default
+    theirs = {f.name: (f.type, f.default, dict(f.metadata)) for f in dataclasses.fields(Flagged)}
+    assert theirs == ours
+
+
+def test_replace_without_dataclasses_is_dataclasses_replace():
+    p = Point(1, "a", ("t",))
+    assert replace(p, note="n") == dataclasses.replace(p, note="n") == Point(1, "a", ("t",), "n")
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        replace(p, nope=1)
 
 
 def test_mutable_defaults_and_misordered_fields_are_refused():

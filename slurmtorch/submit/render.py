@@ -12,7 +12,6 @@ import json
 import os
 import re
 import traceback
-from dataclasses import dataclass
 from functools import lru_cache
 
 import jinja2
@@ -20,6 +19,7 @@ import jinja2
 from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
+from slurmtorch.records import record
 from slurmtorch.roles import TRAINING_ROLES
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var
@@ -47,7 +47,7 @@ ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
 
 
-@dataclass(frozen=True)
+@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
 class RoleStep:
     """One role's srun step of a role job, unquoted."""
 
@@ -67,7 +67,7 @@ INHERITED_WORLD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
                    "TORCHELASTIC_RUN_ID", "CLUSTER_SPEC", "TF_CONFIG")
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     """The argv pieces of the launch line, unquoted (templates quote them)."""
 

@@ -11,15 +11,14 @@ their results in `Options`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass
 
 from slurmtorch import __version__
 from slurmtorch import shell
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError
+from slurmtorch.records import record, replace
 from slurmtorch.submit.allocation import node_count, per_node, resolve_target, role_layout, time_limit
 from slurmtorch.submit.cluster import Container, Site
 from slurmtorch.submit.environment import job_env
@@ -36,7 +35,7 @@ KINDS = ("sbatch", "mpirun")
 MAX_JOB_NAME = 1024  # slurmctld's limit for a job name
 
 
-@dataclass(frozen=True)
+@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
 class JobSpec:
     """A fully resolved job: rendering it needs nothing else."""
 
@@ -183,7 +182,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         hang_timeout=hang_timeout,
     )
     base = {**dict(site.directives), **dict(preset.get("directives", ())), **asked}
-    return dataclasses.replace(job, directives=sbatch_header(job, base))
+    return replace(job, directives=sbatch_header(job, base))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str, str | bool], ...]:
