@@ -235,6 +235,23 @@ def test_a_ranks_start_loads_no_heavy_stdlib_module(env, tmp_path):
     assert [line for line in result.stdout.splitlines() if line.startswith("HEAVY")] == ["HEAVY []"], result.stdout
 
 
+SESSION = ("import os; print('SESSION', os.environ.get('RANK'), os.getsid(0) == os.getpid(), "
+           "os.getpgid(0) == os.getpid(), os.getsid(0) == os.getsid(os.getppid()))")
+
+
+def test_mpirun_ranks_get_a_session_each_as_srun_and_torchrun_tasks_do(env, tmp_path):
+    # Each rank leads a session (and still a process group) of its own; a lone process keeps
+    # the session it was started in (a terminal's Ctrl-C must reach it).
+    script = tmp_path / "session.py"
+    script.write_text(SESSION + "\n")
+    result = run(mpirun(2, "--no-init", script), env)
+    assert result.returncode == 0, result.stderr
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("SESSION"))
+    assert lines == ["SESSION 0 True True False", "SESSION 1 True True False"], result.stdout
+    lone = run([*BOOT, "--no-init", script], env)
+    assert [line for line in lone.stdout.splitlines() if line.startswith("SESSION")] == ["SESSION 0 False False True"]
+
+
 def test_in_process_init_gives_the_same_world(env):
     result = run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, REPO / "tests" / "scripts" / "inprocess.py"], env)
     assert result.returncode == 0, result.stderr
