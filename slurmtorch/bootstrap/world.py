@@ -87,7 +87,9 @@ def own_session(environ) -> bool:
     kernels) shares the CPU between sessions first, so there the ranks of one mpirun
     were scheduled as one task against everything else on the node: small gloo
     all_reduces at 8 ranks on 2 cores ran at 0.75-0.8x torchrun's bus bandwidth, and
-    at torchrun's with a session per rank. prterun puts each rank in a process group of
+    at torchrun's with a session per rank (the bootstrap moves a rank once MPI has derived
+    its world: Open MPI's ranks wait in a collective by yielding the CPU, and a rank alone
+    in its session has nobody to yield to). prterun puts each rank in a process group of
     its own (so its signals reach them by pid) and a group leader cannot start a
     session: the rank joins its parent's group for a moment, then starts its session,
     which is again a group with the rank's pid, so nothing that signals the rank or its
