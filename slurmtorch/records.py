@@ -49,6 +49,8 @@ def field(*, default=MISSING, metadata=None) -> Field:
 
 def record(cls):
     """Class decorator: `cls` as a frozen record (see the module docstring)."""
+    if any("__record_fields__" in base.__dict__ for base in cls.__mro__[1:]):
+        raise TypeError(f"{cls.__qualname__}: a record's fields are its own annotations; it cannot extend a record")
     annotations = cls.__dict__.get("__annotations__", {})
     own = []
     for name, kind in annotations.items():

@@ -104,6 +104,8 @@ def test_mutable_defaults_and_misordered_fields_are_refused():
         record(type("Bad", (), {"__annotations__": {"x": "list"}, "x": []}))
     with pytest.raises(TypeError, match="non-default field 'y'"):
         record(type("Bad", (), {"__annotations__": {"x": "int", "y": "int"}, "x": 1}))
+    with pytest.raises(TypeError, match="cannot extend a record"):
+        record(type("Sub", (Point,), {"__annotations__": {"z": "int"}}))
 
 
 def test_defining_records_imports_neither_dataclasses_nor_inspect():
