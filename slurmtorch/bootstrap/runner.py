@@ -124,9 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role)
         if opts.script or opts.module:
-            from slurmtorch.bootstrap import preempt  # lazy: only a rank with a script has a handler
+            if os.environ.get("SLURMTORCH_PREEMPT_SIGNAL"):  # preempt.ENV_SIGNAL: the job asked for --signal
+                from slurmtorch.bootstrap import preempt  # lazy: only a rank with a handler to set needs it
 
-            preempt.install()  # no-op unless the job was submitted with --signal
+                preempt.install()
             timings.mark("handover")
             timings.write_timings(info, STATE.timings)
             run_target(opts, info)
