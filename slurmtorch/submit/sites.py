@@ -83,7 +83,7 @@ def load_site(ref: str | os.PathLike) -> Site:
     # lazy: PyYAML and the schema (~10 ms) only for a site the cache cannot answer
     from slurmtorch.submit.site_schema import validate
 
-    files: list[str] = []
+    files: list[tuple[str, str] | None] = []
     names: list[tuple[str, Path]] = []
     site = validate(_load_merged(path, chain=(), files=files, names=names), path)
     sitecache.store(path, site, sitecache.depends(files, names))
@@ -92,7 +92,7 @@ def load_site(ref: str | os.PathLike) -> Site:
 
 def _load_merged(path: Path, chain: tuple[Path, ...], files: list, names: list):
     """The site file at `path` merged over its `extends:` chain (a site_yaml.Marked), noting
-    each file read (its identity, taken before it is read) and where each extends name led."""
+    each file read (its content's identity, taken before it is parsed) and where each extends name led."""
     # lazy: as in load_site
     from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
 
