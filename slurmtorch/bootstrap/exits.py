@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 import sys
 import time
 
@@ -39,7 +38,7 @@ def fail(code: int, text: str) -> None:
         sys.stdout.flush()
     except Exception:
         pass
-    sys.stderr.write(f"rank {who} on {socket.gethostname()} failed:\n{text.rstrip()}\n")
+    sys.stderr.write(f"rank {who} on {os.uname().nodename} failed:\n{text.rstrip()}\n")
     sys.stderr.flush()
     if info is not None and os.environ.get("SLURMTORCH_HEARTBEAT_S"):
         from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
@@ -68,7 +67,7 @@ def note_exit(code: int, environ=os.environ) -> None:
     from slurmtorch.bootstrap.preempt import restart_count  # lazy: at the rank's end only
 
     restart = restart_count(environ)
-    line = f"rank {info.rank} on {info.hostname or socket.gethostname()} exited {code} restart {restart}\n"
+    line = f"rank {info.rank} on {info.hostname or os.uname().nodename} exited {code} restart {restart}\n"
     try:
         fd = os.open(os.path.join(folder, f"rank-{info.rank}.exit"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.util
-import inspect
 import os
 import sys
 import time
@@ -108,6 +107,8 @@ def _wrap_init(dist_module) -> None:
     original = getattr(c10d, "init_process_group", None)
     if not callable(original) or getattr(original, "__slurmtorch__", False):
         return
+    import inspect  # lazy: runs inside `import torch.distributed`, which has imported it; ~5 ms before that
+
     signature = inspect.signature(original)
 
     @functools.wraps(original)

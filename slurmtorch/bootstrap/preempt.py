@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable, Mapping
 
@@ -221,7 +220,7 @@ def _handle(signum, frame) -> None:
         return  # a second signal while the first is being handled
     _STATE["handling"] = True
     environ = _STATE["environ"]
-    rank, host, name = job_rank(environ), socket.gethostname(), signal.Signals(signum).name
+    rank, host, name = job_rank(environ), os.uname().nodename, signal.Signals(signum).name
     who = f"rank {'?' if rank is None else rank}"
     _say(f"{who} on {host}: {name} received (restart {restart_count(environ)}); "
          f"running {len(_HOOKS)} preemption hook(s)")

@@ -14,12 +14,18 @@ take it. It is not exclusive: another process that binds the same explicit port 
 SO_REUSEADDR (say a second job given the same MASTER_PORT) succeeds too, and the clash
 shows only at listen(): the second listener (or a bind after the first listen()) gets
 EADDRINUSE, which torch reports as a store error.
+
+Sockets here are `_socket`'s, the C module that `socket` wraps: rank 0 binds and resolves
+before it imports torch, and `import socket` (its enum tables, `selectors`) is ~3 ms of
+that rank's start against ~0.2 ms; the calls and errors are the same. Host names are
+resolved as ASCII bytes: a `str` goes through the IDNA codec, another ~3 ms of imports
+(`encodings.idna`, `stringprep`, `unicodedata`) for names that are ASCII anyway.
 """
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -75,18 +81,25 @@ def interface_address(name: str) -> str | None:
     import fcntl  # lazy: only with an interface named; kept off every other rank's start
     import struct
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
-        except OSError:
-            return None
-    return socket.inet_ntoa(packed[20:24])
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
+        packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return _socket.inet_ntoa(packed[20:24])
+
+
+def _name(host: str) -> bytes | str:
+    """A host name as the resolver gets it: ASCII bytes skip the IDNA codec (module docstring)."""
+    return host.encode("ascii") if host.isascii() else host
 
 
 def host_address(hostname: str) -> str:
     """IPv4 address of a host name, through the resolver (/etc/hosts, DNS)."""
     try:
-        return socket.gethostbyname(hostname)
+        return _socket.gethostbyname(_name(hostname))
     except OSError as exc:
         raise BootstrapError(f"cannot resolve this host's name {hostname!r}: {exc}",
                              tip="set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface to use") from None
@@ -98,7 +111,7 @@ def master_address(env: Mapping[str, str], hostname: str, backend: str = "gloo")
         return env["MASTER_ADDR"].strip()
     spec = ifname_spec(env, backend)
     if spec:
-        available = [name for _, name in socket.if_nameindex()]
+        available = [name for _, name in _socket.if_nameindex()]
         name = pick_interface(spec, available)
         address = interface_address(name) if name else None
         if not address:
@@ -134,13 +147,13 @@ class PortReservation:
     a port until closed (not other SO_REUSEADDR binds of it: see the module docstring)."""
 
     def __init__(self, port: int = 0, host: str = ""):
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+        self._sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
         except OSError as exc:
             self._sock.close()
-            raise BootstrapError(f"MASTER_PORT {port} is not free on {socket.gethostname()}: {exc}",
+            raise BootstrapError(f"MASTER_PORT {port} is not free on {os.uname().nodename}: {exc}",
                                  tip="set MASTER_PORT to a free port, or unset it to pick one") from None
         self.port: int = self._sock.getsockname()[1]
 
@@ -170,6 +183,8 @@ def wait_listening(address: str, port: int, timeout: float, poll_s: float = 0.00
     every 5 ms reaches the store within a few ms of it listening. The probe connection is
     closed before any byte is sent, which the store's server takes as a client that left.
     """
+    import socket  # lazy: after `import torch`, which has imported it (create_connection: any address family)
+
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -198,15 +213,24 @@ def free_port(port_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int
     import random  # lazy: only the batch script picks a port here; ~1 ms off every rank's start
 
     for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-        return port
-    with socket.socket() as s:
-        s.bind(("", 0))
+        if _bind_probe(port):
+            return port
+    return _bind_probe(0)
+
+
+def _bind_probe(port: int) -> int | None:
+    """Bind `port` (0: the kernel picks) with a plain bind and let go: the port it got, or None
+    when it is taken (a port-0 bind that fails raises)."""
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        s.bind(("", port))
         return s.getsockname()[1]
+    except OSError:
+        if not port:
+            raise
+        return None
+    finally:
+        s.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -229,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          " [--backend auto|nccl|gloo|mpi | --port]\n")
         return 2
     try:
-        address = master_address(os.environ, socket.gethostname(), backend)
+        address = master_address(os.environ, os.uname().nodename, backend)
     except BootstrapError as exc:
         sys.stderr.write("".join(f"slurmtorch: {line}\n" for line in exc.render().splitlines()))
         return 1

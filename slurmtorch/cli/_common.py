@@ -3,7 +3,6 @@ arguments as typed (everything after SCRIPT or -m MODULE), and the provenance ar
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from collections.abc import Mapping
 from typing import Any, List, Optional
@@ -12,9 +11,10 @@ import typer
 from typer.core import TyperCommand
 
 from slurmtorch.errors import SpecError
+from slurmtorch.records import fields
 from slurmtorch.submit.options import Options
 
-_FIELDS = {f.name: f for f in dataclasses.fields(Options)}
+_FIELDS = {f.name: f for f in fields(Options)}
 
 # Flags that change what happens, not what is submitted: they are left out of the
 # `# Run with:` line so that a dry run prints exactly what a submission sends.

@@ -2,17 +2,17 @@
 
 The CLI verbs, `Distributor` and the doctor build it with only the fields they set
 (`Options.given`); every default lives here. A field the CLI offers carries its flags
-and help text beside it (dataclass metadata), so `sbatch` and `mpirun` declare each
+and help text beside it (field metadata), so `sbatch` and `mpirun` declare each
 option once (`cli._common.option`). Light on purpose: `slurmtorch --help` imports it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from slurmtorch.errors import SpecError
+from slurmtorch.records import field, record
 
 
 def _flag(*flags: str, help: str | None = None, metavar: str | None = None, default: Any = None) -> Any:
@@ -20,7 +20,7 @@ def _flag(*flags: str, help: str | None = None, metavar: str | None = None, defa
     return field(default=default, metadata={"flags": flags, "help": help, "metavar": metavar})
 
 
-@dataclass(frozen=True)
+@record  # a frozen dataclass, made cheaply: every CLI start defines it (see `records`)
 class Options:
     """What the user asked for; None means "take the preset's, else the default"."""
 

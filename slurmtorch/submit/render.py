@@ -8,12 +8,10 @@ provenance line); StrictUndefined turns a typo in a template into an error.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import traceback
-from dataclasses import dataclass
 from functools import lru_cache
 
 import jinja2
@@ -21,6 +19,7 @@ import jinja2
 from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
+from slurmtorch.records import record, replace
 from slurmtorch.roles import TRAINING_ROLES
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
@@ -49,7 +48,7 @@ ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
 
 
-@dataclass(frozen=True)
+@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
 class RoleStep:
     """One role's srun step of a role job, unquoted."""
 
@@ -69,7 +68,7 @@ INHERITED_WORLD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
                    "TORCHELASTIC_RUN_ID", "CLUSTER_SPEC", "TF_CONFIG")
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     """The argv pieces of the launch line, unquoted (templates quote them)."""
 
@@ -170,7 +169,7 @@ def launch_plan(spec: JobSpec) -> Launch:
     ends with `spec.srun_args`, the one list of extra srun options.
     """
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
-    return dataclasses.replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec),
+    return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec),
                                in_container=in_container)
 
 

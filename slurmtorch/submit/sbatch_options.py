@@ -87,27 +87,29 @@ _SITE_TIPS = {
 # prefix as the option it starts (`--part=x` is --partition), so those prefixes are refused.
 _REAL_PREFIXES = {"gpus"}
 
-_NAME_RE = re.compile(r"[a-z][a-z0-9-]*")
-_SIZE_RE = re.compile(r"(\d+)([KMGTkmgt]?)")
+# The patterns are compiled on first use (re's cache): a job given none of these options, most
+# of them, never needs one, and compiling them all was ~1 ms of every dry run.
+_NAME_RE = r"[a-z][a-z0-9-]*"
+_SIZE_RE = r"(\d+)([KMGTkmgt]?)"
 _UNIT_MB = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 _JOB_ID = r"\d+(?:_(?:\d+|\*))?(?:\+\d+)?"  # 123, array task 123_4 or 123_*, +time (after) / +het offset
-_DEPENDENCY_RE = re.compile(rf"singleton|(?:after|afterany|afterburstbuffer|aftercorr|afternotok|afterok)(?::{_JOB_ID})+")
+_DEPENDENCY_RE = rf"singleton|(?:after|afterany|afterburstbuffer|aftercorr|afternotok|afterok)(?::{_JOB_ID})+"
 _DEPENDENCY_TIP = ("TYPE:JOBID[:JOBID...] joined by ',' (all) or '?' (any), e.g. afterok:1234, afterany:1234:1240, "
                    "singleton; TYPE: after, afterany, afterburstbuffer, aftercorr, afternotok, afterok")
 # One token of Slurm's time syntax (parse_time.c): the tokens may be joined by blanks, '-' or 'T'.
-_BEGIN_TOKEN = re.compile(r"""(?ix)
+_BEGIN_TOKEN = r"""(?ix)
     (?:today|tomorrow|midnight|noon|elevenses|fika|teatime)
   | now(?:\s*[+-]\s*\d+\s*(?:seconds?|minutes?|hours?|days?|weeks?)?)?
   | (?P<hour>\d{1,2}):(?P<minute>\d{2})(?::(?P<second>\d{2}))?(?:\s*[ap]m)?
   | \d{4}-(?P<ymonth>\d{1,2})-(?P<yday>\d{1,2})
   | (?P<month>\d{1,2})[./]?(?P<day>\d{1,2})(?:[./]?\d{2})?
-""")
+"""
 _BEGIN_TIP = ("e.g. now+1hour, 16:00, 2026-01-31T20:00:00, 01/31-20:00, tomorrow, midnight "
               "(sbatch's --begin: HH:MM[:SS] [AM|PM], MMDD[YY], MM/DD[/YY], YYYY-MM-DD[THH:MM[:SS]], "
               "now[+COUNT[seconds|minutes|hours|days|weeks]])")
 MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT", "TIME_LIMIT",
               "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")
-_GRES_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*(?::[A-Za-z0-9_.-]+)?(?::\d+[KMGTkmgt]?)?")
+_GRES_RE = r"[A-Za-z][A-Za-z0-9_]*(?::[A-Za-z0-9_.-]+)?(?::\d+[KMGTkmgt]?)?"
 
 
 def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[int, int, int, int]
@@ -197,7 +199,7 @@ def option_problem(text: str, refused: dict[str, tuple[str, str]], real_prefixes
     (--sbatch-arg, --srun-arg) and by site validation (srun_args, directives).
     """
     name = text[2:].partition("=")[0]
-    if not text.startswith("--") or not _NAME_RE.fullmatch(name):
+    if not text.startswith("--") or not re.fullmatch(_NAME_RE, name):
         return "expected --OPTION or --OPTION=VALUE, with the long option name", ""
     full = refused_name(name, refused, real_prefixes)
     if full is None:
@@ -217,7 +219,7 @@ def refused_name(name: str, refused: dict[str, tuple[str, str]], real_prefixes: 
 
 def megabytes(text: str, flag: str) -> float:
     """A size in Slurm's units (no suffix: megabytes; K, M, G, T are powers of 1024)."""
-    m = _SIZE_RE.fullmatch(str(text))
+    m = re.fullmatch(_SIZE_RE, str(text))
     if not m:
         raise SpecError(f"invalid {flag} {text!r}", tip=f"a size such as {flag} 64G, 500M or 1T (no unit: megabytes)")
     return int(m[1]) * _UNIT_MB[m[2].upper()]
@@ -280,7 +282,7 @@ def check_dependency(text: str) -> None:
     if "?" in text and "," in text:
         raise SpecError(f"invalid --dependency {text!r}: ',' (all) and '?' (any) cannot be mixed", tip=_DEPENDENCY_TIP)
     for item in text.split(sep):
-        if not _DEPENDENCY_RE.fullmatch(item):
+        if not re.fullmatch(_DEPENDENCY_RE, item):
             raise SpecError(f"invalid --dependency {text!r}: {item!r} is not TYPE:JOBID", tip=_DEPENDENCY_TIP)
 
 
@@ -288,12 +290,12 @@ def check_begin(text: str) -> None:
     """A --begin time in Slurm's syntax, its clock and calendar fields in range."""
     if re.fullmatch(r"(?i)uts\d{7,}", text):  # seconds since the epoch
         return
-    pos, seen = 0, False
+    token, pos, seen = re.compile(_BEGIN_TOKEN), 0, False  # re's cache: compiled once
     while pos < len(text):
         if text[pos] in " \tT-":
             pos += 1
             continue
-        m = _BEGIN_TOKEN.match(text, pos)
+        m = token.match(text, pos)
         bad = m is None or _out_of_range(m)
         if bad:
             raise SpecError(f"invalid --begin {text!r}" + (f": {bad}" if isinstance(bad, str) else ""), tip=_BEGIN_TIP)
@@ -325,7 +327,7 @@ def check_gres(text: str) -> None:
     if text.lower() == "none":
         return
     for item in text.split(","):
-        if not _GRES_RE.fullmatch(item):
+        if not re.fullmatch(_GRES_RE, item):
             raise SpecError(f"invalid --gres {text!r}: {item!r} is not NAME[:TYPE][:COUNT]", tip="e.g. --gres nvme:1")
         if item.split(":")[0].lower() == "gpu":
             raise SpecError(f"--gres {text}: GPUs are asked for with --gpus-per-node",

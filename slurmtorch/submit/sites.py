@@ -2,7 +2,7 @@
 
 A site is a YAML file (see `site-configs/` and `slurmtorch site schema`). It is found
 by path or by name on a search path, may `extends:` another site (deep merge), and is
-validated on load (`site_schema`): every error names the file, the key path, the line
+validated on load (`site_rules`, over `site_schema`'s table): every error names the file, the key path, the line
 where YAML knows it, and what would have been valid. Everything downstream works on
 the frozen `cluster.Site`.
 """
@@ -15,10 +15,9 @@ from typing import Any
 
 from slurmtorch import resources
 from slurmtorch.errors import SiteError, SpecError
+from slurmtorch.submit import sitecache
 from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Site, valid_tip
 from slurmtorch.submit.inputs import file_problem
-from slurmtorch.submit.site_rules import validate
-from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
 
 
 def search_path() -> list[Path]:
@@ -75,17 +74,33 @@ def available_sites() -> dict[str, Path]:
 
 
 def load_site(ref: str | os.PathLike) -> Site:
-    """Find, merge (`extends:`) and validate a site by name or path."""
+    """Find, merge (`extends:`) and validate a site by name or path (or take it from the
+    cache of validated sites, `sitecache`, when none of that can have changed)."""
     path = find_site(str(ref)) if not isinstance(ref, Path) else ref
-    raw = _load_merged(path, chain=())
-    return validate(raw, path)
+    site = sitecache.load(path, find_site)
+    if site is not None:
+        return site
+    # lazy: PyYAML and the schema (~10 ms) only for a site the cache cannot answer
+    from slurmtorch.submit.site_rules import validate
+
+    files: list[tuple[str, str] | None] = []
+    names: list[tuple[str, Path]] = []
+    site = validate(_load_merged(path, chain=(), files=files, names=names), path)
+    sitecache.store(path, site, sitecache.depends(files, names))
+    return site
 
 
-def _load_merged(path: Path, chain: tuple[Path, ...]) -> Marked:
+def _load_merged(path: Path, chain: tuple[Path, ...], files: list, names: list):
+    """The site file at `path` merged over its `extends:` chain (a site_yaml.Marked), noting
+    each file read (its content's identity, taken before it is parsed) and where each extends name led."""
+    # lazy: as in load_site
+    from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
+
     real = path.resolve()
     if real in chain:
         cycle = " -> ".join(str(p) for p in (*chain, real))
         raise SiteError(f"{path}: extends cycle: {cycle}")
+    files.append(sitecache.identity(path))
     data = read_yaml(path)
     parent = data.get("extends")
     if parent is None:
@@ -102,7 +117,8 @@ def _load_merged(path: Path, chain: tuple[Path, ...]) -> Marked:
             parent_path = find_site(parent)
         except SiteError as e:
             raise SiteError(f"{where(data, 'extends', path)}: extends: {e.message}", tip=e.tip) from None
-    base = _load_merged(parent_path, chain=(*chain, real))
+        names.append((parent, parent_path))
+    base = _load_merged(parent_path, chain=(*chain, real), files=files, names=names)
     base = Marked(base) if not isinstance(base, Marked) else base
     # A child's name/templates are its own; the rest is inherited.
     base.pop("name", None)

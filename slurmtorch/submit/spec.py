@@ -11,15 +11,14 @@ their results in `Options`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
-from dataclasses import dataclass
 
 from slurmtorch import __version__
 from slurmtorch import shell
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError
+from slurmtorch.records import record, replace
 from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node, resolve_target, role_layout,
                                           time_limit)
 from slurmtorch.submit.cluster import Container, NodeType, Partition, Site
@@ -37,7 +36,7 @@ KINDS = ("sbatch", "mpirun")
 MAX_JOB_NAME = 1024  # slurmctld's limit for a job name
 
 
-@dataclass(frozen=True)
+@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
 class JobSpec:
     """A fully resolved job: rendering it needs nothing else."""
 
@@ -205,7 +204,7 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
         raise SpecError(f"site {site.name!r} has a node_prologue, which runs as a Slurm job step; "
                         "slurmtorch mpirun starts no Slurm job", tip="use slurmtorch sbatch")
     base = {**dict(site.directives), **dict(partition.directives), **dict(preset.get("directives", ())), **asked}
-    return dataclasses.replace(job, directives=sbatch_header(job, base), module_purge=site.module_purge,
+    return replace(job, directives=sbatch_header(job, base), module_purge=site.module_purge,
                                module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 

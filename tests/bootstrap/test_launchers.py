@@ -220,6 +220,38 @@ def test_bootstrap_import_stays_light(env):
     assert result.stdout.strip() == "[]", result.stderr
 
 
+# Standard-library modules a rank must not load before its script runs (and so before
+# `import torch`): each costs 1-7 ms of every rank's start (`inspect` through `dataclasses`,
+# the `socket` wrapper, `json`'s decoder, the IDNA codec of a str host name).
+# (`typing` is not checked: runpy.run_path imports it, through pkgutil, to run the script.)
+HEAVY = ("dataclasses", "inspect", "json", "socket", "encodings.idna", "ipaddress", "random")
+
+
+def test_a_ranks_start_loads_no_heavy_stdlib_module(env, tmp_path):
+    script = tmp_path / "mods.py"
+    script.write_text(f"import sys; print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    result = run(mpirun(1, "--no-init", script), env)
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("HEAVY")] == ["HEAVY []"], result.stdout
+
+
+SESSION = ("import os; print('SESSION', os.environ.get('RANK'), os.getsid(0) == os.getpid(), "
+           "os.getpgid(0) == os.getpid(), os.getsid(0) == os.getsid(os.getppid()))")
+
+
+def test_mpirun_ranks_get_a_session_each_as_srun_and_torchrun_tasks_do(env, tmp_path):
+    # Each rank leads a session (and still a process group) of its own; a lone process keeps
+    # the session it was started in (a terminal's Ctrl-C must reach it).
+    script = tmp_path / "session.py"
+    script.write_text(SESSION + "\n")
+    result = run(mpirun(2, "--no-init", script), env)
+    assert result.returncode == 0, result.stderr
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("SESSION"))
+    assert lines == ["SESSION 0 True True False", "SESSION 1 True True False"], result.stdout
+    lone = run([*BOOT, "--no-init", script], env)
+    assert [line for line in lone.stdout.splitlines() if line.startswith("SESSION")] == ["SESSION 0 False False True"]
+
+
 def test_in_process_init_gives_the_same_world(env):
     result = run(["mpirun", "-n", "2", "--oversubscribe", sys.executable, REPO / "tests" / "scripts" / "inprocess.py"], env)
     assert result.returncode == 0, result.stderr
