@@ -40,7 +40,7 @@ def contract_bytes(p: int) -> int:
 
     hosts = tuple(f"node{r // 8:05d}" for r in range(p))
     info = RankInfo(rank=1, world_size=p, local_rank=1, local_world_size=8, node_rank=0, num_nodes=max(1, p // 8),
-                    master_addr="10.0.0.1", master_port=29500, hostname=hosts[1], source="mpi", rank_hosts=hosts)
+                    master_addr="198.18.0.1", master_port=29500, hostname=hosts[1], source="mpi", rank_hosts=hosts)
     return len(json.dumps(cluster_spec(info), separators=(",", ":")))
 
 

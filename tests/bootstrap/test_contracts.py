@@ -16,7 +16,7 @@ from slurmtorch.limits import fits_env
 
 
 def make(rank=0, world=4, local_rank=0, local_world=2, node_rank=0, nodes=("n1", "n2"), trial=None,
-         hosts=None, addr="10.0.0.1", port=29500):
+         hosts=None, addr="198.18.0.1", port=29500):
     if hosts is None:
         hosts = tuple(h for h in nodes for _ in range(world // len(nodes)))
     return RankInfo(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
@@ -29,7 +29,7 @@ def test_env_vars_follow_torchrun_names_plus_node_rank():
     env = env_for(make(rank=3, local_rank=1, node_rank=1))
     assert {k: env[k] for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
                                 "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE")} == {
-        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+        "MASTER_ADDR": "198.18.0.1", "MASTER_PORT": "29500", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
         "LOCAL_WORLD_SIZE": "2", "NODE_RANK": "1", "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2"}
     assert all(isinstance(v, str) for v in env.values())
 
@@ -37,9 +37,9 @@ def test_env_vars_follow_torchrun_names_plus_node_rank():
 def test_rank_zero_is_master_in_cluster_spec_and_chief_in_tf_config():
     info = make(rank=0)
     spec, tf = json.loads(env_for(info)["CLUSTER_SPEC"]), json.loads(env_for(info)["TF_CONFIG"])
-    assert spec["cluster"] == {"master": ["10.0.0.1:29500"], "worker": ["n1:29501", "n2:29502", "n2:29503"]}
+    assert spec["cluster"] == {"master": ["198.18.0.1:29500"], "worker": ["n1:29501", "n2:29502", "n2:29503"]}
     assert spec["task"] == {"type": "master", "index": 0}
-    assert tf["cluster"] == {"chief": ["10.0.0.1:29500"], "worker": ["n1:29501", "n2:29502", "n2:29503"]}
+    assert tf["cluster"] == {"chief": ["198.18.0.1:29500"], "worker": ["n1:29501", "n2:29502", "n2:29503"]}
     assert tf["task"] == {"type": "chief", "index": 0}
 
 
@@ -64,8 +64,8 @@ def test_other_ranks_are_workers_indexed_from_zero():
 
 def test_world_of_one_has_no_workers():
     info = make(world=1, local_world=1, nodes=("box",))
-    assert cluster_spec(info)["cluster"] == {"master": ["10.0.0.1:29500"]}
-    assert tf_config(info)["cluster"] == {"chief": ["10.0.0.1:29500"]}
+    assert cluster_spec(info)["cluster"] == {"master": ["198.18.0.1:29500"]}
+    assert tf_config(info)["cluster"] == {"chief": ["198.18.0.1:29500"]}
 
 
 def test_cluster_maps_are_left_out_when_hosts_are_unknown():
@@ -109,12 +109,12 @@ def test_nominal_ports_wrap_below_65536():
 
 def test_init_args_per_rank_are_modelarts_style():
     assert init_args(make(rank=2, node_rank=1)) == [
-        "--init_method", "tcp://10.0.0.1:29500", "--rank", "2", "--world_size", "4"]
+        "--init_method", "tcp://198.18.0.1:29500", "--rank", "2", "--world_size", "4"]
 
 
 def test_init_args_per_node_give_node_rank_and_node_count():
     info = make(rank=1, world=2, local_world=1, node_rank=1)
-    assert init_args(info, "node") == ["--init_method", "tcp://10.0.0.1:29500", "--rank", "1", "--world_size", "2"]
+    assert init_args(info, "node") == ["--init_method", "tcp://198.18.0.1:29500", "--rank", "1", "--world_size", "2"]
 
 
 def test_init_args_per_node_refuse_several_tasks_per_node():
@@ -175,7 +175,7 @@ def test_a_cluster_map_too_big_for_execve_is_left_out_and_named():
     size = 16384
     hosts = tuple(f"node{r // 8:05d}" for r in range(size))
     info = RankInfo(rank=5, world_size=size, local_rank=5, local_world_size=8, node_rank=0, num_nodes=size // 8,
-                    master_addr="10.0.0.1", master_port=29500, hostname=hosts[5], source="mpi", rank_hosts=hosts)
+                    master_addr="198.18.0.1", master_port=29500, hostname=hosts[5], source="mpi", rank_hosts=hosts)
     env = env_for(info)
     assert "CLUSTER_SPEC" not in env and "TF_CONFIG" not in env
     assert env["SLURMTORCH_OMITTED"] == "CLUSTER_SPEC,TF_CONFIG"

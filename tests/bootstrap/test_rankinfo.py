@@ -23,7 +23,7 @@ def srun_env(procid, nodeid, localid, nodelist="node[1-4]", tasks="2(x4)", ntask
 
 def torchrun_env(**over):
     env = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
-           "GROUP_WORLD_SIZE": "4", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+           "GROUP_WORLD_SIZE": "4", "MASTER_ADDR": "198.18.0.1", "MASTER_PORT": "29500",
            "TORCHELASTIC_RUN_ID": "abc"}
     env.update(over)
     return {k: v for k, v in env.items() if v is not None}
@@ -84,7 +84,7 @@ def test_a_task_of_a_multi_node_step_reads_the_step():
 def test_torchrun_variables_are_taken_as_they_are():
     info = from_torchrun(torchrun_env(), "h3")
     assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (3, 8, 1, 2)
-    assert (info.node_rank, info.num_nodes, info.master_addr, info.master_port) == (1, 4, "10.0.0.1", 29500)
+    assert (info.node_rank, info.num_nodes, info.master_addr, info.master_port) == (1, 4, "198.18.0.1", 29500)
     assert info.source == "torchrun" and info.rank_hosts == ()  # other nodes' hosts unknown
 
 
@@ -210,7 +210,7 @@ def test_srun_port_is_shared_by_all_ranks_and_differs_between_steps():
 
 
 def test_srun_respects_a_master_addr_the_job_exported():
-    assert from_slurm(srun_env(1, 0, 1, MASTER_ADDR="10.1.1.1"), "node1").master_addr == "10.1.1.1"
+    assert from_slurm(srun_env(1, 0, 1, MASTER_ADDR="198.18.0.11"), "node1").master_addr == "198.18.0.11"
 
 
 # ------------------------------------------------------------------ MPI cross-checks
@@ -251,10 +251,10 @@ def test_mpi_node_order_follows_the_lowest_rank_on_each_node():
     hosts = ["b", "a", "c", "b", "a", "c"]
     leaders = {"b": 0, "a": 1, "c": 2}
     records = [(h, leaders[h]) for h in hosts]
-    info = world_from_mpi(4, 6, 1, 2, records, ("10.0.0.2", 1234), {})
+    info = world_from_mpi(4, 6, 1, 2, records, ("198.18.0.2", 1234), {})
     assert (info.node_rank, info.num_nodes, info.nodes) == (1, 3, ("b", "a", "c"))
     assert info.rank_hosts == tuple(hosts) and info.hostname == "a"
-    assert (info.master_addr, info.master_port, info.source) == ("10.0.0.2", 1234, "mpi")
+    assert (info.master_addr, info.master_port, info.source) == ("198.18.0.2", 1234, "mpi")
 
 
 def test_mpi_gather_of_wrong_length_is_refused():

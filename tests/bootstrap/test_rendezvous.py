@@ -66,7 +66,7 @@ def test_the_backends_own_ifname_variable_wins():
 def test_master_address_comes_from_the_named_interface():
     assert rendezvous.interface_address("lo") == "127.0.0.1"
     assert rendezvous.master_address({"GLOO_SOCKET_IFNAME": "lo"}, "ignored") == "127.0.0.1"
-    assert rendezvous.master_address({"MASTER_ADDR": "10.9.9.9", "GLOO_SOCKET_IFNAME": "lo"}, "x") == "10.9.9.9"
+    assert rendezvous.master_address({"MASTER_ADDR": "198.18.0.99", "GLOO_SOCKET_IFNAME": "lo"}, "x") == "198.18.0.99"
 
 
 def test_missing_interface_is_a_clear_error():
