@@ -140,12 +140,12 @@ def test_a_killed_rank_is_restarted_on_the_spare_and_its_node_named(testbed, ref
 @pytest.mark.timeout(GUARD_S + 120)
 def test_a_hung_rank_is_found_by_its_heartbeat_and_the_step_restarted(testbed, reference, tmp_path):
     home = tmp_path / "home"
-    job = submit(testbed, home, "--spare-nodes", "1", "--hang-timeout", "8", fault="hang:1:4")
+    job = submit(testbed, home, "--spare-nodes", "1", "--hang-timeout", "15", fault="hang:1:4")
     folder = home / "jobs" / job
     _, host = rank_1(folder)
     fault = float(wait_for(lambda: re.search(r"^FAULT hang at ([\d.]+)$", read(folder / "rank-1.err"), re.MULTILINE),
                            "the hang").group(1))
-    print(f"\nrank 1 hangs on {host}: fault -> resumed {resumed_at(folder) - fault:.1f} s (--hang-timeout 8)")
+    print(f"\nrank 1 hangs on {host}: fault -> resumed {resumed_at(folder) - fault:.1f} s (--hang-timeout 15)")
     assert final_hash(testbed, job, folder) == reference
     status = st(testbed, home, ["status", job]).stdout
     assert f"start 0 failed: rank 1 on {host}: hung: stuck in its own code" in status, status
