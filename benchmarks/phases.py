@@ -7,7 +7,9 @@ Ours: detect (derive the world, minus MPI_Init and the allgather) + agree (one a
 from __future__ import annotations
 
 import json
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from _common import needs_mpi_and_torch as missing  # noqa: F401 - run_all asks
@@ -34,6 +36,26 @@ def torch_stdlib() -> list[str]:
     return run([PY, "-c", code]).stdout.split()
 
 
+# The control: one rank while as many other processes as the largest size has extra ranks
+# import torch over and over beside it. It does the one-rank work under the machine's
+# contention at that size, so the largest size over it is what grows with the world itself.
+BUSY = ("import sys\nwhile True:\n    import torch\n"
+        "    [sys.modules.pop(m) for m in list(sys.modules) if m.split('.')[0] == 'torch']")
+
+
+def beside_importers(others: int) -> list[dict]:
+    busy = [subprocess.Popen([PY, "-c", BUSY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(others)]
+    try:
+        time.sleep(3)  # past their first import, into the steady churn
+        return once(1)
+    finally:
+        for p in busy:
+            p.kill()
+        for p in busy:
+            p.wait()
+
+
 def once(n: int, warm: list[str] | None = None) -> list[dict]:
     folder = Path(tempfile.mkdtemp(prefix="st-bench-phases-"))
     rank = ([PY, "-c", WARM.format(mods=", ".join(warm))] if warm
@@ -49,11 +71,19 @@ def own(runs: list[dict], key: str) -> float:
 
 def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, list[Figure]]:
     warm = torch_stdlib()
+    # Every size in every round, the plain and the warm start alternating: the machine's
+    # drift over the minute this takes (clock, other load) then falls on every size alike
+    # instead of on whichever ran last, which the highest/lowest ratio would read as growth.
+    by_size: dict[int, tuple[list[dict], list[dict]]] = {n: ([], []) for n in sizes}
+    control: list[dict] = []
+    for _ in range(max(1, reps // 2)):
+        for n in sizes:
+            by_size[n][0].extend(once(n))
+            by_size[n][1].extend(once(n, warm))
+        control.extend(beside_importers(sizes[-1] - 1))
     rows, own_cpus, net_cpus = [], [], []
     for n in sizes:
-        count = max(1, reps // 2) if n <= 8 else max(1, reps // 4)
-        runs = [r for _ in range(count) for r in once(n)]
-        net = [r for _ in range(count) for r in once(n, warm)]
+        runs, net = by_size[n]
         samples = [r["phases"] for r in runs]
         m = {k: med([s.get(k, 0.0) for s in samples]) for k in
              ("detect", "agree", "handover", "mpi_init", "import_torch", "init_process_group")}
@@ -63,6 +93,9 @@ def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, list[Figure]]:
                     + [f"{own(runs, 'phases') * 1000:.1f}", f"**{own_cpus[-1] * 1000:.1f}**",
                        f"**{net_cpus[-1] * 1000:.1f}**"]
                     + [f"{m[k] * 1000:.0f}" for k in ("mpi_init", "import_torch", "init_process_group")])
+    control_cpu = own(control, "cpu")
+    rows.append([f"1, beside {sizes[-1] - 1} processes importing torch (control)", "", "", "",
+                 f"{own(control, 'phases') * 1000:.1f}", f"{control_cpu * 1000:.1f}", "", "", "", ""])
     span = f"{sizes[0]}-{sizes[-1]} ranks"
     figures = [
         Figure("bootstrap own work per rank, worst median CPU", max(own_cpus) * 1000, unit="ms", target=TARGET_MS),
@@ -72,6 +105,8 @@ def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, list[Figure]]:
                target=TARGET_SPREAD),
         Figure(f"bootstrap own work net of torch's stdlib, highest / lowest over {span}", spread(net_cpus),
                target=TARGET_SPREAD),
+        Figure(f"bootstrap own work, {sizes[-1]} ranks / 1 rank beside {sizes[-1] - 1} importers (control)",
+               own_cpus[-1] / control_cpu),
     ]
     text = ("## 3. Bootstrap phases per rank (ms, median over ranks and runs; more ranks than cores oversubscribe)\n\n"
             + table(["ranks", "detect", "agree", "handover", "ours (wall)", "ours (CPU)",
@@ -81,7 +116,10 @@ def run_bench(reps: int, sizes=(1, 2, 4, 8, 16)) -> tuple[str, list[Figure]]:
             "phases as it starts; 'net of torch's stdlib' is the same with the {len(warm)} standard-library modules "
             "that `import torch` loads anyway (dataclasses, inspect, json, socket, typing, ...) loaded before the "
             "clock starts: what the bootstrap adds to a rank that uses torch. Wall times grow once ranks outnumber "
-            "the cores (each rank gets a share of one).".replace("{len(warm)}", str(len(warm))))
+            "the cores (each rank gets a share of one). The control row is one rank doing the one-rank work while "
+            f"{sizes[-1] - 1} other processes import torch beside it: the same contention for caches and memory as "
+            f"{sizes[-1]} ranks starting at once on this machine, with no world to grow; the summary gives "
+            f"{sizes[-1]} ranks over it.".replace("{len(warm)}", str(len(warm))))
     return text, figures
 
 
