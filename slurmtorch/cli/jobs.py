@@ -45,20 +45,19 @@ def status(
             print(unknown[j].render(), file=sys.stderr)
             continue
         if j not in known:  # an array job: one line per trial
-            trials = scheduler.array_status(j, root)
-            records += [_record(t.status, jobdir.trial_dir(j, t.trial, root), trial=t.trial, params=t.params)
-                        for t in trials]
-            if not as_json:
-                for t in trials:
-                    print(t.line())
-                    if t.status.done:
-                        for line in failure_lines(jobdir.trial_dir(j, t.trial, root)):
-                            print(f"  {line}")
-            continue
-        st = known[j]
-        records.append(_record(st, folder))
-        if not as_json:
-            _print_job(st, folder)
+            for t in scheduler.array_status(j, root):
+                trial = jobdir.trial_dir(j, t.trial, root)
+                if as_json:
+                    records.append(_record(t.status, trial, trial=t.trial, params=t.params))
+                    continue
+                print(t.line())
+                if t.status.done:
+                    for line in failure_lines(trial):
+                        print(f"  {line}")
+        elif as_json:
+            records.append(_record(known[j], folder))
+        else:
+            _print_job(known[j], folder)
     if as_json:
         print(json.dumps(records, indent=1))
     return 1 if unknown else 0

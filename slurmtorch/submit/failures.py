@@ -97,10 +97,13 @@ def latest_exits(texts: list[str]) -> dict[int, RankExit]:
     return {e.rank: e for e in exits if e.restart == latest}
 
 
+_EXITED_RE = re.compile(r"Exited with exit code (\d+)")  # srun's words for a task that exited by itself
+
+
 def srun_exit_code(what: str) -> int | None:
     """A task's exit code from srun's words: `Exited with exit code N` is N, a signal's name
     (`Killed`, `Terminated`, `Segmentation fault`: strsignal) 128 + its number."""
-    m = re.match(r"Exited with exit code (\d+)", what)
+    m = _EXITED_RE.match(what)
     if m:
         return int(m[1])
     name = what.strip()
@@ -260,7 +263,7 @@ def _own_code(srun_line: tuple[str, str] | None) -> int:
     """The exit code of a rank that reported its failure: the one srun saw it exit with, else
     1, the bootstrap's after an exception (srun has no line for it, or names the signal it
     ended the rank with once it had reported: that is srun's doing, not the rank's)."""
-    m = re.match(r"Exited with exit code (\d+)", srun_line[1]) if srun_line else None
+    m = _EXITED_RE.match(srun_line[1]) if srun_line else None
     return int(m[1]) if m else 1
 
 

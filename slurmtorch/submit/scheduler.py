@@ -279,7 +279,6 @@ def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -
     return statuses([str(job_id)], root, runner=runner)[str(job_id)]
 
 
-task_status = job_status  # `JOBID_K` is an array task's status; the old name of the same call
 
 
 def settle(job_id: str, row: SqueueRow | None, folder: Path, runner: Runner = run) -> JobStatus:
