@@ -47,7 +47,7 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit import jobdir, render, sites
 from slurmtorch.submit import scheduler as sub
 
-# Job, its errors and Layout live in their own modules; named here too, where README sends users.
+# Job, its errors and Layout live in their own modules; named here too, where docs/python-api.md sends users.
 __all__ = ["Distributor", "Job", "JobFailed", "RemoteError", "Layout", "plan_layout"]
 
 # Options passed through to the CLI's `spec.Options` (the rank layout is ours): the

@@ -4,6 +4,8 @@ import os
 import socket
 import sys
 
+from printed import wait_until_printed
+
 out = {k: os.environ.get(k) for k in ("SLURMTORCH_ROLE", "SLURMTORCH_ROLE_INDEX", "RANK", "WORLD_SIZE",
                                       "MASTER_ADDR", "MASTER_PORT", "SLURMTORCH_TRIAL", "SLURMTORCH_PARAMS")}
 out["host"] = socket.gethostname()
@@ -24,20 +26,12 @@ print(json.dumps(out), flush=True)
 
 # A ps/evaluator rank serves until the training roles end, then is stopped: if it were still
 # importing torch then, it would never print. So training ranks end only once every other
-# role's rank has printed its line (its rank-R.out in the job folder), as a real trainer ends
-# only once its parameter servers answered.
+# role's rank has printed its line, as a real trainer ends only once its parameter servers answered.
 if out["SLURMTORCH_ROLE"] in ("master", "chief", "worker"):
-    import time
-
     counts = [(role, int(n)) for role, n in (kv.split("=") for kv in os.environ["SLURMTORCH_ROLES"].split(","))]
     first, servers = 0, []
     for role, n in counts:
         if role not in ("master", "chief", "worker"):
             servers += range(first, first + n)
         first += n
-    folder = os.environ["SLURMTORCH_JOB_DIR"]
-    deadline = time.monotonic() + 90
-    for r in servers:
-        path = os.path.join(folder, f"rank-{r}.out")
-        while not (os.path.exists(path) and "}" in open(path).read()) and time.monotonic() < deadline:
-            time.sleep(0.2)
+    wait_until_printed(servers)

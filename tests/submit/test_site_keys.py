@@ -345,10 +345,10 @@ def test_schema_lists_every_new_key():
     assert re.fullmatch(top["srun_args"]["items"]["pattern"], "--gpu-bind=closest")
 
 
-def test_the_readmes_site_admin_example_is_one_valid_site(tmp_path):
-    """README's "For site admins" builds one site over its YAML blocks; together they must load."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## For site admins", 1)[1].split("\n## ", 1)[0]
+def test_the_site_admins_guide_example_is_one_valid_site(tmp_path):
+    """docs/site-admins.md builds one site step by step over its YAML blocks; together they must load."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "site-admins.md").read_text()
+    section = guide.split("## One site, step by step", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
     site = sites.load_site(write(tmp_path, "".join(blocks)))
     assert {nt.name for nt in site.node_types} == {"h100", "l40s"} and site.required == ("account",)

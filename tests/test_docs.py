@@ -1,0 +1,99 @@
+"""README.md and docs/ stay right: every `slurmtorch sbatch` and `slurmtorch mpirun` line renders
+(`--dry-run`, no cluster needed), every Python block parses, and every relative link leads to a
+file and heading that exist, so a renamed option, site or section cannot leave them wrong.
+README's main testbed job runs for real in tests/cli/test_main_job.py; the site admins' guide's
+YAML in tests/submit/test_site_keys.py."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+VERBS = ("sbatch", "mpirun")
+
+
+def shell_commands(text: str) -> list[list[str]]:
+    """The argv of each command in the text's ```sh blocks (split at `;`, comments dropped)."""
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"(^|\s)#.*", "", line)  # a shell comment starts a word; `nvcr.io#img` is no comment
+            lexer = shlex.shlex(line, posix=True, punctuation_chars=";")
+            lexer.whitespace_split, lexer.commenters = True, ""
+            argv: list[str] = []
+            for token in [*lexer, ";"]:
+                if token != ";":
+                    argv.append(token)
+                elif argv:
+                    commands.append(argv)
+                    argv = []
+    return commands
+
+
+def documented_launches() -> list[tuple[str, list[str]]]:
+    return [(f"{path.relative_to(REPO)}: {' '.join(argv)}", argv)
+            for path in DOCS for argv in shell_commands(path.read_text())
+            if argv[:1] == ["slurmtorch"] and argv[1:2] and argv[1] in VERBS]
+
+
+def test_shell_commands_split_like_a_shell():
+    text = "```sh\nslurmtorch status; slurmtorch logs 1 --rank 0   # it's a comment\n" \
+           "slurmtorch sbatch --container-image nvcr.io#img 'a b' x.py\n```\n"
+    assert shell_commands(text) == [["slurmtorch", "status"], ["slurmtorch", "logs", "1", "--rank", "0"],
+                                    ["slurmtorch", "sbatch", "--container-image", "nvcr.io#img", "a b", "x.py"]]
+
+
+def test_the_docs_show_launch_commands():
+    shown = {label.split(":", 1)[0] for label, _ in documented_launches()}
+    assert {"README.md", "docs/users-guide.md"} <= shown
+
+
+@pytest.mark.parametrize("label, argv", documented_launches(), ids=[label for label, _ in documented_launches()])
+def test_documented_launch_command_renders(label, argv, tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    env = dict(os.environ, SLURMTORCH_HOME=str(tmp_path / "home"))
+    env.pop("SLURMTORCH_SITE", None)
+    args = argv[1:] if "--dry-run" in argv else [argv[1], "--dry-run", *argv[2:]]
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.cli.main", *args], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, f"{label}\n{proc.stderr}"
+    assert proc.stdout.startswith("#!"), proc.stdout[:200]
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(REPO)) for p in DOCS])
+def test_documented_python_blocks_parse(path):
+    for block in re.findall(r"```python\n(.*?)```", path.read_text(), re.S):
+        ast.parse(block)
+
+
+def heading_anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to '-'."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_heading_anchors_follow_github():
+    assert heading_anchor("Preemption: checkpoint, requeue, resume") == "preemption-checkpoint-requeue-resume"
+    assert heading_anchor("Preflight: `slurmtorch doctor`") == "preflight-slurmtorch-doctor"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(REPO)) for p in DOCS])
+def test_relative_links_lead_to_existing_files_and_headings(path):
+    for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (path.parent / file).resolve() if file else path
+        assert linked.is_file(), f"{path.name}: {target}"
+        if anchor:
+            headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
+            assert anchor in {heading_anchor(h) for h in headings}, f"{path.name}: {target}"
