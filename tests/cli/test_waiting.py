@@ -232,3 +232,39 @@ def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
         assert with_unknown.stderr.startswith("error: job 987654 is unknown to squeue")
     finally:
         testbed.run(["scancel", pending])
+
+
+def plant_unreadable_folders(jobs: Path) -> dict[str, str]:
+    """Job folders no one (root included) can read as a job's: id -> what is wrong."""
+    (jobs / "900001").symlink_to(jobs / "gone")  # a dangling link
+    (jobs / "900002").write_text("not a folder\n")
+    (jobs / "900003").mkdir()
+    (jobs / "900003" / "trials.json").mkdir()  # a folder where a file should be
+    (jobs / "900004").mkdir()
+    (jobs / "900004" / "trials.json").write_bytes(b"\xff\xfe{not json")
+    (jobs / "900005").mkdir()
+    (jobs / "900005" / "exit-code").mkdir()
+    (jobs / "900005" / "rank-0.err").symlink_to("/nonexistent")
+    return {"900001": "900001 is a link to nothing", "900002": "900002 is not a folder",
+            "900003": "900003/trials.json: [Errno 21] Is a directory", "900004": "900004/trials.json: 'utf-8' codec"}
+
+
+@pytest.mark.timeout(120)
+def test_status_skips_an_unreadable_job_folder_with_a_note_and_shows_the_rest(testbed, home, tmp_path):
+    ticks = script(tmp_path, "ticks.py", TICKS)
+    done = st(testbed, home, ["sbatch", "--site", "testbed", "--wait", str(ticks), "1", "0"]).stdout.split()[0]
+    bad = plant_unreadable_folders(home / "jobs")
+    table = st(testbed, home, ["status"])
+    assert table.returncode == 0, table.stderr
+    rows = [ln.split() for ln in table.stdout.splitlines()[1:]]
+    assert [done, "COMPLETED", "0"] in [r[:3] for r in rows], table.stdout
+    assert [r[:2] for r in rows if r[0] == "900005"] == [["900005", "ENDED"]]  # readable enough: shown
+    notes = {ln.split()[3].rstrip(":"): ln for ln in table.stderr.splitlines()}
+    assert sorted(notes) == sorted(bad), table.stderr
+    for job_id, why in bad.items():
+        assert notes[job_id].startswith(f"note: skipped job {job_id}: ") and why in notes[job_id], notes[job_id]
+    records = json.loads(st(testbed, home, ["status", "--json"]).stdout)
+    assert {r["job_id"] for r in records} == {done, "900005"}
+    some = st(testbed, home, ["status", "900004", done])  # named: an error line for it, the rest shown, exit 1
+    assert some.returncode == 1 and some.stdout.startswith(f"job={done} state=COMPLETED"), some
+    assert some.stderr.startswith("error: cannot read ") and "900004/trials.json" in some.stderr
