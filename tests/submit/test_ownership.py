@@ -7,6 +7,7 @@ refusal is one error line naming the folder and why, and a tip with the fix.
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
@@ -125,6 +126,15 @@ def test_a_relative_link_through_a_foreign_folder_is_followed_and_refused(base):
     (base / "home").symlink_to("theirs/st")
     e = refusal(base / "home" / "jobs")
     assert e.message.startswith(f"{theirs} (on the way to SLURMTORCH_HOME")
+
+
+def test_a_link_loop_is_an_os_error_which_callers_turn_into_their_line(base):
+    (base / "home").symlink_to(base / "home")
+    with pytest.raises(OSError) as e:
+        ownership.secure_folder(base / "home" / "jobs", base / "home")
+    assert e.value.errno == errno.ELOOP
+    with pytest.raises(SubmitError, match=r"cannot write the job folder .*too many levels of symbolic links"):
+        jobdir.make_temp(base / "home" / "jobs", "#!/bin/bash\n")
 
 
 def test_a_file_where_the_home_should_be_is_refused(base):
