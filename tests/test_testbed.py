@@ -124,3 +124,46 @@ def test_sbatch_four_node_job_agrees_on_gloo_all_reduce(testbed, has_torch, tmp_
     with capsys.disabled():  # shown in CI's log: the proof that the cluster is real
         print(f"\n  sbatch job {job_id} on the testbed:\n    " + "\n    ".join(lines))
     assert lines == [f"host=node{i + 1} rank={i} sum=10" for i in range(4)]
+
+
+def _testbed_at(state: Path, *args):
+    env = {**os.environ, "SLURMTORCH_TESTBED_DIR": str(state)}
+    return subprocess.run([str(TESTBED), *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+@pytest.mark.parametrize("plant, why", [
+    ("state", "belongs to uid 65534, not to us: another user may have made it first"),
+    ("lock", "belongs to uid 65534, not to us"),
+    ("state-link", "is a symbolic link, which another user may have planted"),
+    ("state-writable", "is writable by others (mode 777)"),
+    ("open-parent", "is writable by others and not sticky (mode 777)"),
+])
+@pytest.mark.parametrize("verb", ["up", "status", "down"])
+def test_a_state_dir_or_lock_another_user_made_first_is_refused_before_anything_runs(tmp_path, plant, why, verb):
+    """The testbed runs as root from predictable /tmp paths: what another user planted
+    there first (config, keys, PID files) must never be read, run or killed from."""
+    need(os.geteuid() == 0, "the testbed needs root")
+    parent = tmp_path / "tmp"
+    parent.mkdir(mode=0o1777 if plant != "open-parent" else 0o777)
+    os.chmod(parent, 0o1777 if plant != "open-parent" else 0o777)
+    state = parent / "slurmtorch-testbed"
+    if plant == "state-link":
+        (tmp_path / "theirs").mkdir()
+        state.symlink_to(tmp_path / "theirs")
+    else:
+        state.mkdir()
+        (state / "run").mkdir()
+        (state / "run" / "slurmctld.pid").write_text(f"{os.getpid()}\n")  # a PID file aimed at us
+    if plant == "state":
+        os.chown(state, 65534, -1)
+    if plant == "state-writable":
+        os.chmod(state, 0o777)
+    if plant == "lock":
+        Path(f"{state}.lock").write_text("")
+        os.chown(f"{state}.lock", 65534, -1)
+    proc = _testbed_at(state, verb)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("testbed: ") and why in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert "SLURMTORCH_TESTBED_DIR" in proc.stderr
+    assert state.exists() or state.is_symlink()  # nothing removed, nothing started
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tmp", *(["theirs"] if plant == "state-link" else [])])

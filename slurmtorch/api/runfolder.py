@@ -2,7 +2,8 @@
 the ranks meet (meta, payload, result, error reports; a local run's logs too).
 
 It lives on the shared file system the job folders already need, and it is private
-(0700): a pickled payload runs as code on every rank. Once the answer is read it is
+(0700): a pickled payload runs as code on every rank, so the folders above it must be
+this user's alone too (`ownership`). Once the answer is read it is
 closed (close_run_folder): a run that succeeded leaves nothing (every call used to leave
 24-44 KB for good), a failed one is kept for its logs and error reports, marked `failed`,
 and only the newest KEEP_FAILED of those stay. A folder without an answer yet (a job
@@ -16,20 +17,17 @@ import shutil
 from pathlib import Path
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import jobdir
+from slurmtorch.submit import jobdir, ownership
 
 FAILED = "failed"  # in a run folder: its job failed; holds the error's first line
 KEEP_FAILED = 20  # failed run folders kept, newest first
 
 
 def create_run_folder(workdir: Path) -> None:
-    """Make `workdir` (0700); missing levels above it (SLURMTORCH_HOME) never
-    world-writable, whatever the umask."""
-    parent = workdir.parent
-    jobdir.ensure_folder(parent.parent)
-    parent.mkdir(exist_ok=True, mode=0o700)
-    if parent.stat().st_mode & 0o022:
-        os.chmod(parent, 0o700)
+    """Make `workdir` (0700) in `distributor/` of SLURMTORCH_HOME, both made privately if
+    missing and refused (SubmitError) when another user owns or can write them: the
+    payload in it runs on every rank (ownership)."""
+    ownership.secure_folder(workdir.parent, workdir.parent.parent)
     os.mkdir(workdir, 0o700)
     os.chmod(workdir, 0o700)  # mkdir's mode is masked by the umask
 

@@ -35,8 +35,14 @@ def status(
         return _table(root, as_json)
     for j in job_ids:
         jobdir.check_job_id(j)
-    singles = [j for j in job_ids if jobdir.read_trials(jobdir.job_dir(j, root)) is None]
-    unknown: dict = {}
+    unknown: dict = {}  # a job no one knows, or whose folder cannot be read: its error line, and exit 1
+    singles = []
+    for j in job_ids:
+        try:
+            if jobdir.read_trials(jobdir.job_dir(j, root)) is None:
+                singles.append(j)
+        except SubmitError as exc:
+            unknown[j] = exc
     known = scheduler.statuses(singles, root, unknown=unknown)
     records = []
     for j in job_ids:
@@ -98,9 +104,12 @@ def _table(root, as_json: bool) -> int:
         rows.append((replace(st, exit_code=jobdir.read_exit_code(folder)) if st.done else st, folder))
     for j in reversed(others):
         folder = folders[j]
-        if jobdir.read_trials(folder) is not None:
-            continue  # an ended array: `status JOBID` lists its trials
-        rows.append((scheduler.settle(j, None, folder), folder))
+        try:
+            if jobdir.read_trials(_readable(folder)) is not None:
+                continue  # an ended array: `status JOBID` lists its trials
+            rows.append((scheduler.settle(j, None, folder), folder))
+        except SubmitError as exc:  # one broken folder must not hide the others
+            print(f"note: skipped job {j}: {exc.message}", file=sys.stderr)
     if as_json:
         print(json.dumps([_record(st, folder) for st, folder in rows], indent=1))
         return 0
@@ -113,6 +122,14 @@ def _table(root, as_json: bool) -> int:
         where = st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
         print(visible(f"{st.job_id:<12} {st.state:<12} {code:>4}  {where}"))
     return 0
+
+
+def _readable(folder):
+    """`folder` if it is one; else SubmitError saying what it is instead."""
+    if folder.is_dir():
+        return folder
+    raise SubmitError(f"{folder} is a link to nothing" if folder.is_symlink() and not folder.exists()
+                      else f"{folder} is not a folder")
 
 
 def logs(

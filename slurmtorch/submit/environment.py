@@ -9,8 +9,8 @@ one's), and a plain value in a later layer replaces the variable, compositions a
 A composition over nothing but the job's own environment keeps that value at run time
 (`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one
 literal value here. Refused from `--env`: names the batch script sets itself, names
-whose literal value cannot work (PATH, PYTHONHOME, LD_PRELOAD), and Slurm's
-job-identity variables.
+whose literal value cannot work (PATH, PYTHONHOME), names that make a shell or the
+loader run code (BASH_ENV, LD_PRELOAD, ...), and Slurm's job-identity variables.
 """
 
 from __future__ import annotations
@@ -44,8 +44,31 @@ UNSETTABLE_ENV = {
              "python, srun and mpirun", "load tools with the site's modules:, or give the full path to a program"),
     "PYTHONHOME": ("it points every rank's python at another installation, which then cannot import itself",
                    "set the interpreter with the site's python: instead"),
-    "LD_PRELOAD": ("it would load into srun, mpirun and bash as well as the ranks",
+}
+# Variables that make a shell or the loader run code. An --env value is exported before the
+# launch line, so it acts on srun, mpirun, the batch script's shells and whatever they start,
+# not only on the ranks (docs/SECURITY.md). Decided one by one; allowed on purpose:
+# LD_LIBRARY_PATH (sites set it for NCCL plugins and CUDA), IFS (bash and dash reset it at
+# start-up), GLOBIGNORE (it changes what a glob matches and runs nothing). Exported functions
+# (BASH_FUNC_f%%) never get here: shell.env_name refuses a name that is not a plain one.
+_RUN_IT_YOURSELF = "run it from your own script (or a site's node prologue) instead"
+RUNS_CODE_ENV = {
+    "BASH_ENV": ("every non-interactive bash the job starts (the launch steps, mpirun.sh, your script's "
+                 "subshells) would first run the file it names", _RUN_IT_YOURSELF),
+    "ENV": ("an interactive sh (dash, or bash started as sh) would first run the file it names", _RUN_IT_YOURSELF),
+    "SHELLOPTS": ("every bash the job starts would take these options (xtrace, noexec, ...), the batch "
+                  "script's own included", "set the options inside your own script"),
+    "BASHOPTS": ("every bash the job starts would take these shopt options (extdebug, ...)",
+                 "set the options inside your own script"),
+    "PS4": ("bash expands it for every traced line, running any $(...) in it", "set it inside your own script"),
+    "PROMPT_COMMAND": ("an interactive bash in the job (srun --pty bash) would run it before every prompt",
+                       _RUN_IT_YOURSELF),
+    "CDPATH": ("a relative cd in any of the job's shells could land in another folder and run what is there",
+               "cd to an absolute path inside your own script"),
+    "LD_PRELOAD": ("the loader would run the libraries it names inside srun, mpirun and bash as well as the ranks",
                    "set it inside your script, or in the site's env: for a node type"),
+    "LD_AUDIT": ("the loader would run the audit libraries it names inside srun, mpirun, bash and every rank",
+                 "set it inside your script, or in the site's env: for a node type"),
 }
 # Slurm's output variables that say which job, step and task this is (sbatch(1), srun(1)
 # "OUTPUT ENVIRONMENT VARIABLES"); the ranks derive their world from them. Input variables
@@ -99,7 +122,7 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
     """`K=V` strings -> pairs; the name must be a plain shell name.
 
     With `batch`, names the batch script sets itself (SCRIPT_ENV) are refused; always,
-    UNSETTABLE_ENV and SLURM_IDENTITY names.
+    UNSETTABLE_ENV, RUNS_CODE_ENV and SLURM_IDENTITY names.
     """
     out = []
     for item in items:
@@ -113,8 +136,8 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
                 tip="a site that needs a fixed one sets it in its `env:`" if name.startswith("MASTER_")
                 else f"leave --env {name} out; slurmtorch sets it for every job that needs it",
             )
-        if name in UNSETTABLE_ENV:
-            why, tip = UNSETTABLE_ENV[name]
+        if name in UNSETTABLE_ENV or name in RUNS_CODE_ENV:
+            why, tip = UNSETTABLE_ENV.get(name) or RUNS_CODE_ENV[name]
             raise SpecError(f"--env {name}: {why}", tip=tip)
         if name in SLURM_IDENTITY:
             raise SpecError(f"--env {name}: Slurm sets {name} for each job and task; "

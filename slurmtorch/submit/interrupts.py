@@ -11,6 +11,9 @@ another thread they are left as the caller set them):
   wait a bounded time and report.
 - `deferred`: while a submission is half done, a stop signal is only noted; the
   submission checks at safe points and raises `Interrupted`, so it can be undone.
+- `stops_as_interrupts`: while a job is waited for, TERM and HUP stop the wait as Ctrl-C
+  does (`StopSignal`, a KeyboardInterrupt), so the waiter says the job goes on rather
+  than dying silently with 143.
 """
 
 from __future__ import annotations
@@ -85,6 +88,32 @@ class Forwarding:
             self._forward(signum)
             if first:
                 raise Interrupted(signum, self.what)
+
+
+class StopSignal(KeyboardInterrupt):
+    """TERM or HUP raised where Ctrl-C raises KeyboardInterrupt; carries the signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stop(signum, frame) -> None:
+    raise StopSignal(signum)
+
+
+@contextmanager
+def stops_as_interrupts() -> Iterator[None]:
+    """While open, TERM and HUP (unless ignored, as under nohup) raise `StopSignal` in the
+    main thread, which a waiter's `except KeyboardInterrupt` answers as it answers Ctrl-C."""
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)
+               if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        _restore(old)
 
 
 class Pending:

@@ -11,9 +11,11 @@ this module makes the folder and reads it back.
 A folder is made under a temporary name (`.submitting-<hex>`) and renamed to the job id
 once sbatch has answered. It is private whatever the umask: the folder 0700, the files we
 write in it 0600 (script.sh holds the --env exports, often tokens; the logs what the
-ranks printed). What the job writes inside follows the job's umask (`umask o-w`, which
-the user's script inherits for its own outputs, checkpoints a project group may share):
-the folder's 0700 already keeps it from everyone else; `chmod g+rx` on a job folder
+ranks printed), and the jobs folder and SLURMTORCH_HOME above it are refused when another
+user owns or can write them (`ownership`: script.sh runs as the user). What the job writes
+inside follows the job's umask (`umask o-w`, which the user's script inherits for its own
+outputs, checkpoints a project group may share): the folder's 0700 already keeps it from
+everyone else; `chmod g+rx` on a job folder (and g+x on the two levels above, made 0700)
 shares it. Pure paths and plain file writes only: the dry run imports this module,
 never the scheduler's.
 """
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 from slurmtorch.errors import SpecError, SubmitError
+from slurmtorch.submit import ownership
 
 SCRIPT = "script.sh"
 BATCH_OUT = "batch.out"
@@ -69,31 +72,6 @@ def trial_dir(job_id: str, trial: int, root: Path | None = None) -> Path:
 # --------------------------------------------------------------------------- writing
 
 
-def no_world_write(path: Path | str) -> None:
-    """Take o+w off whatever the umask let through; group bits stay as the umask gave them
-    (a project group may share job folders). A world-writable folder lets anyone swap files."""
-    mode = os.stat(path).st_mode
-    if mode & 0o002:
-        os.chmod(path, (mode & 0o7777) & ~0o002)
-
-
-def ensure_folder(folder: Path) -> None:
-    """Create `folder` and its missing parents, none of them world-writable whatever the umask
-    (mkdir(parents=True) would leave the parents 0777 under umask 000). Existing levels
-    are left alone."""
-    missing = []
-    for p in (folder, *folder.parents):
-        if p.exists():
-            break
-        missing.append(p)
-    for p in reversed(missing):
-        try:
-            os.mkdir(p, 0o777)
-        except FileExistsError:
-            continue  # made by someone else meanwhile: not ours to change
-        no_world_write(p)
-
-
 def private_folder(path: Path) -> None:
     """A new folder only its owner can enter (0700, whatever the umask)."""
     os.mkdir(path, 0o700)
@@ -120,9 +98,9 @@ def folder_error(exc: OSError, place: Path, what: str = "job folder") -> SubmitE
 
 
 def _ensure_root(root: Path) -> None:
-    ensure_folder(root)
-    if root.stat().st_mode & 0o002:
-        raise SubmitError(f"job folder root {root} is world-writable", tip=f"chmod o-w {root}")
+    """The jobs folder and SLURMTORCH_HOME above it: made privately, or refused when another
+    user owns or can write them (ownership)."""
+    ownership.secure_folder(root, root.parent)
 
 
 def _make_temp_folder(root: Path) -> Path:

@@ -21,6 +21,7 @@ from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.records import record, replace
 from slurmtorch.roles import TRAINING_ROLES
+from slurmtorch.submit import ownership
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var
@@ -283,17 +284,16 @@ def _sbatch_directive(pair: tuple[str, object]) -> str:
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates, kept between CLI runs: compiling ours costs ~6 ms a run.
 
-    Jinja's own per-user cache folder (in the temp dir, refused if another user owns it
-    or can write to it); each entry is checked against its template's source, so an
-    edited or site-overridden template is recompiled. SLURMTORCH_NO_TEMPLATE_CACHE=1
-    turns it off.
+    In our private cache folder ($XDG_CACHE_HOME/slurmtorch/templates), not Jinja's
+    default /tmp/_jinja2-cache-UID: a predictable /tmp name another user can make first
+    (Jinja then refuses it, but chmods it before looking, following a planted link).
+    Each entry is checked against its template's source, so an edited or site-overridden
+    template is recompiled. SLURMTORCH_NO_TEMPLATE_CACHE=1 turns it off.
     """
     if os.environ.get("SLURMTORCH_NO_TEMPLATE_CACHE"):
         return None
-    try:
-        return jinja2.FileSystemBytecodeCache()
-    except (OSError, RuntimeError):
-        return None
+    where = ownership.cache_folder("templates")
+    return None if where is None else jinja2.FileSystemBytecodeCache(str(where))
 
 
 @lru_cache(maxsize=8)

@@ -22,6 +22,7 @@ import pickle
 from collections.abc import Iterable
 from pathlib import Path
 
+from slurmtorch.submit import ownership
 from slurmtorch.submit.cluster import Site
 
 FORMAT = 1  # the entry's layout; a change makes every older entry a miss
@@ -35,19 +36,11 @@ _ALLOWED = {("slurmtorch.submit.cluster", name) for name in ("Site", "NodeType",
 
 
 def folder() -> Path | None:
-    """$XDG_CACHE_HOME/slurmtorch/sites (default ~/.cache), made private; None when off or unsafe."""
+    """$XDG_CACHE_HOME/slurmtorch/sites (default ~/.cache), made private; None when off or
+    unsafe (someone else could plant an entry: ownership.cache_folder)."""
     if os.environ.get("SLURMTORCH_NO_SITE_CACHE"):
         return None
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    where = Path(base) / "slurmtorch" / "sites"
-    try:
-        where.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = where.stat()
-    except OSError:
-        return None
-    if st.st_uid != os.getuid() or st.st_mode & 0o022:
-        return None  # someone else could plant an entry
-    return where
+    return ownership.cache_folder("sites")
 
 
 def identity(path: str | os.PathLike) -> tuple[str, str] | None:

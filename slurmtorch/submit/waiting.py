@@ -3,11 +3,14 @@
 `sbatch --wait` and `logs --follow` copy a job's logs from its folder as they grow (every
 TICK_S: files only, nothing asked of the controller) while `watch.WATCH` asks the
 scheduler at `polling`'s rate; a `StatusLine` shows the state. Ctrl-C leaves the job
-running and says how to stop it (exit 130), or cancels it with `--cancel-on-interrupt`.
+running and says how to stop it (exit 130), or cancels it with `--cancel-on-interrupt`;
+TERM and HUP (a batch system or a closed terminal ending the waiter) do the same, saying
+so, and exit 143 and 129.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -17,6 +20,7 @@ from typing import IO
 from slurmtorch.errors import SlurmtorchError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit import scheduler
+from slurmtorch.submit.interrupts import stops_as_interrupts
 from slurmtorch.submit.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.polling import Backoff
 from slurmtorch.submit.report import failure_lines
@@ -28,7 +32,8 @@ TICK_S = 0.25
 
 
 class StoppedWaiting(SlurmtorchError):
-    """Ctrl-C while waiting: the job goes on (or was cancelled, if asked); exit 130."""
+    """Ctrl-C (or TERM, HUP) while waiting: the job goes on (or was cancelled, if asked);
+    exit 128 + the signal (130 for Ctrl-C)."""
 
     exit_code = 130
 
@@ -37,9 +42,18 @@ class StoppedWaiting(SlurmtorchError):
 
 
 def interrupted(job_id: str, status: JobStatus | None, cancel: bool, runner=None,
-                root: Path | None = None) -> StoppedWaiting:
-    """What Ctrl-C on a waiter says: the job is still there and how to stop it, or (`cancel`)
-    that it was cancelled. `status`: the job's last known one (None for an array job)."""
+                root: Path | None = None, signum: int = signal.SIGINT) -> StoppedWaiting:
+    """What Ctrl-C (or `signum`) on a waiter says: the job is still there and how to stop it,
+    or (`cancel`) that it was cancelled. `status`: the job's last known one (None for an
+    array job)."""
+    stopped = _interrupted(job_id, status, cancel, runner, root)
+    if signum != signal.SIGINT:
+        stopped.message = f"stopped waiting ({signal.Signals(signum).name}): {stopped.message}"
+    stopped.exit_code = 128 + signum
+    return stopped
+
+
+def _interrupted(job_id: str, status: JobStatus | None, cancel: bool, runner, root: Path | None) -> StoppedWaiting:
     if status is not None:  # a single job's last look may be up to MAX_S old: say what it does now
         try:
             status = scheduler.job_status(job_id, root, **({"runner": runner} if runner else {}))
@@ -63,17 +77,18 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
     tails = [Tail(p, out, line) for p, out in paths]
     status = None
     try:
-        while True:
-            for t in tails:
-                t.pump()
-            status = watch.status(job_id, root, runner=runner)
-            if status.done:
-                break
-            line.show(status)
-            time.sleep(TICK_S)
-    except KeyboardInterrupt:
+        with stops_as_interrupts():
+            while True:
+                for t in tails:
+                    t.pump()
+                status = watch.status(job_id, root, runner=runner)
+                if status.done:
+                    break
+                line.show(status)
+                time.sleep(TICK_S)
+    except KeyboardInterrupt as stop:
         line.close()
-        raise interrupted(job_id, status, cancel_on_interrupt, runner, root) from None
+        raise interrupted(job_id, status, cancel_on_interrupt, runner, root, _signum(stop)) from None
     line.close()
     drain(tails)
     watch.forget(job_id, root)
@@ -100,33 +115,39 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, err: IO[st
     backoff, marks, trials, last = Backoff(), None, [], None
     kw = {"runner": runner} if runner else {}
     try:
-        while True:
-            now_marks = [jobdir.progress_mark(p) for p in sorted(jobdir.job_dir(job_id, root).glob("trial-*"))]
-            if marks is not None and now_marks != marks:
-                backoff.nudge()
-            marks = now_marks
-            if backoff.due(clock()):
-                trials = scheduler.array_status(job_id, root, known=reported, **kw)
-                summary = _summary(trials)
-                backoff.called(clock(), summary != last)
-                last = summary
-                for t in trials:
-                    if t.trial not in reported and t.status.done:
-                        reported[t.trial] = t.status
-                        line.before_output()
-                        _report_trial(job_id, t, root, err)
-                if len(reported) == len(trials):
-                    break
-                line.say(summary, summary)
-            time.sleep(TICK_S)
-    except KeyboardInterrupt:
+        with stops_as_interrupts():
+            while True:
+                now_marks = [jobdir.progress_mark(p) for p in sorted(jobdir.job_dir(job_id, root).glob("trial-*"))]
+                if marks is not None and now_marks != marks:
+                    backoff.nudge()
+                marks = now_marks
+                if backoff.due(clock()):
+                    trials = scheduler.array_status(job_id, root, known=reported, **kw)
+                    summary = _summary(trials)
+                    backoff.called(clock(), summary != last)
+                    last = summary
+                    for t in trials:
+                        if t.trial not in reported and t.status.done:
+                            reported[t.trial] = t.status
+                            line.before_output()
+                            _report_trial(job_id, t, root, err)
+                    if len(reported) == len(trials):
+                        break
+                    line.say(summary, summary)
+                time.sleep(TICK_S)
+    except KeyboardInterrupt as stop:
         line.close()
-        raise interrupted(job_id, None, cancel_on_interrupt, runner, root) from None
+        raise interrupted(job_id, None, cancel_on_interrupt, runner, root, _signum(stop)) from None
     line.close()
     failed = [t.trial for t in trials if exit_code_of(t.status) != 0]
     print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
           + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
     return 1 if failed else 0
+
+
+def _signum(stop: KeyboardInterrupt) -> int:
+    """The signal that stopped a wait: Ctrl-C's SIGINT, or the one a StopSignal carries."""
+    return getattr(stop, "signum", signal.SIGINT)
 
 
 def _summary(trials) -> str:

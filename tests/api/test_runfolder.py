@@ -9,6 +9,7 @@ is never touched. Every wait is bounded by result(timeout=...) and the pytest ti
 from __future__ import annotations
 
 import os
+import pwd
 import socket
 import time
 
@@ -17,6 +18,7 @@ import pytest
 from slurmtorch import Distributor
 from slurmtorch.api import runfolder
 from slurmtorch.api.job import RemoteError
+from slurmtorch.errors import SubmitError
 
 pytestmark = [pytest.mark.mpi, pytest.mark.torch]
 
@@ -98,3 +100,28 @@ def test_pruning_keeps_the_newest_marked_folders_and_leaves_unmarked_ones(tmp_pa
     assert sorted(p.name for p in removed) == ["run-0", "run-1"]
     assert runs(tmp_path) == ["run-2", "run-3", "run-4", "stray-file"]
     assert runfolder.prune_failed(tmp_path / "missing", 2) == []
+
+
+def leave_a_mark(path):
+    with open(path, "w") as fh:
+        fh.write("ran\n")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode, owner, why", [(0o755, "nobody", "belongs to nobody"),
+                                              (0o1777, None, "is writable by anyone (mode 1777)")])
+def test_a_local_run_refuses_a_home_another_user_owns_or_can_write_and_runs_nothing(local, tmp_path, mode, owner,
+                                                                                      why):
+    """SLURMTORCH_HOME made first by someone else (shared scratch, /tmp): its owner could swap
+    the run folder and its payload, which every rank unpickles and runs as this user."""
+    home = local.parent
+    home.mkdir()
+    os.chmod(home, mode)
+    if owner:
+        os.chown(home, pwd.getpwnam(owner).pw_uid, -1)
+    mark = tmp_path / "ran"
+    with pytest.raises(SubmitError) as e:
+        Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).run(leave_a_mark, str(mark))
+    assert e.value.message.startswith(f"{home} (SLURMTORCH_HOME) {why}")
+    assert e.value.render().count("\n") == 1  # the error and its tip
+    assert not mark.exists() and list(home.iterdir()) == []

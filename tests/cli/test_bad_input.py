@@ -143,6 +143,10 @@ OPTION_CASES = [
     ("signal-after-the-time-limit", ["--signal", "USR1@60", "-t", "1", "train.py"],
      "--signal 'USR1@60' would come 60 s before the end of a 60 s job"),
     ("env-path", ["--env", "PATH=/opt/bin", "train.py"], "--env PATH: "),
+    ("env-bash-env", ["--env", "BASH_ENV=/tmp/hook.sh", "train.py"],
+     "--env BASH_ENV: every non-interactive bash the job starts (the launch steps, mpirun.sh, your script's "
+     "subshells) would first run the file it names"),
+    ("env-bash-env-mpirun", ["mpirun", "-n", "2", "--env", "BASH_ENV=/tmp/hook.sh", "train.py"], "--env BASH_ENV: "),
     ("env-pythonhome", ["--env", "PYTHONHOME=/x", "train.py"], "--env PYTHONHOME: "),
     ("env-slurm-variable", ["--env", "SLURM_JOB_ID=5", "train.py"], "--env SLURM_JOB_ID: "),
     ("env-empty-name", ["--env", "=1", "train.py"], "invalid environment variable name ''"),
@@ -251,7 +255,8 @@ def test_world_writable_job_root_is_refused_before_anything_is_submitted(cli):
     jobs.mkdir(parents=True)
     jobs.chmod(0o777)
     code, out, err = cli("sbatch", "--site", "testbed", "train.py")
-    assert code != 0 and err.startswith(f"error: job folder root {jobs} is world-writable")
+    assert code != 0 and err.startswith(f"error: {jobs} (in SLURMTORCH_HOME {jobs.parent}) is writable by anyone "
+                                        "(mode 0777)")
     assert "Traceback" not in err and list(jobs.iterdir()) == []
     assert not (cli.tmp_path / "sbatch-called").exists()
 

@@ -82,6 +82,15 @@ def waiter(testbed, home: Path, argv: list[str], **env) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
 
 
+def first_tick(proc: subprocess.Popen) -> str:
+    """The job id a waiter printed, once its job has printed `tick 0` (it runs)."""
+    job_id = proc.stdout.readline().strip()
+    assert job_id.isdigit(), proc.stderr.read() if proc.poll() is not None else job_id
+    while "tick 0" not in proc.stdout.readline():
+        pass
+    return job_id
+
+
 def squeue_state(testbed, job_id: str) -> str:
     return testbed.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"]).stdout.strip()
 
@@ -112,15 +121,12 @@ def test_a_minute_of_wait_asks_the_scheduler_at_most_12_times_and_shows_why_the_
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("cancel", [False, True], ids=["runs-on", "cancel-on-interrupt"])
 def test_ctrl_c_on_wait_says_the_job_runs_on_or_cancels_it_when_asked(testbed, home, tmp_path, cancel):
-    ticks = script(tmp_path, "ticks.py", TICKS)
     extra = ["--cancel-on-interrupt"] if cancel else []
-    proc = waiter(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--wait", *extra, str(ticks), "60", "1"])
+    proc = waiter(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--wait", *extra,
+                                  str(script(tmp_path, "ticks.py", TICKS)), "60", "1"])
     job_id = ""
     try:
-        job_id = proc.stdout.readline().strip()
-        assert job_id.isdigit(), proc.stderr.read() if proc.poll() is not None else job_id
-        while "tick 0" not in proc.stdout.readline():
-            pass
+        job_id = first_tick(proc)
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 130, err
@@ -135,6 +141,30 @@ def test_ctrl_c_on_wait_says_the_job_runs_on_or_cancels_it_when_asked(testbed, h
             os.killpg(follow.pid, signal.SIGINT)
             _, ferr = follow.communicate(timeout=30)
             assert follow.returncode == 130 and f"job {job_id} is still running" in ferr, ferr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_id.isdigit():
+            testbed.run(["scancel", job_id])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["term", "hup"])
+def test_term_or_hup_on_wait_says_the_job_runs_on_and_exits_128_plus_the_signal(testbed, home, tmp_path, signum):
+    """A batch system's TERM (or a closed terminal's HUP) sent to the waiter alone, not its
+    job: one line says the job goes on, as Ctrl-C's does; the job is still RUNNING."""
+    proc = waiter(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--wait",
+                                  str(script(tmp_path, "ticks.py", TICKS)), "60", "1"])
+    job_id = ""
+    try:
+        job_id = first_tick(proc)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signum, err
+        name = signal.Signals(signum).name
+        assert err.splitlines()[-1] == (f"slurmtorch: stopped waiting ({name}): job {job_id} is still running; "
+                                        f"slurmtorch cancel {job_id} stops it"), err
+        assert squeue_state(testbed, job_id) == "RUNNING"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -202,3 +232,39 @@ def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
         assert with_unknown.stderr.startswith("error: job 987654 is unknown to squeue")
     finally:
         testbed.run(["scancel", pending])
+
+
+def plant_unreadable_folders(jobs: Path) -> dict[str, str]:
+    """Job folders no one (root included) can read as a job's: id -> what is wrong."""
+    (jobs / "900001").symlink_to(jobs / "gone")  # a dangling link
+    (jobs / "900002").write_text("not a folder\n")
+    (jobs / "900003").mkdir()
+    (jobs / "900003" / "trials.json").mkdir()  # a folder where a file should be
+    (jobs / "900004").mkdir()
+    (jobs / "900004" / "trials.json").write_bytes(b"\xff\xfe{not json")
+    (jobs / "900005").mkdir()
+    (jobs / "900005" / "exit-code").mkdir()
+    (jobs / "900005" / "rank-0.err").symlink_to("/nonexistent")
+    return {"900001": "900001 is a link to nothing", "900002": "900002 is not a folder",
+            "900003": "900003/trials.json: [Errno 21] Is a directory", "900004": "900004/trials.json: 'utf-8' codec"}
+
+
+@pytest.mark.timeout(120)
+def test_status_skips_an_unreadable_job_folder_with_a_note_and_shows_the_rest(testbed, home, tmp_path):
+    ticks = script(tmp_path, "ticks.py", TICKS)
+    done = st(testbed, home, ["sbatch", "--site", "testbed", "--wait", str(ticks), "1", "0"]).stdout.split()[0]
+    bad = plant_unreadable_folders(home / "jobs")
+    table = st(testbed, home, ["status"])
+    assert table.returncode == 0, table.stderr
+    rows = [ln.split() for ln in table.stdout.splitlines()[1:]]
+    assert [done, "COMPLETED", "0"] in [r[:3] for r in rows], table.stdout
+    assert [r[:2] for r in rows if r[0] == "900005"] == [["900005", "ENDED"]]  # readable enough: shown
+    notes = {ln.split()[3].rstrip(":"): ln for ln in table.stderr.splitlines()}
+    assert sorted(notes) == sorted(bad), table.stderr
+    for job_id, why in bad.items():
+        assert notes[job_id].startswith(f"note: skipped job {job_id}: ") and why in notes[job_id], notes[job_id]
+    records = json.loads(st(testbed, home, ["status", "--json"]).stdout)
+    assert {r["job_id"] for r in records} == {done, "900005"}
+    some = st(testbed, home, ["status", "900004", done])  # named: an error line for it, the rest shown, exit 1
+    assert some.returncode == 1 and some.stdout.startswith(f"job={done} state=COMPLETED"), some
+    assert some.stderr.startswith("error: cannot read ") and "900004/trials.json" in some.stderr

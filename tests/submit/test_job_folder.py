@@ -7,6 +7,8 @@ is bounded (the CLI's own timeouts and the pytest timeout).
 
 from __future__ import annotations
 
+import os
+import pwd
 import stat
 import subprocess
 from pathlib import Path
@@ -79,3 +81,20 @@ def test_logs_status_and_wait_show_a_ranks_escape_sequences_instead_of_obeying_t
         assert not any(c in out for c in CONTROLS), repr(out)
     # The log itself keeps what the rank wrote, byte for byte.
     assert (home / "jobs" / job_id / "rank-0.out").read_text() == HOSTILE + "\n"
+
+
+def test_a_submission_refuses_a_home_another_user_made_first_and_queues_nothing(testbed, tmp_path):
+    """SLURMTORCH_HOME on shared scratch, made first by another user: its owner could swap
+    script.sh before the job starts. The real CLI against real sbatch: refused, no job."""
+    script = tmp_path / "ok.py"
+    script.write_text("print('ran')\n")
+    home = tmp_path / "scratch-home"
+    home.mkdir(mode=0o755)
+    os.chown(home, pwd.getpwnam("nobody").pw_uid, -1)
+    before = testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split()
+    proc = slurmtorch(testbed, home, "sbatch", "--site", "testbed", script)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr.startswith(f"error: {home} (SLURMTORCH_HOME) belongs to nobody (uid ")
+    assert proc.stderr.count("\n") == 2 and "\ntip: set SLURMTORCH_HOME to a folder of your own" in proc.stderr
+    assert testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split() == before
+    assert list(home.iterdir()) == []

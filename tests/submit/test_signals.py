@@ -239,3 +239,24 @@ def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tm
              f"no job named {name} but cancelled ones: {queued_states(testbed, name)}")
     jobs = home / "jobs"
     assert not jobs.exists() or list(jobs.iterdir()) == []  # no .submitting-*, no job folder
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_term_and_hup_stop_a_wait_as_ctrl_c_does_and_carry_their_signal(signum):
+    """stops_as_interrupts: the signal raises a KeyboardInterrupt (what a waiter answers);
+    the waiter's line names it and the exit code is 128 + it. Handlers restored after."""
+    from slurmtorch.submit.interrupts import StopSignal, stops_as_interrupts
+    from slurmtorch.submit.waiting import interrupted
+
+    before = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt) as e, stops_as_interrupts():
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the handler runs at once: never reached
+    assert isinstance(e.value, StopSignal) and e.value.signum == signum
+    assert signal.getsignal(signum) is before
+    stopped = interrupted("12", None, cancel=False, signum=signum)
+    assert stopped.exit_code == 128 + signum
+    assert stopped.render() == (f"slurmtorch: stopped waiting ({signal.Signals(signum).name}): job 12 is still "
+                                "queued or running; slurmtorch cancel 12 stops it")
+    assert interrupted("12", None, cancel=False).render() == \
+        "slurmtorch: job 12 is still queued or running; slurmtorch cancel 12 stops it"

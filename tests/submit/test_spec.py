@@ -171,6 +171,35 @@ def test_env_refuses_names_the_batch_script_sets_itself(testbed_site, name):
         ("MASTER_PORTS", "1"), ("SLURM_CPU_BIND", "none"))
 
 
+@pytest.mark.parametrize("item, refused", [
+    ("BASH_ENV=/home/me/hook.sh", "every non-interactive bash the job starts"),
+    ("ENV=/home/me/hook.sh", "an interactive sh (dash, or bash started as sh) would first run the file it names"),
+    ("SHELLOPTS=xtrace", "every bash the job starts would take these options"),
+    ("BASHOPTS=extdebug", "every bash the job starts would take these shopt options"),
+    ("PS4=$(id)", "running any $(...) in it"),
+    ("PROMPT_COMMAND=id", "would run it before every prompt"),
+    ("CDPATH=/tmp", "a relative cd in any of the job's shells could land in another folder"),
+    ("LD_PRELOAD=/tmp/x.so", "the loader would run the libraries it names inside srun, mpirun and bash"),
+    ("LD_AUDIT=/tmp/x.so", "the loader would run the audit libraries it names"),
+    ("BASH_FUNC_srun%%=() { id; }", "invalid environment variable name 'BASH_FUNC_srun%%'"),
+    ("LD_LIBRARY_PATH=/opt/nccl-plugin/lib", None),
+    ("IFS=:", None),
+    ("GLOBIGNORE=*.tmp", None),
+    ("BASH_FUNC_srun=() { id; }", None),  # bash imports only BASH_FUNC_name%%: an ordinary string
+    ("PYTHONPATH=/home/me/src", None),
+])
+@pytest.mark.parametrize("kind", ["sbatch", "mpirun"])
+def test_env_refuses_what_makes_a_shell_or_the_loader_run_code(item, refused, kind):
+    """Each such variable is exported before the launch line: it would act on srun, mpirun and
+    every shell of the job, not only the ranks. Each is refused with its reason."""
+    if refused is None:
+        assert parse_env([item], batch=kind == "sbatch") == [tuple(item.split("=", 1))]
+        return
+    with pytest.raises(SpecError) as e:
+        parse_env([item], batch=kind == "sbatch")
+    assert refused in e.value.message and "\n" not in e.value.message and e.value.tip
+
+
 def test_mpirun_kind_keeps_a_users_master_addr_and_port(testbed_site):
     """`slurmtorch mpirun` (and Distributor's local mode) write no such variables."""
     spec = build_spec(testbed_site, opts(kind="mpirun", ntasks=2, env=("MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500")))
