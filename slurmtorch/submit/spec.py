@@ -354,6 +354,13 @@ def trials_record(spec: JobSpec) -> dict | None:
             "trials": {str(t): dict(params) for t, params in spec.trials}}
 
 
+def job_record(spec: JobSpec) -> dict:
+    """What `job.json` in the job's folder holds: its launcher and layout, which say how its
+    logs are named (torchrun: one per node), for `logs`, `--wait` and the Distributor."""
+    return {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
+            "ntasks_per_node": spec.ntasks_per_node}
+
+
 def slurm_pattern_escape(path: str) -> str:
     """Escape `%` for Slurm's --output/--error filename patterns (`%j`, `%t`, ...)."""
     return path.replace("%", "%%")
