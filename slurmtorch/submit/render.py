@@ -267,19 +267,6 @@ def _ansi_c_char(c: str) -> str:
     return c
 
 
-def _sbatch_directive(pair: tuple[str, object]) -> str:
-    name, value = pair
-    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
-        raise TemplateError(f"invalid #SBATCH option name {name!r}")
-    if value is True:
-        return f"#SBATCH --{name}"
-    text = shell.directive_value(value, what=f"#SBATCH --{name} value")
-    # sbatch's directive parser honours shell quotes but also treats a backslash as an
-    # escape *inside* single quotes (`'a\\'` is an unmatched quote to it). A value with a
-    # backslash is always quoted by directive_value, so doubling them reads back exactly.
-    return f"#SBATCH --{name}={text.replace(chr(92), chr(92) * 2)}"
-
-
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates, kept between CLI runs: compiling ours costs ~6 ms a run.
 
@@ -317,7 +304,6 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
     env.filters["directive"] = shell.directive_value
     env.filters["envname"] = shell.env_name
     env.filters["comment"] = comment_quote
-    env.filters["sbatch_directive"] = _sbatch_directive
     env.filters["sweep_var"] = _sweep_var
     env.filters["composed_path"] = composed_path
     env.filters["sweep_args"] = sweep_args
