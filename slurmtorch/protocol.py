@@ -9,7 +9,8 @@ so the two sides cannot drift apart. Pure; both sides import it, it imports neit
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from slurmtorch.records import record
 
 # --------------------------------------------------------------------------- variables
 
@@ -129,7 +130,7 @@ def is_consequence(report: str) -> bool:
 _EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
 
 
-@dataclass(frozen=True)
+@record  # a frozen dataclass; the ranks import this module before torch (see `records`)
 class RankExit:
     """A rank whose script returned: where, with what code, in which run of a requeued job."""
 
@@ -156,7 +157,7 @@ def parse_exit(text: str) -> RankExit | None:
 PLACES = ("torch", "own")  # where the main thread stands: inside torch, or anywhere else
 
 
-@dataclass(frozen=True)
+@record
 class Beat:
     written: float
     unmoved_since: float
