@@ -13,7 +13,6 @@ from slurmtorch.records import record
 LEADER_ROLES = ("master", "chief")
 TRAINING_ROLES = ("master", "chief", "worker")
 ROLE_ORDER = ("master", "chief", "worker", "ps", "evaluator")
-ROLES_ENV = "SLURMTORCH_ROLES"
 ROLES_TIP = "e.g. --role master=1 --role worker=3 --role ps=2 --role evaluator=1 (counts in nodes)"
 
 

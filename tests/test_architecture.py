@@ -2,9 +2,13 @@
 
 - the submit side (slurmtorch/submit) imports nothing from the in-rank side
   (slurmtorch/bootstrap): rendering a script must never need a rank's code;
-- one module runs subprocesses on each machine (submit/scheduler.py on the login node,
-  submit/supervisor.py on a restartable job's batch node) and one imports mpi4py
-  (bootstrap/mpi.py): one choke point each for side effects;
+- the in-rank side imports nothing from the submit side: what both need (variable names,
+  the job folder's files, log lines, the requeue) lives at the top level (`protocol`,
+  `requeue`), so a rank never loads the login node's code;
+- subprocesses are run by one module per role (submit/scheduler.py on the login node,
+  submit/supervisor.py on a restartable job's batch node, requeue.py for the job that
+  requeues itself) and mpi4py is imported by one (bootstrap/mpi.py): one choke point each
+  for side effects;
 - no import cycles between modules at import time;
 - no module over 500 lines and no function over 80 (split by idea);
 - every module has a row in docs/ARCHITECTURE.md.
@@ -49,16 +53,33 @@ def imports(path: Path, top_level_only: bool = False) -> set[str]:
     return found
 
 
+def imports_from(side: str, other: str) -> dict[str, list[str]]:
+    """Modules of `side` (a sub-package) that import anything of `other`, anywhere in them."""
+    offenders = {module_name(p): sorted(m for m in imports(p) if m == other or m.startswith(other + "."))
+                 for p in MODULES if module_name(p).startswith(side + ".")}
+    return {k: v for k, v in offenders.items() if v}
+
+
 def test_the_submit_side_imports_nothing_from_the_in_rank_side():
-    offenders = {module_name(p): sorted(m for m in imports(p) if m.startswith("slurmtorch.bootstrap"))
-                 for p in MODULES if module_name(p).startswith("slurmtorch.submit")}
+    assert imports_from("slurmtorch.submit", "slurmtorch.bootstrap") == {}
+
+
+def test_the_in_rank_side_imports_nothing_from_the_submit_side():
+    assert imports_from("slurmtorch.bootstrap", "slurmtorch.submit") == {}
+
+
+def test_what_both_sides_share_imports_neither():
+    shared = [p for p in MODULES if p.parent == PKG]
+    offenders = {module_name(p): sorted(m for m in imports(p) if m.startswith(("slurmtorch.submit",
+                                                                               "slurmtorch.bootstrap")))
+                 for p in shared}
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-# subprocess has two edges, one per machine: the login node's (scheduler: sbatch, squeue,
-# scancel, a local mpirun) and the batch node's (supervisor: a --max-restarts job's srun
-# steps and scontrol requeue). Each is the one place processes start on its side.
-@pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.submit.scheduler",
+# subprocess has three edges: the login node's (scheduler: sbatch, squeue, scancel, a local
+# mpirun), the batch node's (supervisor: a --max-restarts job's srun steps) and the job's
+# own requeue (requeue: scontrol, for a preempted rank and the supervisor alike).
+@pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.requeue", "slurmtorch.submit.scheduler",
                                                              "slurmtorch.submit.supervisor"]),
                                              ("mpi4py", ["slurmtorch.bootstrap.mpi"])])
 def test_one_module_owns_each_side_effect(library, owners):

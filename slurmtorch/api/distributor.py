@@ -46,6 +46,7 @@ from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
 from slurmtorch.submit import jobdir, render, sites
 from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit.spec import job_record
 
 # Job, its errors and Layout live in their own modules; named here too, where docs/python-api.md sends users.
 __all__ = ["Distributor", "Job", "JobFailed", "RemoteError", "Layout", "plan_layout"]
@@ -157,9 +158,9 @@ class Distributor:
             if self.local_mode:
                 handle: Handle = LocalHandle.start(text, workdir, run_id)
             else:
-                s = sub.submit(text, jobdir.jobs_root())
-                torchrun = (spec.nodes, spec.ntasks_per_node) if spec.launcher == "torchrun" else None
-                handle = SlurmHandle(s.job_id, s.job_dir, jobdir.jobs_root(), torchrun)
+                record = job_record(spec)
+                s = sub.submit(text, jobdir.jobs_root(), job=record)
+                handle = SlurmHandle(s.job_id, s.job_dir, jobdir.jobs_root(), jobdir.torchrun_layout(record))
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from slurmtorch import protocol
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
 from slurmtorch.limits import fits_env
@@ -144,16 +145,16 @@ def env_for(info: RankInfo) -> dict[str, str]:
         "NODE_RANK": str(info.node_rank),
         "GROUP_RANK": str(info.node_rank),
         "GROUP_WORLD_SIZE": str(info.num_nodes),
-        "SLURMTORCH_SOURCE": info.source,
+        protocol.SOURCE: info.source,
         # This process's rank in the whole job, for every process, ps/evaluator included
         # (they have no RANK): preemption's requeue is done by job rank 0 alone.
-        "SLURMTORCH_JOB_RANK": str(info.rank),
+        protocol.JOB_RANK: str(info.rank),
     }
     if info.trial is not None:
-        env["SLURMTORCH_TRIAL"] = info.trial
+        env[protocol.TRIAL] = info.trial
     if info.role is not None:
-        env["SLURMTORCH_ROLE"] = info.role
-        env["SLURMTORCH_ROLE_INDEX"] = str(info.role_index)
+        env[protocol.ROLE] = info.role
+        env[protocol.ROLE_INDEX] = str(info.role_index)
         if not info.in_group:
             # A ps/evaluator is told where the torch world meets, and how big it is, but
             # has no rank in it: a stray init_process_group fails instead of colliding.
@@ -173,14 +174,14 @@ def env_for(info: RankInfo) -> dict[str, str]:
             # would fail with E2BIG. Left out, and named, so scripts can tell why.
             omitted.append(name)
     if omitted:
-        env["SLURMTORCH_OMITTED"] = ",".join(omitted)
+        env[protocol.OMITTED] = ",".join(omitted)
     return env
 
 
 # Contract variables a rank may not get: the cluster maps when other ranks' hosts are
 # unknown, the torch-world ones for a ps/evaluator. A value inherited from a parent
 # process (a launcher's own world, an outer job) would describe some other world.
-OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", "SLURMTORCH_OMITTED", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", protocol.OMITTED, "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
                  "GROUP_RANK", "GROUP_WORLD_SIZE")
 
 

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from slurmtorch import protocol
 from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.bootstrap.state import STATE
 
@@ -38,16 +39,15 @@ def fail(code: int, text: str) -> None:
         sys.stdout.flush()
     except Exception:
         pass
-    sys.stderr.write(f"rank {who} on {os.uname().nodename} failed:\n{text.rstrip()}\n")
+    sys.stderr.write(f"{protocol.failure_header(who, os.uname().nodename)}\n{text.rstrip()}\n")
     sys.stderr.flush()
-    if info is not None and os.environ.get("SLURMTORCH_HEARTBEAT_S"):
+    if info is not None and os.environ.get(protocol.HEARTBEAT_S):
         from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
 
         heartbeat.stop(info.rank)  # it said why it ended: not a rank that stopped answering
     from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms off a non-MPI rank's start; needed at its end only
-    from slurmtorch.submit import failures  # lazy: only a failing rank reads it (~5 ms of regexes)
 
-    if info is not None and info.world_size > 1 and failures.is_consequence(text):
+    if info is not None and info.world_size > 1 and protocol.is_consequence(text):
         time.sleep(CONSEQUENCE_GRACE_S)
 
     mpi.abort(code)  # returns only when MPI is not running
@@ -55,21 +55,20 @@ def fail(code: int, text: str) -> None:
 
 
 def note_exit(code: int, environ=os.environ) -> None:
-    """Leave `rank-R.exit` in $SLURMTORCH_JOB_DIR: `rank R on HOST exited CODE restart N`.
-
-    submit.failures.rank_exit reads this line (keep the two in step). Best effort and
-    cheap (one small write, nothing imported): a folder this rank cannot write (a
-    container without it, a full disk) leaves no file and never fails the rank.
+    """Leave `rank-R.exit` in $SLURMTORCH_JOB_DIR: `rank R on HOST exited CODE restart N`
+    (protocol.exit_line; submit.failures reads it). Best effort and cheap (one small
+    write, nothing imported): a folder this rank cannot write (a container without it, a
+    full disk) leaves no file and never fails the rank.
     """
-    folder, info = environ.get("SLURMTORCH_JOB_DIR"), STATE.info
+    folder, info = environ.get(protocol.JOB_DIR), STATE.info
     if not folder or info is None:
         return
     from slurmtorch.bootstrap.preempt import restart_count  # lazy: at the rank's end only
 
     restart = restart_count(environ)
-    line = f"rank {info.rank} on {info.hostname or os.uname().nodename} exited {code} restart {restart}\n"
+    line = protocol.exit_line(info.rank, info.hostname or os.uname().nodename, code, restart)
     try:
-        fd = os.open(os.path.join(folder, f"rank-{info.rank}.exit"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(os.path.join(folder, protocol.exit_note_name(info.rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, line.encode())
         finally:
@@ -108,7 +107,7 @@ def finish(code: int) -> None:
     except (OSError, AttributeError):
         pass
     note_exit(code)  # before MPI_Finalize, which can wait for peers that never come
-    if STATE.info is not None and os.environ.get("SLURMTORCH_HEARTBEAT_S"):
+    if STATE.info is not None and os.environ.get(protocol.HEARTBEAT_S):
         from slurmtorch.bootstrap import heartbeat  # lazy: as in runner.init
 
         heartbeat.stop(STATE.info.rank)  # a rank that ended is not a rank that stopped

@@ -12,8 +12,8 @@ in it); `torch` when it stands inside torch (a collective, DDP's backward waitin
 peers' gradients), `own` anywhere else (the script's own code, a sleep). A rank stuck in
 its own code while its peers wait in torch is the hung one; a file that stops being
 written is a rank that stopped (frozen, or gone with its node). The supervisor reads
-these (`submit.heartbeats`, which parses this line: keep the two in step). No collective,
-no torch import: the cost is one small file write per interval.
+these (`submit.heartbeats`; the line is `protocol.beat_line`). No collective, no torch
+import: the cost is one small file write per interval.
 """
 
 from __future__ import annotations
@@ -23,21 +23,23 @@ import sys
 import threading
 import time
 
-ENV_INTERVAL = "SLURMTORCH_HEARTBEAT_S"
-FOLDER = ".heartbeat"
+from slurmtorch import protocol
+
+ENV_INTERVAL = protocol.HEARTBEAT_S
+FOLDER = protocol.HEARTBEATS
 _STOPPED = threading.Event()
 
 
 def start(rank: int, host: str, environ=os.environ) -> threading.Thread | None:
     """Start the heartbeat thread if the job asked for one; None otherwise."""
-    folder, text = environ.get("SLURMTORCH_JOB_DIR"), environ.get(ENV_INTERVAL, "")
+    folder, text = environ.get(protocol.JOB_DIR), environ.get(ENV_INTERVAL, "")
     try:
         interval = float(text)
     except ValueError:
         return None
     if not folder or not interval > 0:
         return None
-    path = os.path.join(folder, FOLDER, f"rank-{rank}")
+    path = os.path.join(folder, FOLDER, protocol.heartbeat_name(rank))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError:
@@ -53,9 +55,9 @@ def stop(rank: int, environ=os.environ) -> None:
     """Stop beating and remove the file: a rank that ended (and said why, or returned) is
     not a rank that stopped answering."""
     _STOPPED.set()
-    folder = environ.get("SLURMTORCH_JOB_DIR")
+    folder = environ.get(protocol.JOB_DIR)
     if folder and environ.get(ENV_INTERVAL):
-        _remove(os.path.join(folder, FOLDER, f"rank-{rank}"))
+        _remove(os.path.join(folder, FOLDER, protocol.heartbeat_name(rank)))
 
 
 def _remove(path: str) -> None:
@@ -86,7 +88,7 @@ def _beat(path: str, interval: float, main: int, rank: int, host: str) -> None:
         del frame
         try:
             with open(tmp, "w") as f:
-                f.write(f"{now:.3f} {since:.3f} {place} {rank} {host}\n")
+                f.write(protocol.beat_line(now, since, place, rank, host))
             os.replace(tmp, path)
         except OSError:
             pass

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from slurmtorch import protocol
 from slurmtorch.bootstrap.rankinfo import RankInfo, env_int, env_opt_int, seen, trial_id, validate
 from slurmtorch.errors import BootstrapError
-from slurmtorch.roles import ROLES_ENV, ROLES_TIP, TRAINING_ROLES, RoleLayout, parse_roles
+from slurmtorch.roles import ROLES_TIP, TRAINING_ROLES, RoleLayout, parse_roles
 
 # Variables whose presence means an MPI process manager started us. PMI_RANK/PMI_SIZE
 # come from MPICH's Hydra and from `srun --mpi=pmi2`; PMIX_RANK from `srun --mpi=pmix`
@@ -267,12 +268,12 @@ def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLay
     every rank's place: job rank = the role's offset + SLURM_PROCID.
     """
     what = f"cannot derive the {role} rank of a role job"
-    keys = (*SLURM_KEYS, "SLURM_JOB_NODELIST", ROLES_ENV)
+    keys = (*SLURM_KEYS, "SLURM_JOB_NODELIST", protocol.ROLES)
     if layout is None:
-        if not env.get(ROLES_ENV, "").strip():
-            raise BootstrapError(f"{what}: {ROLES_ENV} is missing; seen: {seen(env, keys)}",
+        if not env.get(protocol.ROLES, "").strip():
+            raise BootstrapError(f"{what}: {protocol.ROLES} is missing; seen: {seen(env, keys)}",
                                  tip="--role is set by `slurmtorch sbatch --role ...`; it needs SLURMTORCH_ROLES")
-        layout = parse_roles(env[ROLES_ENV])
+        layout = parse_roles(env[protocol.ROLES])
     if layout.count(role) == 0:
         raise BootstrapError(f"{what}: the layout {layout.format()} has no {role}", tip=ROLES_TIP)
     import hostlist  # lazy: only srun worlds read a node list

@@ -27,8 +27,8 @@ meet the other ranks' training collectives instead. Save what this rank holds, l
 typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_RANK0_S.
 
 Without requeue (`--signal` with `--no-requeue`) the signal only runs the hooks and
-the job carries on. Everything here is in-rank, imports nothing heavy and runs
-`scontrol` through `submit.scheduler.run`, the one place that starts processes.
+the job carries on. Everything here is in-rank and imports nothing heavy; the requeue
+itself is `slurmtorch.requeue`'s, the one path the restart supervisor takes too.
 """
 
 from __future__ import annotations
@@ -38,15 +38,16 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 
-from slurmtorch.errors import BootstrapError, SlurmtorchError
+from slurmtorch import protocol
+from slurmtorch.errors import SlurmtorchError
 
 __all__ = ["on_preempt", "install", "restart_count", "checkpoint_dir", "requeue_target", "preempt_signal",
            "job_rank"]
 
-ENV_SIGNAL = "SLURMTORCH_PREEMPT_SIGNAL"  # e.g. USR1; set by the rendered script for --signal
-ENV_REQUEUE = "SLURMTORCH_PREEMPT_REQUEUE"  # 1 (default) or 0
-ENV_JOB_RANK = "SLURMTORCH_JOB_RANK"  # set by the bootstrap (contracts.env_for)
-ENV_RESTARTS = "SLURMTORCH_RESTART_COUNT"  # starts before this one; set by the restart supervisor
+ENV_SIGNAL = protocol.PREEMPT_SIGNAL  # e.g. USR1; set by the rendered script for --signal
+ENV_REQUEUE = protocol.PREEMPT_REQUEUE  # 1 (default) or 0
+ENV_JOB_RANK = protocol.JOB_RANK  # set by the bootstrap (contracts.env_for)
+ENV_RESTARTS = protocol.RESTART_COUNT  # starts before this one; set by the restart supervisor
 # How long after the signal a process other than job rank 0 requeues the job itself,
 # should it still be running (rank 0's requeue ends it first). Long enough for rank 0's
 # checkpoint, short enough to leave a `--signal ...@60` warning time to requeue.
@@ -96,27 +97,17 @@ def checkpoint_dir(environ: Mapping[str, str] | None = None):
     from pathlib import Path  # lazy: only scripts that checkpoint ask
 
     environ = os.environ if environ is None else environ
-    job = environ.get("SLURMTORCH_JOB_DIR", "").strip()
-    folder = Path(job) / "checkpoints" if job else Path(environ.get("SLURMTORCH_CHECKPOINT_DIR", "") or "checkpoints")
+    job = environ.get(protocol.JOB_DIR, "").strip()
+    folder = Path(job) / protocol.CHECKPOINTS if job else Path(environ.get(protocol.CHECKPOINT_DIR, "") or "checkpoints")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def requeue_target(environ: Mapping[str, str] | None = None) -> str:
-    """The id `scontrol requeue` needs: `ARRAYJOBID_TASKID` for an array task, else the job id.
+    """The id `scontrol requeue` needs (`slurmtorch.requeue.target`): `A_T` for an array task."""
+    from slurmtorch import requeue as requeuing  # lazy: subprocess and hostlist, for a requeuing rank only
 
-    SLURM_JOB_ID of an array task is the task's own id, which scontrol also accepts,
-    but the `A_T` form is what the array's bookkeeping and users see.
-    """
-    environ = os.environ if environ is None else environ
-    array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
-    if array.isdigit() and task.isdigit():
-        return f"{array}_{task}"
-    job = environ.get("SLURM_JOB_ID", "") or environ.get("SLURM_JOBID", "")
-    if not job.isdigit():
-        raise BootstrapError("cannot requeue: not inside a Slurm job (no SLURM_JOB_ID)",
-                             tip="preemption requeue works under sbatch; elsewhere the hooks only run")
-    return job
+    return requeuing.target(os.environ if environ is None else environ)
 
 
 def preempt_signal(text: str) -> signal.Signals:
@@ -190,10 +181,10 @@ def run_hooks() -> bool:
 
 def requeue(environ: Mapping[str, str] | None = None, runner=None) -> str:
     """`scontrol requeue` this job (array-aware); returns the id requeued."""
-    if runner is None:
-        from slurmtorch.submit.scheduler import run as runner  # lazy: subprocess, for the requeuer only
+    from slurmtorch import requeue as requeuing  # lazy: as in requeue_target
+
     target = requeue_target(environ)
-    runner(["scontrol", "requeue", target], timeout=60)
+    requeuing.requeue(target, runner or requeuing.run)
     return target
 
 
@@ -201,8 +192,7 @@ def _requeue_and_exit(who: str, host: str, environ: Mapping[str, str]) -> None:
     # Said first: the requeue ends this step at once (Slurm sends TERM to every rank), and a
     # line printed after scontrol returns was lost about one run in ten on the testbed.
     try:
-        _say(f"{who} on {host}: requeueing job {requeue_target(environ)}; it restarts as restart "
-             f"{restart_count(environ) + 1}")
+        _say(protocol.requeueing_line(who, host, requeue_target(environ), restart_count(environ) + 1))
         requeue(environ, _STATE["runner"])
     except SlurmtorchError as e:
         _say(f"{who} on {host}: requeue failed:\n{e.render()}")

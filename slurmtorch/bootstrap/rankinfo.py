@@ -14,6 +14,8 @@ were seen and say what to change.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+
+from slurmtorch import protocol
 from slurmtorch.errors import BootstrapError
 from slurmtorch.records import record
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
@@ -86,7 +88,7 @@ def env_opt_int(env: Mapping[str, str], key: str, what: str, keys: Sequence[str]
 
 def trial_id(env: Mapping[str, str]) -> str | None:
     """Trial of a sweep: SLURMTORCH_TRIAL, else the Slurm array index."""
-    for key in ("SLURMTORCH_TRIAL", "SLURM_ARRAY_TASK_ID"):
+    for key in (protocol.TRIAL, "SLURM_ARRAY_TASK_ID"):
         value = env.get(key, "").strip()
         if value:
             return value

@@ -15,6 +15,7 @@ import atexit
 import os
 import sys
 
+from slurmtorch import protocol
 from slurmtorch.bootstrap import contracts
 from slurmtorch.bootstrap.exits import fail, finish
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
@@ -54,8 +55,8 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     STATE.reservation = reservation
     STATE.info = info
     exported = contracts.env_for(info)
-    if info.rank == 0 and "SLURMTORCH_OMITTED" in exported:
-        sys.stderr.write(f"slurmtorch: note: {exported['SLURMTORCH_OMITTED']} not exported: with "
+    if info.rank == 0 and protocol.OMITTED in exported:
+        sys.stderr.write(f"slurmtorch: note: {exported[protocol.OMITTED]} not exported: with "
                          f"{info.world_size} ranks it is over the {MAX_ENV_STRING} bytes execve lets one "
                          "variable hold, and every program a rank started would fail (E2BIG)\n")
     os.environ.update(exported)
@@ -64,7 +65,7 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     os.environ.update(contracts.slurm_task_env(info, os.environ))
     os.environ.update(thread_defaults(os.environ, info.local_world_size, cpus_available()))
     install_patch_hook()
-    if os.environ.get("SLURMTORCH_HEARTBEAT_S"):  # --hang-timeout: the supervisor watches for stopped ranks
+    if os.environ.get(protocol.HEARTBEAT_S):  # --hang-timeout: the supervisor watches for stopped ranks
         from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
 
         heartbeat.start(info.rank, info.hostname)
@@ -84,7 +85,7 @@ def note_started(environ=os.environ) -> None:
     well. Best effort: a folder this process cannot write leaves no file, and the batch
     script only checks where the ranks see the job folder (no container).
     """
-    path = environ.get("SLURMTORCH_STARTED")
+    path = environ.get(protocol.STARTED)
     if path and environ.get("SLURM_PROCID") == "0":
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role)
         if opts.script or opts.module:
-            if os.environ.get("SLURMTORCH_PREEMPT_SIGNAL"):  # preempt.ENV_SIGNAL: the job asked for --signal
+            if os.environ.get(protocol.PREEMPT_SIGNAL):  # the job asked for --signal
                 from slurmtorch.bootstrap import preempt  # lazy: only a rank with a handler to set needs it
 
                 preempt.install()

@@ -14,6 +14,7 @@ START_CPU = time.process_time()
 # After the clock: these imports are part of the rank's start, and of its phases.
 import os  # noqa: E402
 
+from slurmtorch import protocol  # noqa: E402
 from slurmtorch.bootstrap.rankinfo import RankInfo  # noqa: E402
 
 _MARKS: list[tuple[str, float]] = [("start", START)]
@@ -48,7 +49,7 @@ def phase_durations(marks: list[tuple[str, float]], external: dict[str, float]) 
 
 def write_timings(info: RankInfo, torch_timings: dict[str, float]) -> None:
     """With SLURMTORCH_TIMINGS=DIR, each rank writes DIR/rank-R.json (for benchmarks/phases.py)."""
-    folder = os.environ.get("SLURMTORCH_TIMINGS")
+    folder = os.environ.get(protocol.TIMINGS)
     if not folder:
         return
     import json  # lazy: only when timings are asked for
@@ -57,7 +58,7 @@ def write_timings(info: RankInfo, torch_timings: dict[str, float]) -> None:
 
     external = {k: v for k, v in mpi.TIMINGS.items()}
     external.update(torch_timings)
-    with open(os.path.join(folder, f"rank-{info.rank}.json"), "w") as fh:
+    with open(os.path.join(folder, protocol.timings_name(info.rank)), "w") as fh:
         # Wall time, and this process's CPU time for the same phases: with more ranks than
         # cores, wall time grows with the oversubscription while the work does not.
         json.dump({"rank": info.rank, "world_size": info.world_size,

@@ -55,7 +55,8 @@ def sbatch(
     from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real submission starts processes
 
     # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
-    sub = submit.submit(text, root, trials=spec.trials_record(job), announce=_quiet if parsable else _announce)
+    sub = submit.submit(text, root, trials=spec.trials_record(job), job=spec.job_record(job),
+                        announce=_quiet if parsable else _announce)
     if not wait:
         return 0
     from slurmtorch.submit import waiting  # lazy: only --wait follows the job

@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Mapping
 
+from slurmtorch import protocol
 from slurmtorch.errors import SlurmtorchError, SpecError
 from slurmtorch.submit import sites
 from slurmtorch.submit.cluster import valid_tip
@@ -33,7 +34,7 @@ def recorded_site(environ: Mapping[str, str]) -> str | None:
     The job's folder ($SLURMTORCH_JOB_DIR, or its parent for a trial of a sweep) holds
     the exact submitted script.sh; its header names the site. None outside such a job.
     """
-    job_dir = environ.get("SLURMTORCH_JOB_DIR")
+    job_dir = environ.get(protocol.JOB_DIR)
     if not job_dir:
         return None
     for folder in (job_dir, os.path.dirname(job_dir.rstrip("/"))):

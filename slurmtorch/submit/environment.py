@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from slurmtorch import shell
+from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.cluster import NodeType, PathMap, Site
 from slurmtorch.submit.fabric import fabric_env
@@ -31,12 +31,8 @@ _INHERIT = None  # a recipe's base: the value the job's environment brings
 # Variables the batch script sets itself. An --env value for one would be overwritten
 # or, worse, win: SLURM_EXPORT_ENV=NONE strips every srun step's environment, and a
 # MASTER_ADDR/PORT typed on the submitting host sends the ranks to the wrong rendezvous.
-SCRIPT_ENV = frozenset({
-    "MASTER_ADDR", "MASTER_PORT", "SLURM_EXPORT_ENV", "SLURMTORCH_JOB_DIR", "SLURMTORCH_PARAMS",
-    "SLURMTORCH_PREEMPT_REQUEUE", "SLURMTORCH_PREEMPT_SIGNAL", "SLURMTORCH_ROLES", "SLURMTORCH_STARTED",
-    "SLURMTORCH_TRIAL", "SLURMTORCH_RESTART_COUNT", "SLURMTORCH_HEARTBEAT_S",
-})
-SCRIPT_ENV_PREFIX = "SLURMTORCH_SWEEP_"
+SCRIPT_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT", "SLURM_EXPORT_ENV", *protocol.SCRIPT_SETS})
+SCRIPT_ENV_PREFIX = protocol.SWEEP_PREFIX
 # Variables whose --env value cannot work: it is exported literally (no $PATH expansion),
 # so it replaces what the job needs to start at all; each with why and what to do instead.
 UNSETTABLE_ENV = {

@@ -3,7 +3,8 @@
 The bootstrap writes `rank R on HOST failed:` and the cause to the rank's stderr; srun
 adds its per-task lines to batch.out. rank_reports reads those reports from one log (the
 Distributor's path: rank, host, text, exception type); report.failure_report reads a job
-folder into parse_failures; the bootstrap asks is_consequence before it ends the job.
+folder into parse_failures. The lines themselves (and is_consequence, which the bootstrap
+asks before it ends the job) are `slurmtorch.protocol`'s.
 """
 
 from __future__ import annotations
@@ -12,40 +13,30 @@ import re
 import signal
 from dataclasses import dataclass, replace
 
+from slurmtorch import protocol
+from slurmtorch.protocol import RankExit, cause_of, is_consequence, parse_exit as rank_exit
+
+__all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
+           "parse_failures", "batch_failures", "prologue_failures", "latest_start", "lost_nodes", "is_consequence"]
+
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
 # the log it wrote to says which rank it was.
-_RANK_FAILED_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed:\s*$")
 _RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d+)\)$")
 # Where a report ends in a log shared with other writers (mpirun's, a torchrun node's):
 # slurmstepd's notice, mpirun's banner (a line of dashes, `prterun ...`), srun's lines.
-_REPORT_END_RE = re.compile(r"^(-{10,}|slurmstepd|prterun |srun: |slurmtorch: start \d+ )")
-# The restart supervisor's line before each restart (supervisor.mark_start), in batch.out
-# and at the end of every rank log: what follows is the latest start's.
-_START_RE = re.compile(r"^slurmtorch: start \d+ on .*$", re.MULTILINE)
+_REPORT_END_RE = re.compile(rf"^(-{{10,}}|slurmstepd|prterun |srun: |{protocol.START_PREFIX})")
 _EXC_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(:|$)")
 _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
-# What a rank reports when a *peer* died or hung: a consequence, not the cause.
-# NCCL says so in its own words: a peer that exited or a network error (ncclRemoteError /
-# ncclSystemError), or its watchdog giving up on a collective that never completed.
-_SECONDARY_RE = re.compile(
-    r"Connection (reset|closed) by peer|Broken pipe|Connection refused|Timed out|timed out|"
-    r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)|"
-    r"remote process exited or there was a network error|ncclRemoteError|ncclSystemError|"
-    r"NCCL communicator was aborted|Watchdog caught collective operation timeout", re.IGNORECASE)
 # slurmstepd could not set the step up (PMIx, container, cgroup): the task never ran, and
 # srun (22.05) still exits 0; the batch script turns that into exit 1.
 _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch failed: (?P<why>.+?)\s*$")
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
-# bootstrap.exits.note_exit's line (keep the two in step).
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
 _NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
                  "the image, or set the site's container.python to an interpreter that has it)")
-# templates/_macros.sh.j2's line when the node prologue's step fails (keep the two in step).
-_PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
-_EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -71,22 +62,6 @@ class RankFailure:
     def line(self) -> str:
         where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
         return f"rank {self.rank}{where}: {self.cause}"
-
-
-@dataclass(frozen=True)
-class RankExit:
-    """A rank whose script returned: where, with what code, in which run of a requeued job."""
-
-    rank: int
-    host: str
-    code: int
-    restart: int
-
-
-def rank_exit(text: str) -> RankExit | None:
-    """A `rank-R.exit` file's line, or None for anything else (a torn or foreign file)."""
-    m = _EXIT_RE.match(text)
-    return RankExit(int(m["rank"]), m["host"], int(m["code"]), int(m["restart"])) if m else None
 
 
 def latest_exits(texts: list[str]) -> dict[int, RankExit]:
@@ -119,22 +94,6 @@ def _expand_tasks(text: str) -> list[int]:
     return out
 
 
-def _cause_of(body: list[str]) -> str:
-    lines = [ln.strip() for ln in body if ln.strip()]
-    if not lines:
-        return "failed (no detail)"
-    if lines[0].startswith("Traceback"):
-        cause = lines[-1]  # the exception line
-    elif lines[0].startswith("error: "):
-        cause = lines[0][len("error: "):]  # a BootstrapError's one line
-    else:
-        cause = lines[0]
-    # gloo prefixes its messages with a source location and suffixes them with advice.
-    cause = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h):\d+\]\s*", "", cause)
-    cause = cause.split(". This is typically", 1)[0]
-    return cause if len(cause) <= 240 else cause[:237] + "..."
-
-
 def _exc_type(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if not lines or not lines[0].startswith("Traceback"):
@@ -163,7 +122,7 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
     lines = log.splitlines(keepends=True)
     reports = []
     for i, line in enumerate(lines):
-        m = _RANK_FAILED_RE.match(line)
+        m = protocol.FAILURE_HEADER_RE.match(line)
         if not m:
             continue
         rank = _rank_of(m["rank"], log_rank)
@@ -171,7 +130,7 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
             continue
         body = []
         for nxt in lines[i + 1:]:
-            if _RANK_FAILED_RE.match(nxt) or _REPORT_END_RE.match(nxt):
+            if protocol.FAILURE_HEADER_RE.match(nxt) or _REPORT_END_RE.match(nxt):
                 break
             body.append(nxt)
         text = "".join(body)
@@ -194,8 +153,8 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     reported: dict[int, RankFailure] = {}
     for rank, text in sorted(rank_errs.items()):
         for report in rank_reports(text, rank)[:1]:
-            cause = _cause_of(report.text.splitlines())
-            reported[report.rank] = RankFailure(report.rank, report.host, cause, not _SECONDARY_RE.search(cause))
+            cause = cause_of(report.text.splitlines())
+            reported[report.rank] = RankFailure(report.rank, report.host, cause, not protocol.CONSEQUENCE_RE.search(cause))
     srun: dict[int, tuple[str, str]] = {}
     unlaunched: dict[int, str] = {}
     for ln in batch_out.splitlines():
@@ -279,7 +238,7 @@ def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
 def prologue_failures(batch_out: str, prologue_err: str) -> list[str]:
     """The node prologue's failure, if the batch script said it failed: one cause per node srun
     named (`node2: exited with exit code 1 (its output: node-prologue-1.out)`), else one line."""
-    if _PROLOGUE_FAILED not in batch_out:
+    if protocol.PROLOGUE_FAILED not in batch_out:
         return []
     causes = []
     for ln in prologue_err.splitlines():
@@ -295,7 +254,7 @@ def latest_start(text: str) -> str:
     """The part of a log that the latest start wrote: after the last restart line, if any.
     A restarted job's logs grow across its starts; an earlier start's failure is history."""
     last = None
-    for last in _START_RE.finditer(text):
+    for last in protocol.START_RE.finditer(text):
         pass
     return text[last.end():] if last else text
 
@@ -303,9 +262,3 @@ def latest_start(text: str) -> str:
 def lost_nodes(batch_out: str) -> list[str]:
     """The nodes srun said it lost (`srun: error: Node failure on HOST`), in order, once each."""
     return list(dict.fromkeys(_NODE_FAILURE_RE.findall(batch_out)))
-
-
-def is_consequence(report: str) -> bool:
-    """Whether a rank's failure text (a traceback or one error line) says a peer died or
-    hung, not what went wrong first: the bootstrap lets such a rank's peers report too."""
-    return bool(_SECONDARY_RE.search(_cause_of(report.splitlines())))

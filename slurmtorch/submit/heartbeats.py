@@ -1,4 +1,5 @@
-"""Pure: which ranks stopped, from their heartbeat lines (bootstrap.heartbeat writes them).
+"""Pure: which ranks stopped, from their heartbeat lines (bootstrap.heartbeat writes them,
+`protocol.parse_beat` reads one).
 
 A rank is stuck when its main thread has not moved for the hang timeout. Stuck ranks
 that stand inside torch wait for their peers (a collective, DDP's backward); a stuck rank
@@ -11,27 +12,10 @@ are not hung.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from slurmtorch.protocol import Beat, parse_beat
 
-@dataclass(frozen=True)
-class Beat:
-    written: float
-    unmoved_since: float
-    place: str  # torch | own
-    rank: int
-    host: str
-
-
-def parse_beat(text: str) -> Beat | None:
-    """One heartbeat line (`<written> <unmoved since> <torch|own> <rank> <host>`), or None."""
-    parts = text.split()
-    if len(parts) != 5 or parts[2] not in ("torch", "own"):
-        return None
-    try:
-        return Beat(float(parts[0]), float(parts[1]), parts[2], int(parts[3]), parts[4])
-    except ValueError:
-        return None
+__all__ = ["Beat", "parse_beat", "interval_for", "hung_ranks"]
 
 
 def interval_for(timeout: float) -> float:

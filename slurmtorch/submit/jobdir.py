@@ -1,12 +1,13 @@
 """The job folder: where it lives, what is in it, and how it is written.
 
 `$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holds `script.sh` (the
-exact submitted text), `batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`)
-and, once the launch step ends, `exit-code`; while it runs, `.started-<restart>` says
-that srun's task 0 started. A job array (`--array`, `--sweep`) has one folder per
-array job holding `script.sh`, `trials.json` and a `trial-<K>/` folder per array task.
-The batch script (templates/sbatch.sh.j2) writes the logs, `exit-code` and the marker;
-this module makes the folder and reads it back.
+exact submitted text), `job.json` (its layout: which launcher, how many nodes and ranks),
+`batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`) and, once the launch step
+ends, `exit-code`; while it runs, `.started-<restart>` says that srun's task 0 started.
+A job array (`--array`, `--sweep`) has one folder per array job holding `script.sh`,
+`job.json`, `trials.json` and a `trial-<K>/` folder per array task. The names are
+`slurmtorch.protocol`'s. The batch script (templates/sbatch.sh.j2) writes the logs,
+`exit-code` and the marker; this module makes the folder and reads it back.
 
 A folder is made under a temporary name (`.submitting-<hex>`) and renamed to the job id
 once sbatch has answered. It is private whatever the umask: the folder 0700, the files we
@@ -30,18 +31,13 @@ import sys
 import time
 from pathlib import Path
 
+from slurmtorch import protocol
 from slurmtorch.errors import SpecError, SubmitError
+from slurmtorch.protocol import (BATCH_OUT, EXIT_CODE, HEARTBEATS, JOB, NODE_PROLOGUE_ERR, RESTARTS, SCRIPT,
+                                 TRIALS)
 from slurmtorch.submit import ownership
 
-SCRIPT = "script.sh"
-BATCH_OUT = "batch.out"
-TRIALS = "trials.json"
-EXIT_CODE = "exit-code"
-RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restarts.RestartState)
-NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node prologue step
-HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (bootstrap.heartbeat writes them)
-
-_TORCHRUN_RE = re.compile(r"\btorch\.distributed\.run --nnodes (\d+) --nproc-per-node (\d+)\b")
+__all__ = ["BATCH_OUT", "EXIT_CODE", "HEARTBEATS", "JOB", "NODE_PROLOGUE_ERR", "RESTARTS", "SCRIPT", "TRIALS"]
 
 
 # --------------------------------------------------------------------------- where
@@ -114,10 +110,11 @@ def _make_temp_folder(root: Path) -> Path:
         return path
 
 
-def make_temp(root: Path, script: str, trials: dict | None = None) -> Path:
-    """A new job folder under a temporary name holding script.sh and, for an array job
-    (`trials`: spec.trials_record), trials.json and trial-K/. A file system error becomes
-    a SubmitError naming the path, and nothing made is left behind."""
+def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | None = None) -> Path:
+    """A new job folder under a temporary name holding script.sh, job.json (`job`:
+    spec.job_record) and, for an array job (`trials`: spec.trials_record), trials.json and
+    trial-K/. A file system error becomes a SubmitError naming the path, and nothing made
+    is left behind."""
     try:
         _ensure_root(root)
         tmp = _make_temp_folder(root)
@@ -125,6 +122,8 @@ def make_temp(root: Path, script: str, trials: dict | None = None) -> Path:
         raise folder_error(exc, root) from None
     try:
         write_new(tmp / SCRIPT, script)
+        if job is not None:
+            write_new(tmp / JOB, json.dumps(job, indent=1) + "\n")
         if trials is not None:
             # ASCII JSON: a value that is not UTF-8 reads back as it was written.
             write_new(tmp / TRIALS, json.dumps(trials, indent=1) + "\n")
@@ -200,10 +199,23 @@ def progress_mark(folder: Path) -> tuple[bool, int | None]:
     return (folder / BATCH_OUT).exists(), ended
 
 
-def torchrun_layout(script: str) -> tuple[int, int] | None:
-    """(nodes, ranks per node) when a job script launches torchrun, else None (pure)."""
-    m = _TORCHRUN_RE.search(script)
-    return (int(m[1]), int(m[2])) if m else None
+def read_job(folder: Path) -> dict | None:
+    """A job's job.json (an array task's: its array job's), or None (none, or unreadable)."""
+    path = folder / JOB
+    if not path.exists() and folder.name.startswith("trial-"):
+        path = folder.parent / JOB
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def torchrun_layout(job: dict | None) -> tuple[int, int] | None:
+    """(nodes, ranks per node) when a job (its job.json) launches torchrun, else None (pure)."""
+    if not job or job.get("launcher") != "torchrun":
+        return None
+    return int(job["nodes"]), int(job["ntasks_per_node"])
 
 
 def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: int | None = None) -> tuple[str, str]:
@@ -218,7 +230,7 @@ def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: i
         if node is not None:
             raise SpecError("this job writes one log per rank; a node's log applies to torchrun jobs only",
                             tip="ask for a rank's log instead")
-        return f"rank-{rank or 0}.out", f"rank-{rank or 0}.err"
+        return protocol.rank_logs(rank or 0)
     nodes, per = torchrun
     if node is None:
         if rank is not None and nodes > 1:
@@ -229,19 +241,12 @@ def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: i
         node = 0
     if not 0 <= node < nodes:
         raise SpecError(f"node {node} is not in this job (nodes 0..{nodes - 1})")
-    return f"node-{node}.out", f"node-{node}.err"
+    return protocol.node_logs(node)
 
 
 def rank_log_paths(folder: Path, rank: int | None = None, node: int | None = None) -> tuple[Path, Path]:
-    """`log_names` in a job (or trial) folder, by the launcher its script.sh records."""
-    script = folder / SCRIPT
-    if not script.exists() and folder.name.startswith("trial-"):
-        script = folder.parent / SCRIPT  # an array task: the array job's script
-    try:
-        layout = torchrun_layout(script.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        layout = None
-    out, err = log_names(layout, rank, node)
+    """`log_names` in a job (or trial) folder, by the launcher its job.json records."""
+    out, err = log_names(torchrun_layout(read_job(folder)), rank, node)
     return folder / out, folder / err
 
 
@@ -259,7 +264,7 @@ def error_logs(folder: Path) -> dict[int, str]:
 def exit_notes(folder: Path) -> list[str]:
     """The text of every rank-R.exit in a job folder: the ranks whose script returned
     (bootstrap.exits.note_exit; failures.latest_exits reads them)."""
-    return [read_text(p) for p in sorted(folder.glob("rank-*.exit"))]
+    return [read_text(p) for p in sorted(folder.glob(protocol.exit_note_name("*")))]
 
 
 def read_text(path: Path) -> str:

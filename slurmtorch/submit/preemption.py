@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.cluster import parse_time
 from slurmtorch.submit.options import Options
@@ -40,8 +41,8 @@ def preempt_env(signal: str | None, requeue: bool) -> tuple[tuple[str, str], ...
     """What the ranks' handler reads: the bare signal name and whether to requeue."""
     if not signal:
         return ()
-    return (("SLURMTORCH_PREEMPT_SIGNAL", signal.split("@", 1)[0].rsplit(":", 1)[-1]),
-            ("SLURMTORCH_PREEMPT_REQUEUE", "1" if requeue else "0"))
+    return ((protocol.PREEMPT_SIGNAL, signal.split("@", 1)[0].rsplit(":", 1)[-1]),
+            (protocol.PREEMPT_REQUEUE, "1" if requeue else "0"))
 
 
 def parse_signal(text: str, what: str = "--signal") -> str:

@@ -20,7 +20,8 @@ from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.records import record, replace
-from slurmtorch.roles import TRAINING_ROLES
+from slurmtorch.roles import TRAINING_ROLES, RoleLayout
+from slurmtorch.submit.batchbash import PICK_PORT, REAP_ROLE_STEPS
 from slurmtorch.submit import ownership
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
@@ -61,6 +62,16 @@ class RoleStep:
     rank_argv: tuple[str, ...]
 
 
+@record
+class TrialCase:
+    """One trial of a sweep, as the batch script's `case` sets it up, unquoted."""
+
+    trial: int
+    args: tuple[str, ...]  # appended to the script's arguments (--NAME VALUE), as the launcher passes them on
+    exports: tuple[tuple[str, str], ...]  # SLURMTORCH_SWEEP_<NAME> and its value
+    params: str  # SLURMTORCH_PARAMS: the parameters as compact JSON
+
+
 # A launcher's variables that sbatch (--export=ALL) brings along from the submitting
 # shell, e.g. after a local torchrun: the batch script unsets them, since they would
 # describe another world than the job's (a stale MASTER_ADDR wins over the first node).
@@ -92,6 +103,15 @@ class Launch:
     # The ranks run in a container: the batch script then runs nothing of the submitting
     # host's python (its venv need not exist on the nodes) and picks the port in bash.
     in_container: bool = False
+    # Who picks MASTER_PORT and MASTER_ADDR (rendezvous_flags): the batch script, on the
+    # job's first node, when these are True.
+    pick_port: bool = False
+    pick_addr: bool = False
+    # A role job: SLURMTORCH_ROLES, and the training roles (the torch world) for its comment.
+    roles: str = ""
+    training_roles: str = ""
+    # A sweep: each trial's case in the batch script.
+    trial_cases: tuple[TrialCase, ...] = ()
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -170,8 +190,37 @@ def launch_plan(spec: JobSpec) -> Launch:
     ends with `spec.srun_args`, the one list of extra srun options.
     """
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
+    pick_port, pick_addr = rendezvous_flags(spec, in_container)
+    training = ", ".join(f"{role}={count}" for role, count in spec.roles if role in TRAINING_ROLES)
     return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec),
-                               in_container=in_container)
+                   in_container=in_container, pick_port=pick_port, pick_addr=pick_addr,
+                   roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec))
+
+
+def trial_cases(spec: JobSpec) -> tuple[TrialCase, ...]:
+    """Every trial of a sweep as its case in the batch script sets it up (pure)."""
+    return tuple(TrialCase(trial=t, args=tuple(torchrun_literal(sweep_args(params), spec.launcher)),
+                           exports=tuple((sweep_var(name), value) for name, value in params),
+                           params=json.dumps(dict(params), separators=(",", ":"), ensure_ascii=False))
+                 for t, params in spec.trials)
+
+
+def rendezvous_flags(spec: JobSpec, in_container: bool) -> tuple[bool, bool]:
+    """Whether the batch script picks MASTER_PORT, and MASTER_ADDR, on the job's first node
+    (where rank 0 runs): the one place that decides who does (pure).
+
+    Nobody in the script when the site's environment fixes the value, or when the ranks
+    find it themselves: MPI's rank 0 (mpirun, `--from mpi`), or the restart supervisor
+    anew for each start. The address only on the site's interface (*_SOCKET_IFNAME, which
+    the script tests at run time); not for a role job (CLUSTER_SPEC names every role by
+    host name) nor in a container (no python of the submitting host on the nodes): the
+    ranks then meet at the first node's host name.
+    """
+    fixed = {name for name, _ in spec.env}
+    script = spec.kind == "sbatch" and spec.launcher in ("srun", "torchrun") and spec.max_restarts is None
+    pick_port = script and "MASTER_PORT" not in fixed
+    pick_addr = script and not spec.roles and not in_container and "MASTER_ADDR" not in fixed
+    return pick_port, pick_addr
 
 
 def _launch_plan(spec: JobSpec) -> Launch:
@@ -268,19 +317,6 @@ def _ansi_c_char(c: str) -> str:
     return c
 
 
-def _sbatch_directive(pair: tuple[str, object]) -> str:
-    name, value = pair
-    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
-        raise TemplateError(f"invalid #SBATCH option name {name!r}")
-    if value is True:
-        return f"#SBATCH --{name}"
-    text = shell.directive_value(value, what=f"#SBATCH --{name} value")
-    # sbatch's directive parser honours shell quotes but also treats a backslash as an
-    # escape *inside* single quotes (`'a\\'` is an unmatched quote to it). A value with a
-    # backslash is always quoted by directive_value, so doubling them reads back exactly.
-    return f"#SBATCH --{name}={text.replace(chr(92), chr(92) * 2)}"
-
-
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """Compiled templates, kept between CLI runs: compiling ours costs ~6 ms a run.
 
@@ -317,12 +353,7 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
     env.filters["directive"] = shell.directive_value
     env.filters["envname"] = shell.env_name
     env.filters["comment"] = comment_quote
-    env.filters["sbatch_directive"] = _sbatch_directive
-    env.filters["sweep_var"] = _sweep_var
     env.filters["composed_path"] = composed_path
-    env.filters["sweep_args"] = sweep_args
-    env.filters["launcher_literal"] = torchrun_literal
-    env.filters["tojson_compact"] = lambda v: json.dumps(dict(v), separators=(",", ":"), ensure_ascii=False)
     return env
 
 
@@ -345,15 +376,12 @@ def composed_path(edit: tuple[str, tuple[str, ...], tuple[str, ...]]) -> str:
     return text
 
 
-def _sweep_var(name: str) -> str:
-    return shell.env_name(sweep_var(name))
-
-
 def render_template(name: str, spec: JobSpec) -> str:
     launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
-        return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD)
+        return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD,
+                               pick_port_in_bash=PICK_PORT, reap_role_steps=REAP_ROLE_STEPS)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:

@@ -108,10 +108,11 @@ class Submission:
 
 
 def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None,
-           announce: Callable[[Submission], None] | None = None) -> Submission:
+           job: dict | None = None, announce: Callable[[Submission], None] | None = None) -> Submission:
     """Write the job folder, submit held, rename the folder to the job id, release.
 
-    `trials` (spec.trials_record) makes it an array job's folder: trials.json and trial-K/.
+    `job` (spec.job_record) is written as job.json; `trials` (spec.trials_record) makes it
+    an array job's folder: trials.json and trial-K/.
     Nothing in it is world-writable, whatever the umask. A file system error becomes a
     SubmitError naming the path; any failure removes what was made and cancels the job.
     All or nothing under signals too: a TERM/HUP/INT on the way is held until a safe point,
@@ -120,7 +121,7 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
     """
     root = root or jobdir.jobs_root()
     with deferred("submission undone: no job left queued, no folder left") as pending:
-        tmp = jobdir.make_temp(root, script, trials)
+        tmp = jobdir.make_temp(root, script, trials, job)
         job_id: str | None = None
         final: Path | None = None
         try:

@@ -101,6 +101,8 @@ class JobSpec:
     # Trusted admin lines run once per node (site's, then the node type's) before the ranks.
     node_prologue: tuple[str, ...] = ()
     gpu_vendor: str = "nvidia"
+    # `directives` as the script's `#SBATCH` lines: checked and quoted once, here (sbatch_line).
+    sbatch_lines: tuple[str, ...] = ()
 
     @property
     def runs_again(self) -> bool:
@@ -204,14 +206,15 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
         raise SpecError(f"site {site.name!r} has a node_prologue, which runs as a Slurm job step; "
                         "slurmtorch mpirun starts no Slurm job", tip="use slurmtorch sbatch")
     base = {**dict(site.directives), **dict(partition.directives), **dict(preset.get("directives", ())), **asked}
-    return replace(job, directives=sbatch_header(job, base), module_purge=site.module_purge,
+    directives = sbatch_header(job, base)
+    return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
+                   module_purge=site.module_purge,
                                module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str, str | bool], ...]:
     """The `#SBATCH` header of a batch job (under it `base`: the site's, partition's and
-    preset's, then the options passed on), sorted and checked; an mpirun job carries only
-    `base`. A name whose value in `base` is None is left out: a site's directive removed by
+    preset's, then the options passed on), sorted; an mpirun job carries only `base`. A name whose value in `base` is None is left out: a site's directive removed by
     a later layer, or the `partition` line on a QOS-routed site (the only line of ours a
     site may remove: validation refuses the others)."""
     out = {name: value for name, value in base.items() if value is not None}
@@ -266,10 +269,21 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
         out["output"] = f"{slurm_pattern_escape(job.job_root)}/{job.job_dir_pattern}/batch.out"
         if job.array:
             out["array"] = job.array
-    for name, value in out.items():
-        if value is not True:
-            shell.directive_value(value, what=f"#SBATCH --{name} value")
     return tuple(sorted(out.items()))
+
+
+def sbatch_line(name: str, value: str | bool) -> str:
+    """`#SBATCH --name=value` (`True`: the bare flag), the one check of a directive's name and
+    value; a value sbatch cannot read back exactly is refused (shell.directive_value)."""
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+        raise SpecError(f"invalid #SBATCH option name {name!r}")
+    if value is True:
+        return f"#SBATCH --{name}"
+    text = shell.directive_value(value, what=f"#SBATCH --{name} value")
+    # sbatch's directive parser honours shell quotes but also treats a backslash as an
+    # escape *inside* single quotes (`'a\\'` is an unmatched quote to it). A value with a
+    # backslash is always quoted by directive_value, so doubling them reads back exactly.
+    return f"#SBATCH --{name}={text.replace(chr(92), chr(92) * 2)}"
 
 
 def check_program(o: Options) -> None:
@@ -352,6 +366,13 @@ def trials_record(spec: JobSpec) -> dict | None:
         return None
     return {"array": spec.array, "sweep": [[n, list(v)] for n, v in spec.sweep],
             "trials": {str(t): dict(params) for t, params in spec.trials}}
+
+
+def job_record(spec: JobSpec) -> dict:
+    """What `job.json` in the job's folder holds: its launcher and layout, which say how its
+    logs are named (torchrun: one per node), for `logs`, `--wait` and the Distributor."""
+    return {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
+            "ntasks_per_node": spec.ntasks_per_node}
 
 
 def slurm_pattern_escape(path: str) -> str:

@@ -21,8 +21,9 @@ Slurm then ends this batch script and starts it again elsewhere), or give up wit
 cause. The history is kept in the job folder (`restarts.json`) for the next start, the
 next run after a requeue, `slurmtorch status` and `--wait`.
 
-This is the job's own edge, on the batch node: with `scheduler` (the login node's), the
-one other module that starts processes.
+This is the job's own edge, on the batch node: with `scheduler` (the login node's) and
+`slurmtorch.requeue` (the one requeue path, which a preempted rank takes too), the modules
+that start processes.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ from pathlib import Path
 
 import hostlist
 
+from slurmtorch import protocol
+from slurmtorch import requeue as requeuing
+from slurmtorch.errors import SlurmtorchError, SubmitError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit.failures import latest_exits, lost_nodes, parse_failures
 from slurmtorch.submit.heartbeats import hung_ranks, interval_for, parse_beat
@@ -129,10 +133,10 @@ def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: 
     """The environment of start `start`: which start it is (restart_count()), the file its
     task 0 leaves once running, where the world meets, and the heartbeat interval."""
     env = dict(os.environ)
-    env["SLURMTORCH_RESTART_COUNT"] = str(start)
-    env["SLURMTORCH_STARTED"] = str(folder / f".started-{start}")
+    env[protocol.RESTART_COUNT] = str(start)
+    env[protocol.STARTED] = str(folder / protocol.started_marker(start))
     if args.hang_timeout:
-        env["SLURMTORCH_HEARTBEAT_S"] = f"{interval_for(args.hang_timeout):g}"
+        env[protocol.HEARTBEAT_S] = f"{interval_for(args.hang_timeout):g}"
     # A MASTER_ADDR/PORT the site fixed is kept; otherwise picked anew on this start's first
     # node (the old port may still be held by a rank of the failed start).
     if "MASTER_PORT" not in fixed:
@@ -148,7 +152,7 @@ def mark_start(folder: Path, start: int, nodes: Sequence[str], after: str) -> No
     """`slurmtorch: start N on NODES, after: CAUSE` in batch.out and at the end of every rank's
     stderr: a reader (`logs`, `--wait` streaming rank 0's) sees the restart where it happened,
     and the failure report reads only what follows the last such line (failures.latest_start)."""
-    line = f"slurmtorch: start {start} on {','.join(nodes)}, after: {after}\n"
+    line = protocol.start_line(start, nodes, after)
     sys.stderr.write(line)
     sys.stderr.flush()
     for log in folder.glob("rank-*.err"):
@@ -175,7 +179,7 @@ def _since(path: Path, offset: int) -> str:
 
 def _beats(folder: Path) -> dict:
     beats = {}
-    for p in (folder / jobdir.HEARTBEATS).glob("rank-*"):
+    for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
         if p.name.endswith(".tmp"):
             continue
         beat = parse_beat(jobdir.read_text(p))
@@ -185,7 +189,7 @@ def _beats(folder: Path) -> dict:
 
 
 def _clear_beats(folder: Path) -> None:
-    for p in (folder / jobdir.HEARTBEATS).glob("rank-*"):
+    for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
         p.unlink(missing_ok=True)
 
 
@@ -249,51 +253,24 @@ def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started
 
 
 def requeue(job: str, excluded: Sequence[str]) -> bool:
-    """Requeue the job without the excluded nodes; True once Slurm has it (it then ends us).
-
-    Slurm (22.05) takes a new ExcNodeList only from a job that is not running, and a
-    requeue ends this script: so the requeue comes first, with SIGTERM ignored here, and
-    the update follows while the job is completing (it is accepted from the moment the
-    requeue is under way: seen on the testbed, at the second try 0.5 s later). The nodes
-    the user excluded at submission (-x) stay excluded.
-    """
+    """Requeue the job without the excluded nodes (`slurmtorch.requeue`, the one path); True
+    once Slurm has it (it then ends us). The requeue's TERM is ignored here: the update
+    that excludes the nodes follows it, while the job is completing."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's TERM; its KILL ends us
-    proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        say(f"error: scontrol requeue {job} failed: {(proc.stderr.strip() or 'no output').splitlines()[-1]}")
+    try:
+        requeuing.requeue(job)
+    except SubmitError as exc:
+        say(f"error: {exc.message}")
         return False
-    nodes = sorted({*excluded, *_excluded_now(job)})
-    deadline = time.monotonic() + 20
-    while True:
-        proc = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={hostlist.collect_hostlist(nodes)}"],
-                              capture_output=True, text=True, timeout=60)
-        if proc.returncode == 0:
-            say(f"job {job} requeued without {','.join(nodes)}")
-            return True
-        if time.monotonic() > deadline:
-            say(f"warning: job {job} requeued, but excluding {','.join(nodes)} failed: "
-                f"{(proc.stderr.strip() or 'no output').splitlines()[-1]}")
-            return True
-        time.sleep(0.5)
-
-
-def _excluded_now(job: str) -> list[str]:
-    """The job's ExcNodeList as Slurm has it now (the user's -x), expanded."""
-    proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=60)
-    for token in proc.stdout.split():
-        key, _, value = token.partition("=")
-        if key == "ExcNodeList" and value and value != "(null)":
-            return hostlist.expand_hostlist(value)
-    return []
-
-
-def job_ref(environ=os.environ) -> str:
-    array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
-    return f"{array}_{task}" if array.isdigit() and task.isdigit() else environ.get("SLURM_JOB_ID", "")
+    try:
+        say(protocol.requeued_without_line(job, requeuing.exclude(job, excluded)))
+    except SubmitError as exc:
+        say(f"warning: job {job} requeued, but excluding {','.join(excluded)} failed: {exc.message}")
+    return True
 
 
 def supervise(args: Args) -> int:
-    folder = Path(os.environ["SLURMTORCH_JOB_DIR"])
+    folder = Path(os.environ[protocol.JOB_DIR])
     allocated = hostlist.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
     here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
@@ -305,7 +282,7 @@ def supervise(args: Args) -> int:
         save_state(folder, state, args.max_restarts)
         if len(nodes) < args.nodes:  # a requeued job that Slurm placed on a node excluded since
             say(f"start {start}: {len(nodes)} healthy nodes of the {args.nodes} needed; requeueing")
-            return 0 if requeue(job_ref(), state.excluded) and _wait_for_requeue() else 1
+            return 0 if requeue(requeuing.target(os.environ), state.excluded) and _wait_for_requeue() else 1
         env = start_env(args, start, folder, nodes, here, fixed)
         _clear_beats(folder)
         if start:
@@ -314,8 +291,8 @@ def supervise(args: Args) -> int:
                        else "the job was requeued (preempted?)")
         sizes = _sizes(folder)
         rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout)
-        started = Path(env["SLURMTORCH_STARTED"]).exists()
-        Path(env["SLURMTORCH_STARTED"]).unlink(missing_ok=True)
+        started = Path(env[protocol.STARTED]).exists()
+        Path(env[protocol.STARTED]).unlink(missing_ok=True)
         if rc == 0 and started and not hung:
             return 0
         verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated)
@@ -325,7 +302,7 @@ def supervise(args: Args) -> int:
         say(f"{state.events[-1].line()} ({plan.why})")
         if plan.action == "restart":
             continue
-        if plan.action == "requeue" and requeue(job_ref(), plan.nodes) and _wait_for_requeue():
+        if plan.action == "requeue" and requeue(requeuing.target(os.environ), plan.nodes) and _wait_for_requeue():
             return 0
         return verdict.code or rc or 1
 
@@ -347,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return supervise(args)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
+    except (OSError, RuntimeError, subprocess.SubprocessError, SlurmtorchError) as exc:
         say(f"error: the restart supervisor failed: {exc}")
         return 1
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from slurmtorch import shell
+from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import Options
 
@@ -95,7 +95,7 @@ def parse_sweep(items: tuple[str, ...] | list[str]) -> tuple[tuple[str, tuple[st
 
 def sweep_var(name: str) -> str:
     """Sweep parameter NAME -> its variable SLURMTORCH_SWEEP_<NAME> (upper case, '-' -> '_')."""
-    return "SLURMTORCH_SWEEP_" + name.upper().replace("-", "_")
+    return protocol.SWEEP_PREFIX + name.upper().replace("-", "_")
 
 
 def sweep_grid(sweep: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[tuple[str, str], ...]]:

@@ -45,9 +45,11 @@ def test_install_without_a_signal_does_nothing():
 
 def test_the_bootstrap_sets_the_handler_when_the_job_names_a_signal():
     # The runner imports `preempt` only for a job submitted with --signal: it reads the same name.
+    from slurmtorch import protocol
     from slurmtorch.bootstrap import runner
 
-    assert f'os.environ.get("{preempt.ENV_SIGNAL}")' in Path(runner.__file__).read_text()
+    assert preempt.ENV_SIGNAL == protocol.PREEMPT_SIGNAL
+    assert "os.environ.get(protocol.PREEMPT_SIGNAL)" in Path(runner.__file__).read_text()
 
 
 HANDLER = textwrap.dedent("""

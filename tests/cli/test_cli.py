@@ -317,21 +317,27 @@ def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask
         assert p.stat().st_mode & 0o777 == (0o700 if p.is_dir() else 0o600), (p, oct(p.stat().st_mode))
 
 
-def _torchrun_script(tmp_path: Path, nodes: int, per_node: int) -> str:
-    (tmp_path / "t.py").write_text("pass\n")
-    proc = cli(["sbatch", "--site", "testbed", "-N", nodes, "--ntasks-per-node", per_node, "--launcher", "torchrun",
-                "--dry-run", "t.py"], tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
+    """A job folder as `slurmtorch sbatch` leaves it: script.sh and job.json (spec.job_record)."""
+    from slurmtorch.submit import render, sites, spec
+    from slurmtorch.submit.options import Options
+
+    job = spec.build_spec(sites.load_site("testbed"), Options(
+        script="/home/user/t.py", launcher="torchrun", nodes=nodes, ntasks_per_node=per_node,
+        python="/opt/venv/bin/python", job_root=str(folder.parent), command=("slurmtorch", "sbatch", "t.py")))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "script.sh").write_text(render.render_sbatch(job))
+    (folder / "job.json").write_text(json.dumps(spec.job_record(job)))
 
 
-def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
+def test_the_launcher_recorded_in_job_json_says_how_logs_are_named(tmp_path):
     from slurmtorch.submit import jobdir
     from slurmtorch.errors import SpecError
 
-    assert jobdir.torchrun_layout(_torchrun_script(tmp_path, 2, 3)) == (2, 3)
-    srun = cli(["sbatch", "--site", "testbed", "-N", "2", "--dry-run", "t.py"], tmp_path).stdout
-    assert jobdir.torchrun_layout(srun) is None
+    _torchrun_job(tmp_path / "torchrun", 2, 3)
+    assert jobdir.torchrun_layout(jobdir.read_job(tmp_path / "torchrun")) == (2, 3)
+    assert jobdir.torchrun_layout({"launcher": "srun", "nodes": 2, "ntasks": 2, "ntasks_per_node": 1}) is None
+    assert jobdir.torchrun_layout(jobdir.read_job(tmp_path / "none")) is None
     assert jobdir.log_names(None) == ("rank-0.out", "rank-0.err")
     assert jobdir.log_names(None, 5) == ("rank-5.out", "rank-5.err")
     assert jobdir.log_names((1, 4), 3) == ("node-0.out", "node-0.err")  # one node holds every rank
@@ -345,6 +351,18 @@ def test_the_launcher_recorded_in_script_sh_says_how_logs_are_named(tmp_path):
         jobdir.log_names(None, node=0)
 
 
+def test_a_submission_leaves_its_layout_in_job_json_which_its_trials_read(tmp_path):
+    from slurmtorch.submit import jobdir, scheduler
+
+    record = {"launcher": "torchrun", "nodes": 2, "ntasks": 4, "ntasks_per_node": 2}
+    sub = scheduler.submit("#!/bin/bash\n", tmp_path / "jobs", runner=FakeSlurm(), job=record,
+                           trials={"array": "0-1", "trials": {"0": {}, "1": {}}})
+    assert json.loads((sub.job_dir / "job.json").read_text()) == record
+    assert stat.S_IMODE((sub.job_dir / "job.json").stat().st_mode) == 0o600
+    trial = sub.job_dir / "trial-1"
+    assert jobdir.rank_log_paths(trial, node=1) == (trial / "node-1.out", trial / "node-1.err")
+
+
 def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path, monkeypatch):
     """torchrun writes node-0.out, and only once the job runs: --wait must still show it."""
     from slurmtorch.submit import waiting
@@ -352,8 +370,7 @@ def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_p
 
     root = tmp_path / "jobs"
     folder = root / "123"
-    folder.mkdir(parents=True)
-    (folder / "script.sh").write_text(_torchrun_script(tmp_path, 2, 2))
+    _torchrun_job(folder, 2, 2)
     polls = []
 
     def answer(argv):
@@ -378,8 +395,7 @@ def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_p
 
 def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
     folder = tmp_path / "home" / "jobs" / "123"
-    folder.mkdir(parents=True)
-    (folder / "script.sh").write_text(_torchrun_script(tmp_path, 2, 2))
+    _torchrun_job(folder, 2, 2)
     for n in range(2):
         (folder / f"node-{n}.out").write_text(f"node {n} out\n")
         (folder / f"node-{n}.err").write_text("")

@@ -497,3 +497,24 @@ def test_an_interpreter_without_slurmtorch_is_named_as_such():
     got = parse_failures("srun: error: node1: task 0: Exited with exit code 1\n", {0: err})
     assert [(f.rank, f.host, f.cause, f.code) for f in got] == [(0, "node1", NO_SLURMTORCH, 1)]
     assert "has no slurmtorch" in batch_failures("/usr/bin/python3: No module named slurmtorch.bootstrap\n", "")[0]
+
+
+@pytest.mark.parametrize("kw, picks", [
+    (dict(launcher="srun"), (True, True)),
+    (dict(launcher="torchrun"), (True, True)),
+    (dict(launcher="mpirun"), (False, False)),  # MPI's rank 0 finds both itself
+    (dict(max_restarts=2), (False, False)),  # the restart supervisor, anew for each start
+    (dict(roles=("master=1", "worker=1")), (True, False)),  # CLUSTER_SPEC names hosts by name
+    (dict(container_image="/img/x.sif"), (True, False)),  # no python of ours on the node
+])
+def test_who_picks_master_addr_and_port_is_decided_once_in_the_launch_plan(kw, picks):
+    import dataclasses
+
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", **kw))
+    launch = render.launch_plan(spec)
+    assert (launch.pick_port, launch.pick_addr) == picks
+    text = render.render_sbatch(spec)
+    assert ("MASTER_PORT=$(" in text or "MASTER_PORT=$port" in text) == picks[0]
+    assert ("MASTER_ADDR=$(" in text) == picks[1]
+    fixed = dataclasses.replace(spec, env=(*spec.env, ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500")))
+    assert render.rendezvous_flags(fixed, launch.in_container) == (False, False)  # the site's values stand

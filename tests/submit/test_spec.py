@@ -11,7 +11,8 @@ from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.submit.environment import parse_env
 from slurmtorch.submit.options import Options
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.render import render_sbatch
+from slurmtorch.submit.spec import build_spec, sbatch_line
 
 
 def opts(**kw) -> Options:
@@ -229,3 +230,16 @@ def test_parse_env_keeps_everything_after_the_first_equals():
 def test_build_spec_is_deterministic(hdr):
     o = opts(nodes=2, env=("B=1", "A=2"))
     assert build_spec(hdr, o) == build_spec(hdr, o)
+
+
+def test_an_sbatch_line_is_checked_and_quoted_once_in_the_spec_and_rendered_as_it_is(hdr):
+    assert sbatch_line("exclusive", True) == "#SBATCH --exclusive"
+    assert sbatch_line("comment", "a b\\c") == "#SBATCH --comment='a b\\\\c'"
+    with pytest.raises(SpecError, match="invalid #SBATCH option name 'Bad name'"):
+        sbatch_line("Bad name", "x")
+    with pytest.raises(ShellSafetyError, match="#SBATCH --comment value"):
+        sbatch_line("comment", "a\nb")
+    spec = build_spec(hdr, opts())
+    assert spec.sbatch_lines == tuple(sbatch_line(n, v) for n, v in spec.directives)
+    lines = render_sbatch(spec).splitlines()
+    assert [ln for ln in lines if ln.startswith("#SBATCH")] == list(spec.sbatch_lines)

@@ -1,0 +1,210 @@
+"""What the submit side and the ranks agree on: variable names, the job folder's files, log lines.
+
+The batch script and the restart supervisor set variables the ranks read; the ranks write
+files and lines that the supervisor, `slurmtorch status`, `--wait` and the Distributor read
+back. Each name and each line's format is written here once, its writer beside its parser,
+so the two sides cannot drift apart. Pure; both sides import it, it imports neither.
+"""
+
+from __future__ import annotations
+
+import re
+
+from slurmtorch.records import record
+
+# --------------------------------------------------------------------------- variables
+
+# Set by the batch script (templates/sbatch.sh.j2) or the restart supervisor; read by the ranks.
+JOB_DIR = "SLURMTORCH_JOB_DIR"  # the job's folder (an array task's: its trial-K/)
+STARTED = "SLURMTORCH_STARTED"  # the file srun's task 0 leaves once it runs (started_marker)
+RESTART_COUNT = "SLURMTORCH_RESTART_COUNT"  # --max-restarts: starts of the step before this one
+HEARTBEAT_S = "SLURMTORCH_HEARTBEAT_S"  # --hang-timeout: seconds between a rank's heartbeats
+PREEMPT_SIGNAL = "SLURMTORCH_PREEMPT_SIGNAL"  # --signal: the bare signal name, e.g. USR1
+PREEMPT_REQUEUE = "SLURMTORCH_PREEMPT_REQUEUE"  # 1: the preempted job requeues; 0: hooks only
+ROLES = "SLURMTORCH_ROLES"  # a role job's layout, e.g. master=1,worker=3 (roles.parse_roles)
+TRIAL = "SLURMTORCH_TRIAL"  # an array task's trial
+PARAMS = "SLURMTORCH_PARAMS"  # a sweep trial's parameters, as JSON
+SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_var): its value
+SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS)
+
+# Set by the bootstrap for the user's script (and read by the preemption handler).
+JOB_RANK = "SLURMTORCH_JOB_RANK"  # this process's rank in the whole job, ps/evaluator included
+ROLE = "SLURMTORCH_ROLE"
+ROLE_INDEX = "SLURMTORCH_ROLE_INDEX"
+SOURCE = "SLURMTORCH_SOURCE"  # where the world came from: mpi, slurm, env, roles, single
+OMITTED = "SLURMTORCH_OMITTED"  # contract maps left out as too large for one variable
+
+# Set by the user for the ranks.
+TIMINGS = "SLURMTORCH_TIMINGS"  # DIR: each rank writes its start's phases to DIR/timings_name(R)
+CHECKPOINT_DIR = "SLURMTORCH_CHECKPOINT_DIR"  # checkpoints outside a job folder
+
+
+# --------------------------------------------------------------------------- the job folder's files
+
+SCRIPT = "script.sh"  # the exact submitted text
+JOB = "job.json"  # the job's layout (jobdir.job_record): how its logs are named
+BATCH_OUT = "batch.out"
+TRIALS = "trials.json"  # an array job's trials
+EXIT_CODE = "exit-code"  # the launch step's, written by the batch script at its end
+RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restarts.RestartState)
+NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node prologue step
+HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
+CHECKPOINTS = "checkpoints"
+
+
+def started_marker(start: int) -> str:
+    """The file srun's task 0 leaves once start `start` of the step runs (the batch script
+    names it `.started-${SLURM_RESTART_COUNT:-0}`: a requeued job's runs count there)."""
+    return f".started-{start}"
+
+
+def rank_logs(rank: int) -> tuple[str, str]:
+    """A rank's stdout and stderr under srun and mpirun (torchrun: node_logs)."""
+    return f"rank-{rank}.out", f"rank-{rank}.err"
+
+
+def node_logs(node: int) -> tuple[str, str]:
+    """A torchrun node's stdout and stderr, every rank of the node in them."""
+    return f"node-{node}.out", f"node-{node}.err"
+
+
+def exit_note_name(rank: int) -> str:
+    return f"rank-{rank}.exit"
+
+
+def heartbeat_name(rank: int) -> str:
+    return f"rank-{rank}"
+
+
+def timings_name(rank: int) -> str:
+    return f"rank-{rank}.json"
+
+
+# --------------------------------------------------------------------------- a rank's failure report
+# A failing rank writes failure_header and then its cause (a traceback, or a BootstrapError's
+# `error: ...` line) to its stderr (bootstrap.exits.fail); submit.failures reads them back.
+# A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint).
+
+FAILURE_HEADER_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed:\s*$")
+# What a rank reports when a *peer* died or hung: a consequence, not the cause.
+# NCCL says so in its own words: a peer that exited or a network error (ncclRemoteError /
+# ncclSystemError), or its watchdog giving up on a collective that never completed.
+CONSEQUENCE_RE = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|Connection refused|Timed out|timed out|"
+    r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)|"
+    r"remote process exited or there was a network error|ncclRemoteError|ncclSystemError|"
+    r"NCCL communicator was aborted|Watchdog caught collective operation timeout", re.IGNORECASE)
+_SOURCE_PLACE_RE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h):\d+\]\s*")
+
+
+def failure_header(who: int | str, host: str) -> str:
+    return f"rank {who} on {host} failed:"
+
+
+def cause_of(body: list[str]) -> str:
+    """A report's cause in one line: a traceback's exception line, or the error line."""
+    lines = [ln.strip() for ln in body if ln.strip()]
+    if not lines:
+        return "failed (no detail)"
+    if lines[0].startswith("Traceback"):
+        cause = lines[-1]  # the exception line
+    elif lines[0].startswith("error: "):
+        cause = lines[0][len("error: "):]  # a BootstrapError's one line
+    else:
+        cause = lines[0]
+    # gloo prefixes its messages with a source location and suffixes them with advice.
+    cause = _SOURCE_PLACE_RE.sub("", cause)
+    cause = cause.split(". This is typically", 1)[0]
+    return cause if len(cause) <= 240 else cause[:237] + "..."
+
+
+def is_consequence(report: str) -> bool:
+    """Whether a rank's failure text (a traceback or one error line) says a peer died or
+    hung, not what went wrong first: the bootstrap lets such a rank's peers report too."""
+    return bool(CONSEQUENCE_RE.search(cause_of(report.splitlines())))
+
+
+# --------------------------------------------------------------------------- a rank's exit note
+# A rank whose script returned leaves exit_note_name(R) (bootstrap.exits.note_exit).
+
+_EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
+
+
+@record  # a frozen dataclass; the ranks import this module before torch (see `records`)
+class RankExit:
+    """A rank whose script returned: where, with what code, in which run of a requeued job."""
+
+    rank: int
+    host: str
+    code: int
+    restart: int
+
+
+def exit_line(rank: int, host: str, code: int, restart: int) -> str:
+    return f"rank {rank} on {host} exited {code} restart {restart}\n"
+
+
+def parse_exit(text: str) -> RankExit | None:
+    """An exit note's line, or None for anything else (a torn or foreign file)."""
+    m = _EXIT_RE.match(text)
+    return RankExit(int(m["rank"]), m["host"], int(m["code"]), int(m["restart"])) if m else None
+
+
+# --------------------------------------------------------------------------- a rank's heartbeat
+# With --hang-timeout each rank replaces heartbeat_name(R) in HEARTBEATS every interval
+# (bootstrap.heartbeat); the restart supervisor reads them (submit.heartbeats.hung_ranks).
+
+PLACES = ("torch", "own")  # where the main thread stands: inside torch, or anywhere else
+
+
+@record
+class Beat:
+    written: float
+    unmoved_since: float
+    place: str  # torch | own
+    rank: int
+    host: str
+
+
+def beat_line(written: float, unmoved_since: float, place: str, rank: int, host: str) -> str:
+    return f"{written:.3f} {unmoved_since:.3f} {place} {rank} {host}\n"
+
+
+def parse_beat(text: str) -> Beat | None:
+    """One heartbeat line (`<written> <unmoved since> <torch|own> <rank> <host>`), or None."""
+    parts = text.split()
+    if len(parts) != 5 or parts[2] not in PLACES:
+        return None
+    try:
+        return Beat(float(parts[0]), float(parts[1]), parts[2], int(parts[3]), parts[4])
+    except ValueError:
+        return None
+
+
+# --------------------------------------------------------------------------- the restart line
+# Before each restart the supervisor writes start_line to batch.out and at the end of every
+# rank's stderr (supervisor.mark_start); a failure report reads only what follows the last.
+
+START_RE = re.compile(r"^slurmtorch: start \d+ on .*$", re.MULTILINE)
+START_PREFIX = r"slurmtorch: start \d+ "  # where a rank's report ends, in a regex
+
+
+def start_line(start: int, nodes: list[str] | tuple[str, ...], after: str) -> str:
+    return f"slurmtorch: start {start} on {','.join(nodes)}, after: {after}\n"
+
+
+# --------------------------------------------------------------------------- the batch script's lines
+
+# templates/_macros.sh.j2's line when the node prologue's step fails (submit.failures reads it).
+PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
+
+
+# --------------------------------------------------------------------------- requeue lines
+# Said by the one requeue path (slurmtorch.requeue), for a preempted rank or the supervisor.
+
+def requeueing_line(who: str, host: str, target: str, restart: int) -> str:
+    return f"{who} on {host}: requeueing job {target}; it restarts as restart {restart}"
+
+
+def requeued_without_line(target: str, nodes: list[str] | tuple[str, ...]) -> str:
+    return f"job {target} requeued without {','.join(nodes)}"

@@ -1,0 +1,65 @@
+"""The bash of ours that a batch script runs on the job's first node, as text the template prints.
+
+Two small programs have to run there in bash, not in a python of ours: a container job's
+nodes need not have the submitting host's python, and a role job's steps are children of
+the batch shell. They live here rather than inside the template, which then reads as the
+script (a flag decides whether each is printed); tests run them in a real bash.
+"""
+
+from __future__ import annotations
+
+# MASTER_PORT for a job whose ranks run in a container: the rendezvous module of the
+# host's python is not there to ask (`python -m slurmtorch.bootstrap.rendezvous --port`).
+PICK_PORT = """\
+# Rank 0 runs on this node, the first of the allocation: take a port that no socket here
+# uses now (/proc/net/tcp*, in hex), at random below the kernel's ephemeral range. In bash:
+# the ranks' python is the image's, and nothing of the submitting host's runs in the job.
+# Each rank takes MASTER_ADDR from the job's first node's host name.
+read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$ephemeral" -gt 21000 ] || ephemeral=32768
+MASTER_PORT=
+for _ in $(seq 100); do
+    port=$((20000 + RANDOM % (ephemeral - 20000)))
+    grep -qi ":$(printf '%04X' "$port") " /proc/net/tcp /proc/net/tcp6 2>/dev/null || { MASTER_PORT=$port; break; }
+done
+if [ -z "$MASTER_PORT" ]; then
+    echo "slurmtorch: error: no free port for MASTER_PORT on $(hostname)" >&2
+    printf '%s\\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+    exit 1
+fi
+export MASTER_PORT"""
+
+# After a role job's steps started in the background (each `role[$!]=NAME`, and
+# `training[$!]=1` for a training role's), wait for them; `$?` is then the job's code.
+REAP_ROLE_STEPS = """\
+# Steps are reaped as they end (`wait -n`, bash 4.3+); role[] and training[] are indexed
+# by srun's pid. The first step that fails stops the others at once (srun passes the TERM
+# on to its tasks): a dead worker would otherwise leave the master blocked in a collective
+# until the process-group timeout. Parameter servers (and an evaluator) serve until every
+# training role has ended.
+rc=0
+while [ "$rc" -eq 0 ] && [ -n "${training[*]}" ]; do
+    wait -n
+    for pid in "${!role[@]}"; do
+        kill -0 "$pid" 2>/dev/null && continue
+        wait "$pid"
+        code=$?
+        if [ "$code" -ne 0 ] && [ "$rc" -eq 0 ]; then
+            rc=$code
+            printf 'slurmtorch: role %s exited with %s; stopping the other roles\\n' "${role[pid]}" "$rc" >&2
+        fi
+        unset 'role[pid]' 'training[pid]'
+    done
+done
+# A task that ignores TERM must not hold the job: once the grace time is up, srun itself
+# is killed, and the end of the job takes its step down.
+if [ -n "${role[*]}" ]; then
+    kill "${!role[@]}" 2>/dev/null
+    grace=30
+    while [ "$grace" -gt 0 ] && kill -0 "${!role[@]}" 2>/dev/null; do
+        sleep 1
+        grace=$((grace - 1))
+    done
+    kill -KILL "${!role[@]}" 2>/dev/null
+    wait
+fi
+(exit "$rc")"""
