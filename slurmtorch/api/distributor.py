@@ -44,7 +44,9 @@ from slurmtorch.api.payload import prepare
 from slurmtorch.api.runfolder import create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import jobdir, render, sites
+from slurmtorch.submit import render
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit import sites
 from slurmtorch.submit import scheduler as sub
 from slurmtorch.submit.spec import job_record
 

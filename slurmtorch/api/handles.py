@@ -17,10 +17,10 @@ from pathlib import Path
 
 from slurmtorch.api.runfolder import run_folder_error
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import jobdir
+from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import scheduler as sub
-from slurmtorch.submit.jobstatus import JobStatus
-from slurmtorch.submit.watch import WATCH
+from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.follow.watch import WATCH
 
 CANCEL_GRACE_S = 10.0
 _RANK_LOG_RE = re.compile(r"rank-(\d+)\.err")

@@ -18,11 +18,12 @@ from slurmtorch.api.handles import Handle
 from slurmtorch.api.runfolder import close_run_folder
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SlurmtorchError, SpecError
-from slurmtorch.submit import failures, jobdir
-from slurmtorch.submit.jobstatus import JobStatus
-from slurmtorch.submit.statusline import StatusLine
-from slurmtorch.submit.tail import Tail, drain
-from slurmtorch.submit.waiting import TICK_S
+from slurmtorch.submit.jobfolder import failures
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.follow.statusline import StatusLine
+from slurmtorch.submit.follow.tail import Tail, drain
+from slurmtorch.submit.follow.waiting import TICK_S
 
 
 class JobFailed(SlurmtorchError):

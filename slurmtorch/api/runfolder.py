@@ -17,7 +17,8 @@ import shutil
 from pathlib import Path
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import jobdir, ownership
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder import ownership
 
 FAILED = "failed"  # in a run folder: its job failed; holds the error's first line
 KEEP_FAILED = 20  # failed run folders kept, newest first

@@ -8,7 +8,7 @@ here, with the environment, to be checked and turned into the world.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from slurmtorch.bootstrap.launchers import in_task_step
+from slurmtorch.bootstrap.fromenv import in_task_step
 from slurmtorch.bootstrap.rankinfo import RankInfo, env_int, seen, trial_id, validate
 from slurmtorch.errors import BootstrapError
 from slurmtorch.records import record

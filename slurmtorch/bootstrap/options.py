@@ -1,4 +1,4 @@
-"""The bootstrap's command line: `Options`, USAGE/HELP and `parse_args` (pure).
+"""The bootstrap's command line: `BootstrapOptions`, USAGE/HELP and `parse_args` (pure).
 
 Our options stop at SCRIPT or -m MODULE; everything after belongs to the script.
 Always a timeout: `--timeout` (default 600 s) goes to init_process_group, and one that
@@ -38,7 +38,7 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
 """
 
 
-class Options:
+class BootstrapOptions:
     """What the bootstrap's command line asked for (filled in by `parse_args`).
 
     A plain class, not a dataclass: every rank parses its options before torch, and
@@ -61,9 +61,9 @@ class UsageError(BootstrapError):
     exit_code = 2
 
 
-def parse_args(argv: list[str]) -> Options:
+def parse_args(argv: list[str]) -> BootstrapOptions:
     """Our options stop at SCRIPT or -m MODULE; everything after belongs to the script."""
-    opts = Options()
+    opts = BootstrapOptions()
     i = 0
 
     def value(name: str, inline: str | None) -> str:

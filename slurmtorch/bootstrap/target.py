@@ -12,12 +12,12 @@ import runpy
 import sys
 
 from slurmtorch.bootstrap import contracts
-from slurmtorch.bootstrap.options import Options
+from slurmtorch.bootstrap.options import BootstrapOptions
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
 
 
-def run_target(opts: Options, info: RankInfo) -> None:
+def run_target(opts: BootstrapOptions, info: RankInfo) -> None:
     """Run SCRIPT or -m MODULE as __main__, as `python SCRIPT ARGS` would."""
     args = list(opts.args)
     if opts.init_args:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-from slurmtorch.bootstrap import launchers, rendezvous
+from slurmtorch.bootstrap import rendezvous
+from slurmtorch.bootstrap import fromenv
 from slurmtorch.bootstrap.options import FROM
 from slurmtorch.errors import BootstrapError
 
@@ -21,14 +22,14 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
     environ = os.environ if env is None else env
     hostname = hostname or os.uname().nodename  # gethostname(2); `import socket` is ~3 ms of a rank's start
     if role is not None:
-        info = launchers.from_roles(environ, hostname, role)
+        info = fromenv.from_roles(environ, hostname, role)
         reservation = None
         if info.rank == 0 and info.in_group:
             reservation = rendezvous.reserve_port(info.master_port)
         else:
             rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.layout.total)
         return info, reservation
-    src = launchers.detect_source(environ) if source == "auto" else source
+    src = fromenv.detect_source(environ) if source == "auto" else source
     backend_hint = "nccl" if backend == "nccl" else "gloo"
     reservation = None
     if src == "mpi":
@@ -37,18 +38,18 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
         mpi.apply_mca_defaults(environ, backend)
         info, reservation = mpi.from_comm(dict(environ), hostname, backend_hint)
     elif src == "slurm":
-        info = launchers.from_env(environ, hostname, "slurm")
+        info = fromenv.from_env(environ, hostname, "slurm")
         if info.rank == 0:
             reservation = rendezvous.reserve_port(info.master_port)
         elif info.node_rank != 0:
             rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.num_nodes)
     elif src in ("env", "torchrun"):
-        info = launchers.from_env(environ, hostname, src)
+        info = fromenv.from_env(environ, hostname, src)
     elif src == "single":
         port = environ.get("MASTER_PORT", "").strip()
         reservation = rendezvous.reserve_port(int(port) if port.isdigit() else 0)
         addr = environ.get("MASTER_ADDR", "").strip() or "127.0.0.1"
-        info = launchers.single(hostname, addr, reservation.port, environ)
+        info = fromenv.single(hostname, addr, reservation.port, environ)
     else:
         raise BootstrapError(f"unknown world source {src!r}", tip=f"use one of {', '.join(FROM)}")
     if src != "slurm":

@@ -10,12 +10,12 @@ from typing import List, Optional
 import typer
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import jobdir
+from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import scheduler
-from slurmtorch.submit import waiting
-from slurmtorch.submit.jobstatus import JobStatus
-from slurmtorch.submit.report import exit_code, failure_lines, restart_lines
-from slurmtorch.submit.tail import Tail, visible
+from slurmtorch.submit.follow import waiting
+from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
+from slurmtorch.submit.follow.tail import Tail, visible
 
 # `status` without ids: the jobs the controller still knows, then this many more from folders.
 RECENT = 10
@@ -107,7 +107,7 @@ def _table(root, as_json: bool) -> int:
         try:
             if jobdir.read_trials(_readable(folder)) is not None:
                 continue  # an ended array: `status JOBID` lists its trials
-            rows.append((scheduler.settle(j, None, folder), folder))
+            rows.append((scheduler.status_of(j, None, folder), folder))
         except SubmitError as exc:  # one broken folder must not hide the others
             print(f"note: skipped job {j}: {exc.message}", file=sys.stderr)
     if as_json:

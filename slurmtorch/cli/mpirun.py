@@ -26,7 +26,9 @@ def mpirun(
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with mpirun and torchrun.
     """
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import jobdir, render, sites, spec
+    from slurmtorch.submit import render, spec
+    from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.submit import sites
 
     typed = program_args(ctx, script_and_args)
     script, args = spec.split_script(typed, given["module"])

@@ -40,7 +40,9 @@ def sbatch(
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun.
     """
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import jobdir, render, sites, spec
+    from slurmtorch.submit import render, spec
+    from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.submit import sites
 
     typed = program_args(ctx, script_and_args)
     script, args = spec.split_script(typed, given["module"])
@@ -59,12 +61,12 @@ def sbatch(
                         announce=_quiet if parsable else _announce)
     if not wait:
         return 0
-    from slurmtorch.submit import waiting  # lazy: only --wait follows the job
-    from slurmtorch.submit.report import ended_line, failure_lines, restart_lines
+    from slurmtorch.submit.follow import waiting  # lazy: only --wait follows the job
+    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines
 
     if job.array:
         return waiting.wait_array(sub.job_id, root, cancel_on_interrupt=cancel_on_interrupt)
-    from slurmtorch.submit.watch import WATCH
+    from slurmtorch.submit.follow.watch import WATCH
 
     WATCH.submitted(sub.job_id, root)
     status = waiting.wait(sub.job_id, root, cancel_on_interrupt=cancel_on_interrupt)

@@ -66,9 +66,9 @@ def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
 
 
 @app.command("schema")
-def schema() -> int:
+def json_schema() -> int:
     """The JSON schema of site files."""
-    from slurmtorch.submit import site_schema
+    from slurmtorch.submit.sites import schema
 
-    print(json.dumps(site_schema.json_schema(), indent=2))
+    print(json.dumps(schema.json_schema(), indent=2))
     return 0

@@ -10,7 +10,7 @@ lines: ok, warn or fail with the fix. `sitechoice` picks the site and node type,
 
 from slurmtorch.doctor.facts import gather_node_facts
 from slurmtorch.doctor.node import node_checks, wanted_backend
-from slurmtorch.doctor.report import any_failed, summary
+from slurmtorch.doctor.checks import any_failed, summary
 from slurmtorch.doctor.sitechoice import RECORDED, resolve_node_type, site_for_doctor
 
 __all__ = ["RECORDED", "any_failed", "gather_node_facts", "node_checks", "resolve_node_type", "site_for_doctor",

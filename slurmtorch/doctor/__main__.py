@@ -2,7 +2,7 @@
 
 import sys
 
-from slurmtorch.doctor.allocation import allocation_main
+from slurmtorch.doctor.allocation_check import allocation_main
 
 if __name__ == "__main__":
     sys.exit(allocation_main(sys.argv[1:]))

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmtorch.doctor.report import OK, WARN, Check
+from slurmtorch.doctor.checks import OK, WARN, Check
 
 # Message sizes of the all_reduce table: 1 KiB .. 16 MiB in steps of 4x.
 DEFAULT_SIZES = tuple(1024 * 4 ** i for i in range(8))

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from slurmtorch.bootstrap import rendezvous
 from slurmtorch.doctor.facts import Interface, NodeFacts, TorchFacts
 from slurmtorch.doctor.rdma import rdma_checks
-from slurmtorch.doctor.report import FAIL, OK, WARN, Check
-from slurmtorch.submit.fabric import fabric_env
+from slurmtorch.doctor.checks import FAIL, OK, WARN, Check
+from slurmtorch.submit.sites.fabric import fabric_env
 
 
 def mpi_vendor(library: str) -> tuple[str, int | None]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from slurmtorch.doctor.facts import NodeFacts, Port, RdmaFacts
-from slurmtorch.doctor.report import FAIL, OK, WARN, Check
+from slurmtorch.doctor.checks import FAIL, OK, WARN, Check
 
 # Fabrics whose RDMA runs through a network plugin, and where that plugin usually lives.
 PLUGIN_HOMES = {

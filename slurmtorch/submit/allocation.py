@@ -15,7 +15,7 @@ from typing import Any
 
 from slurmtorch.errors import BootstrapError, SpecError
 from slurmtorch.roles import RoleLayout, parse_roles
-from slurmtorch.submit.cluster import NodeType, Partition, Site, parse_time
+from slurmtorch.submit.sites.model import NodeType, Partition, Site, parse_time
 from slurmtorch.submit.options import Options, positive
 
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 
 from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.cluster import NodeType, PathMap, Site
-from slurmtorch.submit.fabric import fabric_env
+from slurmtorch.submit.sites.model import NodeType, PathMap, Site
+from slurmtorch.submit.sites.fabric import fabric_env
 from slurmtorch.submit.options import Options
 
 # (NAME, dirs before the inherited value, dirs after it): exported as

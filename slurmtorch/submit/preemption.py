@@ -12,7 +12,7 @@ from typing import Any
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.cluster import parse_time
+from slurmtorch.submit.sites.model import parse_time
 from slurmtorch.submit.options import Options
 
 # Signals a rank can catch and survive by default action (KILL/STOP cannot be caught).

@@ -21,8 +21,8 @@ from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.records import record, replace
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
-from slurmtorch.submit.batchbash import PICK_PORT, REAP_ROLE_STEPS
-from slurmtorch.submit import ownership
+from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS
+from slurmtorch.submit.jobfolder import ownership
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var

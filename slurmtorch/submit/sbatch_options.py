@@ -19,7 +19,7 @@ import re
 
 from slurmtorch import shell
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.cluster import NodeType
+from slurmtorch.submit.sites.model import NodeType
 from slurmtorch.submit.options import Options
 
 # Options field -> #SBATCH name, for the ones passed on as typed after their check.

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import jobdir
+from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.interrupts import Forwarding, Interrupted, deferred, on_lasting_thread
-from slurmtorch.submit.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, parse_squeue,
+from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, parse_squeue,
                                          scontrol_exit, scontrol_fields)
 
 Runner = Callable[..., subprocess.CompletedProcess]
@@ -134,7 +134,7 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
             job_id = parse_job_id(runner(argv).stdout, argv)
             pending.check()
             # Only once renamed is the folder at the job id ours: before, it may be an older job's.
-            final = jobdir.settle(tmp, root, job_id)
+            final = jobdir.move_into_place(tmp, root, job_id)
             runner(["scontrol", "release", job_id])
             pending.check()
         except BaseException:
@@ -267,7 +267,7 @@ def statuses(job_ids: Sequence[str], root: Path | None = None, *, runner: Runner
     out = {}
     for j in job_ids:
         try:
-            out[j] = settle(j, rows.get(j), folders[j], runner)
+            out[j] = status_of(j, rows.get(j), folders[j], runner)
         except SubmitError as exc:
             if unknown is None:
                 raise
@@ -282,7 +282,7 @@ def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -
 
 
 
-def settle(job_id: str, row: SqueueRow | None, folder: Path, runner: Runner = run) -> JobStatus:
+def status_of(job_id: str, row: SqueueRow | None, folder: Path, runner: Runner = run) -> JobStatus:
     """The status given squeue's row (None: the controller has forgotten the job): a job
     still queued or running as squeue says; an ended one with the batch script's exit code
     (scontrol's when the script never wrote one); a forgotten one from its folder alone."""
@@ -354,7 +354,7 @@ def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run,
     out = []
     for t, params in trials:
         task = f"{job_id}_{t}"
-        status = known.get(t) or settle(task, rows.get(task), jobdir.trial_dir(job_id, t, root), runner)
+        status = known.get(t) or status_of(task, rows.get(task), jobdir.trial_dir(job_id, t, root), runner)
         out.append(TrialStatus(t, params, status))
     return out
 

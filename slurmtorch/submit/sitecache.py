@@ -22,17 +22,17 @@ import pickle
 from collections.abc import Iterable
 from pathlib import Path
 
-from slurmtorch.submit import ownership
-from slurmtorch.submit.cluster import Site
+from slurmtorch.submit.jobfolder import ownership
+from slurmtorch.submit.sites.model import Site
 
 FORMAT = 1  # the entry's layout; a change makes every older entry a miss
 _PACKAGE = Path(__file__).resolve().parent.parent
 # The code a Site is made by: a changed loader or schema must not be answered from the cache.
-_CODE = ("submit/sites.py", "submit/site_yaml.py", "submit/site_schema.py", "submit/site_values.py",
-         "submit/site_rules.py", "submit/cluster.py", "submit/fabric.py", "submit/sbatch_options.py",
+_CODE = ("submit/sites.py", "submit/sites/safe_yaml.py", "submit/sites/schema.py", "submit/sites/values.py",
+         "submit/sites/rules.py", "submit/sites/model.py", "submit/sites/fabric.py", "submit/sbatch_options.py",
          "submit/options.py", "submit/inputs.py", "records.py", "limits.py", "roles.py", "backends.py", "shell.py",
          "errors.py")
-_ALLOWED = {("slurmtorch.submit.cluster", name) for name in ("Site", "NodeType", "Partition", "Container")}
+_ALLOWED = {("slurmtorch.submit.sites.model", name) for name in ("Site", "NodeType", "Partition", "Container")}
 
 
 def folder() -> Path | None:

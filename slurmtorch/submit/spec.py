@@ -21,10 +21,10 @@ from slurmtorch.errors import SpecError
 from slurmtorch.records import record, replace
 from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node, resolve_target, role_layout,
                                           time_limit)
-from slurmtorch.submit.cluster import Container, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
-from slurmtorch.submit.launch import backend_for, choose_launcher, resolve_containers
+from slurmtorch.submit.launcher import backend_for, choose_launcher, resolve_containers
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
 from slurmtorch.submit.recovery import resolve_restarts

@@ -43,10 +43,10 @@ import hostlist
 from slurmtorch import protocol
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import SlurmtorchError, SubmitError
-from slurmtorch.submit import jobdir
-from slurmtorch.submit.failures import latest_exits, lost_nodes, parse_failures
-from slurmtorch.submit.heartbeats import hung_ranks, interval_for, parse_beat
-from slurmtorch.submit.restarts import RestartState, blame, decide
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures
+from slurmtorch.submit.jobfolder.heartbeats import hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.batchnode.restarts import RestartState, blame, decide
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "

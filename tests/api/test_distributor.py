@@ -178,7 +178,8 @@ def test_bad_options_are_one_line_errors():
 
 
 def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home):
-    from slurmtorch.submit import render, sites
+    from slurmtorch.submit import render
+    from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, site="testbed", constraint="testbed", mem="1G", exclusive=True,
                     dependency="afterok:7", sbatch_args=["--nice=5"], srun_args="--label")
@@ -194,7 +195,8 @@ def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home)
 
 
 def test_a_distributor_job_can_restart_itself_on_spare_nodes(home):
-    from slurmtorch.submit import render, sites
+    from slurmtorch.submit import render
+    from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, nodes=2, site="testbed", max_restarts=2, spare_nodes=1, hang_timeout=30)
     spec = d._spec(sites.load_site("testbed"), "train", home / "run", kind="sbatch")

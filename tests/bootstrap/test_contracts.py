@@ -74,7 +74,7 @@ def test_cluster_maps_are_left_out_when_hosts_are_unknown():
 
 
 def test_every_process_knows_its_job_rank_parameter_servers_included():
-    from slurmtorch.bootstrap.launchers import from_roles
+    from slurmtorch.bootstrap.fromenv import from_roles
 
     assert env_for(make(rank=3))["SLURMTORCH_JOB_RANK"] == "3"
     env = {"SLURMTORCH_ROLES": "master=1,worker=2,ps=1", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_PROCID": "0",

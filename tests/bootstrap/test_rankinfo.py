@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from slurmtorch.errors import BootstrapError
-from slurmtorch.bootstrap.launchers import (SLURM_PORT_BASE, SLURM_PORT_SPAN, detect_source, from_env, from_slurm,
+from slurmtorch.bootstrap.fromenv import (SLURM_PORT_BASE, SLURM_PORT_SPAN, detect_source, from_env, from_slurm,
                                             from_torchrun, single, slurm_port)
 from slurmtorch.bootstrap.mpiworld import check_mpi_world, world_from_mpi
 from slurmtorch.bootstrap.rankinfo import rank_hint, trial_id

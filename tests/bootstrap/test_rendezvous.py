@@ -386,7 +386,7 @@ def test_a_store_that_never_comes_is_named_as_a_consequence_within_the_timeout(m
 
     from slurmtorch.bootstrap.group import _wait_for_store
     from slurmtorch.bootstrap.rankinfo import RankInfo
-    from slurmtorch.submit.failures import is_consequence
+    from slurmtorch.submit.jobfolder.failures import is_consequence
 
     with rendezvous.reserve_port() as held:
         info = RankInfo(rank=1, world_size=2, local_rank=1, local_world_size=2, node_rank=0, num_nodes=1,

@@ -13,7 +13,7 @@ import pytest
 
 import slurmtorch
 from slurmtorch.bootstrap.preempt import checkpoint_dir, restart_count
-from slurmtorch.submit.heartbeats import parse_beat
+from slurmtorch.submit.jobfolder.heartbeats import parse_beat
 
 
 @pytest.mark.parametrize("env, count", [

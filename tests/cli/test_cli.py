@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import resources
-from slurmtorch.submit.jobstatus import SQUEUE_FORMAT
+from slurmtorch.submit.follow.jobstatus import SQUEUE_FORMAT
 
 from helpers import st
 
@@ -190,8 +190,10 @@ def all_paths(top: Path) -> list[Path]:
 def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path, monkeypatch):
     """Cancelled while pending, timed out, lost with its node: no exit-code, and once
     squeue forgets it, only its folder is left. Waiting must end there."""
-    from slurmtorch.submit import jobstatus, scheduler, waiting
-    from slurmtorch.submit.watch import Watch
+    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.follow import jobstatus
+    from slurmtorch.submit.follow import waiting
+    from slurmtorch.submit.follow.watch import Watch
 
     root = tmp_path / "jobs"
     (root / "123").mkdir(parents=True)
@@ -210,7 +212,7 @@ class FakeClock:
     def __init__(self, monkeypatch=None):
         self.t = 1000.0
         if monkeypatch is not None:
-            from slurmtorch.submit import waiting
+            from slurmtorch.submit.follow import waiting
 
             monkeypatch.setattr(waiting.time, "sleep", self.sleep)
 
@@ -230,7 +232,7 @@ def squeue_line(job: str, state: str, reason: str = "None", nodes: str = "", use
 
 
 def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):
-    from slurmtorch.submit import jobdir
+    from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.submit import scheduler as submit
     from slurmtorch.errors import SubmitError
 
@@ -263,7 +265,7 @@ def test_an_unwritable_slurmtorch_home_is_one_error_line(tmp_path, script):
     assert "tip: remove it, or set SLURMTORCH_HOME to a folder of your own" in proc.stderr
 
 
-UNEXPECTED = ("import sys; from slurmtorch.submit import jobdir\n"
+UNEXPECTED = ("import sys; from slurmtorch.submit.jobfolder import jobdir\n"
               "def boom(*a, **k):\n    raise RuntimeError('surprise\\nsecond line')\n"
               "jobdir.job_dir = boom\n"
               "from slurmtorch.cli.main import main\nmain(['status', '1'])\n")
@@ -319,7 +321,8 @@ def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask
 
 def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
     """A job folder as `slurmtorch sbatch` leaves it: script.sh and job.json (spec.job_record)."""
-    from slurmtorch.submit import render, sites, spec
+    from slurmtorch.submit import render, spec
+    from slurmtorch.submit import sites
     from slurmtorch.submit.options import Options
 
     job = spec.build_spec(sites.load_site("testbed"), Options(
@@ -331,7 +334,7 @@ def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
 
 
 def test_the_launcher_recorded_in_job_json_says_how_logs_are_named(tmp_path):
-    from slurmtorch.submit import jobdir
+    from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.errors import SpecError
 
     _torchrun_job(tmp_path / "torchrun", 2, 3)
@@ -352,7 +355,8 @@ def test_the_launcher_recorded_in_job_json_says_how_logs_are_named(tmp_path):
 
 
 def test_a_submission_leaves_its_layout_in_job_json_which_its_trials_read(tmp_path):
-    from slurmtorch.submit import jobdir, scheduler
+    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.jobfolder import jobdir
 
     record = {"launcher": "torchrun", "nodes": 2, "ntasks": 4, "ntasks_per_node": 2}
     sub = scheduler.submit("#!/bin/bash\n", tmp_path / "jobs", runner=FakeSlurm(), job=record,
@@ -365,8 +369,8 @@ def test_a_submission_leaves_its_layout_in_job_json_which_its_trials_read(tmp_pa
 
 def test_wait_streams_a_torchrun_jobs_output_that_appears_after_it_started(tmp_path, monkeypatch):
     """torchrun writes node-0.out, and only once the job runs: --wait must still show it."""
-    from slurmtorch.submit import waiting
-    from slurmtorch.submit.watch import Watch
+    from slurmtorch.submit.follow import waiting
+    from slurmtorch.submit.follow.watch import Watch
 
     root = tmp_path / "jobs"
     folder = root / "123"
@@ -409,7 +413,7 @@ def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
 
 
 def test_squeue_lines_are_parsed_per_job_and_array_task():
-    from slurmtorch.submit.jobstatus import parse_squeue
+    from slurmtorch.submit.follow.jobstatus import parse_squeue
 
     text = ("123_0|RUNNING|None|node1|2026-11-24T20:00:00|2026-11-24T20:00:05|ann\n"
             "123_1|PENDING|Resources||2026-11-24T20:00:00|N/A|ann\n"
@@ -424,7 +428,9 @@ def test_squeue_lines_are_parsed_per_job_and_array_task():
 
 def test_array_waits_ask_squeue_once_for_every_task_scontrol_only_without_an_exit_code_and_back_off(
         tmp_path, monkeypatch):
-    from slurmtorch.submit import polling, scheduler, waiting
+    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.follow import polling
+    from slurmtorch.submit.follow import waiting
 
     root = tmp_path / "jobs"
     sub = scheduler.submit("#!/bin/bash\n", root, runner=FakeSlurm(),

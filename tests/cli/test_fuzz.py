@@ -21,15 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from slurmtorch import resources
-from slurmtorch.submit import site_schema, sites
+from slurmtorch.submit.sites import schema
+from slurmtorch.submit import sites
 from slurmtorch.cli.main import main
 from slurmtorch.errors import SlurmtorchError
 
 FUZZ = settings(max_examples=400, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
-KEYS = sorted({*site_schema.SITE_SCHEMA, *site_schema.NODE_TYPE_SCHEMA, *site_schema.PARTITION_SCHEMA,
-               *site_schema.PRESET_SCHEMA, "cpu", "debug", "default", "x", "NCCL_DEBUG", "<<"})
+KEYS = sorted({*schema.SITE_SCHEMA, *schema.NODE_TYPE_SCHEMA, *schema.PARTITION_SCHEMA,
+               *schema.PRESET_SCHEMA, "cpu", "debug", "default", "x", "NCCL_DEBUG", "<<"})
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-2**70, max_value=2**70),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),

@@ -18,10 +18,10 @@ import pytest
 
 from slurmtorch.doctor.bandwidth import Sample, bandwidth_table, check_bandwidth
 from slurmtorch.doctor.facts import Interface, MpiFacts, NodeFacts, TorchFacts, parse_probe, probe_interpreter
-from slurmtorch.doctor.layout import RankRecord, check_layout, layout_table
+from slurmtorch.doctor.consistency import RankRecord, check_layout, layout_table
 from slurmtorch.doctor.node import (check_env, check_gpus, check_infiniband, check_interfaces, check_mpi, check_srun,
                                     check_torch, mpi_vendor, node_checks)
-from slurmtorch.doctor.report import Check, summary
+from slurmtorch.doctor.checks import Check, summary
 from slurmtorch.doctor.sitechoice import RECORDED, site_for_doctor, site_from_script
 from slurmtorch.submit import sites
 

@@ -1,11 +1,11 @@
-"""The batch script's own bash (submit/batchbash.py), run in a real bash."""
+"""The batch script's own bash (submit/batchnode/batchbash.py), run in a real bash."""
 
 from __future__ import annotations
 
 import subprocess
 import time
 
-from slurmtorch.submit.batchbash import PICK_PORT, REAP_ROLE_STEPS
+from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS
 
 
 def bash(script: str, tmp_path) -> subprocess.CompletedProcess:

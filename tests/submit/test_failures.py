@@ -19,8 +19,8 @@ import pytest
 from slurmtorch.bootstrap import exits
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
-from slurmtorch.submit import report
-from slurmtorch.submit.failures import RankExit, is_consequence, latest_exits, parse_failures, rank_exit
+from slurmtorch.submit.jobfolder import report
+from slurmtorch.submit.jobfolder.failures import RankExit, is_consequence, latest_exits, parse_failures, rank_exit
 
 RAISED = """rank 2 on node3 failed:
 Traceback (most recent call last):

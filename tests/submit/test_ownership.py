@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import jobdir, ownership, render, sitecache
+from slurmtorch.submit import render, sitecache
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder import ownership
 
 OTHER = pwd.getpwnam("nobody").pw_uid
 ME = os.geteuid()

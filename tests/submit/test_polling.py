@@ -8,12 +8,12 @@ import io
 
 import pytest
 
-from slurmtorch.submit import polling
-from slurmtorch.submit.failures import parse_failures, srun_exit_code
-from slurmtorch.submit.jobstatus import JobStatus, clock, slurm_time
-from slurmtorch.submit.polling import Backoff
-from slurmtorch.submit.report import ended_line, exit_code
-from slurmtorch.submit.statusline import StatusLine
+from slurmtorch.submit.follow import polling
+from slurmtorch.submit.jobfolder.failures import parse_failures, srun_exit_code
+from slurmtorch.submit.follow.jobstatus import JobStatus, clock, slurm_time
+from slurmtorch.submit.follow.polling import Backoff
+from slurmtorch.submit.jobfolder.report import ended_line, exit_code
+from slurmtorch.submit.follow.statusline import StatusLine
 
 
 def calls_over(seconds: float, changes=(), nudges=()) -> list[float]:
@@ -127,7 +127,7 @@ def test_one_squeue_call_answers_every_job_a_process_waits_for_and_none_is_asked
     import pwd
     import subprocess
 
-    from slurmtorch.submit.watch import Watch
+    from slurmtorch.submit.follow.watch import Watch
 
     me = pwd.getpwuid(__import__("os").getuid()).pw_name
     root = tmp_path / "jobs"

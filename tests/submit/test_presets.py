@@ -13,7 +13,8 @@ import subprocess
 import pytest
 
 from slurmtorch.cli.main import main
-from slurmtorch.submit import render, sites
+from slurmtorch.submit import render
+from slurmtorch.submit import sites
 from slurmtorch.submit.spec import build_spec
 
 from test_render import golden_options

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.failures import RankFailure, latest_start, parse_failures
-from slurmtorch.submit.heartbeats import Beat, hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, parse_failures
+from slurmtorch.submit.jobfolder.heartbeats import Beat, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import resolve_restarts
-from slurmtorch.submit.restarts import RestartState, Verdict, blame, decide
+from slurmtorch.submit.batchnode.restarts import RestartState, Verdict, blame, decide
 from slurmtorch.submit.supervisor import parse_args, step_argv
 
 NODES = ["node1", "node2", "node3"]

@@ -16,7 +16,7 @@ from slurmtorch.submit import render
 from slurmtorch.submit import sites
 from slurmtorch.bootstrap.contracts import env_for
 from slurmtorch.errors import BootstrapError, SpecError
-from slurmtorch.bootstrap.launchers import from_roles, from_slurm
+from slurmtorch.bootstrap.fromenv import from_roles, from_slurm
 from slurmtorch.roles import parse_roles
 from slurmtorch.submit.spec import build_spec
 from slurmtorch.submit.sweeps import parse_array, parse_sweep, sweep_args, sweep_grid

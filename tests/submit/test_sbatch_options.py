@@ -8,7 +8,8 @@ import re
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render, sites
+from slurmtorch.submit import render
+from slurmtorch.submit import sites
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sbatch_options import (check_begin, check_dependency, check_gres, check_mail_type,
                                               escape_hatch, megabytes, SBATCH_REFUSED)

@@ -246,7 +246,7 @@ def test_term_and_hup_stop_a_wait_as_ctrl_c_does_and_carry_their_signal(signum):
     """stops_as_interrupts: the signal raises a KeyboardInterrupt (what a waiter answers);
     the waiter's line names it and the exit code is 128 + it. Handlers restored after."""
     from slurmtorch.submit.interrupts import StopSignal, stops_as_interrupts
-    from slurmtorch.submit.waiting import interrupted
+    from slurmtorch.submit.follow.waiting import interrupted
 
     before = signal.getsignal(signum)
     with pytest.raises(KeyboardInterrupt) as e, stops_as_interrupts():

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import render, sites
+from slurmtorch.submit import render
+from slurmtorch.submit import sites
 from slurmtorch.submit.environment import composed
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED
 from slurmtorch.submit.spec import build_spec
@@ -332,9 +333,8 @@ def test_amd_nodes_run_apptainer_with_rocm_and_nvidia_ones_with_nv(tmp_path):
 
 
 def test_schema_lists_every_new_key():
-    from slurmtorch.submit import site_schema
-    schema = site_schema.json_schema()
-    top = schema["properties"]
+    from slurmtorch.submit.sites import schema
+    top = schema.json_schema()["properties"]
     for key in ("srun_args", "node_prologue", "prepend_path", "append_path", "module_purge", "module_use", "required"):
         assert key in top, key
     part = top["partitions"]["additionalProperties"]["properties"]

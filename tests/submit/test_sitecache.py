@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError
-from slurmtorch.submit import sitecache, sites
+from slurmtorch.submit import sitecache
+from slurmtorch.submit import sites
 
 BASE = """\
 node_types:

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import resources
-from slurmtorch.submit import cluster, site_schema, site_yaml, sites
+from slurmtorch.submit.sites import model
+from slurmtorch.submit.sites import schema
+from slurmtorch.submit.sites import safe_yaml
+from slurmtorch.submit import sites
 from slurmtorch.errors import SiteError
 
 BUNDLED = sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml"))
@@ -246,14 +249,14 @@ partitions:
 
 
 def test_json_schema_describes_the_keys():
-    schema = site_schema.json_schema()
-    json.dumps(schema)
-    assert schema["required"] == ["node_types", "partitions"]
-    nt = schema["properties"]["node_types"]["additionalProperties"]
+    js = schema.json_schema()
+    json.dumps(js)
+    assert js["required"] == ["node_types", "partitions"]
+    nt = js["properties"]["node_types"]["additionalProperties"]
     assert nt["properties"]["fabric"]["enum"][:3] == ["infiniband", "roce", "ethernet"]
     assert {"slingshot", "efa", "gcp-gib"} <= set(nt["properties"]["fabric"]["enum"])
     assert set(nt["required"]) == {"gpus", "cpus", "fabric"}
-    assert schema["additionalProperties"] is False
+    assert js["additionalProperties"] is False
 
 
 @pytest.mark.parametrize(
@@ -262,13 +265,13 @@ def test_json_schema_describes_the_keys():
      ("1-00:00:00", 86400), ("UNLIMITED", float("inf"))],
 )
 def test_parse_time_reads_slurm_formats(text, seconds):
-    assert cluster.parse_time(text) == seconds
+    assert model.parse_time(text) == seconds
 
 
 @pytest.mark.parametrize("text", ["", "1h", "1:2:3:4", "-5", "1-", "a-1"])
 def test_parse_time_refuses_other_text(text):
     with pytest.raises(ValueError):
-        cluster.parse_time(text)
+        model.parse_time(text)
 
 
 def test_yaml_1_1_number_forms_stay_the_strings_the_admin_typed(tmp_path):
@@ -285,13 +288,13 @@ presets:
     assert dict(site.directives) == {"comment": "1:30"}
     preset = site.preset(None)
     assert (preset["time"], preset["nodes"], preset["timeout"]) == ("2:00:00", 2, 60)
-    assert cluster.parse_time(preset["time"]) == 7200
+    assert model.parse_time(preset["time"]) == 7200
     assert site.partition("debug").max_time == "01:00:00"
 
 
 def test_plain_scalars_still_resolve_as_numbers_bools_and_null(tmp_path):
     p = write(tmp_path, "s.yaml", "a: 12\nb: -3\nc: 1.5\nd: .5\ne: yes\nf: false\ng: ~\nh:\ni: 1e3\nj: 007\n")
-    data = site_yaml.read_yaml(p)
+    data = safe_yaml.read_yaml(p)
     assert data == {"a": 12, "b": -3, "c": 1.5, "d": 0.5, "e": True, "f": False, "g": None, "h": None,
                     "i": "1e3", "j": "007"}
 
@@ -300,10 +303,10 @@ def test_fast_and_pure_loaders_agree_on_values_and_line_marks(tmp_path):
     def marks(d):
         return [(d.where, [marks(v) for v in d.values() if isinstance(v, dict)])] if isinstance(d, dict) else []
 
-    if site_yaml._CLoader is None:
+    if safe_yaml._CLoader is None:
         pytest.skip("this PyYAML has no libyaml: every file takes the pure loader")
     for f in sorted(resources.site_configs_dir().glob("*.yaml")):
-        fast, pure = site_yaml.read_yaml(f), site_yaml.parse_pure(f.read_text(), f)
+        fast, pure = safe_yaml.read_yaml(f), safe_yaml.parse_pure(f.read_text(), f)
         assert fast == pure and marks(fast) == marks(pure), f
 
 

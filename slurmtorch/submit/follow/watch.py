@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmtorch.submit import jobdir
+from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import scheduler
-from slurmtorch.submit.jobstatus import JobStatus
-from slurmtorch.submit.polling import Backoff
+from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.follow.polling import Backoff
 
 
 @dataclass

@@ -18,15 +18,15 @@ from pathlib import Path
 from typing import IO
 
 from slurmtorch.errors import SlurmtorchError
-from slurmtorch.submit import jobdir
+from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import scheduler
 from slurmtorch.submit.interrupts import stops_as_interrupts
-from slurmtorch.submit.jobstatus import JobStatus, exit_code_of
-from slurmtorch.submit.polling import Backoff
-from slurmtorch.submit.report import failure_lines
-from slurmtorch.submit.statusline import StatusLine
-from slurmtorch.submit.tail import Tail, drain
-from slurmtorch.submit.watch import WATCH, Watch
+from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
+from slurmtorch.submit.follow.polling import Backoff
+from slurmtorch.submit.jobfolder.report import failure_lines
+from slurmtorch.submit.follow.statusline import StatusLine
+from slurmtorch.submit.follow.tail import Tail, drain
+from slurmtorch.submit.follow.watch import WATCH, Watch
 
 TICK_S = 0.25
 

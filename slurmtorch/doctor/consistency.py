@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurmtorch.doctor.report import FAIL, OK, WARN, Check
+from slurmtorch.doctor.checks import FAIL, OK, WARN, Check
 
 
 @dataclass(frozen=True)

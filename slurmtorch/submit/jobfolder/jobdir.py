@@ -35,7 +35,7 @@ from slurmtorch import protocol
 from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.protocol import (BATCH_OUT, EXIT_CODE, HEARTBEATS, JOB, NODE_PROLOGUE_ERR, RESTARTS, SCRIPT,
                                  TRIALS)
-from slurmtorch.submit import ownership
+from slurmtorch.submit.jobfolder import ownership
 
 __all__ = ["BATCH_OUT", "EXIT_CODE", "HEARTBEATS", "JOB", "NODE_PROLOGUE_ERR", "RESTARTS", "SCRIPT", "TRIALS"]
 
@@ -135,7 +135,7 @@ def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | N
     return tmp
 
 
-def settle(tmp: Path, root: Path, job_id: str) -> Path:
+def move_into_place(tmp: Path, root: Path, job_id: str) -> Path:
     """Rename the temporary folder to the job id; an older folder of that id is kept aside
     (job ids restart when a cluster's state is reset). Returns the job's folder."""
     target = root / job_id

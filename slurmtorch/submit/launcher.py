@@ -15,7 +15,7 @@ from slurmtorch import shell
 from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SpecError
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
-from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, Site
+from slurmtorch.submit.sites.model import CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, Site
 from slurmtorch.submit.options import Options
 
 

@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 
 from slurmtorch.bootstrap import rendezvous
 from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, pick_device
-from slurmtorch.bootstrap.launchers import from_env
+from slurmtorch.bootstrap.fromenv import from_env
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.doctor import facts, sitechoice
 from slurmtorch.doctor.bandwidth import DEFAULT_SIZES, Sample, bandwidth_table, check_bandwidth, sweep
-from slurmtorch.doctor.layout import RankRecord, check_layout, check_reach, layout_table
-from slurmtorch.doctor.report import FAIL, OK, Check, any_failed, summary
+from slurmtorch.doctor.consistency import RankRecord, check_layout, check_reach, layout_table
+from slurmtorch.doctor.checks import FAIL, OK, Check, any_failed, summary
 from slurmtorch.errors import BootstrapError
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import IO
 
-from slurmtorch.submit.jobstatus import JobStatus
-from slurmtorch.submit.tail import visible
+from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.follow.tail import visible
 
 _CLEAR = "\r\x1b[K"
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from slurmtorch.backends import BACKENDS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.cluster import CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS, MPI_PLUGINS
-from slurmtorch.submit.fabric import FABRICS
-from slurmtorch.submit.site_values import REQUIRABLE
+from slurmtorch.submit.sites.model import CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS, MPI_PLUGINS
+from slurmtorch.submit.sites.fabric import FABRICS
+from slurmtorch.submit.sites.values import REQUIRABLE
 
 _PATHS = ("prepend_path: NAME: [DIR, ...] put before the variable's existing value (kept, with ':'), "
           "after the layers before this one")

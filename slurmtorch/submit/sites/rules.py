@@ -12,13 +12,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from slurmtorch.submit.cluster import (NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, NodeType, Partition, Site, parse_time,
+from slurmtorch.submit.sites.model import (NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, NodeType, Partition, Site, parse_time,
                                        valid_tip)
-from slurmtorch.submit.fabric import HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
-from slurmtorch.submit.site_schema import (CONTAINER_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA, PRESET_SCHEMA,
+from slurmtorch.submit.sites.fabric import HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
+from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA, PRESET_SCHEMA,
                                            REQUIRED, SITE_SCHEMA)
-from slurmtorch.submit.site_values import Stop, Validator
-from slurmtorch.submit.site_yaml import Marked, type_name
+from slurmtorch.submit.sites.values import Stop, Validator
+from slurmtorch.submit.sites.safe_yaml import Marked, type_name
 
 _SUBTREES = ("node_types", "partitions", "presets", "container", "extends")
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmtorch.submit import jobdir
-from slurmtorch.submit.failures import RankFailure, latest_exits, latest_start, parse_failures, batch_failures
-from slurmtorch.submit.jobstatus import JobStatus, exit_code_of
-from slurmtorch.submit.restarts import RestartState
-from slurmtorch.submit.tail import visible
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.failures import RankFailure, latest_exits, latest_start, parse_failures, batch_failures
+from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
+from slurmtorch.submit.batchnode.restarts import RestartState
+from slurmtorch.submit.follow.tail import visible
 
 
 def failure_report(folder: Path) -> list[RankFailure]:

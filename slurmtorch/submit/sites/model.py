@@ -11,7 +11,7 @@ from typing import Any
 
 from slurmtorch.errors import SpecError
 from slurmtorch.records import record
-from slurmtorch.submit.fabric import fabric_env
+from slurmtorch.submit.sites.fabric import fabric_env
 
 LAUNCHERS = ("srun", "mpirun", "torchrun")
 # srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from slurmtorch.submit.failures import RankFailure
+from slurmtorch.submit.jobfolder.failures import RankFailure
 
 # Causes that say the machine failed, not the script (failures.parse_failures' wording).
 _MACHINE_RE = re.compile(r"killed by a signal|lost with its node|hung|heartbeat stopped|Node failure|"

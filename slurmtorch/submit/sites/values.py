@@ -19,9 +19,9 @@ from slurmtorch import shell
 from slurmtorch.errors import ShellSafetyError, SiteError
 from slurmtorch.limits import MAX_ENV_STRING, fits_env
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.cluster import parse_time, valid_tip
+from slurmtorch.submit.sites.model import parse_time, valid_tip
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem, site_directive_problem
-from slurmtorch.submit.site_yaml import Marked, type_name, where
+from slurmtorch.submit.sites.safe_yaml import Marked, type_name, where
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # shell.env_name's pattern; re's cache compiles it once
 # `$NAME` or `${NAME}` in a plain env value: exported literally, never expanded (the bug of

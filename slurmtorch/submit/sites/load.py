@@ -16,7 +16,7 @@ from typing import Any
 from slurmtorch import resources
 from slurmtorch.errors import SiteError, SpecError
 from slurmtorch.submit import sitecache
-from slurmtorch.submit.cluster import NAME_RE, NAME_TIP, Site, valid_tip
+from slurmtorch.submit.sites.model import NAME_RE, NAME_TIP, Site, valid_tip
 from slurmtorch.submit.inputs import file_problem
 
 
@@ -81,7 +81,7 @@ def load_site(ref: str | os.PathLike) -> Site:
     if site is not None:
         return site
     # lazy: PyYAML and the schema (~10 ms) only for a site the cache cannot answer
-    from slurmtorch.submit.site_rules import validate
+    from slurmtorch.submit.sites.rules import validate
 
     files: list[tuple[str, str] | None] = []
     names: list[tuple[str, Path]] = []
@@ -94,7 +94,7 @@ def _load_merged(path: Path, chain: tuple[Path, ...], files: list, names: list):
     """The site file at `path` merged over its `extends:` chain (a site_yaml.Marked), noting
     each file read (its content's identity, taken before it is parsed) and where each extends name led."""
     # lazy: as in load_site
-    from slurmtorch.submit.site_yaml import Marked, deep_merge, read_yaml, where
+    from slurmtorch.submit.sites.safe_yaml import Marked, deep_merge, read_yaml, where
 
     real = path.resolve()
     if real in chain:
