@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmtorch.bootstrap.contracts import env_for, unset_keys
 from slurmtorch.bootstrap.device import backend_names, missing_backend
+from slurmtorch.bootstrap.rankinfo import RankInfo
 
 REPO = Path(__file__).resolve().parents[2]
 BOOT = [sys.executable, "-m", "slurmtorch.bootstrap"]
@@ -114,3 +116,80 @@ def test_script_sees_the_path_python_and_torchrun_give_it(env, probe_tree, typed
     assert os.path.isabs(expected["file"]) and expected["argv0"] == typed  # what Python 3.9+ gives
     for name, got in seen.items():
         assert got == expected, name
+
+
+# ----------------------------------------------------------------------------- item 15
+
+
+def make_info(rank=3, world=4, local_rank=1, local_world=2, node_rank=1):
+    return RankInfo(rank=rank, world_size=world, local_rank=local_rank, local_world_size=local_world,
+                    node_rank=node_rank, num_nodes=world // local_world, master_addr="198.18.0.11",
+                    master_port=29500, hostname="n2", source="mpi")
+
+
+def test_role_variables_are_torchruns_for_its_one_role():
+    env = env_for(make_info())
+    # torchrun's workers all have the role `default`: the role's rank and size are the world's.
+    assert (env["ROLE_RANK"], env["ROLE_WORLD_SIZE"], env["GROUP_WORLD_SIZE"]) == ("3", "4", "2")
+
+
+def test_a_parameter_server_gets_no_role_rank_and_an_inherited_one_is_removed():
+    from slurmtorch.bootstrap.launchers import from_roles
+
+    env = {"SLURMTORCH_ROLES": "master=1,worker=2,ps=1", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_PROCID": "0",
+           "SLURM_JOB_ID": "42"}
+    ps = env_for(from_roles(env, "node4", "ps"))
+    assert "ROLE_RANK" not in ps and "ROLE_WORLD_SIZE" not in ps
+    assert {"ROLE_RANK", "ROLE_WORLD_SIZE"} <= set(unset_keys(ps))
+
+
+def test_torchelastic_run_id_and_nccl_error_handling_are_left_to_torchrun_and_the_user():
+    env = env_for(make_info())
+    for key in ("TORCHELASTIC_RUN_ID", "TORCH_NCCL_ASYNC_ERROR_HANDLING"):
+        assert key not in env and key not in unset_keys(env)  # neither set nor removed
+
+
+CONTRACT = ("import json, os\n"
+            "keys = ('RANK', 'ROLE_RANK', 'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RUN_ID', "
+            "'TORCH_NCCL_ASYNC_ERROR_HANDLING')\n"
+            "print('CONTRACT ' + json.dumps({k: os.environ.get(k) for k in keys}))\n")
+
+
+def test_the_variables_beside_torchruns_side_by_side_with_torchrun(env, tmp_path):
+    script = tmp_path / "contract.py"
+    script.write_text(CONTRACT)
+    ways = {"torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
+            "mpirun": ["mpirun", "-n", "2", "--oversubscribe", *BOOT, "--no-init", script],
+            "under-torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                               "-m", "slurmtorch.bootstrap", "--no-init", script]}
+    seen = {}
+    for name, argv in ways.items():
+        result = run(argv, env)
+        assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
+        lines = [json.loads(x[len("CONTRACT "):]) for x in result.stdout.splitlines() if x.startswith("CONTRACT ")]
+        seen[name] = sorted(lines, key=lambda r: r["RANK"])
+    same = ("RANK", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE")
+    assert [{k: r[k] for k in same} for r in seen["mpirun"]] == [{k: r[k] for k in same} for r in seen["torchrun"]]
+    # Decided (docs/rank-contract.md): torchrun's own two only where torchrun started the ranks.
+    assert all(r["TORCHELASTIC_RUN_ID"] is None and r["TORCH_NCCL_ASYNC_ERROR_HANDLING"] is None
+               for r in seen["mpirun"])
+    # Under torchrun (`--launcher torchrun`) the bootstrap keeps torchrun's (a new run id each run).
+    for ours, theirs in zip(seen["under-torchrun"], seen["torchrun"]):
+        assert ours["TORCHELASTIC_RUN_ID"] and theirs["TORCHELASTIC_RUN_ID"]
+        assert {**ours, "TORCHELASTIC_RUN_ID": "x"} == {**theirs, "TORCHELASTIC_RUN_ID": "x"}
+
+
+def test_fabric_picks_torchelastic_only_where_torchrun_started_the_ranks(env):
+    # Lightning tries TorchElasticEnvironment first (TORCHELASTIC_RUN_ID set): under torchrun it
+    # reads torchrun's world through the bootstrap; under mpirun it is MPIEnvironment
+    # (test_interop.py), and under srun SLURMEnvironment, whose requeue handling it keeps.
+    pytest.importorskip("lightning")
+    script = REPO / "tests" / "scripts" / "interop_fabric.py"
+    result = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "slurmtorch.bootstrap",
+                  script, "--devices", "2"], env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = sorted((json.loads(x[len("INTEROP "):]) for x in result.stdout.splitlines() if x.startswith("INTEROP ")),
+                   key=lambda r: r["dist_rank"])
+    assert [(r["rank"], r["world"], r["dist_rank"], r["cluster_env"]) for r in found] == [
+        (0, 2, 0, "TorchElasticEnvironment"), (1, 2, 1, "TorchElasticEnvironment")]
+    assert {r["env"]["SLURMTORCH_SOURCE"] for r in found} == {"torchrun"}
