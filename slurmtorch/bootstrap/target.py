@@ -19,11 +19,14 @@ from slurmtorch.bootstrap import contracts
 from slurmtorch.bootstrap.options import Options
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
+from slurmtorch.localrank import local_rank_arg
 
 
 def run_target(opts: Options, info: RankInfo) -> None:
     """Run SCRIPT or -m MODULE as __main__, as `python SCRIPT ARGS` would."""
     args = list(opts.args)
+    if opts.local_rank_arg:  # where torch.distributed.launch and DeepSpeed's launcher put it
+        args.insert(0, local_rank_arg(opts.local_rank_arg, info.local_rank))
     if opts.init_args:
         args += contracts.init_args(info, opts.init_args)
     if opts.module:

@@ -7,6 +7,7 @@ Real torch, real Open MPI (loopback), real torchrun; every run has a timeout.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -193,3 +194,59 @@ def test_fabric_picks_torchelastic_only_where_torchrun_started_the_ranks(env):
     assert [(r["rank"], r["world"], r["dist_rank"], r["cluster_env"]) for r in found] == [
         (0, 2, 0, "TorchElasticEnvironment"), (1, 2, 1, "TorchElasticEnvironment")]
     assert {r["env"]["SLURMTORCH_SOURCE"] for r in found} == {"torchrun"}
+
+
+# ----------------------------------------------------------------------------- item 12
+
+ARGV = "import os, sys\nprint('ARGV', os.environ['LOCAL_RANK'], ' '.join(sys.argv[1:]))\n"
+
+
+def argv_lines(out: str) -> list[str]:
+    return sorted(line for line in out.splitlines() if line.startswith("ARGV "))
+
+
+@pytest.mark.parametrize("launcher, ours", [
+    ("deepspeed", "--local-rank-arg"),  # DeepSpeed's launcher: --local_rank=N
+    ("torch.distributed.launch", "--local-rank-arg=local-rank"),  # torch >= 2.0: --local-rank=N
+])
+def test_local_rank_argument_is_where_the_older_launchers_put_it(env, tmp_path, launcher, ours):
+    script = tmp_path / "argv.py"
+    script.write_text(ARGV)
+    if launcher == "deepspeed":
+        pytest.importorskip("deepspeed")
+        world = base64.b64encode(b'{"localhost": [0, 1]}').decode()
+        theirs = [sys.executable, "-m", "deepspeed.launcher.launch", f"--world_info={world}",
+                  "--master_addr=127.0.0.1", "--master_port=29517", script, "--x", "1"]
+    else:
+        theirs = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "2", script, "--x", "1"]
+    expected = argv_lines(run(theirs, env).stdout)
+    assert len(expected) == 2, expected
+    result = run(["mpirun", "-n", "2", "--oversubscribe", *BOOT, "--no-init", ours, script, "--x", "1"], env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert argv_lines(result.stdout) == expected
+
+
+def test_local_rank_argument_reaches_a_module_too(env, tmp_path):
+    (tmp_path / "argvmod.py").write_text(ARGV)
+    result = run([*BOOT, "--no-init", "--local-rank-arg", "-m", "argvmod", "--x"], {**env, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert argv_lines(result.stdout) == ["ARGV 0 --local_rank=0 --x"]
+
+
+def test_a_local_rank_form_that_is_neither_is_a_usage_error():
+    from slurmtorch.bootstrap.options import UsageError, parse_args
+
+    assert parse_args(["--local-rank-arg", "x.py"]).local_rank_arg == "local_rank"  # never eats the script
+    assert parse_args(["--local-rank-arg=local-rank", "x.py"]).script == "x.py"
+    with pytest.raises(UsageError, match="is not local_rank or local-rank"):
+        parse_args(["--local-rank-arg=rank", "x.py"])
+
+
+def test_slurmtorch_mpirun_local_rank_arg_reaches_every_rank(env, tmp_path):
+    script = tmp_path / "argv.py"
+    script.write_text(ARGV)
+    result = run([sys.executable, "-m", "slurmtorch", "mpirun", "-n", "2", "--local-rank-arg", "local_rank",
+                  "--backend", "gloo", script, "--x", "1"], {**env, "SLURMTORCH_HOME": str(tmp_path / "home")},
+                 cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert argv_lines(result.stdout) == ["ARGV 0 --local_rank=0 --x 1", "ARGV 1 --local_rank=1 --x 1"]
