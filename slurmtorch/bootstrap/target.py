@@ -36,9 +36,15 @@ def run_target(opts: Options, info: RankInfo) -> None:
     script = opts.script
     if not os.path.exists(script):
         raise BootstrapError(f"script {script!r} not found (cwd {os.getcwd()})")
+    run_script(script, args)
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """`python SCRIPT ARGS`: argv as typed, sys.path[0] the script's real folder, then the file
+    (or a folder or zip holding `__main__.py`, with runpy's semantics) as `__main__`."""
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.realpath(script))
-    if is_path_entry(script):  # a folder or zip with __main__.py: runpy's semantics
+    if is_path_entry(script):
         runpy.run_path(script, run_name="__main__")
         return
     run_file(script)
