@@ -78,8 +78,9 @@ def test_a_plugin_backend_torch_does_not_list_here_is_left_to_torch():
 # ----------------------------------------------------------------------------- item 11
 
 WHERE = ("import json, os, sys\n"
-         "print('WHERE ' + json.dumps({'file': __file__, 'argv0': sys.argv[0], 'path0': sys.path[0], "
-         "'cwd': os.getcwd(), 'co_filename': sys._getframe().f_code.co_filename, 'name': __name__}))\n")
+         "os.write(1, ('WHERE ' + json.dumps({'file': __file__, 'argv0': sys.argv[0], 'path0': sys.path[0], "
+         "'cwd': os.getcwd(), 'co_filename': sys._getframe().f_code.co_filename, 'name': __name__}) + '\\n')"
+         ".encode())\n")
 
 
 def where(out: str) -> list[dict]:
@@ -103,7 +104,7 @@ def test_script_sees_the_path_python_and_torchrun_give_it(env, probe_tree, typed
     cwd = probe_tree / "run"
     ways = {
         "python": [sys.executable, typed],
-        "torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", typed],
+        "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", typed],
         "bootstrap": [*BOOT, "--no-init", typed],
         "bootstrap-group": [*BOOT, typed],
         "mpirun": ["mpirun", "-n", "1", *BOOT, "--no-init", typed],
@@ -153,15 +154,15 @@ def test_torchelastic_run_id_and_nccl_error_handling_are_left_to_torchrun_and_th
 CONTRACT = ("import json, os\n"
             "keys = ('RANK', 'ROLE_RANK', 'ROLE_WORLD_SIZE', 'GROUP_WORLD_SIZE', 'TORCHELASTIC_RUN_ID', "
             "'TORCH_NCCL_ASYNC_ERROR_HANDLING')\n"
-            "print('CONTRACT ' + json.dumps({k: os.environ.get(k) for k in keys}))\n")
+            "os.write(1, ('CONTRACT ' + json.dumps({k: os.environ.get(k) for k in keys}) + '\\n').encode())\n")
 
 
 def test_the_variables_beside_torchruns_side_by_side_with_torchrun(env, tmp_path):
     script = tmp_path / "contract.py"
     script.write_text(CONTRACT)
-    ways = {"torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
+    ways = {"torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", script],
             "mpirun": ["mpirun", "-n", "2", "--oversubscribe", *BOOT, "--no-init", script],
-            "under-torchrun": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+            "under-torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                "-m", "slurmtorch.bootstrap", "--no-init", script]}
     seen = {}
     for name, argv in ways.items():
@@ -186,7 +187,7 @@ def test_fabric_picks_torchelastic_only_where_torchrun_started_the_ranks(env):
     # (test_interop.py), and under srun SLURMEnvironment, whose requeue handling it keeps.
     pytest.importorskip("lightning")
     script = REPO / "tests" / "scripts" / "interop_fabric.py"
-    result = run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "slurmtorch.bootstrap",
+    result = run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "slurmtorch.bootstrap",
                   script, "--devices", "2"], env, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     found = sorted((json.loads(x[len("INTEROP "):]) for x in result.stdout.splitlines() if x.startswith("INTEROP ")),
@@ -198,7 +199,8 @@ def test_fabric_picks_torchelastic_only_where_torchrun_started_the_ranks(env):
 
 # ----------------------------------------------------------------------------- item 12
 
-ARGV = "import os, sys\nprint('ARGV', os.environ['LOCAL_RANK'], ' '.join(sys.argv[1:]))\n"
+# One write per line: the launchers run `python -u`, where print() writes each piece on its own.
+ARGV = "import os, sys\nos.write(1, f\"ARGV {os.environ['LOCAL_RANK']} {' '.join(sys.argv[1:])}\\n\".encode())\n"
 
 
 def argv_lines(out: str) -> list[str]:
@@ -218,9 +220,10 @@ def test_local_rank_argument_is_where_the_older_launchers_put_it(env, tmp_path, 
         theirs = [sys.executable, "-m", "deepspeed.launcher.launch", f"--world_info={world}",
                   "--master_addr=127.0.0.1", "--master_port=29517", script, "--x", "1"]
     else:
-        theirs = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", "2", script, "--x", "1"]
-    expected = argv_lines(run(theirs, env).stdout)
-    assert len(expected) == 2, expected
+        theirs = [sys.executable, "-m", "torch.distributed.launch", "--standalone", "--nproc-per-node", "2", script, "--x", "1"]
+    launched = run(theirs, env)
+    expected = argv_lines(launched.stdout)
+    assert len(expected) == 2, launched.stderr[-2000:]
     result = run(["mpirun", "-n", "2", "--oversubscribe", *BOOT, "--no-init", ours, script, "--x", "1"], env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert argv_lines(result.stdout) == expected
@@ -250,3 +253,89 @@ def test_slurmtorch_mpirun_local_rank_arg_reaches_every_rank(env, tmp_path):
                  cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert argv_lines(result.stdout) == ["ARGV 0 --local_rank=0 --x 1", "ARGV 1 --local_rank=1 --x 1"]
+
+
+# ----------------------------------------------------------------------------- item 13
+
+TTY = ("import os, sys\n"
+       "print('TTY', os.environ['RANK'], sys.stdout.isatty(), sys.stderr.isatty(), flush=True)\n")
+FLOOD = ("import os, signal, sys\n"
+         "r = os.environ['RANK']\n"
+         "for i in range(40000):\n"
+         "    sys.stdout.write(f'rank {r} line {i:06d} ' + 'x' * 60 + '\\n')\n"
+         "print('LAST', r, flush=True)\n"
+         "if sys.argv[1:] == ['kill'] and r == '1':\n"
+         "    os.kill(os.getpid(), signal.SIGKILL)\n")
+
+
+def tty_lines(text: str) -> list[str]:
+    return sorted(line for line in text.splitlines() if line.startswith("TTY "))
+
+
+def test_a_rank_under_mpirun_writing_to_a_file_sees_no_terminal(env, tmp_path):
+    script = tmp_path / "tty.py"
+    script.write_text(TTY)
+    with open(tmp_path / "out", "w") as out:
+        proc = subprocess.run([str(a) for a in ["mpirun", "-n", "2", "--oversubscribe", *BOOT, "--no-init", script]],
+                              env=env, stdout=out, stderr=subprocess.PIPE, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert tty_lines((tmp_path / "out").read_text()) == ["TTY 0 False False", "TTY 1 False False"]
+
+
+def test_slurmtorch_mpirun_writing_to_a_file_gives_its_ranks_no_terminal(env, tmp_path):
+    script = tmp_path / "tty.py"
+    script.write_text(TTY)
+    with open(tmp_path / "out", "w") as out:
+        proc = subprocess.run([sys.executable, "-m", "slurmtorch", "mpirun", "-n", "2", "--backend", "gloo", str(script)],
+                              env={**env, "SLURMTORCH_HOME": str(tmp_path / "home")}, cwd=tmp_path, stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert tty_lines((tmp_path / "out").read_text()) == ["TTY 0 False False", "TTY 1 False False"]
+
+
+@pytest.mark.parametrize("end", ["exit", "kill"])
+def test_every_byte_a_rank_wrote_arrives_and_nothing_of_it_is_left_running(env, tmp_path, end):
+    # 2 x 3.3 MB through the relay; with `kill`, rank 1 is SIGKILLed right after its last line.
+    script = tmp_path / f"flood_{end}.py"
+    script.write_text(FLOOD)
+    result = run(["mpirun", "-n", "2", "--oversubscribe", *BOOT, "--no-init", script, end], env, timeout=120)
+    assert result.returncode == (137 if end == "kill" else 0), result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    survivors = ["1"] if end == "kill" else ["0", "1"]  # mpirun ends rank 0 when rank 1 is killed
+    for r in survivors:
+        mine = [line for line in lines if line.startswith(f"rank {r} ")]
+        assert mine == [f"rank {r} line {i:06d} " + "x" * 60 for i in range(40000)]
+        assert f"LAST {r}" in lines
+    left = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, script.name)]
+    assert left == []
+
+
+def _runs(proc: Path, name: str) -> bool:
+    """Whether /proc/PID is a live (not zombie) process whose command line names `name`."""
+    try:
+        state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z" and name in (proc / "cmdline").read_bytes().decode(errors="replace")
+    except (OSError, IndexError):
+        return False
+
+
+def test_only_open_mpis_pseudo_terminal_is_replaced():
+    from slurmtorch.bootstrap.terminal import under_open_mpis_pty
+
+    assert under_open_mpis_pty({"OMPI_COMM_WORLD_SIZE": "2"}, isatty=lambda fd: True)
+    assert not under_open_mpis_pty({"OMPI_COMM_WORLD_SIZE": "2"}, isatty=lambda fd: False)  # a file, a pipe
+    # srun --pty, or a shell's terminal: a terminal the user asked for stays one.
+    assert not under_open_mpis_pty({"SLURM_PROCID": "0", "PMIX_RANK": "0"}, isatty=lambda fd: True)
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+def test_a_batch_jobs_ranks_see_no_terminal_under_either_launcher(testbed, has_torch, tmp_path, launcher):
+    script = tmp_path / "tty.py"
+    script.write_text(TTY)
+    r = testbed.run([testbed.python, "-m", "slurmtorch", "sbatch", "--site", "testbed", "--nodes", "2",
+                     "--ntasks-per-node", "2", "--launcher", launcher, "--backend", "gloo", "--wait", str(script)],
+                    env={"SLURMTORCH_HOME": str(tmp_path / "home")}, cwd=tmp_path, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    folder = tmp_path / "home" / "jobs" / r.stdout.split()[0]
+    text = "".join(p.read_text() for p in sorted(folder.glob("rank-*.out")))
+    assert tty_lines(text) == [f"TTY {rank} False False" for rank in range(4)], text
