@@ -44,6 +44,7 @@ from slurmtorch.api.payload import prepare
 from slurmtorch.api.runfolder import create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
+from slurmtorch.records import replace
 from slurmtorch.submit import render
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import sites
@@ -192,18 +193,18 @@ class Distributor:
         if kind == "mpirun":
             if self.backend == "auto" and self.use_gpu:
                 given["backend"] = "nccl"  # the local site describes no GPUs; the user says there are
-            return specmod.build_spec(site, Options.given(
+            return _runfn_spec(specmod.build_spec(site, Options.given(
                 given, kind="mpirun", ntasks=self.num_processes, launcher="mpirun",
-                env=(*self._local_defaults(), *self._env)))
+                env=(*self._local_defaults(), *self._env))))
         # The rank layout is ours: plan it on the partition and node type build_spec will use.
         preset, partition, node = resolve_target(site, Options.given(given, partition=o.get("partition") or None))
         layout = plan_layout(self.num_processes, self.nodes if self.nodes is not None else preset.get("nodes"),
                              self.use_gpu, node.gpus, node.cpus, partition.max_nodes,
                              o.get("cpus_per_task") or preset.get("cpus_per_task"),
                              where=f"node type {node.name!r} of partition {partition.name!r}")
-        return specmod.build_spec(site, Options.given(
+        return _runfn_spec(specmod.build_spec(site, Options.given(
             given, kind="sbatch", partition=partition.name, nodes=layout.nodes, ntasks_per_node=layout.ranks_per_node,
-            gpus_per_node=layout.gpus_per_node, launcher=o.get("launcher"), env=self._env))
+            gpus_per_node=layout.gpus_per_node, launcher=o.get("launcher"), env=self._env)))
 
     def _local_defaults(self) -> tuple[str, ...]:
         """One host: rendezvous over loopback, and let mpirun put more ranks than cores."""
@@ -233,6 +234,12 @@ def _env_items(env: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]
 
 def _opt_tuple(value: Any) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
+
+
+def _runfn_spec(spec):
+    """Every rank runs runfn, whose argv is its run folder alone: a preset's --local-rank-arg
+    is for the scripts the CLI starts, not for it."""
+    return replace(spec, local_rank_arg=None)
 
 
 def _opt_str(value: Any) -> str | None:

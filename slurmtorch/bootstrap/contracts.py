@@ -145,6 +145,11 @@ def env_for(info: RankInfo) -> dict[str, str]:
         "NODE_RANK": str(info.node_rank),
         "GROUP_RANK": str(info.node_rank),
         "GROUP_WORLD_SIZE": str(info.num_nodes),
+        # torchrun's workers share one role (`default`): its rank and size are the world's.
+        # Left to torchrun: TORCHELASTIC_RUN_ID and TORCH_NCCL_ASYNC_ERROR_HANDLING
+        # (docs/rank-contract.md, "Variables beside torchrun's").
+        "ROLE_RANK": str(info.rank),
+        "ROLE_WORLD_SIZE": str(info.world_size),
         protocol.SOURCE: info.source,
         # This process's rank in the whole job, for every process, ps/evaluator included
         # (they have no RANK): preemption's requeue is done by job rank 0 alone.
@@ -158,7 +163,8 @@ def env_for(info: RankInfo) -> dict[str, str]:
         if not info.in_group:
             # A ps/evaluator is told where the torch world meets, and how big it is, but
             # has no rank in it: a stray init_process_group fails instead of colliding.
-            for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE"):
+            for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                        "ROLE_RANK", "ROLE_WORLD_SIZE"):
                 env.pop(key)
             env["WORLD_SIZE"] = str(info.layout.training)
     omitted = []
@@ -182,7 +188,7 @@ def env_for(info: RankInfo) -> dict[str, str]:
 # unknown, the torch-world ones for a ps/evaluator. A value inherited from a parent
 # process (a launcher's own world, an outer job) would describe some other world.
 OPTIONAL_KEYS = ("CLUSTER_SPEC", "TF_CONFIG", protocol.OMITTED, "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
-                 "GROUP_RANK", "GROUP_WORLD_SIZE")
+                 "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE")
 
 
 def unset_keys(exported: Mapping[str, str]) -> list[str]:

@@ -20,16 +20,38 @@ def choose_backend(requested: str, cuda: bool, nccl: bool, gloo: bool, mpi: bool
             return "gloo"
         raise BootstrapError(f"torch {version} has neither NCCL with CUDA nor gloo",
                              tip="install a torch build with gloo")
-    have = {"nccl": nccl, "gloo": gloo, "mpi": mpi}
-    if requested in have and not have[requested]:
-        tips = {"nccl": "use --backend gloo, or a CUDA build of torch on GPU nodes",
-                "mpi": "use --backend gloo/nccl; torch from PyPI has no MPI backend (build torch against your MPI)",
-                "gloo": "use --backend nccl/mpi, or a torch build with gloo"}
-        raise BootstrapError(f"backend {requested!r} is not built into this torch ({version})", tip=tips[requested])
+    missing = missing_backend(requested, {"nccl": nccl, "gloo": gloo, "mpi": mpi}, version)
+    if missing is not None:
+        raise missing
     if requested == "nccl" and not cuda:
         raise BootstrapError("backend 'nccl' needs CUDA, but torch sees no GPU here",
                              tip="use --backend gloo (or auto) on CPU nodes")
     return requested
+
+
+# Where `--backend` and the script's own `init_process_group(backend=...)` are both
+# named: the fix is the same whichever of the two asked.
+_MISSING_TIPS = {
+    "nccl": "use gloo (--backend, or the script's init_process_group), or a CUDA build of torch on GPU nodes",
+    "mpi": "use gloo or nccl (--backend, or the script's init_process_group); torch from PyPI has no MPI "
+           "backend (build torch against your MPI)",
+    "gloo": "use nccl or mpi (--backend, or the script's init_process_group), or a torch build with gloo",
+}
+
+
+def backend_names(backend: object) -> list[str]:
+    """Pure: the backends a torch backend string names (`gloo`; `cpu:gloo,cuda:nccl` -> gloo, nccl)."""
+    return [part.rpartition(":")[2].strip().lower() for part in str(backend).split(",") if part.strip()]
+
+
+def missing_backend(backend: object, have: Mapping[str, bool], version: str = "") -> BootstrapError | None:
+    """Pure: the one-line error for the first backend `backend` names that this build lacks
+    (`have`: name -> built in), or None. Backends torch does not know here (a plugin's) pass."""
+    for name in backend_names(backend):
+        if name in have and not have[name]:
+            return BootstrapError(f"backend {name!r} is not built into this torch ({version})",
+                                  tip=_MISSING_TIPS[name])
+    return None
 
 
 # Variables through which a launcher (Slurm's --gpus-per-task / --gpu-bind, a site's

@@ -33,7 +33,8 @@ import sys
 import time
 
 from slurmtorch.bootstrap import contracts, rendezvous
-from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, rank_device, visible_devices_var
+from slurmtorch.bootstrap.device import (backend_names, bound_per_rank, choose_backend, missing_backend,
+                                         rank_device, visible_devices_var)
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
 from slurmtorch.errors import BootstrapError
@@ -116,6 +117,7 @@ def _wrap_init(dist_module) -> None:
         import datetime  # lazy: torch has imported it by now; a --no-init start never needs it
 
         call = dict(signature.bind_partial(*args, **kwargs).arguments)
+        _check_built(dist_module, call.get("backend"))
         info = STATE.info
         ours = datetime.timedelta(seconds=STATE.timeout) if STATE.timeout is not None else None
         if c10d.is_initialized() and STATE.group_ours and info is not None:
@@ -144,8 +146,9 @@ def _wrap_init(dist_module) -> None:
             STATE.reinits += 1
             call.pop("init_method", None)
             call["store"] = dist_module.PrefixStore(f"slurmtorch/reinit/{STATE.reinits}", store)
-            call["rank"], call["world_size"] = info.rank, info.world_size
             call["backend"] = wanted if wanted is not None else STATE.backend
+            if "mpi" not in backend_names(call["backend"]):  # MPI's come from MPI_COMM_WORLD (torch warns)
+                call["rank"], call["world_size"] = info.rank, info.world_size
             if call.get("timeout") is None:
                 call["timeout"] = ours
             store.set_timeout(call["timeout"])  # a store handed to torch keeps its own timeout
@@ -170,6 +173,18 @@ def _wrap_init(dist_module) -> None:
     mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
     if mesh is not None and getattr(mesh, "init_process_group", None) is original:
         mesh.init_process_group = init_process_group
+
+
+def _check_built(dist_module, backend) -> None:
+    """The script's own backend, checked as `--backend` is: a build without it (torch from
+    PyPI has no MPI) gets the option's one line instead of torch's RuntimeError."""
+    if backend is None:
+        return
+    have = {name: bool(getattr(dist_module, f"is_{name}_available", lambda: True)()) for name in ("nccl", "gloo", "mpi")}
+    torch = sys.modules.get("torch")
+    missing = missing_backend(backend, have, f"torch {getattr(torch, '__version__', '?')}")
+    if missing is not None:
+        raise missing
 
 
 def _wait_for_store(call: dict, info: RankInfo | None) -> None:

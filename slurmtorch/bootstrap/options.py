@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from slurmtorch.backends import BACKENDS, timeout_problem
 from slurmtorch.errors import BootstrapError
+from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER
 
 DEFAULT_TIMEOUT = 600.0
 FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
 
 USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
-         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node]] [--role ROLE] "
+         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node]] "
+         "[--local-rank-arg[=local_rank|local-rank]] [--role ROLE] "
          "(SCRIPT | -m MODULE) [ARGS...]")
 
 HELP = USAGE + """
@@ -32,6 +34,9 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
   --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
   --init-args=node  the same per node (node rank / node count; one task per node;
                     implies --no-init, the script starts its own processes)
+  --local-rank-arg  put --local_rank=LOCAL_RANK before the script's arguments, as
+                    DeepSpeed's launcher and torch.distributed.launch (torch < 2.0) do;
+                    =local-rank: --local-rank=LOCAL_RANK (torch.distributed.launch >= 2.0)
   --role ROLE       this srun step runs ROLE of a role job (master|chief|worker|ps|
                     evaluator; layout in $SLURMTORCH_ROLES); ps and evaluator ranks
                     get the contracts but no process group
@@ -51,6 +56,7 @@ class BootstrapOptions:
         self.init: bool = True
         self.source: str = "auto"
         self.init_args: str | None = None
+        self.local_rank_arg: str | None = None
         self.role: str | None = None
         self.script: str | None = None
         self.module: str | None = None
@@ -123,6 +129,11 @@ def parse_args(argv: list[str]) -> BootstrapOptions:
                 raise UsageError(f"--init-args={opts.init_args} is not rank or node")
             if opts.init_args == "node":
                 opts.init = False
+        elif name == "--local-rank-arg":
+            # Only the `=` form takes a value, as with --init-args.
+            opts.local_rank_arg = inline or LOCAL_RANK_FORMS[0]
+            if opts.local_rank_arg not in LOCAL_RANK_FORMS:
+                raise UsageError(f"--local-rank-arg={opts.local_rank_arg} is not {' or '.join(LOCAL_RANK_FORMS)}")
         else:
             raise UsageError(f"unknown option {arg!r}", tip=USAGE)
         i += 1

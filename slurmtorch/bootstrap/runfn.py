@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import socket
 import sys
 import time
 import traceback
+
+from slurmtorch.bootstrap import target
+from slurmtorch.bootstrap.target import run_script
 
 META = "meta.json"
 PAYLOAD = "payload.pkl"
@@ -61,10 +63,10 @@ def _redirect_logs(workdir: str, rank: int) -> None:
 
 def _user_frames(tb):
     """Skip our own frames (and runpy's) at the top: the user's code starts the traceback."""
-    here = os.path.abspath(__file__)
+    here = {os.path.abspath(__file__), os.path.abspath(target.__file__)}
 
     def ours(filename: str) -> bool:
-        return filename == here or "runpy" in os.path.basename(filename)
+        return filename in here or "runpy" in os.path.basename(filename)
 
     while tb is not None and tb.tb_next is not None and ours(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
@@ -119,10 +121,8 @@ def _run_function(workdir: str, rank: int, meta: dict) -> None:
 
 def _run_file(script: str, args: list[str]) -> None:
     """As the bootstrap runs a SCRIPT: argv, sys.path[0] and `__main__` as `python SCRIPT` gives."""
-    sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
     try:
-        runpy.run_path(script, run_name="__main__")
+        run_script(script, args)
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise

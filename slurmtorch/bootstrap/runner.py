@@ -24,6 +24,7 @@ from slurmtorch.bootstrap.options import DEFAULT_TIMEOUT, UsageError, parse_args
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
 from slurmtorch.bootstrap.target import run_target, self_check
+from slurmtorch.bootstrap.terminal import pipe_stdout
 from slurmtorch.bootstrap.world import cpus_available, derive, own_session, thread_defaults
 from slurmtorch.errors import BootstrapError
 from slurmtorch.limits import MAX_ENV_STRING
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     STATE.main = True
     note_started()
     line_atomic_stdio()
+    pipe_stdout(os.environ)  # not a terminal under Open MPI's pty, as under srun (bootstrap/terminal.py)
     code = 0
     try:
         info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role)

@@ -7,19 +7,26 @@ unchanged. Without a target, the self-check prints the world and checks an all_r
 
 from __future__ import annotations
 
+import importlib.util
+import io
+import marshal
 import os
 import runpy
 import sys
+import types
 
 from slurmtorch.bootstrap import contracts
 from slurmtorch.bootstrap.options import BootstrapOptions
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
+from slurmtorch.localrank import local_rank_arg
 
 
 def run_target(opts: BootstrapOptions, info: RankInfo) -> None:
     """Run SCRIPT or -m MODULE as __main__, as `python SCRIPT ARGS` would."""
     args = list(opts.args)
+    if opts.local_rank_arg:  # where torch.distributed.launch and DeepSpeed's launcher put it
+        args.insert(0, local_rank_arg(opts.local_rank_arg, info.local_rank))
     if opts.init_args:
         args += contracts.init_args(info, opts.init_args)
     if opts.module:
@@ -29,9 +36,57 @@ def run_target(opts: BootstrapOptions, info: RankInfo) -> None:
     script = opts.script
     if not os.path.exists(script):
         raise BootstrapError(f"script {script!r} not found (cwd {os.getcwd()})")
+    run_script(script, args)
+
+
+def run_script(script: str, args: list[str]) -> None:
+    """`python SCRIPT ARGS`: argv as typed, sys.path[0] the script's real folder, then the file
+    (or a folder or zip holding `__main__.py`, with runpy's semantics) as `__main__`."""
     sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
-    runpy.run_path(script, run_name="__main__")
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
+    if is_path_entry(script):
+        runpy.run_path(script, run_name="__main__")
+        return
+    run_file(script)
+
+
+def run_file(script: str) -> None:
+    """Run a script file as `__main__`, with the names `python SCRIPT` gives it.
+
+    Python 3.9+ sets `__file__` (and the code's file name) to the working folder joined with
+    the path as typed, not normalised, while `sys.argv[0]` stays as typed; torchrun runs
+    `python SCRIPT`, so does it. `runpy.run_path` gives both the path it was handed, so a
+    script that changes folder before opening a file beside itself would not find it.
+    Compiled like runpy does (a .pyc too), without our module's `__future__` flags.
+    """
+    path = os.path.join(os.getcwd(), script)
+    with io.open_code(path) as f:
+        if f.read(4) == importlib.util.MAGIC_NUMBER:
+            f.read(12)  # the rest of a .pyc header
+            code = marshal.load(f)
+        else:
+            f.seek(0)
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __loader__=None, __package__=None, __spec__=None)
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main  # pickle and multiprocessing find the script's names here, as runpy's do
+    try:
+        exec(code, main.__dict__)
+    finally:
+        sys.modules["__main__"] = saved
+
+
+def is_path_entry(path: str) -> bool:
+    """Whether Python would run `path` as a folder or zip holding `__main__.py`: a path hook
+    takes it (pkgutil.get_importer's test, without the ~7 ms of importing pkgutil)."""
+    for hook in sys.path_hooks:
+        try:
+            hook(path)
+        except ImportError:
+            continue
+        return True
+    return False
 
 
 def say(line: str) -> None:

@@ -13,7 +13,7 @@ from slurmtorch.errors import SpecError
 
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.
-@with_options("ntasks", "module", "hostfile", "preset", "backend", "timeout", "env")
+@with_options("ntasks", "module", "hostfile", "preset", "backend", "timeout", "local_rank_arg", "env")
 def mpirun(
     ctx: typer.Context,
     script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", show_default=False),

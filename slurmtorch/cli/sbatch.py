@@ -16,7 +16,7 @@ SBATCH_OPTIONS = (
     "module", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
     "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
-    "backend", "launcher", "timeout", "env", "requeue", "signal", "roles", "container_image", "container_runtime",
+    "backend", "launcher", "timeout", "local_rank_arg", "env", "requeue", "signal", "roles", "container_image", "container_runtime",
     "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "sbatch_args", "srun_args",
 )
 

@@ -14,6 +14,7 @@ from typing import Any
 from slurmtorch import shell
 from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SpecError
+from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
 from slurmtorch.submit.sites.model import CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, Site
 from slurmtorch.submit.options import Options
@@ -31,6 +32,15 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
         raise SpecError(f"site {site.name!r} runs ranks in a {site.container.runtime} container, which starts "
                         "under srun", tip="use --launcher srun")
     return launcher, backend
+
+
+def local_rank_form(o: Options, preset: dict[str, Any]) -> str | None:
+    """--local-rank-arg (else the preset's): the spelling of the argument each rank gets, or None."""
+    form = o.pick(preset, "local_rank_arg")
+    if form is not None and form not in LOCAL_RANK_FORMS:
+        raise SpecError(f"--local-rank-arg {form!r} is not one of {', '.join(LOCAL_RANK_FORMS)}",
+                        tip="local_rank for --local_rank=N (DeepSpeed's launcher), local-rank for --local-rank=N")
+    return form
 
 
 def backend_for(backend: str, gpus_per_node: int) -> str:

@@ -49,6 +49,11 @@ class Options:
     launcher: str | None = _flag("--launcher", help="srun|mpirun|torchrun")
     timeout: int | None = _flag("--timeout", help="process-group timeout in seconds")
     env: tuple[str, ...] = _flag("--env", help="K=V, repeatable", default=())  # raw K=V strings as typed
+    local_rank_arg: str | None = _flag(
+        "--local-rank-arg", metavar="local_rank|local-rank",
+        help="give each rank --local_rank=N before the script's own arguments, as DeepSpeed's launcher and "
+             "torch.distributed.launch do, for scripts that read it from argv (local-rank: --local-rank=N, "
+             "torch.distributed.launch since torch 2.0)")
     requeue: bool | None = _flag("--requeue/--no-requeue",
                                  help="let the job be requeued (default: on with --signal)")
     signal: str | None = _flag("--signal", help="preemption signal to the ranks, [R:]SIG[@SECONDS], e.g. USR1@60")

@@ -121,6 +121,8 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
             "--timeout", str(spec.timeout), "--from", source]
     if role is not None:
         argv += ["--role", role]
+    if spec.local_rank_arg is not None:
+        argv.append(f"--local-rank-arg={spec.local_rank_arg}")
     argv += ["-m", spec.module] if spec.module else [spec.script]
     argv += list(spec.script_args)
     return argv

@@ -24,7 +24,7 @@ from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node,
 from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
-from slurmtorch.submit.launcher import backend_for, choose_launcher, resolve_containers
+from slurmtorch.submit.launcher import backend_for, choose_launcher, local_rank_form, resolve_containers
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
 from slurmtorch.submit.recovery import resolve_restarts
@@ -103,6 +103,8 @@ class JobSpec:
     gpu_vendor: str = "nvidia"
     # `directives` as the script's `#SBATCH` lines: checked and quoted once, here (sbatch_line).
     sbatch_lines: tuple[str, ...] = ()
+    # --local-rank-arg: the spelling of the --local_rank=N argument every rank gets (None: none).
+    local_rank_arg: str | None = None
 
     @property
     def runs_again(self) -> bool:
@@ -194,6 +196,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         hang_timeout=hang_timeout,
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
+        local_rank_arg=local_rank_form(o, preset),
     )
     return _site_parts(job, site, node, partition, preset, asked)
 

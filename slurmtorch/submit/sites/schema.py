@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from slurmtorch.backends import BACKENDS
+from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.sites.model import CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS, MPI_PLUGINS
 from slurmtorch.submit.sites.fabric import FABRICS
@@ -71,6 +72,8 @@ PRESET_SCHEMA: dict[str, Any] = {
     "backend": (BACKENDS, "torch.distributed backend"),
     "launcher": (LAUNCHERS, "how ranks are started"),
     "timeout": ("int", "process-group timeout in seconds"),
+    "local_rank_arg": (LOCAL_RANK_FORMS, "give each rank --local_rank=N (local_rank) or --local-rank=N (local-rank) "
+                                         "before the script's arguments, as DeepSpeed's launcher does"),
     "env": ("envmap", "extra environment"),
     "prepend_path": ("pathmap", _PATHS),
     "append_path": ("pathmap", _APPEND),
