@@ -276,6 +276,37 @@ def test_local_mode_rank1_raising_gives_its_traceback_and_host(local):
     assert "rank 1 on" in job.logs(1, "err")  # the bootstrap's own report, in rank 1's log
 
 
+def rank_dies(how):
+    """Rank 1 (or every rank) ends without raising while the others wait in a barrier."""
+    import torch.distributed as dist
+
+    if how == "every rank exits 0" or dist.get_rank() == 1:
+        if how == "SIGKILL":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+    dist.barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how, ranks, cause", [
+    ("SIGKILL", {1}, "killed by a signal (SIGKILL?) before it could report"),
+    ("rank 1 exits 0", {1}, "exited before the others without finishing"),
+    ("every rank exits 0", {0, 1}, "exited before the others without finishing"),  # mpirun names the first it saw
+])
+def test_local_mode_names_the_rank_that_died_and_how(local, how, ranks, cause):
+    """Not the peer that lost it (rank 0's `Connection reset by peer`), nor mpirun's help text."""
+    job = Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).submit(rank_dies, how)
+    with cancelled_at_exit(job), pytest.raises(JobFailed) as e:
+        job.result(timeout=90)
+    assert not isinstance(e.value, RemoteError), e.value
+    assert e.value.rank in ranks and e.value.host == socket.gethostname()
+    assert re.match(rf"job {job.job_id} ended FAILED \(exit \d+\): failed: rank {e.value.rank} on "
+                    rf"{socket.gethostname()}: {re.escape(cause)}", str(e.value)), str(e.value)
+    assert "Hence" not in str(e.value) and "reasons" not in str(e.value)
+
+
 @pytest.mark.mpi
 @pytest.mark.torch
 @pytest.mark.timeout(120)
