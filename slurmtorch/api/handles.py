@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmtorch.api.runfolder import run_folder_error
-from slurmtorch.errors import SubmitError
+from slurmtorch.api import runfolder
+from slurmtorch.errors import SlurmtorchError, SubmitError
 from slurmtorch.submit import jobdir
 from slurmtorch.submit import scheduler as sub
 from slurmtorch.submit.failures import RankFailure
@@ -119,7 +119,7 @@ class LocalHandle(Handle):
                                         workdir / "exit-code")
             jobdir.write_new(workdir / "launcher.pid", f"{process.pid}\n")
         except OSError as exc:
-            raise run_folder_error(exc, workdir) from None
+            raise runfolder.run_folder_error(exc, workdir) from None
         return cls(f"local-{run_id}", workdir, process.pid, process)
 
     def _exit_code(self) -> int | None:
@@ -156,6 +156,9 @@ class LocalHandle(Handle):
                 time.sleep(0.05)
 
     def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
+        if not self.workdir.is_dir():
+            raise SlurmtorchError(f"the logs of job {self.job_id} were pruned: only the {runfolder.KEEP_RUNS} "
+                                  f"newest runs' folders are kept (it was {self.workdir})")
         out, err = jobdir.log_names(None, rank, node)  # mpirun here: `runfn` writes rank-R.out|err
         return self.workdir / out, self.workdir / err
 

@@ -69,8 +69,8 @@ class Job:
         self.name = name
         self.ntasks = ntasks
         self._outcome: tuple[bool, Any] | None = None
-        # Once a result was returned its run folder is gone (close_run_folder), and with it
-        # what a local run's handle reads its state from: the final status is kept here.
+        # Once a result was returned its run folder may be pruned (close_run_folder), and with
+        # it what a local run's handle reads its state from: the final status is kept here.
         self._succeeded: JobStatus | None = None
 
     @property
@@ -99,7 +99,7 @@ class Job:
         Under torchrun each node writes one log holding all its ranks, and torchrun, not
         Slurm, decides which node holds which rank: ask by `node=` (default node 0) on
         more than one node; `rank=` then raises SpecError. A local_mode run keeps its logs
-        in its run folder, which is removed once result() has returned a value.
+        in its run folder: kept for the newest runs (runfolder.KEEP_RUNS) once ended.
         """
         if stream not in ("out", "err", "both"):
             raise SpecError(f"stream must be 'out', 'err' or 'both', got {stream!r}")

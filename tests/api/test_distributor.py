@@ -237,8 +237,9 @@ def test_local_mode_returns_rank0s_value_and_streams_its_output(local, capsys, n
     out, err = capsys.readouterr()
     assert out == f"rank 0 of {n} local{n}\n"  # rank 0 only, as it came
     assert "RUNNING" in err and "COMPLETED (exit 0)" in err
-    assert workdirs(local) == []  # a run that succeeded leaves nothing (tests/api/test_runfolder.py)
-    assert stat.S_IMODE((local / "distributor").stat().st_mode) == 0o700
+    (workdir,) = workdirs(local)  # kept for every rank's output (tests/api/test_runfolder.py)
+    assert stat.S_IMODE(workdir.stat().st_mode) == stat.S_IMODE((local / "distributor").stat().st_mode) == 0o700
+    assert f"rank {n - 1} of {n} local{n}\n" in (workdir / f"rank-{n - 1}.out").read_text()
 
 
 @pytest.mark.mpi
