@@ -20,6 +20,7 @@ import os
 import sys
 import time
 
+from slurmtorch.bootstrap import orphans
 from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.bootstrap.state import STATE
 
@@ -49,6 +50,7 @@ def fail(code: int, text: str) -> None:
 
     if info is not None and info.world_size > 1 and failures.is_consequence(text):
         time.sleep(CONSEQUENCE_GRACE_S)
+    orphans.end()
 
     mpi.abort(code)  # returns only when MPI is not running
     os._exit(code)
@@ -107,6 +109,7 @@ def finish(code: int) -> None:
         ctypes.CDLL(None).fflush(None)  # C-level stdio buffers (printf from extensions)
     except (OSError, AttributeError):
         pass
+    orphans.end()  # what the script left running (under mpirun: a rank's own output held open)
     note_exit(code)  # before MPI_Finalize, which can wait for peers that never come
     if STATE.info is not None and os.environ.get("SLURMTORCH_HEARTBEAT_S"):
         from slurmtorch.bootstrap import heartbeat  # lazy: as in runner.init

@@ -15,7 +15,7 @@ import atexit
 import os
 import sys
 
-from slurmtorch.bootstrap import contracts
+from slurmtorch.bootstrap import contracts, orphans
 from slurmtorch.bootstrap.exits import fail, finish
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
 from slurmtorch.backends import timeout_problem
@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 from slurmtorch.bootstrap import preempt  # lazy: only a rank with a handler to set needs it
 
                 preempt.install()
+            orphans.adopt()
             timings.mark("handover")
             timings.write_timings(info, STATE.timings)
             run_target(opts, info)

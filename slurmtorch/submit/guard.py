@@ -13,6 +13,11 @@ in a process group of its own), SIGKILLs what is left after GRACE_S, and exits 1
 It stays in its caller's process group, so a terminal's Ctrl-C, Ctrl-Z and stdin reach
 prterun exactly as before (prterun in a background group stops on SIGTTIN at its first
 read of the terminal).
+
+Once the launch has ended, whatever it left running is ended too (SIGTERM, then SIGKILL
+after LEFTOVER_GRACE_S), as a Slurm step's end ends every process its tasks started: a
+rank's background child, a double-forked daemon or a setsid child escapes a process
+group, but not a subreaper, whose child it becomes when its parent ends.
 """
 
 import ctypes
@@ -22,6 +27,7 @@ import sys
 import time
 
 GRACE_S = 10.0
+LEFTOVER_GRACE_S = 1.0  # what the launch left gets SIGTERM, then SIGKILL after this
 KILL_WAIT_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 PR_SET_PDEATHSIG = 1
@@ -120,6 +126,16 @@ def stop(signum: int) -> None:
         all_gone(time.monotonic() + KILL_WAIT_S)
 
 
+def end_leftovers() -> None:
+    """The launch has ended: end what it left below us (see the module docstring)."""
+    left = descendants(os.getpid())
+    if left:
+        signal_all(left, signal.SIGTERM)
+        if not all_gone(time.monotonic() + LEFTOVER_GRACE_S):
+            signal_all(descendants(os.getpid()), signal.SIGKILL)
+            all_gone(time.monotonic() + KILL_WAIT_S)
+
+
 def write_exit_code(path: str, code: int) -> None:
     if path == "-":
         return
@@ -146,6 +162,7 @@ def main(argv: list[str]) -> int:
         # Python ignores SIGPIPE and SIGXFSZ; the job gets them back as subprocess does.
         child = os.posix_spawnp(command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
         code = exit_code(os.waitpid(child, 0)[1])
+        end_leftovers()
     except Stop as s:
         stop(s.signum)
         code = 128 + s.signum
