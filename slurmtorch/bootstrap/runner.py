@@ -16,7 +16,7 @@ import os
 import sys
 
 from slurmtorch.bootstrap import contracts, orphans
-from slurmtorch.bootstrap.exits import fail, finish
+from slurmtorch.bootstrap.exits import fail, finish, interrupted
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
 from slurmtorch.backends import timeout_problem
 from slurmtorch.bootstrap.options import DEFAULT_TIMEOUT, UsageError, parse_args
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     except BootstrapError as exc:
         fail(exc.exit_code, exc.render())
     except KeyboardInterrupt:
-        fail(130, "interrupted")
+        interrupted()
     except BaseException:
         import traceback  # lazy: only a failing rank formats one
 

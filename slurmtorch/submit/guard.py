@@ -27,6 +27,7 @@ import sys
 import time
 
 GRACE_S = 10.0
+INT_SETTLE_S = 3.0  # a SIGINT's launch ends by itself within this, or is sent it (see stop)
 LEFTOVER_GRACE_S = 1.0  # what the launch left gets SIGTERM, then SIGKILL after this
 KILL_WAIT_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
@@ -119,7 +120,14 @@ def all_gone(deadline: float) -> bool:
 
 def stop(signum: int) -> None:
     """Pass `signum` to everything below us, then SIGKILL what outlives the grace. bash may
-    end first while prterun still ends its ranks: we wait for the whole tree, not bash."""
+    end first while prterun still ends its ranks: we wait for the whole tree, not bash.
+
+    A terminal's Ctrl-C reaches the whole foreground group, prterun too, which ends its
+    ranks itself; a second SIGINT from us only made it print `Abort is in progress...` and
+    woke the ranks into a report each. So a SIGINT gives the launch INT_SETTLE_S to end by
+    itself first, and is passed on only if it has not (it came to us alone: `kill -INT`)."""
+    if signum == signal.SIGINT and all_gone(time.monotonic() + INT_SETTLE_S):
+        return
     signal_all(descendants(os.getpid()), signum)
     if not all_gone(time.monotonic() + GRACE_S):
         signal_all(descendants(os.getpid()), signal.SIGKILL)
