@@ -424,6 +424,20 @@ def test_testbed_rank1_raising_names_rank_host_and_traceback(slurm):
 @pytest.mark.testbed
 @pytest.mark.torch
 @pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_names_the_rank_that_was_killed(slurm):
+    """srun's `task 1: Killed`, as --wait reads it: not rank 0's `Connection reset by peer`."""
+    job = Distributor(num_processes=2, nodes=2, site="testbed", time="3", timeout=60,
+                      progress=False).submit(rank_dies, "SIGKILL")
+    with cancelled_at_exit(job), pytest.raises(JobFailed) as e:
+        job.result(timeout=SLURM_WAIT_S)
+    assert not isinstance(e.value, RemoteError), e.value
+    assert e.value.rank == 1 and e.value.host in {"node1", "node2", "node3", "node4"}, e.value
+    assert f"failed: rank 1 on {e.value.host}: killed by a signal (SIGKILL?) before it could report" in str(e.value)
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
 def test_testbed_runs_a_file_with_arguments(slurm, capsys):
     d = Distributor(num_processes=2, nodes=2, site="testbed", time="3", timeout=60, job_name="args job")
     assert d.run(str(ARGS_SCRIPT), *ODD_ARGS) is None
