@@ -119,8 +119,9 @@ class Distributor:
     def run(self, target: Callable | str | os.PathLike, *args: Any, **kwargs: Any) -> Any:
         """Run and block; rank 0's return value (a function) or None (a file).
 
-        Raises RemoteError (rank, host, traceback) when a rank raised, JobFailed when
-        the job ended otherwise. An interrupt (Ctrl-C) cancels the job.
+        Raises RemoteError (rank, host, traceback) when the rank that failed first raised,
+        JobFailed when the job ended otherwise (its rank/host: a rank that died, and how, is
+        in its message). An interrupt (Ctrl-C) cancels the job.
         """
         job = self.submit(target, *args, **kwargs)
         try:

@@ -15,14 +15,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmtorch.api.runfolder import run_folder_error
-from slurmtorch.errors import SubmitError
-from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.api import runfolder
+from slurmtorch.errors import SlurmtorchError, SubmitError
 from slurmtorch.submit import scheduler as sub
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.failures import RankFailure
+from slurmtorch.submit.jobfolder.report import failure_report
 
 CANCEL_GRACE_S = 10.0
+LAUNCHER_LOG = "launcher.out"  # a local run's: mpirun's own output, and the ranks' until runfn redirects it
 _RANK_LOG_RE = re.compile(r"rank-(\d+)\.err")
 
 
@@ -44,6 +47,9 @@ class Handle:
     def failure_logs(self) -> list[tuple[Path, int | None]]:
         """The logs a failing rank may have written its report to, each with the rank whose
         log it is (None: a log several ranks share, a torchrun node's or mpirun's own)."""
+
+    def failures(self) -> list[RankFailure]:
+        """Which ranks failed and how, as `status` and `--wait` read a job folder."""
 
     def headline(self) -> str: ...
 
@@ -85,6 +91,9 @@ class SlurmHandle(Handle):
     def failure_logs(self) -> list[tuple[Path, int | None]]:
         return [(p, _log_rank(p)) for p in sorted(self.job_dir.glob("*.err"))]
 
+    def failures(self) -> list[RankFailure]:
+        return failure_report(self.job_dir)
+
     def headline(self) -> str:
         return _headline(self.job_dir / "batch.out")
 
@@ -106,11 +115,11 @@ class LocalHandle(Handle):
         # a SIGTERM or SIGKILL to this (the user's) process leaves no rank behind.
         try:
             jobdir.write_new(workdir / "mpirun.sh", script)
-            process = sub.start_guarded(["bash", str(workdir / "mpirun.sh")], workdir / "launcher.out",
+            process = sub.start_guarded(["bash", str(workdir / "mpirun.sh")], workdir / LAUNCHER_LOG,
                                         workdir / "exit-code")
             jobdir.write_new(workdir / "launcher.pid", f"{process.pid}\n")
         except OSError as exc:
-            raise run_folder_error(exc, workdir) from None
+            raise runfolder.run_folder_error(exc, workdir) from None
         return cls(f"local-{run_id}", workdir, process.pid, process)
 
     def _exit_code(self) -> int | None:
@@ -147,19 +156,25 @@ class LocalHandle(Handle):
                 time.sleep(0.05)
 
     def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
+        if not self.workdir.is_dir():
+            raise SlurmtorchError(f"the logs of job {self.job_id} were pruned: only the {runfolder.KEEP_RUNS} "
+                                  f"newest runs' folders are kept (it was {self.workdir})")
         out, err = jobdir.log_names(None, rank, node)  # mpirun here: `runfn` writes rank-R.out|err
         return self.workdir / out, self.workdir / err
 
     def failure_logs(self) -> list[tuple[Path, int | None]]:
         # Until `runfn` redirects a rank's output, it goes to mpirun's own log.
         return [*((p, _log_rank(p)) for p in sorted(self.workdir.glob("rank-*.err"))),
-                (self.workdir / "launcher.out", None)]
+                (self.workdir / LAUNCHER_LOG, None)]
+
+    def failures(self) -> list[RankFailure]:
+        return failure_report(self.workdir, LAUNCHER_LOG)  # mpirun's own lines, where srun's are in batch.out
 
     def headline(self) -> str:
-        return _headline(self.workdir / "launcher.out")
+        return _headline(self.workdir / LAUNCHER_LOG)
 
     def log_tip(self) -> str:
-        return f"see {self.workdir / 'launcher.out'} and rank-*.out|err there"
+        return f"see {self.workdir / LAUNCHER_LOG} and rank-*.out|err there"
 
 
 def _log_rank(path: Path) -> int | None:

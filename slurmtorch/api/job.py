@@ -18,12 +18,12 @@ from slurmtorch.api.handles import Handle
 from slurmtorch.api.runfolder import close_run_folder
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SlurmtorchError, SpecError
-from slurmtorch.submit.jobfolder import failures
-from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.statusline import StatusLine
 from slurmtorch.submit.follow.tail import Tail, drain
 from slurmtorch.submit.follow.waiting import TICK_S
+from slurmtorch.submit.jobfolder import failures, jobdir
+from slurmtorch.submit.jobfolder.report import describe
 
 
 class JobFailed(SlurmtorchError):
@@ -32,11 +32,13 @@ class JobFailed(SlurmtorchError):
     exit_code = 1
 
     def __init__(self, message: str, tip: str | None = None, *, job_id: str = "", state: str = "",
-                 job_exit_code: int | None = None):
+                 job_exit_code: int | None = None, rank: int | None = None, host: str = ""):
         super().__init__(message, tip)
         self.job_id = job_id
         self.state = state
         self.job_exit_code = job_exit_code
+        self.rank = rank  # the rank that failed first, where the job's logs tell it
+        self.host = host
 
 
 class RemoteError(JobFailed):
@@ -44,12 +46,10 @@ class RemoteError(JobFailed):
 
     def __init__(self, rank: int, host: str, traceback_text: str, *, job_id: str = "", exc_type: str = "",
                  state: str = "", job_exit_code: int | None = None):
-        self.rank = rank
-        self.host = host
         self.traceback_text = traceback_text
         self.exc_type = exc_type
         super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}",
-                         job_id=job_id, state=state, job_exit_code=job_exit_code)
+                         job_id=job_id, state=state, job_exit_code=job_exit_code, rank=rank, host=host)
 
     def __reduce__(self):
         return (_remote_error, (self.rank, self.host, self.traceback_text, self.job_id, self.exc_type))
@@ -69,8 +69,8 @@ class Job:
         self.name = name
         self.ntasks = ntasks
         self._outcome: tuple[bool, Any] | None = None
-        # Once a result was returned its run folder is gone (close_run_folder), and with it
-        # what a local run's handle reads its state from: the final status is kept here.
+        # Once a result was returned its run folder may be pruned (close_run_folder), and with
+        # it what a local run's handle reads its state from: the final status is kept here.
         self._succeeded: JobStatus | None = None
 
     @property
@@ -99,7 +99,7 @@ class Job:
         Under torchrun each node writes one log holding all its ranks, and torchrun, not
         Slurm, decides which node holds which rank: ask by `node=` (default node 0) on
         more than one node; `rank=` then raises SpecError. A local_mode run keeps its logs
-        in its run folder, which is removed once result() has returned a value.
+        in its run folder: kept for the newest runs (runfolder.KEEP_RUNS) once ended.
         """
         if stream not in ("out", "err", "both"):
             raise SpecError(f"stream must be 'out', 'err' or 'both', got {stream!r}")
@@ -174,38 +174,49 @@ class Job:
         a requeued job (a `requeue: true` preset, preemption) runs again in the same
         folder, where an earlier run's error-rank-*.json and *.err stay; within one run a
         rank that raises always makes the job's exit non-zero. So the result comes first,
-        and a failure is told from the latest run's reports (`_reported_error`).
+        and a failure is told from the latest run's reports (`_raise_failure`).
         """
         exit_code = status.exit_code
-        completed = status.state == "COMPLETED" and not exit_code
-        error = None if completed else (self._reported_error() or self._logged_failure())
-        if error is not None:
-            rank, host, text, exc_type = error
+        if status.state != "COMPLETED" or exit_code:
+            self._raise_failure(status)
+        if self.kind != "function":
             self._drop_pickles()
+            return None
+        path = self.workdir / runfn.RESULT
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise JobFailed(f"job {self.job_id} completed but rank 0 left no result in {self.workdir}",
+                            tip=self._handle.log_tip(), job_id=self.job_id, state=status.state,
+                            job_exit_code=exit_code) from None
+        import cloudpickle  # lazy: an optional extra (slurmtorch[api]) that a file's run never needs
+
+        try:
+            value = cloudpickle.loads(data)
+        except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
+            raise SlurmtorchError(f"cannot load rank 0's result of job {self.job_id} ({path}): "
+                                  f"{type(exc).__name__}: {exc}",
+                                  tip="return plain data (numbers, lists, dicts, tensors, state_dicts)") from None
+        self._drop_pickles()
+        return value
+
+    def _raise_failure(self, status: JobStatus) -> None:
+        """The ended job's failure, as `--wait` tells it (`failures`, through the handle):
+        the rank that failed first. It raised: RemoteError with its traceback; it died
+        (a signal, an early exit) or the job ended otherwise: JobFailed naming it."""
+        self._drop_pickles()
+        exit_code = status.exit_code
+        found = self._handle.failures()
+        first = next((f for f in found if f.primary), None)
+        errors = self._reported_errors()
+        if first is not None:
+            error = errors.get(first.rank) or self._logged_failure(first.rank)
+        else:  # no cause told apart from its consequences: the earliest report
+            error = min(errors.values(), key=lambda e: e[4], default=None) or self._logged_failure()
+        if error is not None:
+            rank, host, text, exc_type = error[:4]
             raise RemoteError(rank, host, text, job_id=self.job_id, exc_type=exc_type, state=status.state,
                               job_exit_code=exit_code)
-        if completed:
-            if self.kind != "function":
-                self._drop_pickles()
-                return None
-            path = self.workdir / runfn.RESULT
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:
-                raise JobFailed(f"job {self.job_id} completed but rank 0 left no result in {self.workdir}",
-                                tip=self._handle.log_tip(), job_id=self.job_id, state=status.state,
-                                job_exit_code=exit_code) from None
-            import cloudpickle  # lazy: an optional extra (slurmtorch[api]) that a file's run never needs
-
-            try:
-                value = cloudpickle.loads(data)
-            except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
-                raise SlurmtorchError(f"cannot load rank 0's result of job {self.job_id} ({path}): "
-                                      f"{type(exc).__name__}: {exc}",
-                                      tip="return plain data (numbers, lists, dicts, tensors, state_dicts)") from None
-            self._drop_pickles()
-            return value
-        self._drop_pickles()
         if status.state.startswith("CANCELLED"):
             word = "was cancelled"
         elif status.state == "ENDED":  # known only from its folder, and no exit-code in it
@@ -213,15 +224,17 @@ class Job:
         else:
             word = f"ended {status.state}"
         code = "" if exit_code is None else f" (exit {exit_code})"
-        line = self._handle.headline()
+        told = describe(found) if first is not None else []
+        line = "; ".join(told) or self._handle.headline()
         raise JobFailed(f"job {self.job_id} {word}{code}" + (f": {line}" if line else ""),
-                        tip=self._handle.log_tip(), job_id=self.job_id, state=status.state, job_exit_code=exit_code)
+                        tip=self._handle.log_tip(), job_id=self.job_id, state=status.state, job_exit_code=exit_code,
+                        rank=first.rank if first else None, host=first.host if first else "")
 
-    def _reported_error(self) -> tuple[int, str, str, str] | None:
-        """The first error a rank wrote (earliest time) in the latest run: later ones are
-        peers losing it, and a requeued job's earlier runs (a lower SLURM_RESTART_COUNT,
-        recorded as `restart`) are history. A rerun that failed without reporting shows
-        the earlier run's error: the best account left."""
+    def _reported_errors(self) -> dict[int, tuple[int, str, str, str, tuple]]:
+        """The errors the ranks wrote in the latest run, by rank, each with its (time, rank)
+        to order them: a requeued job's earlier runs (a lower SLURM_RESTART_COUNT, recorded
+        as `restart`) are history. A rerun that failed without reporting shows the earlier
+        run's errors: the best account left."""
         records = []
         for path in self.workdir.glob(f"{runfn.ERROR_PREFIX}*.json"):
             try:
@@ -229,19 +242,20 @@ class Job:
             except (OSError, ValueError):
                 continue
         if not records:
-            return None
+            return {}
         latest = max(int(r.get("restart", 0)) for r in records)
-        records = [r for r in records if int(r.get("restart", 0)) == latest]
-        r = min(records, key=lambda r: (r.get("time", 0), r.get("rank", 0)))
-        return int(r["rank"]), str(r["host"]), str(r["traceback"]), str(r.get("exc_type", ""))
+        return {int(r["rank"]): (int(r["rank"]), str(r["host"]), str(r["traceback"]), str(r.get("exc_type", "")),
+                                 (r.get("time", 0), int(r["rank"])))
+                for r in records if int(r.get("restart", 0)) == latest}
 
-    def _logged_failure(self) -> tuple[int, str, str, str] | None:
+    def _logged_failure(self, rank: int | None = None) -> tuple[int, str, str, str] | None:
         """A rank that failed before `runfn` ran (e.g. in the bootstrap) says so on its stderr:
-        the earliest log's report, as `failures` reads it."""
+        the earliest log's report (of `rank`, if given), as `failures` reads it."""
         found = []
         for path, log_rank in self._handle.failure_logs():
             for r in failures.rank_reports(jobdir.read_text(path), log_rank):
-                found.append((path.stat().st_mtime, r.rank, r.host, r.text, r.exc_type))
+                if rank is None or r.rank == rank:
+                    found.append((path.stat().st_mtime, r.rank, r.host, r.text, r.exc_type))
         if not found:
             return None
         return min(found)[1:]

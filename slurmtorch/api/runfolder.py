@@ -4,24 +4,26 @@ the ranks meet (meta, payload, result, error reports; a local run's logs too).
 It lives on the shared file system the job folders already need, and it is private
 (0700): a pickled payload runs as code on every rank, so the folders above it must be
 this user's alone too (`ownership`). Once the answer is read it is
-closed (close_run_folder): a run that succeeded leaves nothing (every call used to leave
-24-44 KB for good), a failed one is kept for its logs and error reports, marked `failed`,
-and only the newest KEEP_FAILED of those stay. A folder without an answer yet (a job
-still running, a submit() nobody asked for its result) is never touched.
+closed (close_run_folder): the pickles go, the rest stays for `Job.logs(rank=N)` and the
+error reports, marked `ended`, and only the newest KEEP_RUNS ended folders stay. A folder
+without an answer yet (a job still running, a submit() nobody asked for its result) is
+never touched.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder import ownership
 
-FAILED = "failed"  # in a run folder: its job failed; holds the error's first line
-KEEP_FAILED = 20  # failed run folders kept, newest first
+ENDED = "ended"  # in a run folder: its answer was read; holds `completed` or `failed: <the error's first line>`
+KEEP_RUNS = 20  # ended run folders kept, newest first (docs/python-api.md says so)
+_PRUNING = ".pruning-"  # a folder being removed: renamed first, so nobody reads half of one
 
 
 def create_run_folder(workdir: Path) -> None:
@@ -39,30 +41,43 @@ def run_folder_error(exc: OSError, workdir: Path) -> SubmitError:
 
 
 def close_run_folder(workdir: Path, succeeded: bool, why: str = "") -> None:
-    """The answer is read: remove a succeeded run's folder; mark a failed one (`why`, the
-    error's first line) and prune the failed ones past the newest KEEP_FAILED. Best effort:
-    the answer matters more than the tidying, so a file system error is left unsaid."""
-    if succeeded:
-        shutil.rmtree(workdir, ignore_errors=True)
-        return
+    """The answer is read: mark the folder ended (`completed`, or `failed: ` and the error's
+    first line) and prune the ended ones past the newest KEEP_RUNS. Best effort: the answer
+    matters more than the tidying, so a file system error is left unsaid."""
+    line = "completed" if succeeded else f"failed: {why.splitlines()[0] if why else ''}"
     try:
-        (workdir / FAILED).write_text(why.splitlines()[0] + "\n" if why else "\n", encoding="utf-8")
+        fd = os.open(workdir / ENDED, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(line + "\n")
     except OSError:
         return
-    prune_failed(workdir.parent, KEEP_FAILED)
+    prune_ended(workdir.parent, KEEP_RUNS)
 
 
-def prune_failed(runs: Path, keep: int) -> list[Path]:
-    """Remove the failed run folders under `runs` but the newest `keep` (by when they were
-    marked); folders not marked failed are left alone. Returns those removed."""
+def prune_ended(runs: Path, keep: int) -> list[Path]:
+    """Remove the ended run folders under `runs` but the newest `keep` (by when they were
+    marked); returns those removed. Only folders of its own (no links followed) marked
+    ended; each is renamed away before it is removed, so two pruners never both remove one
+    and `Job.logs` of a pruned run finds no folder rather than half of one."""
     marked = []
     for folder in runs.iterdir() if runs.is_dir() else ():
+        if folder.name.startswith(_PRUNING):  # a pruner stopped half way: finish its work
+            shutil.rmtree(folder, ignore_errors=True)
+            continue
         try:
-            marked.append((os.stat(folder / FAILED).st_mtime, folder.name, folder))
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                continue
+            marked.append((os.lstat(folder / ENDED).st_mtime, folder.name, folder))
         except OSError:
-            continue  # not a failed run (running, succeeded meanwhile, or not ours)
+            continue  # not ended (running, or an answer nobody asked for), or not ours
     marked.sort(reverse=True)
-    removed = [folder for _, _, folder in marked[keep:]]
-    for folder in removed:
-        shutil.rmtree(folder, ignore_errors=True)
+    removed = []
+    for _, name, folder in marked[keep:]:
+        doomed = runs / f"{_PRUNING}{name}"
+        try:
+            os.rename(folder, doomed)
+        except OSError:
+            continue  # another process pruned it first
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(folder)
     return removed

@@ -1,5 +1,6 @@
 """How a rank ends: the whole job at once when it fails, without interpreter finalization when not.
 
+Ctrl-C ends a rank as it ends `python x.py` (killed by SIGINT), with one line from rank 0.
 An exception in any rank prints `rank R on HOST failed:` and the traceback (a
 BootstrapError: its one-line message and tip), then ends the whole job at once:
 MPI_Abort under MPI (mpirun and srun then kill every rank), otherwise an immediate
@@ -17,10 +18,12 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import sys
 import time
 
 from slurmtorch import protocol
+from slurmtorch.bootstrap import orphans
 from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.bootstrap.state import STATE
 
@@ -49,9 +52,38 @@ def fail(code: int, text: str) -> None:
 
     if info is not None and info.world_size > 1 and protocol.is_consequence(text):
         time.sleep(CONSEQUENCE_GRACE_S)
+    orphans.end()
 
     mpi.abort(code)  # returns only when MPI is not running
     os._exit(code)
+
+
+def interrupted() -> None:
+    """Ctrl-C (SIGINT, as torchrun, srun and our guard pass it on): end as `python x.py` does,
+    killed by SIGINT (a shell shows 130), with one line for the whole job, from rank 0: not
+    a failure report per rank, and no MPI_Abort (Open MPI's box; the launcher is ending
+    the job already)."""
+    info = STATE.info
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if info is None or info.rank == 0:
+        who = info.rank if info is not None else rank_hint(os.environ)
+        try:
+            sys.stderr.write(f"rank {who} on {os.uname().nodename}: interrupted (Ctrl-C)\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+    if info is not None and os.environ.get(protocol.HEARTBEAT_S):
+        from slurmtorch.bootstrap import heartbeat  # lazy: as in fail()
+
+        heartbeat.stop(info.rank)  # it said why it ended
+    orphans.end()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(128 + signal.SIGINT)  # not reached unless SIGINT is blocked
 
 
 def note_exit(code: int, environ=os.environ) -> None:
@@ -106,6 +138,7 @@ def finish(code: int) -> None:
         ctypes.CDLL(None).fflush(None)  # C-level stdio buffers (printf from extensions)
     except (OSError, AttributeError):
         pass
+    orphans.end()  # what the script left running (under mpirun: a rank's own output held open)
     note_exit(code)  # before MPI_Finalize, which can wait for peers that never come
     if STATE.info is not None and os.environ.get(protocol.HEARTBEAT_S):
         from slurmtorch.bootstrap import heartbeat  # lazy: as in runner.init

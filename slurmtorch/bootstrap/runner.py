@@ -16,8 +16,8 @@ import os
 import sys
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap import contracts
-from slurmtorch.bootstrap.exits import fail, finish
+from slurmtorch.bootstrap import contracts, orphans
+from slurmtorch.bootstrap.exits import fail, finish, interrupted
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
 from slurmtorch.backends import timeout_problem
 from slurmtorch.bootstrap.options import DEFAULT_TIMEOUT, UsageError, parse_args
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 from slurmtorch.bootstrap import preempt  # lazy: only a rank with a handler to set needs it
 
                 preempt.install()
+            orphans.adopt()
             timings.mark("handover")
             timings.write_timings(info, STATE.timings)
             run_target(opts, info)
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     except BootstrapError as exc:
         fail(exc.exit_code, exc.render())
     except KeyboardInterrupt:
-        fail(130, "interrupted")
+        interrupted()
     except BaseException:
         import traceback  # lazy: only a failing rank formats one
 

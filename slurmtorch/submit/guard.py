@@ -13,6 +13,11 @@ in a process group of its own), SIGKILLs what is left after GRACE_S, and exits 1
 It stays in its caller's process group, so a terminal's Ctrl-C, Ctrl-Z and stdin reach
 prterun exactly as before (prterun in a background group stops on SIGTTIN at its first
 read of the terminal).
+
+Once the launch has ended, whatever it left running is ended too (SIGTERM, then SIGKILL
+after LEFTOVER_GRACE_S), as a Slurm step's end ends every process its tasks started: a
+rank's background child, a double-forked daemon or a setsid child escapes a process
+group, but not a subreaper, whose child it becomes when its parent ends.
 """
 
 import ctypes
@@ -22,6 +27,8 @@ import sys
 import time
 
 GRACE_S = 10.0
+INT_SETTLE_S = 3.0  # a SIGINT's launch ends by itself within this, or is sent it (see stop)
+LEFTOVER_GRACE_S = 1.0  # what the launch left gets SIGTERM, then SIGKILL after this
 KILL_WAIT_S = 5.0
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 PR_SET_PDEATHSIG = 1
@@ -113,11 +120,28 @@ def all_gone(deadline: float) -> bool:
 
 def stop(signum: int) -> None:
     """Pass `signum` to everything below us, then SIGKILL what outlives the grace. bash may
-    end first while prterun still ends its ranks: we wait for the whole tree, not bash."""
+    end first while prterun still ends its ranks: we wait for the whole tree, not bash.
+
+    A terminal's Ctrl-C reaches the whole foreground group, prterun too, which ends its
+    ranks itself; a second SIGINT from us only made it print `Abort is in progress...` and
+    woke the ranks into a report each. So a SIGINT gives the launch INT_SETTLE_S to end by
+    itself first, and is passed on only if it has not (it came to us alone: `kill -INT`)."""
+    if signum == signal.SIGINT and all_gone(time.monotonic() + INT_SETTLE_S):
+        return
     signal_all(descendants(os.getpid()), signum)
     if not all_gone(time.monotonic() + GRACE_S):
         signal_all(descendants(os.getpid()), signal.SIGKILL)
         all_gone(time.monotonic() + KILL_WAIT_S)
+
+
+def end_leftovers() -> None:
+    """The launch has ended: end what it left below us (see the module docstring)."""
+    left = descendants(os.getpid())
+    if left:
+        signal_all(left, signal.SIGTERM)
+        if not all_gone(time.monotonic() + LEFTOVER_GRACE_S):
+            signal_all(descendants(os.getpid()), signal.SIGKILL)
+            all_gone(time.monotonic() + KILL_WAIT_S)
 
 
 def write_exit_code(path: str, code: int) -> None:
@@ -146,6 +170,7 @@ def main(argv: list[str]) -> int:
         # Python ignores SIGPIPE and SIGXFSZ; the job gets them back as subprocess does.
         child = os.posix_spawnp(command[0], command, os.environ, setsigdef=(signal.SIGPIPE, signal.SIGXFSZ))
         code = exit_code(os.waitpid(child, 0)[1])
+        end_leftovers()
     except Stop as s:
         stop(s.signum)
         code = 128 + s.signum

@@ -34,7 +34,8 @@ class Interrupted(SlurmtorchError):
     """A stop signal ended an operation (after it was undone); exits 128+signal."""
 
     def __init__(self, signum: int, what: str):
-        super().__init__(f"{signal.Signals(signum).name}: {what}")
+        said = "interrupted (Ctrl-C)" if signum == signal.SIGINT else signal.Signals(signum).name
+        super().__init__(f"{said}: {what}")
         self.signum = signum
         self.exit_code = 128 + signum
 

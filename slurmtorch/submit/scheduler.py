@@ -34,7 +34,7 @@ Runner = Callable[..., subprocess.CompletedProcess]
 
 _JOB_ID_RE = re.compile(r"^(?P<id>[0-9]+)(?:;(?P<cluster>\S+))?$")
 GUARD = Path(__file__).with_name("guard.py")
-GUARD_BOUND_S = 20.0  # guard.py's GRACE_S + KILL_WAIT_S, and some
+GUARD_BOUND_S = 20.0  # guard.py's INT_SETTLE_S + GRACE_S + KILL_WAIT_S, and some
 
 
 def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:

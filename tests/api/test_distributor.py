@@ -239,8 +239,9 @@ def test_local_mode_returns_rank0s_value_and_streams_its_output(local, capsys, n
     out, err = capsys.readouterr()
     assert out == f"rank 0 of {n} local{n}\n"  # rank 0 only, as it came
     assert "RUNNING" in err and "COMPLETED (exit 0)" in err
-    assert workdirs(local) == []  # a run that succeeded leaves nothing (tests/api/test_runfolder.py)
-    assert stat.S_IMODE((local / "distributor").stat().st_mode) == 0o700
+    (workdir,) = workdirs(local)  # kept for every rank's output (tests/api/test_runfolder.py)
+    assert stat.S_IMODE(workdir.stat().st_mode) == stat.S_IMODE((local / "distributor").stat().st_mode) == 0o700
+    assert f"rank {n - 1} of {n} local{n}\n" in (workdir / f"rank-{n - 1}.out").read_text()
 
 
 @pytest.mark.mpi
@@ -276,6 +277,37 @@ def test_local_mode_rank1_raising_gives_its_traceback_and_host(local):
     assert "_runfn" not in err.traceback_text and lines[-1] == "ValueError: rank one refuses"
     assert str(err).startswith(f"rank 1 on {socket.gethostname()} failed (job {job.job_id}):\n")
     assert "rank 1 on" in job.logs(1, "err")  # the bootstrap's own report, in rank 1's log
+
+
+def rank_dies(how):
+    """Rank 1 (or every rank) ends without raising while the others wait in a barrier."""
+    import torch.distributed as dist
+
+    if how == "every rank exits 0" or dist.get_rank() == 1:
+        if how == "SIGKILL":
+            os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(0)
+    dist.barrier()
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how, ranks, cause", [
+    ("SIGKILL", {1}, "killed by a signal (SIGKILL?) before it could report"),
+    ("rank 1 exits 0", {1}, "exited before the others without finishing"),
+    ("every rank exits 0", {0, 1}, "exited before the others without finishing"),  # mpirun names the first it saw
+])
+def test_local_mode_names_the_rank_that_died_and_how(local, how, ranks, cause):
+    """Not the peer that lost it (rank 0's `Connection reset by peer`), nor mpirun's help text."""
+    job = Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).submit(rank_dies, how)
+    with cancelled_at_exit(job), pytest.raises(JobFailed) as e:
+        job.result(timeout=90)
+    assert not isinstance(e.value, RemoteError), e.value
+    assert e.value.rank in ranks and e.value.host == socket.gethostname()
+    assert re.match(rf"job {job.job_id} ended FAILED \(exit \d+\): failed: rank {e.value.rank} on "
+                    rf"{socket.gethostname()}: {re.escape(cause)}", str(e.value)), str(e.value)
+    assert "Hence" not in str(e.value) and "reasons" not in str(e.value)
 
 
 @pytest.mark.mpi
@@ -389,6 +421,20 @@ def test_testbed_rank1_raising_names_rank_host_and_traceback(slurm):
     assert e.value.traceback_text.rstrip().endswith("ValueError: rank one refuses")
     assert "in rank_one_raises" in e.value.traceback_text
     assert job.state() == "FAILED"
+
+
+@pytest.mark.testbed
+@pytest.mark.torch
+@pytest.mark.timeout(SLURM_WAIT_S + 60)
+def test_testbed_names_the_rank_that_was_killed(slurm):
+    """srun's `task 1: Killed`, as --wait reads it: not rank 0's `Connection reset by peer`."""
+    job = Distributor(num_processes=2, nodes=2, site="testbed", time="3", timeout=60,
+                      progress=False).submit(rank_dies, "SIGKILL")
+    with cancelled_at_exit(job), pytest.raises(JobFailed) as e:
+        job.result(timeout=SLURM_WAIT_S)
+    assert not isinstance(e.value, RemoteError), e.value
+    assert e.value.rank == 1 and e.value.host in {"node1", "node2", "node3", "node4"}, e.value
+    assert f"failed: rank 1 on {e.value.host}: killed by a signal (SIGKILL?) before it could report" in str(e.value)
 
 
 @pytest.mark.testbed

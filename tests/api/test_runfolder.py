@@ -1,9 +1,11 @@
-"""Distributor run folders (`$SLURMTORCH_HOME/distributor/<run>/`) do not pile up.
+"""Distributor run folders (`$SLURMTORCH_HOME/distributor/<run>/`): every rank's output is
+kept for the newest runs, and the folders do not pile up.
 
-Real local-mode runs (Open MPI's mpirun here, real ranks, gloo): a run that succeeded
-leaves no folder, a failed one keeps its folder (logs, error report) marked `failed`, and
-only the newest KEEP_FAILED failed folders stay; a folder whose job has not answered yet
-is never touched. Every wait is bounded by result(timeout=...) and the pytest timeout.
+Real local-mode runs (Open MPI's mpirun here, real ranks, gloo): once its answer is read
+a run's folder is marked `ended` and kept without its pickles (every rank's logs, error
+reports), and only the newest KEEP_RUNS ended folders stay; a folder whose job has not
+answered yet is never touched. Every wait is bounded by result(timeout=...) and the pytest
+timeout.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import pytest
 from slurmtorch import Distributor
 from slurmtorch.api import runfolder
 from slurmtorch.api.job import RemoteError
-from slurmtorch.errors import SubmitError
+from slurmtorch.errors import SlurmtorchError, SubmitError
 
 pytestmark = [pytest.mark.mpi, pytest.mark.torch]
 
@@ -55,51 +57,62 @@ def runs(root):
 
 
 @pytest.mark.timeout(120)
-def test_a_run_that_succeeded_leaves_no_folder_once_its_result_is_read(local):
+def test_a_run_that_succeeded_keeps_every_ranks_output_once_its_result_is_read(local):
     job = Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).submit(rank_report, "ok")
-    assert job.wait(timeout=90) == "COMPLETED"
-    # Until its result is read the folder stays: the logs of every rank are there.
-    assert (job.workdir / "rank-1.out").read_text() == "rank 1 ok\n"
-    assert job.result(timeout=10) == socket.gethostname()
-    assert runs(local) == []
-    assert job.state() == "COMPLETED" and job.wait() == "COMPLETED"  # known without the folder
-    assert Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).run(rank_report, "run") \
-        == socket.gethostname()
-    assert runs(local) == []
+    assert job.result(timeout=90) == socket.gethostname()
+    assert job.logs(rank=1, stream="out") == "rank 1 ok\n" and job.logs(rank=0, stream="out") == "rank 0 ok\n"
+    assert (job.workdir / runfolder.ENDED).read_text() == "completed\n"
+    assert not (job.workdir / "payload.pkl").exists() and not (job.workdir / "result.pkl").exists()
+    assert oct(job.workdir.stat().st_mode & 0o777) == oct(0o700)  # private, as while it ran
+    assert job.state() == "COMPLETED" and job.wait() == "COMPLETED"
 
 
 @pytest.mark.timeout(180)
-def test_failed_runs_are_kept_marked_and_only_the_newest_few(local, monkeypatch):
-    monkeypatch.setattr(runfolder, "KEEP_FAILED", 2)
+def test_ended_runs_are_kept_marked_and_only_the_newest_few(local, monkeypatch):
+    monkeypatch.setattr(runfolder, "KEEP_RUNS", 2)
     local.mkdir(parents=True)
     running = local / "20000101-000000-running"  # a job that has not answered yet: not ours to prune
     running.mkdir()
-    failed = []
-    for n in range(3):
-        job = Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).submit(rank_one_fails, n)
-        with pytest.raises(RemoteError, match=f"run {n} refuses"):
+    jobs = []
+    for n, fn in enumerate((rank_report, rank_one_fails, rank_report)):
+        job = Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).submit(fn, n)
+        if fn is rank_one_fails:
+            with pytest.raises(RemoteError, match=f"run {n} refuses"):
+                job.result(timeout=90)
+            marker = job.workdir / runfolder.ENDED
+            assert marker.read_text().startswith(f"failed: rank 1 on {socket.gethostname()} failed")
+            assert "ValueError: run 1 refuses" in job.logs(rank=1, stream="err")
+        else:
             job.result(timeout=90)
-        failed.append(job.workdir.name)
-        if n == 0:
-            marker = job.workdir / runfolder.FAILED
-            assert marker.read_text().startswith(f"rank 1 on {socket.gethostname()} failed")
-            assert "ValueError: run 0 refuses" in (job.workdir / "rank-1.err").read_text()
-            os.utime(marker, (time.time() - 60,) * 2)  # the oldest, whatever the clock's resolution
-    assert runs(local) == sorted([running.name, *failed[1:]])
+        os.utime(job.workdir / runfolder.ENDED, (time.time() - 60 + n,) * 2)  # in order, whatever the clock's resolution
+        jobs.append(job)
+    assert runs(local) == sorted([running.name, jobs[1].workdir.name, jobs[2].workdir.name])
+    with pytest.raises(SlurmtorchError, match="pruned") as e:
+        jobs[0].logs(rank=1)
+    assert "2 newest" in e.value.message
+    assert jobs[2].logs(rank=1, stream="out") == "rank 1 2\n"
 
 
-def test_pruning_keeps_the_newest_marked_folders_and_leaves_unmarked_ones(tmp_path):
+def test_pruning_keeps_the_newest_ended_folders_and_leaves_everything_else(tmp_path):
+    runs_dir, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    runs_dir.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / runfolder.ENDED).write_text("completed\n")
+    os.utime(elsewhere / runfolder.ENDED, (1.0,) * 2)  # the oldest of all, but not a folder of ours
+    (runs_dir / "link").symlink_to(elsewhere)
     for i in range(5):
-        folder = tmp_path / f"run-{i}"
+        folder = runs_dir / f"run-{i}"
         folder.mkdir()
         if i != 4:
-            (folder / runfolder.FAILED).write_text("x\n")
-            os.utime(folder / runfolder.FAILED, (1000.0 + i,) * 2)
-    (tmp_path / "stray-file").write_text("")
-    removed = runfolder.prune_failed(tmp_path, 2)
+            (folder / runfolder.ENDED).write_text("x\n")
+            os.utime(folder / runfolder.ENDED, (1000.0 + i,) * 2)
+    (runs_dir / "stray-file").write_text("")
+    (runs_dir / ".pruning-run-x").mkdir()  # a pruner that stopped half way
+    removed = runfolder.prune_ended(runs_dir, 2)
     assert sorted(p.name for p in removed) == ["run-0", "run-1"]
-    assert runs(tmp_path) == ["run-2", "run-3", "run-4", "stray-file"]
-    assert runfolder.prune_failed(tmp_path / "missing", 2) == []
+    assert runs(runs_dir) == ["link", "run-2", "run-3", "run-4", "stray-file"]
+    assert (elsewhere / runfolder.ENDED).exists()
+    assert runfolder.prune_ended(tmp_path / "missing", 2) == []
 
 
 def leave_a_mark(path):

@@ -52,6 +52,41 @@ def test_a_rank_killed_before_it_could_report_is_named_from_sruns_line():
     assert lines(parse_failures(batch, {})) == [("rank 2 on node3: killed by a signal (SIGKILL?) before it could report", True)]
 
 
+# mpirun's (Open MPI 5.0's prterun) own lines for the rank it saw end first, as launcher.out held them.
+BOX = "-" * 74 + "\n"
+MPIRUN_KILLED = (BOX + "prterun noticed that process rank 1 with PID 11843 on node vm exited on\n"
+                 "signal 9 (Killed).\n" + BOX)
+MPIRUN_SEGV = (BOX + "prterun noticed that process rank 1 with PID 27178 on node vm exited on\n"
+               "signal 11 (Segmentation fault).\n" + BOX)
+MPIRUN_EARLY = (BOX + "prterun has exited due to process rank 1 with PID 11901 on node vm exiting\n"
+                "improperly. There are three reasons this could occur:\n\n"
+                '1. this process did not call "init" before exiting, but others in the\n'
+                "job did. This can cause a job to hang indefinitely while it waits for\n" + BOX)
+MPIRUN_NONZERO = (BOX + "prterun detected that one or more processes exited with non-zero status,\n"
+                  "thus causing the job to be terminated. The first process to do so was:\n\n"
+                  "   Process name: [prterun-vm-27029@1,1]\n   Exit code:    3\n" + BOX)
+PEER_LOST_HERE = PEER_LOST.replace("node1", "vm")
+
+
+@pytest.mark.parametrize("log, want", [
+    (MPIRUN_KILLED, "rank 1 on vm: killed by a signal (SIGKILL?) before it could report"),
+    (MPIRUN_SEGV, "rank 1 on vm: killed by signal 11 (SIGSEGV: Segmentation fault) before it could report"),
+    (MPIRUN_EARLY, "rank 1 on vm: exited before the others without finishing (os._exit, or ended from outside) "
+                   "and without reporting a cause"),
+    (MPIRUN_NONZERO, "rank 1: exited with exit code 3 without reporting a cause"),
+])
+def test_the_rank_mpirun_saw_end_first_comes_before_the_peer_that_lost_it(log, want):
+    assert lines(parse_failures(log, {0: PEER_LOST_HERE, 1: ""})) == [
+        (want, True),
+        ("rank 0 on vm: RuntimeError: Read error [198.18.0.13]:63725: Connection reset by peer", False),
+    ]
+
+
+def test_ranks_a_launcher_stopped_after_a_failure_are_not_blamed():
+    stopped = MPIRUN_KILLED.replace("9 (Killed)", "15 (Terminated)")
+    assert [f.primary for f in parse_failures(stopped, {0: PEER_LOST_HERE})] == [False]
+
+
 def test_a_step_that_never_launched_names_its_tasks_and_where_to_look():
     batch = ("srun: launch/slurm: launch_p_step_launch: StepId=11.0 aborted before step completely launched.\n"
              "srun: error: task 1 launch failed: Unspecified error\n"

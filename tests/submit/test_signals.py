@@ -1,5 +1,5 @@
-"""Signals to slurmtorch itself (issue 14, items 5 and 6), with real mpirun, real Slurm and
-real signals.
+"""Signals to slurmtorch itself (issue 14, items 5 and 6; issue 24, item 14), with real
+mpirun, real Slurm and real signals.
 
 - A SIGTERM/SIGHUP to `slurmtorch mpirun`'s pid alone, or a SIGTERM to a Python process
   in `Distributor(local_mode=True).run`, must end prterun and every rank (they ran to
@@ -8,11 +8,14 @@ real signals.
   no held job and no `.submitting-*` folder: all or nothing, then one line, exit
   128+signal. Wrappers named sbatch/scontrol first on PATH sleep before exec'ing the real
   command, so that the signal lands inside the window.
+- Ctrl-C (SIGINT to the foreground process group) ends a run with 130 and one line, as
+  `python x.py` ends with 130: no MPI_ABORT box, no traceback, no line per rank.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -170,6 +173,72 @@ def test_sigterm_to_a_distributor_caller_ends_its_local_ranks(mpi_env, has_torch
     finally:
         proc.kill()
         kill_leftovers(tree)
+
+
+# --------------------------------------------------------------------------- Ctrl-C
+
+
+def ctrl_c(argv: list[str], env: dict, folder: Path, ranks: int) -> tuple[int, str, str]:
+    """Start `argv` as a terminal starts a foreground job (a process group of its own, SIGINT
+    at its default), and once `ranks` ranks run, SIGINT its whole group as Ctrl-C does;
+    (exit code as a shell shows it, stdout, stderr)."""
+    proc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=(folder / "stdout").open("w"),
+                            stderr=(folder / "stderr").open("w"), start_new_session=True, preexec_fn=default_signals)
+    ran: set[int] = set()
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, f"exited early ({proc.returncode}): {read(folder / 'stderr')}"
+            return len(rank_pids(folder)) == ranks
+        wait_for(ready, 90, f"{ranks} ranks to start")
+        ran = rank_pids(folder)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        wait_for(lambda: not any(alive(p) for p in ran), 10, "the ranks to end")
+    finally:
+        proc.kill()
+        kill_leftovers(ran)
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return code, read(folder / "stdout"), read(folder / "stderr")
+
+
+def no_noise(err: str) -> None:
+    for noise in ("MPI_ABORT", "Abort is in progress", "Traceback", "failed:"):
+        assert noise not in err, err
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_to_the_mpirun_cli_exits_130_with_one_line(mpi_env, tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    code, _, err = ctrl_c([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", "-n", "2", str(script),
+                           str(tmp_path)], mpi_env, tmp_path, 2)
+    # torch's own C++ warnings (`[W1125 ...] [c10d] ...`, where a host name does not resolve) are the host's
+    ours = [ln for ln in err.splitlines() if not re.match(r"\[W\d{4} ", ln)]
+    assert (code, ours) == (130, ["error: interrupted (Ctrl-C): stopped mpirun and its ranks"]), err
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_to_a_rank_without_a_launcher_exits_130_with_one_line(tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "SLURM_"))}
+    code, _, err = ctrl_c([sys.executable, "-m", "slurmtorch.bootstrap", "--no-init", str(script), str(tmp_path)],
+                          env, tmp_path, 1)
+    assert (code, err) == (130, f"rank 0 on {os.uname().nodename}: interrupted (Ctrl-C)\n")
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_under_torchrun_gives_one_line_from_the_ranks(has_torch, tmp_path):
+    """torchrun's own words (its SignalException traceback, exit 1) are torchrun's; the ranks
+    add one line, not a report per rank."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "SLURM_"))}
+    _, _, err = ctrl_c([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m",
+                        "slurmtorch.bootstrap", "--no-init", str(script), str(tmp_path)], env, tmp_path, 2)
+    ours = [ln for ln in err.splitlines() if ln.startswith("rank ")]
+    assert ours == [f"rank 0 on {os.uname().nodename}: interrupted (Ctrl-C)"], err
+    assert "MPI_ABORT" not in err and "rank 1" not in err
 
 
 # --------------------------------------------------------------------------- item 6: a submission

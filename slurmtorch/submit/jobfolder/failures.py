@@ -37,6 +37,18 @@ _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 _NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
                  "the image, or set the site's container.python to an interpreter that has it)")
+# mpirun's words (Open MPI 5's prterun, 4's mpirun) for the rank it saw end first, in its own log
+# (a local run's launcher.out) or batch.out. Its messages wrap over lines: read with spaces joined.
+_MPIRUN_SIGNAL_RE = re.compile(r"(?:prterun|mpirun) noticed that process rank (?P<rank>\d+) with PID \d+ on node "
+                               r"(?P<host>\S+) exited on signal (?P<signal>\d+)")
+_MPIRUN_EARLY_RE = re.compile(r"(?:prterun|mpirun) has exited due to process rank (?P<rank>\d+) with PID \d+ on node "
+                              r"(?P<host>\S+) exiting improperly")
+_MPIRUN_NONZERO_RE = re.compile(r"(?:prterun|mpirun) detected that one or more processes exited with non-zero status"
+                                r".*? Process name: \[\S*?(?P<rank>\d+)\] Exit code: (?P<code>\d+)")
+EXITED_EARLY = "Exited without MPI_Finalize"  # a launcher's words, as srun's are kept: mpirun's "exiting improperly"
+# Signals a launcher sends a rank's peers once one failed (srun's kill-on-bad-exit, mpirun's
+# teardown): a rank ended by one of these was stopped, it did not fail first.
+_STOPPED_BY_LAUNCHER = ("Terminated", "Interrupt", "Hangup")
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,21 @@ def srun_exit_code(what: str) -> int | None:
         return int(m[1])
     name = what.strip()
     return next((128 + sig.value for sig in signal.Signals if signal.strsignal(sig) == name), None)
+
+
+def mpirun_ends(log: str) -> dict[int, tuple[str, str]]:
+    """The rank mpirun saw end first and how, in srun's words (pure): `exited on signal 9`
+    is `Killed` (strsignal), `exiting improperly` (no MPI_Finalize: os._exit, or ended from
+    outside) EXITED_EARLY, a non-zero status `Exited with exit code N` (no host given)."""
+    text = " ".join(log.split())
+    ends: dict[int, tuple[str, str]] = {}
+    for m in _MPIRUN_SIGNAL_RE.finditer(text):
+        ends.setdefault(int(m["rank"]), (m["host"], signal.strsignal(int(m["signal"])) or f"signal {m['signal']}"))
+    for m in _MPIRUN_EARLY_RE.finditer(text):
+        ends.setdefault(int(m["rank"]), (m["host"], EXITED_EARLY))
+    for m in _MPIRUN_NONZERO_RE.finditer(text):
+        ends.setdefault(int(m["rank"]), ("", f"Exited with exit code {m['code']}"))
+    return ends
 
 
 def _expand_tasks(text: str) -> list[int]:
@@ -155,7 +182,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         for report in rank_reports(text, rank)[:1]:
             cause = cause_of(report.text.splitlines())
             reported[report.rank] = RankFailure(report.rank, report.host, cause, not protocol.CONSEQUENCE_RE.search(cause))
-    srun: dict[int, tuple[str, str]] = {}
+    srun: dict[int, tuple[str, str]] = mpirun_ends(batch_out)
     unlaunched: dict[int, str] = {}
     for ln in batch_out.splitlines():
         m = _SRUN_TASK_RE.match(ln)
@@ -174,15 +201,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
             failures[rank] = RankFailure(rank, "", f"never started: the step failed to launch ({why}); "
                                          "the slurmd log of the node says why", True)
     for rank, (host, what) in srun.items():
-        if rank in failures:
-            continue
-        code = srun_exit_code(what)
-        if what == "Killed":
-            failures[rank] = RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True, code)
-        elif what.startswith("Exited with exit code"):
-            failures[rank] = RankFailure(rank, host, f"{what.lower()} without reporting a cause", True, code)
-        elif what.startswith("Unable to") or "node" in what.lower():
-            failures[rank] = RankFailure(rank, host, what, True)
+        said = None if rank in failures else _launcher_said(rank, host, what)
+        if said is not None:
+            failures[rank] = said
     for rank, text in rank_errs.items():  # an interpreter (a container image's) without slurmtorch
         if rank not in reported and _NO_SLURMTORCH_RE.search(text):
             host = srun[rank][0] if rank in srun else ""
@@ -216,6 +237,26 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         for rank in silent:
             failures[rank] = RankFailure(rank, where, cause, True)
     return sorted(failures.values(), key=lambda f: (not f.primary, f.rank))
+
+
+def _launcher_said(rank: int, host: str, what: str) -> RankFailure | None:
+    """A rank that reported nothing, as its launcher saw it end (srun's words; mpirun's
+    put in them by mpirun_ends); None for an end the launcher caused (it stopped the rank)."""
+    code = srun_exit_code(what)
+    if what == "Killed":
+        return RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True, code)
+    if what.startswith("Exited with exit code"):
+        return RankFailure(rank, host, f"{what.lower()} without reporting a cause", True, code)
+    if what == EXITED_EARLY:
+        return RankFailure(rank, host, "exited before the others without finishing (os._exit, or ended from "
+                           "outside) and without reporting a cause", True)
+    if code is not None and what not in _STOPPED_BY_LAUNCHER:
+        name = signal.Signals(code - 128).name
+        return RankFailure(rank, host, f"killed by signal {code - 128} ({name}: {what}) before it could report",
+                           True, code)
+    if what.startswith("Unable to") or "node" in what.lower():
+        return RankFailure(rank, host, what, True)
+    return None
 
 
 def _own_code(srun_line: tuple[str, str] | None) -> int:

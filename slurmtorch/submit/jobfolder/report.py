@@ -15,12 +15,12 @@ from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.tail import visible
 
 
-def failure_report(folder: Path) -> list[RankFailure]:
-    """`parse_failures` over a job folder's batch.out, rank-*.err / node-*.err and the
-    rank-*.exit notes of ranks whose script returned; of a restarted job (--max-restarts),
-    what its latest start wrote."""
+def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[RankFailure]:
+    """`parse_failures` over a job folder's batch.out (a Distributor's local run folder:
+    mpirun's launcher.out), rank-*.err / node-*.err and the rank-*.exit notes of ranks whose
+    script returned; of a restarted job (--max-restarts), what its latest start wrote."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
-    return parse_failures(latest_start(jobdir.read_text(folder / jobdir.BATCH_OUT)), errs,
+    return parse_failures(latest_start(jobdir.read_text(folder / launcher_log)), errs,
                           latest_exits(jobdir.exit_notes(folder)))
 
 
@@ -31,7 +31,12 @@ def failure_lines(folder: Path, limit: int = 8) -> list[str]:
                             jobdir.read_text(folder / jobdir.NODE_PROLOGUE_ERR))
     if before:  # no rank ran
         return [visible(f"failed: {cause}") for cause in before[:limit]]
-    report = failure_report(folder)
+    return describe(failure_report(folder), limit)
+
+
+def describe(report: list[RankFailure], limit: int = 8) -> list[str]:
+    """`failure_report`'s findings as lines (pure): each primary failure, then one line for
+    the ranks that failed because of it."""
     primary = [f for f in report if f.primary]
     secondary = [f for f in report if not f.primary]
     lines = [f"failed: {f.line()}" for f in primary[:limit]]
