@@ -5,7 +5,7 @@ running (`sleep &`, a daemon, a setsid child) kept prterun, and the whole local 
 after the script returned. So an Open MPI rank becomes the subreaper of what it starts
 (`adopt`): a daemon whose parent exits, or a setsid child, stays below it rather than
 escaping to init; and when the rank ends (`end`), whatever is still below it gets SIGTERM,
-then SIGKILL (submit/guard.py's end_leftovers, the same steps the guard of a local run
+then SIGKILL (slurmtorch/guard.py's end_leftovers, the same steps the guard of a local run
 takes once the launch has ended). srun and torchrun ranks are left as they are: Slurm's
 step end already does this, and torchrun's workers are Slurm's tasks or the user's.
 """
@@ -37,6 +37,6 @@ def end() -> None:
     """End whatever this rank started that still runs (only a rank that adopted its orphans)."""
     if not ADOPTED:
         return
-    from slurmtorch.submit import guard  # lazy: at the rank's end only; stdlib only, as guard.py must be
+    from slurmtorch import guard  # lazy: at the rank's end only (guard imports ctypes and time)
 
     guard.end_leftovers()

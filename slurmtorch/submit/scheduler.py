@@ -33,7 +33,7 @@ from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, 
 Runner = Callable[..., subprocess.CompletedProcess]
 
 _JOB_ID_RE = re.compile(r"^(?P<id>[0-9]+)(?:;(?P<cluster>\S+))?$")
-GUARD = Path(__file__).with_name("guard.py")
+GUARD = Path(__file__).resolve().parent.parent / "guard.py"  # run by path (-I -S): see guard.py
 GUARD_BOUND_S = 20.0  # guard.py's INT_SETTLE_S + GRACE_S + KILL_WAIT_S, and some
 
 

@@ -1,7 +1,7 @@
 """A local run ends with nothing of its own left, as a Slurm step does (issue 24, item 8).
 
 Slurm's proctrack ends every process a step's tasks started when the step ends. Here the
-guard (submit/guard.py) is the subreaper of the launch: what the ranks leave behind, even
+guard (slurmtorch/guard.py) is the subreaper of the launch: what the ranks leave behind, even
 a double-forked daemon or a child in a session of its own, becomes its child when its
 parent ends, and is ended once the launch has. Real mpirun, real ranks, real processes;
 the `sleep 317` they start is ours by its argument.
