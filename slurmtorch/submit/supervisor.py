@@ -45,6 +45,7 @@ from slurmtorch.submit.heartbeats import hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.restarts import RestartState, blame, decide
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
+TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
          "[--hang-timeout S] [--backend B] -- srun ...")
 
@@ -164,11 +165,14 @@ def _sizes(folder: Path) -> dict[str, int]:
             if p.exists()}
 
 
-def _since(path: Path, offset: int) -> str:
+def _since(path: Path, offset: int, limit: int = TAIL_BYTES) -> str:
+    """What a start wrote to `path` after `offset`, at most its last `limit` bytes: a rank's
+    report and srun's lines come at the end, and a rank may write gigabytes before them."""
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read().decode("utf-8", errors="replace")
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(offset, size - limit))
+            return f.read(limit).decode("utf-8", errors="replace")
     except OSError:
         return ""
 

@@ -4,6 +4,8 @@ rendering. The testbed runs of the same: tests/submit/test_recovery.py."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from slurmtorch.errors import SpecError
@@ -12,7 +14,7 @@ from slurmtorch.submit.heartbeats import Beat, hung_ranks, interval_for, parse_b
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import resolve_restarts
 from slurmtorch.submit.restarts import RestartState, Verdict, blame, decide
-from slurmtorch.submit.supervisor import parse_args, step_argv
+from slurmtorch.submit.supervisor import parse_args, step_argv, verdict_of
 
 NODES = ["node1", "node2", "node3"]
 KILLED = "srun: error: node2: task 1: Killed\n"
@@ -236,3 +238,22 @@ def test_restarts_with_spares_and_a_hang_timeout():
 def test_restart_options_that_cannot_work_are_refused_before_sbatch(opts, match):
     with pytest.raises(SpecError, match=match):
         resolve(**opts)
+
+
+def test_a_failed_starts_logs_are_read_in_bounded_memory(tmp_path):
+    """A rank that wrote 40 MiB before its report: the supervisor reads the tail it needs, not
+    the whole log (issue 24, item 5: 447 MB peak after a rank wrote 300 MB)."""
+    (tmp_path / "batch.out").write_text("srun: error: node2: task 1: Exited with exit code 1\n")
+    with open(tmp_path / "rank-1.err", "wb") as f:
+        line = b"x" * 1023 + b"\n"
+        for _ in range(40 * 1024):
+            f.write(line)
+        f.write(b"rank 1 on node2 failed:\nTraceback (most recent call last):\nValueError: bad batch\n")
+    tracemalloc.start()
+    try:
+        verdict = verdict_of(tmp_path, {}, 0, 1, True, [], [])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert verdict.cause == "rank 1 on node2: ValueError: bad batch"
+    assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB"
