@@ -153,6 +153,8 @@ def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
     if spec.max_restarts is None:
         return ()
     args = ["--nodes", str(spec.nodes), "--ntasks", str(spec.ntasks), "--max-restarts", str(spec.max_restarts)]
+    if spec.spare_nodes:
+        args += ["--spare-nodes", str(spec.spare_nodes)]
     if spec.hang_timeout is not None:
         args += ["--hang-timeout", str(spec.hang_timeout)]
     return (*args, "--backend", spec.backend)

@@ -40,14 +40,14 @@ from pathlib import Path
 import hostlist
 
 from slurmtorch.submit import jobdir
-from slurmtorch.submit.failures import latest_exits, lost_nodes, parse_failures
+from slurmtorch.submit.failures import latest_exits, lost_nodes, parse_failures, step_refusal
 from slurmtorch.submit.heartbeats import hung_ranks, interval_for, parse_beat
-from slurmtorch.submit.restarts import RestartState, blame, decide
+from slurmtorch.submit.restarts import RestartState, blame, dead_nodes, decide, requeue_size
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
 TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
-         "[--hang-timeout S] [--backend B] -- srun ...")
+         "[--spare-nodes K] [--hang-timeout S] [--backend B] -- srun ...")
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,12 @@ class Args:
     hang_timeout: float | None
     backend: str
     srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it
+    spare_nodes: int = 0
+
+    @property
+    def layout(self) -> tuple[int, int, int]:
+        """(nodes, ntasks, spare nodes): what a requeue may shrink the job to (restarts.requeue_size)."""
+        return self.nodes, self.ntasks, self.spare_nodes
 
 
 def parse_args(argv: Sequence[str]) -> Args:
@@ -68,11 +74,12 @@ def parse_args(argv: Sequence[str]) -> Args:
     head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     values = dict(zip(head[::2], head[1::2]))
     if len(head) % 2 or not srun or srun[0] != "srun" or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) \
-            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--hang-timeout", "--backend"}:
+            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend"}:
         raise ValueError(USAGE)
     hang = values.get("--hang-timeout")
     return Args(int(values["--nodes"]), int(values["--ntasks"]), int(values["--max-restarts"]),
-                float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun))
+                float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun),
+                int(values.get("--spare-nodes", 0)))
 
 
 def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
@@ -249,27 +256,33 @@ def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started
     failures = parse_failures(batch, errs, exits)
     if rc == 0 and not started:
         rc = 1
-    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc)
+    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc, refusal=step_refusal(batch))
 
 
-def requeue(job: str, excluded: Sequence[str]) -> bool:
+def requeue(job: str, excluded: Sequence[str], layout: tuple[int, int, int] | None = None) -> bool:
     """Requeue the job without the excluded nodes; True once Slurm has it (it then ends us).
 
     Slurm (22.05) takes a new ExcNodeList only from a job that is not running, and a
     requeue ends this script: so the requeue comes first, with SIGTERM ignored here, and
-    the update follows while the job is completing (it is accepted from the moment the
-    requeue is under way: seen on the testbed, at the second try 0.5 s later). The nodes
-    the user excluded at submission (-x) stay excluded.
+    the update follows at once, while the job is completing (it is accepted from the moment
+    the requeue is under way: seen on the testbed, at the second try 0.5 s later). The nodes
+    the user excluded at submission (-x) stay excluded. With `layout` (Args.layout) a job
+    that fewer usable nodes are left for than it held is shrunk to them, spares first
+    (restarts.requeue_size): it would otherwise wait for ever for nodes it excludes.
     """
+    # Everything the update needs is asked first: once the requeue is under way the job's
+    # KILL may come within KillWait.
+    nodes = sorted({*excluded, *_excluded_now(job)})
+    size = _size(job, nodes, layout) if layout else ()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's TERM; its KILL ends us
     proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         say(f"error: scontrol requeue {job} failed: {(proc.stderr.strip() or 'no output').splitlines()[-1]}")
         return False
-    nodes = sorted({*excluded, *_excluded_now(job)})
     deadline = time.monotonic() + 20
     while True:
-        proc = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={hostlist.collect_hostlist(nodes)}"],
+        proc = subprocess.run(["scontrol", "update", f"JobId={job}", f"ExcNodeList={hostlist.collect_hostlist(nodes)}",
+                               *size],
                               capture_output=True, text=True, timeout=60)
         if proc.returncode == 0:
             say(f"job {job} requeued without {','.join(nodes)}")
@@ -291,25 +304,131 @@ def _excluded_now(job: str) -> list[str]:
     return []
 
 
+def _size(job: str, excluded: Sequence[str], layout: tuple[int, int, int]) -> tuple[str, ...]:
+    """restarts.requeue_size for the nodes of the job's partition it could run on now: not
+    excluded, not gone."""
+    fields = job_fields(job)
+    proc = subprocess.run(["sinfo", "-h", "-N", "-p", fields.get("Partition", ""), "-o", "%N %t"],
+                          capture_output=True, text=True, timeout=60)
+    states = dict(ln.split() for ln in proc.stdout.splitlines() if len(ln.split()) == 2)
+    usable = len(states) - len(dead_nodes(list(states), set(states) - set(excluded), states))
+    cpus = fields.get("CPUs/Task", "1")
+    return requeue_size(*layout, usable, int(cpus) if cpus.isdigit() else 1)
+
+
+def job_fields(job: str) -> dict[str, str]:
+    """`scontrol -o show job JOB` as KEY -> value ({} when scontrol fails: ask again later)."""
+    try:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(token.partition("=")[::2] for token in proc.stdout.split()) if proc.returncode == 0 else {}
+
+
+def dead_now(job: str, allocated: Sequence[str]) -> tuple[str, ...]:
+    """The job's nodes that Slurm says are gone (restarts.dead_nodes): no longer in the job's
+    NodeList (a --no-kill job loses a failed node that way), or down or not answering."""
+    fields = job_fields(job)
+    job_nodes = hostlist.expand_hostlist(fields["NodeList"]) if fields.get("NodeList") else allocated
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(allocated), "-o", "%N %t"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        proc = None
+    states = dict(ln.split() for ln in (proc.stdout if proc else "").splitlines() if len(ln.split()) == 2)
+    return dead_nodes(allocated, job_nodes, states)
+
+
+def start_watcher(args: Args, here: str, nodes: Sequence[str]) -> subprocess.Popen | None:
+    """The batch node's watcher (batchwatch.py) as a one-task step on the last of `nodes` that
+    is not this one; None for a one-node job (Slurm requeues that one itself).
+
+    `--overlap`: it shares the node with the ranks' steps and holds nothing back from them.
+    Its output goes nowhere: it writes its few lines to batch.out itself, since srun, here,
+    is gone when it has something to say; srun's own lines about it (its node's failure)
+    would read as the ranks' step's.
+    """
+    others = [n for n in nodes if n != here]
+    if not others:
+        return None
+    argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={others[-1]}", "--mpi=none",
+            "--input=none", "--output=/dev/null", "--error=/dev/null",
+            sys.executable, "-m", "slurmtorch.submit.batchwatch", "--batch-host", here,
+            "--max-restarts", str(args.max_restarts)]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cancel(job: str) -> None:
+    """End the job (scancel): what is left to do when no restart is."""
+    subprocess.run(["scancel", job], capture_output=True, text=True, timeout=60)
+
+
+def requeue_alone(job: str) -> bool:
+    """`scontrol requeue JOB` and nothing after it, for the watcher (batchwatch.py): Slurm
+    completes the requeue only once every step has ended, the watcher's own included, and
+    takes ExcNodeList only after that (the testbed: an update 5 s later was still refused,
+    `the DB index is being set`), so the watcher cannot set it. The node stays out all the
+    same: restarts.json excludes it from every start, and a run that Slurm places on it is
+    requeued again without it, by the supervisor (requeue)."""
+    proc = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        say(f"error: scontrol requeue {job} failed: {(proc.stderr.strip() or 'no output').splitlines()[-1]}")
+    return proc.returncode == 0
+
+
 def job_ref(environ=os.environ) -> str:
     array, task = environ.get("SLURM_ARRAY_JOB_ID", ""), environ.get("SLURM_ARRAY_TASK_ID", "")
     return f"{array}_{task}" if array.isdigit() and task.isdigit() else environ.get("SLURM_JOB_ID", "")
 
 
+class Watcher:
+    """The batch node's watcher step while this supervisor runs (start_watcher)."""
+
+    def __init__(self, args: Args, here: str):
+        self.args, self.here, self.proc = args, here, None
+
+    def ensure(self, healthy: Sequence[str]) -> None:
+        """Before each start: a watcher on one of the `healthy` nodes, unless one still runs."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = start_watcher(self.args, self.here, healthy)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
 def supervise(args: Args) -> int:
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    watcher = Watcher(args, here)
+    try:
+        return _supervise(args, here, watcher)
+    finally:
+        watcher.stop()
+
+
+def _supervise(args: Args, here: str, watcher: Watcher) -> int:
     folder = Path(os.environ["SLURMTORCH_JOB_DIR"])
     allocated = hostlist.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
-    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
     state = load_state(folder)
     while True:
-        nodes = [n for n in allocated if n not in state.excluded][:args.nodes]
+        healthy = [n for n in allocated if n not in state.excluded]
+        nodes = healthy[:args.nodes]
         start = state.starts
         state = replace(state, starts=start + 1)
         save_state(folder, state, args.max_restarts)
         if len(nodes) < args.nodes:  # a requeued job that Slurm placed on a node excluded since
             say(f"start {start}: {len(nodes)} healthy nodes of the {args.nodes} needed; requeueing")
-            return 0 if requeue(job_ref(), state.excluded) and _wait_for_requeue() else 1
+            return 0 if requeue(job_ref(), state.excluded, args.layout) and _wait_for_requeue() else 1
+        watcher.ensure(healthy)
         env = start_env(args, start, folder, nodes, here, fixed)
         _clear_beats(folder)
         if start:
@@ -323,13 +442,14 @@ def supervise(args: Args) -> int:
         if rc == 0 and started and not hung:
             return 0
         verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated)
-        plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time())
+        plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time(),
+                      dead=dead_now(job_ref(), allocated))
         state = plan.state
         save_state(folder, state, args.max_restarts)
         say(f"{state.events[-1].line()} ({plan.why})")
         if plan.action == "restart":
             continue
-        if plan.action == "requeue" and requeue(job_ref(), plan.nodes) and _wait_for_requeue():
+        if plan.action == "requeue" and requeue(job_ref(), plan.nodes, args.layout) and _wait_for_requeue():
             return 0
         return verdict.code or rc or 1
 
