@@ -63,7 +63,7 @@ def batch_host_gone(fields: Mapping[str, str], host: str) -> bool | None:
 
 
 def act(folder: Path, job: str, host: str, max_restarts: int) -> int:
-    """Record the lost start and requeue the job without `host` (or cancel it: no restarts left)."""
+    """Record the lost start (`host` excluded) and requeue the job, or cancel it: no restarts left."""
     plan = decide(supervisor.load_state(folder), batch_node_lost(host), (), 1, max_restarts, now=time.time(),
                   in_place=False)
     supervisor.save_state(folder, plan.state, max_restarts)
@@ -83,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     folder = Path(os.environ["SLURMTORCH_JOB_DIR"])
     # Our lines go to batch.out ourselves: srun, on the batch node, would carry them there
     # only while that node lives.
-    sys.stderr = open(folder / jobdir.BATCH_OUT, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+    sys.stderr = open(folder / jobdir.BATCH_OUT, "a", encoding="utf-8", buffering=1)
     job = supervisor.job_ref()
     try:
         while True:

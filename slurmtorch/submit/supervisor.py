@@ -455,10 +455,16 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
 
 
 def _wait_for_requeue(timeout: float = 120) -> bool:
-    """Slurm ends this batch script once the requeue is done; until then, wait (bounded)."""
+    """Slurm ends this batch script once the requeue is done; until then, wait (bounded).
+    Once the job has left RUNNING this run is over: where Slurm tracks processes by their
+    parents (proctrack/linuxproc, the testbed's), this one, ignoring TERM, outlived the
+    batch shell and its KILL, and stayed 120 s (the soak found it)."""
     deadline = time.monotonic() + timeout
+    job = job_ref()
     while time.monotonic() < deadline:
         time.sleep(1)
+        if job_fields(job).get("JobState", "RUNNING") not in ("RUNNING", "SUSPENDED"):
+            return True
     say("error: the job was requeued but this run was not ended")
     return False
 
