@@ -17,6 +17,16 @@ The faults, drawn with --seed:
   sigterm-cli  SIGTERM to the submitting CLI's process group at a random moment (0-6 s):
                either no job at all (no id printed, none left queued or held) or a job
                that ends like `none`
+  batch-node   a --max-restarts job (tests/scripts/resume_train.py, 2 nodes, no spare) loses
+               its batch node (`scripts/testbed fail-node`, rank 0's and the supervisor's)
+               after its first checkpoint: requeued without it, resumed, COMPLETED, and
+               status names the lost batch node
+  two-nodes    the same job with a spare loses rank 1's node and the spare at once: both
+               excluded, requeued on what is left, COMPLETED
+
+Node faults run --exclusive (a lost node takes every process on it, so it must be the job's
+alone); the lost nodes are brought back (`scripts/testbed restore-node`) once the job has
+been requeued.
 
 Afterwards, for the whole run: no job of this run still in the queue (held jobs included),
 no `.submitting-*` folder left, no rank process (`fault_rank.py`) left on the machine.
@@ -41,7 +51,10 @@ from pathlib import Path
 from _common import REPO, env
 
 SCRIPT = REPO / "tests" / "scripts" / "fault_rank.py"
-FAULTS = ("none", "raise", "kill", "hang", "return", "scancel", "sigterm-cli")
+TRAIN = REPO / "tests" / "scripts" / "resume_train.py"
+TESTBED = REPO / "scripts" / "testbed"
+FAULTS = ("none", "raise", "kill", "hang", "return", "scancel", "sigterm-cli", "batch-node", "two-nodes")
+NODE_FAULTS = ("batch-node", "two-nodes")
 EXPECT = {  # fault -> (final state, what the status must say; rank 1 runs on the job's second node)
     "none": ("COMPLETED", r"exit_code=0"),
     "raise": ("FAILED", r"failed: rank 1 on node\d: ValueError: bad batch"),
@@ -49,6 +62,8 @@ EXPECT = {  # fault -> (final state, what the status must say; rank 1 runs on th
     "hang": ("FAILED", r"failed: rank 1 on node\d: hung"),
     "return": ("FAILED", r"failed: rank 1 on node\d: its script returned while the others still needed it"),
     "scancel": ("CANCELLED", r""),
+    "batch-node": ("COMPLETED", r"restarts: 1 of 3; excluded: node\d\nstart 0 failed: the batch node node\d was lost"),
+    "two-nodes": ("COMPLETED", r"restarts: 1 of 3; excluded: node\d,node\d\n"),
 }
 
 
@@ -57,6 +72,12 @@ def cli(*argv: str) -> list[str]:
 
 
 def submit(fault: str, tag: str, home: Path, environ: dict) -> subprocess.Popen:
+    if fault in NODE_FAULTS:
+        spare = "1" if fault == "two-nodes" else "0"
+        argv = cli("sbatch", "--site", "testbed", "-N", "2", "-t", "5", "--timeout", "60", "-J", tag, "--exclusive",
+                   "--max-restarts", "3", "--spare-nodes", spare, str(TRAIN), "--", "12")
+        return subprocess.Popen(argv, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     mode = "none" if fault in ("scancel", "sigterm-cli") else fault
     steps = "400" if fault == "scancel" else "15"
     argv = cli("sbatch", "--site", "testbed", "-N", "2", "-t", "3", "--timeout", "15", "-J", tag,
@@ -70,6 +91,47 @@ def status(job_id: str, environ: dict) -> tuple[str, str]:
     text = p.stdout + p.stderr
     m = re.search(r"\bstate=(\w+)", text)
     return (m.group(1) if m else "?"), text
+
+
+def job_field(job: str, key: str) -> str:
+    p = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30)
+    m = re.search(rf"(?:^| ){key}=(\S*)", p.stdout)
+    return m.group(1) if m else ""
+
+
+def victims(fault: str, job: str) -> list[str]:
+    """The nodes a node fault takes: the batch node; or rank 1's node and the spare."""
+    nodes = subprocess.run(["scontrol", "show", "hostnames", job_field(job, "NodeList")], capture_output=True,
+                           text=True, timeout=30).stdout.split()
+    return [job_field(job, "BatchHost")] if fault == "batch-node" else nodes[1:3]
+
+
+class NodeFaults:
+    """Node faults in flight: fail the nodes once the job has its first checkpoint, bring them
+    back once it has been requeued (Restarts=1) or after 120 s, whichever comes first."""
+
+    def __init__(self, home: Path):
+        self.home, self.waiting, self.lost = home, {}, {}
+
+    def add(self, i: int, fault: str, job: str) -> None:
+        self.waiting[i] = (fault, job)
+
+    def tick(self) -> None:
+        for i, (fault, job) in list(self.waiting.items()):
+            if (self.home / "jobs" / job / "checkpoints" / "state.pt").exists() and job_field(job, "JobState") == "RUNNING":
+                nodes = victims(fault, job)
+                for node in nodes:
+                    subprocess.run([str(TESTBED), "fail-node", node], capture_output=True, timeout=60)
+                self.lost[i] = (job, nodes, time.monotonic())
+                del self.waiting[i]
+        for i, (job, nodes, t) in list(self.lost.items()):
+            if job_field(job, "Restarts") not in ("", "0") or time.monotonic() - t > 120:
+                for node in nodes:
+                    subprocess.run([str(TESTBED), "restore-node", node], capture_output=True, timeout=120)
+                del self.lost[i]
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.lost)
 
 
 def queued(tag_prefix: str) -> list[str]:
@@ -118,13 +180,18 @@ def main() -> int:
         else:
             outcome[i] = f"submission failed (exit {p.returncode}): {err.strip()[-200:]}"
     cancel_pending = {i for i, f, _ in procs if f == "scancel" and i in jobs}
+    faults_in_flight = NodeFaults(home)
+    for i, f, _ in procs:
+        if f in NODE_FAULTS and i in jobs:
+            faults_in_flight.add(i, f, jobs[i])
     while time.monotonic() - t0 < args.deadline:
+        faults_in_flight.tick()
         for i in list(cancel_pending):
             out = home / "jobs" / jobs[i] / "rank-1.out"
             if out.exists() and "started" in out.read_text(errors="replace"):
                 subprocess.run(cli("cancel", jobs[i]), env=environ, capture_output=True, timeout=60)
                 cancel_pending.discard(i)
-        if not queued(run_tag) and not cancel_pending:
+        if not queued(run_tag) and not cancel_pending and not faults_in_flight.busy():
             break
         time.sleep(3)  # one squeue for all jobs every few seconds
     results: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -143,7 +210,8 @@ def main() -> int:
             wrong.append(f"job {jobs[i]} ({f}): {state}: {text.strip()[-300:]}")
     leftovers = queued(run_tag)
     submitting = sorted(p.name for p in (home / "jobs").glob(".submitting-*")) if (home / "jobs").exists() else []
-    ranks = subprocess.run(["pgrep", "-f", str(SCRIPT)], capture_output=True, text=True).stdout.split()
+    ranks = [pid for script in (SCRIPT, TRAIN)
+             for pid in subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()]
     print(f"{args.jobs} jobs (seed {args.seed}) in {time.monotonic() - t0:.0f} s")
     for (f, o), n in sorted(results.items()):
         print(f"  {n:3d}  {f:<12} {o}")

@@ -57,9 +57,12 @@ def requeue(job: str, runner: Runner = run) -> None:
     runner(["scontrol", "requeue", job], timeout=60)
 
 
-def exclude(job: str, nodes: Sequence[str], runner: Runner = run, wait_s: float = EXCLUDE_WAIT_S) -> list[str]:
+def exclude(job: str, nodes: Sequence[str], runner: Runner = run, wait_s: float = EXCLUDE_WAIT_S,
+            extra: Sequence[str] = ()) -> list[str]:
     """Keep `nodes` out of a job just requeued, with those it excluded already (the user's
-    -x); returns every excluded node. Raises SubmitError if Slurm still refuses after `wait_s`.
+    -x); returns every excluded node. `extra`: more `KEY=VALUE` fields for the same update
+    (the supervisor's shrunk NumNodes/NumTasks/NumCPUs). Raises SubmitError if Slurm still
+    refuses after `wait_s`.
 
     Slurm (22.05) takes a new ExcNodeList only from a job that is not running, and a
     requeue ends the batch script: so the requeue comes first, and the update follows while
@@ -70,7 +73,8 @@ def exclude(job: str, nodes: Sequence[str], runner: Runner = run, wait_s: float 
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            runner(["scontrol", "update", f"JobId={job}", f"ExcNodeList={hostlist.collect_hostlist(every)}"], timeout=60)
+            runner(["scontrol", "update", f"JobId={job}", f"ExcNodeList={hostlist.collect_hostlist(every)}", *extra],
+                   timeout=60)
             return every
         except SubmitError:
             if time.monotonic() > deadline:

@@ -10,7 +10,8 @@ A composition over nothing but the job's own environment keeps that value at run
 (`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one
 literal value here. Refused from `--env`: names the batch script sets itself, names
 whose literal value cannot work (PATH, PYTHONHOME), names that make a shell or the
-loader run code (BASH_ENV, LD_PRELOAD, ...), and Slurm's job-identity variables.
+loader run code (BASH_ENV, LD_PRELOAD, ...), Slurm's job-identity variables and the
+layout variables srun reads.
 """
 
 from __future__ import annotations
@@ -77,6 +78,18 @@ SLURM_IDENTITY = frozenset({
     "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_TASK_PID",
 })
 
+# Input variables srun takes the step's layout from when its options do not say it (srun(1)
+# "INPUT ENVIRONMENT VARIABLES"): exported in the script, `SLURM_NTASKS=1` made a 2-node
+# job train on one rank and end COMPLETED. Every rank step names its layout now
+# (render.launch_plan); these are refused as well, with the option that says it.
+SLURM_LAYOUT = {
+    "SLURM_NTASKS": "-n/--ntasks", "SLURM_NPROCS": "-n/--ntasks", "SLURM_NTASKS_PER_NODE": "--ntasks-per-node",
+    "SLURM_NTASKS_PER_SOCKET": "--ntasks-per-node", "SLURM_NTASKS_PER_CORE": "--ntasks-per-node",
+    "SLURM_NTASKS_PER_GPU": "--ntasks-per-node", "SLURM_NTASKS_PER_TRES": "--ntasks-per-node",
+    "SLURM_CPUS_PER_TASK": "--cpus-per-task", "SLURM_DISTRIBUTION": "--srun-arg=--distribution=...",
+    "SLURM_HOSTFILE": "--nodelist",
+}
+
 
 def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> tuple[dict[str, str], tuple[PathEdit, ...]]:
     """(plain values, path edits over the inherited value): every layer applied in order.
@@ -118,7 +131,7 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
     """`K=V` strings -> pairs; the name must be a plain shell name.
 
     With `batch`, names the batch script sets itself (SCRIPT_ENV) are refused; always,
-    UNSETTABLE_ENV, RUNS_CODE_ENV and SLURM_IDENTITY names.
+    UNSETTABLE_ENV, RUNS_CODE_ENV, SLURM_LAYOUT and SLURM_IDENTITY names.
     """
     out = []
     for item in items:
@@ -135,6 +148,9 @@ def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[t
         if name in UNSETTABLE_ENV or name in RUNS_CODE_ENV:
             why, tip = UNSETTABLE_ENV.get(name) or RUNS_CODE_ENV[name]
             raise SpecError(f"--env {name}: {why}", tip=tip)
+        if name in SLURM_LAYOUT:
+            raise SpecError(f"--env {name}: srun reads {name} for the step's layout; the job's layout comes "
+                            "from its options", tip=f"use {SLURM_LAYOUT[name]} instead")
         if name in SLURM_IDENTITY:
             raise SpecError(f"--env {name}: Slurm sets {name} for each job and task; "
                             "a value given here would describe another job",

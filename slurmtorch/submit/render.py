@@ -128,6 +128,12 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
     return argv
 
 
+def _layout(nodes: int, ntasks: int) -> list[str]:
+    """srun's --nodes/--ntasks, always written: without them srun takes the layout from
+    SLURM_NNODES/SLURM_NTASKS, which anything exported in the script could have changed."""
+    return [f"--nodes={nodes}", f"--ntasks={ntasks}"]
+
+
 def _append(spec: JobSpec) -> list[str]:
     # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
     return ["--open-mode=append"] if spec.runs_again else []
@@ -170,6 +176,8 @@ def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
     if spec.max_restarts is None:
         return ()
     args = ["--nodes", str(spec.nodes), "--ntasks", str(spec.ntasks), "--max-restarts", str(spec.max_restarts)]
+    if spec.spare_nodes:
+        args += ["--spare-nodes", str(spec.spare_nodes)]
     if spec.hang_timeout is not None:
         args += ["--hang-timeout", str(spec.hang_timeout)]
     return (*args, "--backend", spec.backend)
@@ -245,7 +253,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
                     "--rdzv-backend", "c10d"]
         rank_argv = torchrun_literal(["-m", "slurmtorch.bootstrap", *rest])
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
-        srun = ["--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
+        srun = [*_layout(spec.nodes, spec.nodes), "--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
@@ -254,8 +262,10 @@ def _launch_plan(spec: JobSpec) -> Launch:
     rank_argv = [*container_prefix, *bootstrap_argv(spec, _FROM[launcher], container=spec.container)]
     if launcher == "srun":
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/rank-%t"
-        # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
-        srun = ["--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
+        # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch. The restart
+        # supervisor names each start's nodes and tasks itself (supervisor.step_argv).
+        layout = [] if spec.max_restarts is not None else _layout(spec.nodes, spec.ntasks)
+        srun = [*layout, "--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check,

@@ -43,14 +43,15 @@ import hostlist
 from slurmtorch import protocol
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import SlurmtorchError, SubmitError
+from slurmtorch.submit.batchnode.restarts import RestartState, blame, dead_nodes, decide, requeue_size
 from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures
+from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
 from slurmtorch.submit.jobfolder.heartbeats import hung_ranks, interval_for, parse_beat
-from slurmtorch.submit.batchnode.restarts import RestartState, blame, decide
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
+TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
-         "[--hang-timeout S] [--backend B] -- srun ...")
+         "[--spare-nodes K] [--hang-timeout S] [--backend B] -- srun ...")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,12 @@ class Args:
     hang_timeout: float | None
     backend: str
     srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it
+    spare_nodes: int = 0
+
+    @property
+    def layout(self) -> tuple[int, int, int]:
+        """(nodes, ntasks, spare nodes): what a requeue may shrink the job to (restarts.requeue_size)."""
+        return self.nodes, self.ntasks, self.spare_nodes
 
 
 def parse_args(argv: Sequence[str]) -> Args:
@@ -71,11 +78,12 @@ def parse_args(argv: Sequence[str]) -> Args:
     head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     values = dict(zip(head[::2], head[1::2]))
     if len(head) % 2 or not srun or srun[0] != "srun" or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) \
-            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--hang-timeout", "--backend"}:
+            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend"}:
         raise ValueError(USAGE)
     hang = values.get("--hang-timeout")
     return Args(int(values["--nodes"]), int(values["--ntasks"]), int(values["--max-restarts"]),
-                float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun))
+                float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun),
+                int(values.get("--spare-nodes", 0)))
 
 
 def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
@@ -168,11 +176,14 @@ def _sizes(folder: Path) -> dict[str, int]:
             if p.exists()}
 
 
-def _since(path: Path, offset: int) -> str:
+def _since(path: Path, offset: int, limit: int = TAIL_BYTES) -> str:
+    """What a start wrote to `path` after `offset`, at most its last `limit` bytes: a rank's
+    report and srun's lines come at the end, and a rank may write gigabytes before them."""
     try:
         with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read().decode("utf-8", errors="replace")
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(offset, size - limit))
+            return f.read(limit).decode("utf-8", errors="replace")
     except OSError:
         return ""
 
@@ -249,13 +260,20 @@ def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started
     failures = parse_failures(batch, errs, exits)
     if rc == 0 and not started:
         rc = 1
-    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc)
+    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc, refusal=step_refusal(batch))
 
 
-def requeue(job: str, excluded: Sequence[str]) -> bool:
+def requeue(job: str, excluded: Sequence[str], layout: tuple[int, int, int] | None = None) -> bool:
     """Requeue the job without the excluded nodes (`slurmtorch.requeue`, the one path); True
-    once Slurm has it (it then ends us). The requeue's TERM is ignored here: the update
-    that excludes the nodes follows it, while the job is completing."""
+    once Slurm has it (it then ends us). The requeue's TERM is ignored here: the update that
+    excludes the nodes follows it, while the job is completing. With `layout` (Args.layout)
+    a job that fewer usable nodes are left for than it held is shrunk to them, spares first
+    (restarts.requeue_size): it would otherwise wait for ever for nodes it excludes.
+    """
+    # Everything the update needs is asked first: once the requeue is under way the job's
+    # KILL may come within KillWait.
+    nodes = sorted({*excluded, *requeuing.excluded_now(job)})
+    size = _size(job, nodes, layout) if layout else ()
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the requeue's TERM; its KILL ends us
     try:
         requeuing.requeue(job)
@@ -263,26 +281,134 @@ def requeue(job: str, excluded: Sequence[str]) -> bool:
         say(f"error: {exc.message}")
         return False
     try:
-        say(protocol.requeued_without_line(job, requeuing.exclude(job, excluded)))
+        say(protocol.requeued_without_line(job, requeuing.exclude(job, nodes, extra=size)))
     except SubmitError as exc:
-        say(f"warning: job {job} requeued, but excluding {','.join(excluded)} failed: {exc.message}")
+        say(f"warning: job {job} requeued, but excluding {','.join(nodes)} failed: {exc.message}")
     return True
 
 
+def _size(job: str, excluded: Sequence[str], layout: tuple[int, int, int]) -> tuple[str, ...]:
+    """restarts.requeue_size for the nodes of the job's partition it could run on now: not
+    excluded, not gone."""
+    fields = job_fields(job)
+    proc = subprocess.run(["sinfo", "-h", "-N", "-p", fields.get("Partition", ""), "-o", "%N %t"],
+                          capture_output=True, text=True, timeout=60)
+    states = dict(ln.split() for ln in proc.stdout.splitlines() if len(ln.split()) == 2)
+    usable = len(states) - len(dead_nodes(list(states), set(states) - set(excluded), states))
+    cpus = fields.get("CPUs/Task", "1")
+    return requeue_size(*layout, usable, int(cpus) if cpus.isdigit() else 1)
+
+
+def job_fields(job: str) -> dict[str, str]:
+    """`scontrol -o show job JOB` as KEY -> value ({} when scontrol fails: ask again later)."""
+    try:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return dict(token.partition("=")[::2] for token in proc.stdout.split()) if proc.returncode == 0 else {}
+
+
+def dead_now(job: str, allocated: Sequence[str]) -> tuple[str, ...]:
+    """The job's nodes that Slurm says are gone (restarts.dead_nodes): no longer in the job's
+    NodeList (a --no-kill job loses a failed node that way), or down or not answering."""
+    fields = job_fields(job)
+    job_nodes = hostlist.expand_hostlist(fields["NodeList"]) if fields.get("NodeList") else allocated
+    try:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(allocated), "-o", "%N %t"],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        proc = None
+    states = dict(ln.split() for ln in (proc.stdout if proc else "").splitlines() if len(ln.split()) == 2)
+    return dead_nodes(allocated, job_nodes, states)
+
+
+def start_watcher(args: Args, here: str, nodes: Sequence[str]) -> subprocess.Popen | None:
+    """The batch node's watcher (batchwatch.py) as a one-task step on the last of `nodes` that
+    is not this one; None for a one-node job (Slurm requeues that one itself).
+
+    `--overlap`: it shares the node with the ranks' steps and holds nothing back from them.
+    Its output goes nowhere: it writes its few lines to batch.out itself, since srun, here,
+    is gone when it has something to say; srun's own lines about it (its node's failure)
+    would read as the ranks' step's.
+    """
+    others = [n for n in nodes if n != here]
+    if not others:
+        return None
+    argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={others[-1]}", "--mpi=none",
+            "--input=none", "--output=/dev/null", "--error=/dev/null",
+            sys.executable, "-m", "slurmtorch.submit.batchnode.batchwatch", "--batch-host", here,
+            "--max-restarts", str(args.max_restarts)]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def cancel(job: str) -> None:
+    """End the job (scancel): what is left to do when no restart is."""
+    subprocess.run(["scancel", job], capture_output=True, text=True, timeout=60)
+
+
+def requeue_alone(job: str) -> bool:
+    """`scontrol requeue JOB` and nothing after it, for the watcher (batchwatch.py): Slurm
+    completes the requeue only once every step has ended, the watcher's own included, and
+    takes ExcNodeList only after that (the testbed: an update 5 s later was still refused,
+    `the DB index is being set`), so the watcher cannot set it. The node stays out all the
+    same: restarts.json excludes it from every start, and a run that Slurm places on it is
+    requeued again without it, by the supervisor (requeue)."""
+    try:
+        requeuing.requeue(job)
+    except SubmitError as exc:
+        say(f"error: {exc.message}")
+        return False
+    return True
+
+
+class Watcher:
+    """The batch node's watcher step while this supervisor runs (start_watcher)."""
+
+    def __init__(self, args: Args, here: str):
+        self.args, self.here, self.proc = args, here, None
+
+    def ensure(self, healthy: Sequence[str]) -> None:
+        """Before each start: a watcher on one of the `healthy` nodes, unless one still runs."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = start_watcher(self.args, self.here, healthy)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
 def supervise(args: Args) -> int:
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    watcher = Watcher(args, here)
+    try:
+        return _supervise(args, here, watcher)
+    finally:
+        watcher.stop()
+
+
+def _supervise(args: Args, here: str, watcher: Watcher) -> int:
     folder = Path(os.environ[protocol.JOB_DIR])
     allocated = hostlist.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
-    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
     state = load_state(folder)
     while True:
-        nodes = [n for n in allocated if n not in state.excluded][:args.nodes]
+        healthy = [n for n in allocated if n not in state.excluded]
+        nodes = healthy[:args.nodes]
         start = state.starts
         state = replace(state, starts=start + 1)
         save_state(folder, state, args.max_restarts)
         if len(nodes) < args.nodes:  # a requeued job that Slurm placed on a node excluded since
             say(f"start {start}: {len(nodes)} healthy nodes of the {args.nodes} needed; requeueing")
-            return 0 if requeue(requeuing.target(os.environ), state.excluded) and _wait_for_requeue() else 1
+            return 0 if requeue(requeuing.target(os.environ), state.excluded, args.layout) and _wait_for_requeue() else 1
+        watcher.ensure(healthy)
         env = start_env(args, start, folder, nodes, here, fixed)
         _clear_beats(folder)
         if start:
@@ -296,22 +422,29 @@ def supervise(args: Args) -> int:
         if rc == 0 and started and not hung:
             return 0
         verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated)
-        plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time())
+        plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time(),
+                      dead=dead_now(requeuing.target(os.environ), allocated))
         state = plan.state
         save_state(folder, state, args.max_restarts)
         say(f"{state.events[-1].line()} ({plan.why})")
         if plan.action == "restart":
             continue
-        if plan.action == "requeue" and requeue(requeuing.target(os.environ), plan.nodes) and _wait_for_requeue():
+        if plan.action == "requeue" and requeue(requeuing.target(os.environ), plan.nodes, args.layout) and _wait_for_requeue():
             return 0
         return verdict.code or rc or 1
 
 
 def _wait_for_requeue(timeout: float = 120) -> bool:
-    """Slurm ends this batch script once the requeue is done; until then, wait (bounded)."""
+    """Slurm ends this batch script once the requeue is done; until then, wait (bounded).
+    Once the job has left RUNNING this run is over: where Slurm tracks processes by their
+    parents (proctrack/linuxproc, the testbed's), this one, ignoring TERM, outlived the
+    batch shell and its KILL, and stayed 120 s (the soak found it)."""
     deadline = time.monotonic() + timeout
+    job = requeuing.target(os.environ)
     while time.monotonic() < deadline:
         time.sleep(1)
+        if job_fields(job).get("JobState", "RUNNING") not in ("RUNNING", "SUSPENDED"):
+            return True
     say("error: the job was requeued but this run was not ended")
     return False
 

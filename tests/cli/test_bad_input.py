@@ -149,6 +149,8 @@ OPTION_CASES = [
     ("env-bash-env-mpirun", ["mpirun", "-n", "2", "--env", "BASH_ENV=/tmp/hook.sh", "train.py"], "--env BASH_ENV: "),
     ("env-pythonhome", ["--env", "PYTHONHOME=/x", "train.py"], "--env PYTHONHOME: "),
     ("env-slurm-variable", ["--env", "SLURM_JOB_ID=5", "train.py"], "--env SLURM_JOB_ID: "),
+    ("env-slurm-layout", ["--env", "SLURM_NTASKS=1", "-N", "2", "train.py"],
+     "--env SLURM_NTASKS: srun reads SLURM_NTASKS for the step's layout"),
     ("env-empty-name", ["--env", "=1", "train.py"], "invalid environment variable name ''"),
     ("env-name-with-space", ["--env", "A B=1", "train.py"], "invalid environment variable name 'A B'"),
     ("env-name-dollar", ["--env", "$(id)=1", "train.py"], "invalid environment variable name '$(id)'"),

@@ -102,7 +102,7 @@ export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
-srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.out --error=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.err \
+srun --nodes=2 --ntasks=2 --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.out --error=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.err \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3 "${sweep_args[@]}"
 rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then

@@ -59,7 +59,7 @@ export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
-srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err \
+srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err \
     podman-hpc run --rm --network=host --ipc=host --pid=host -v /home/user:/home/user -v /data:/data -e 'SLURM_*' -e 'SLURMTORCH_*' -e MASTER_ADDR -e MASTER_PORT -e NCCL_IB_DISABLE -e NCCL_SOCKET_IFNAME -e GLOO_SOCKET_IFNAME -e OMPI_MCA_btl -e OMPI_MCA_btl_tcp_if_include -e OMPI_ALLOW_RUN_AS_ROOT -e OMPI_ALLOW_RUN_AS_ROOT_CONFIRM registry.example/pt:1 python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3
 rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then

@@ -43,7 +43,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # others, or the job is requeued without it; a failure of the script itself is retried once.
 # Each start picks its own MASTER_PORT and exports SLURMTORCH_RESTART_COUNT; the history is
 # in $SLURMTORCH_JOB_DIR/restarts.json (`slurmtorch status`). Rank logs go to $SLURMTORCH_JOB_DIR.
-/opt/venv/bin/python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 --hang-timeout 20 --backend gloo -- \
+/opt/venv/bin/python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 --spare-nodes 1 --hang-timeout 20 --backend gloo -- \
     srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --open-mode=append \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 300 --from slurm /home/user/train.py --epochs 3
 rc=$?

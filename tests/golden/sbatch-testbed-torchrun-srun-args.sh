@@ -66,7 +66,7 @@ rm -f "$SLURMTORCH_STARTED"
 # torchrun's c10d rendezvous runs on this (the first) node, on the port taken above. Its
 # own logs go to the job folder (by default each node keeps a /tmp/torchelastic_* forever).
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-srun --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err --label \
+srun --nodes=2 --ntasks=2 --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err --label \
     /opt/venv/bin/python -m torch.distributed.run --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --log-dir "$SLURMTORCH_JOB_DIR/torchelastic" \
     --rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m slurmtorch.bootstrap --backend gloo --timeout 600 --from env /home/user/train.py --epochs 3

@@ -42,7 +42,7 @@ def header(text: str) -> dict[str, str]:
 
 
 def rank_srun(text: str) -> str:
-    return next(ln for ln in text.splitlines() if ln.startswith("srun --kill-on-bad-exit"))
+    return next(ln for ln in text.splitlines() if ln.startswith("srun --nodes=") and "rank-%t" in ln)
 
 
 HPE_CCL = {"FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_DEFAULT_CQ_SIZE": "131072", "NCCL_CROSS_NIC": "1",

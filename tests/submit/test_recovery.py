@@ -183,3 +183,69 @@ def test_with_no_spare_left_the_job_is_requeued_without_the_node_and_finishes(te
     assert host not in re.search(r" NodeList=(\S+)", shown).group(1), shown
     status = st(testbed, home, ["status", job]).stdout
     assert f"requeued without {host}" in status, status
+
+
+def job_field(testbed, job: str, key: str) -> str:
+    shown = testbed.run(["scontrol", "-o", "show", "job", job]).stdout
+    m = re.search(rf"(?:^| ){key}=(\S*)", shown)
+    return m.group(1) if m else ""
+
+
+def job_nodes(testbed, job: str) -> list[str]:
+    return testbed.run(["scontrol", "show", "hostnames", job_field(testbed, job, "NodeList")]).stdout.split()
+
+
+@pytest.mark.timeout(GUARD_S + 240)
+def test_losing_the_batch_node_requeues_the_job_without_it_and_training_resumes(testbed, reference, lose_node,
+                                                                                tmp_path):
+    """Issue 24, item 3: the batch node (rank 0's, and the supervisor's) is lost. Slurm keeps a
+    --no-kill job running on the survivors with no batch script; the watcher on another node
+    requeues it without the node within about SlurmdTimeout, and training resumes."""
+    home = tmp_path / "home"
+    waiter = subprocess.Popen([testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed",
+                               "--nodes", "2", "--timeout", "60", "-t", "10", "--max-restarts", "3",
+                               "--spare-nodes", "1", "--wait", str(TRAIN), STEPS],
+                              env={**testbed.env, "SLURMTORCH_HOME": str(home)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        folder = wait_for(lambda: next((home / "jobs").glob("[0-9]*"), None), "the job folder")
+        job = folder.name
+        rank_1(folder)
+        batch = job_field(testbed, job, "BatchHost")
+        t = lose_node(batch)
+        wait_for(lambda: job_field(testbed, job, "Restarts") == "1", "the job to be requeued", timeout=60)
+        print(f"\nlost batch node {batch}: fault -> requeued {time.time() - t:.1f} s, "
+              f"-> resumed {resumed_at(folder) - t:.1f} s")
+        out, err = waiter.communicate(timeout=GUARD_S)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+    assert waiter.returncode == 0, err
+    assert final_hash(testbed, job, folder) == reference
+    assert batch not in job_nodes(testbed, job)
+    status = st(testbed, home, ["status", job]).stdout
+    lost = f"start 0 failed: the batch node {batch} was lost (and the restart supervisor with it)"
+    assert f"restarts: 1 of 3; excluded: {batch}" in status and lost in status, status
+    assert f"requeued without {batch}" in status, status
+    assert f"after: {lost.removeprefix('start 0 failed: ')}" in err and lost in err, err  # --wait says it too
+
+
+@pytest.mark.timeout(GUARD_S + 240)
+def test_two_nodes_lost_at_once_are_both_excluded_and_training_resumes(testbed, reference, lose_node, tmp_path):
+    """Issue 24, item 4: rank 1's node and the spare are lost together. Both are excluded (the
+    spare was not in the step: Slurm says it is gone), no start is tried on the dead spare, and
+    the job is requeued on what is left and resumes."""
+    home = tmp_path / "home"
+    job = submit(testbed, home, "--spare-nodes", "1")
+    folder = home / "jobs" / job
+    _, host = rank_1(folder)
+    spare = job_nodes(testbed, job)[2]  # the supervisor runs on the first two of the job's nodes
+    t = lose_node(host)
+    lose_node(spare)
+    print(f"\nlost {host} and the spare {spare}: fault -> resumed {resumed_at(folder) - t:.1f} s")
+    assert final_hash(testbed, job, folder) == reference
+    lost = sorted([host, spare])
+    assert not set(lost) & set(job_nodes(testbed, job))
+    status = st(testbed, home, ["status", job]).stdout
+    assert f"excluded: {','.join(lost)}" in status and "state=COMPLETED" in status, status
+    assert "Requested node configuration is not available" not in read(folder / "batch.out")

@@ -4,15 +4,20 @@ rendering. The testbed runs of the same: tests/submit/test_recovery.py."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, parse_failures
+from slurmtorch.submit.batchnode.batchwatch import batch_host_gone
+from slurmtorch.submit.batchnode.batchwatch import parse_args as watch_args
+from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, parse_failures, step_refusal
 from slurmtorch.submit.jobfolder.heartbeats import Beat, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import resolve_restarts
-from slurmtorch.submit.batchnode.restarts import RestartState, Verdict, blame, decide
-from slurmtorch.submit.supervisor import parse_args, step_argv
+from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
+                                         requeue_size)
+from slurmtorch.submit.supervisor import parse_args, step_argv, verdict_of
 
 NODES = ["node1", "node2", "node3"]
 KILLED = "srun: error: node2: task 1: Killed\n"
@@ -236,3 +241,99 @@ def test_restarts_with_spares_and_a_hang_timeout():
 def test_restart_options_that_cannot_work_are_refused_before_sbatch(opts, match):
     with pytest.raises(SpecError, match=match):
         resolve(**opts)
+
+
+def test_a_failed_starts_logs_are_read_in_bounded_memory(tmp_path):
+    """A rank that wrote 40 MiB before its report: the supervisor reads the tail it needs, not
+    the whole log (issue 24, item 5: 447 MB peak after a rank wrote 300 MB)."""
+    (tmp_path / "batch.out").write_text("srun: error: node2: task 1: Exited with exit code 1\n")
+    with open(tmp_path / "rank-1.err", "wb") as f:
+        line = b"x" * 1023 + b"\n"
+        for _ in range(40 * 1024):
+            f.write(line)
+        f.write(b"rank 1 on node2 failed:\nTraceback (most recent call last):\nValueError: bad batch\n")
+    tracemalloc.start()
+    try:
+        verdict = verdict_of(tmp_path, {}, 0, 1, True, [], [])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert verdict.cause == "rank 1 on node2: ValueError: bad batch"
+    assert peak < 4 * 2**20, f"{peak / 2**20:.1f} MiB"
+
+
+# ---------------------------------------------------------------- nodes Slurm says are gone (issue 24)
+
+
+REFUSED = "srun: error: Unable to create step for job 7: Requested node configuration is not available\n"
+LAUNCH_FAILED = ("srun: error: Task launch for StepId=7.2 failed on node node3: Communication connection failure\n"
+                 "srun: error: Application launch failed: Communication connection failure\n")
+
+
+def test_srun_saying_slurm_refused_the_step_is_read_with_the_nodes_it_names():
+    assert step_refusal(REFUSED) == ("Requested node configuration is not available", ())
+    assert step_refusal(LAUNCH_FAILED) == ("Communication connection failure", ("node3",))
+    assert step_refusal("srun: error: node2: task 1: Killed\n") is None
+
+
+def test_slurm_refusing_the_step_is_never_the_scripts_failure():
+    v = blame(parse_failures(REFUSED, {}), refusal=step_refusal(REFUSED))
+    assert (v.kind, v.cause) == ("slurm", "Slurm did not start the step: Requested node configuration is not available")
+    # Twice in a row costs restarts, never the script's one retry, and never ends the job as the script's.
+    first = decide(started(), v, NODES, 2, 3)
+    again = decide(started(first.state), v, NODES, 2, 3)
+    assert (first.action, again.action, again.state.script_retries) == ("restart", "restart", 0)
+    named = decide(started(), blame([], refusal=step_refusal(LAUNCH_FAILED)), NODES + ["node4"], 2, 3)
+    assert named.state.excluded == ("node3",) and named.nodes == ("node1", "node2")
+
+
+def test_dead_nodes_are_those_slurm_took_out_of_the_job_or_will_give_no_work():
+    states = {"node1": "alloc", "node2": "down*", "node3": "alloc", "node4": "idle*", "node5": "drain"}
+    assert dead_nodes(["node1", "node2", "node3"], ["node1", "node2"], states) == ("node2", "node3")
+    assert dead_nodes(["node1", "node4", "node5"], ["node1", "node4", "node5"], states) == ("node4", "node5")
+    assert dead_nodes(["node1", "node3"], ["node1", "node3"], {"node1": "mix", "node3": "comp"}) == ()
+
+
+def test_every_dead_node_is_excluded_not_only_the_one_srun_named():
+    # Rank 1's node2 and the spare node3 lost together: srun names node2 only (node3 ran no task).
+    v = blame(parse_failures("srun: error: Node failure on node2\n", {0: "", 1: ""}), ["node2"])
+    plan = decide(started(), v, NODES, 2, 3, dead=("node2", "node3"))
+    assert (plan.action, plan.nodes, plan.state.excluded) == ("requeue", ("node2", "node3"), ("node2", "node3"))
+    assert plan.state.events[-1].line().endswith("node2, node3 excluded; requeued without node2,node3")
+
+
+def test_losing_the_batch_node_requeues_without_it_or_ends_with_no_restarts_left():
+    plan = decide(started(), batch_node_lost("node1"), (), 1, 3, in_place=False)
+    assert (plan.action, plan.nodes, plan.state.restarts) == ("requeue", ("node1",), 1)
+    assert plan.state.events[-1].line() == ("start 0 failed: the batch node node1 was lost (and the restart "
+                                            "supervisor with it); node1 excluded; requeued without node1")
+    spent = RestartState.from_dict({"starts": 4, "restarts": 3, "events": []})
+    assert decide(spent, batch_node_lost("node1"), (), 1, 3, in_place=False).action == "give_up"
+
+
+@pytest.mark.parametrize("fields, gone", [
+    ({"JobState": "RUNNING", "NodeList": "node[1-3]"}, False),
+    ({"JobState": "RUNNING", "NodeList": "node[2-3]"}, True),   # Slurm took node1 out of the job
+    ({"JobState": "COMPLETING", "NodeList": "node[2-3]"}, None),  # ended or being requeued: stop watching
+    ({"JobState": "PENDING", "NodeList": ""}, None),
+    ({}, False),  # scontrol failed: ask again
+    ({"JobState": "RUNNING", "NodeList": ""}, False)])
+def test_the_watcher_acts_only_on_a_running_job_that_lost_its_batch_node(fields, gone):
+    assert batch_host_gone(fields, "node1") is gone
+
+
+def test_the_watcher_reads_the_supervisors_call():
+    assert watch_args(["--batch-host", "node1", "--max-restarts", "3"]) == ("node1", 3)
+    for bad in (["--batch-host", "node1"], ["--batch-host", "node1", "--max-restarts", "3", "--layout", "2:4"]):
+        with pytest.raises(ValueError, match="usage"):
+            watch_args(bad)
+    args = parse_args(["--nodes", "2", "--ntasks", "4", "--max-restarts", "3", "--spare-nodes", "1", "--", "srun", "x"])
+    assert args.layout == (2, 4, 1)
+
+
+def test_a_requeue_shrinks_the_job_to_the_usable_nodes_left_spares_first():
+    assert requeue_size(2, 2, 1, usable=5) == ()  # it fits: keep the spare
+    assert requeue_size(2, 2, 1, usable=2, cpus_per_task=4) == ("NumNodes=2", "NumTasks=2", "NumCPUs=8")  # no spare
+    assert requeue_size(2, 4, 2, usable=3) == ("NumNodes=3", "NumTasks=6", "NumCPUs=6")  # 2 per node: tasks follow
+    assert requeue_size(2, 2, 1, usable=1) == ("NumNodes=2", "NumTasks=2", "NumCPUs=2")  # never below a start's need
+    assert requeue_size(2, 2, 0, usable=1) == ()

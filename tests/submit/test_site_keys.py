@@ -270,7 +270,7 @@ def test_the_node_prologue_is_its_own_step_once_per_node_before_the_ranks(keys):
     assert spec.node_prologue == ('nvidia-smi -pm 1 >/dev/null', 'echo "ready on $(hostname)"', "echo node-type line")
     text = render.render_sbatch(spec)
     step = text.index('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 ')
-    assert text.index("export LD_LIBRARY_PATH") < step < text.index("MASTER_PORT=") < text.index("srun --kill-on")
+    assert text.index("export LD_LIBRARY_PATH") < step < text.index("MASTER_PORT=") < text.index("srun --nodes=1 ")
     assert "--output=/home/user/.slurmtorch/jobs/%j/node-prologue-%t.out" in text
     assert "--cpu-bind=cores" not in text[step:text.index("\n", step)]  # the ranks' srun_args are theirs
 

@@ -129,3 +129,18 @@ def test_a_jobs_python_without_slurmtorch_is_named_in_one_line(testbed, home, tm
               cwd=tmp_path)  # not the checkout, whose slurmtorch/ python would find on its path
     assert proc.returncode == 1, proc.stderr
     assert "slurmtorch: failed: the job's python on its first node has no slurmtorch" in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_the_ranks_step_gets_the_layout_asked_for_whatever_the_environment_says(testbed, has_torch, home,
+                                                                                 tmp_path, probe, launcher):
+    """Issue 24, item 6: a layout variable exported in the script (here by a site's env:, the
+    layer --env now refuses it from) must not change the ranks' step: with SLURM_NTASKS=1 a
+    2-node job ran one rank and ended COMPLETED."""
+    s = site(tmp_path, "env: {SLURM_NTASKS: '1', SLURM_NNODES: '1'}\n")
+    proc = st(testbed, home, ["sbatch", "--site", str(s), "-N", "2", "--launcher", launcher, "--wait", str(probe)],
+              timeout=200)
+    assert proc.returncode == 0, proc.stderr
+    got = rank_records(home / "jobs" / proc.stdout.split()[0])
+    assert [(r["rank"], r["host"]) for r in got] == [("0", "node1"), ("1", "node2")], got

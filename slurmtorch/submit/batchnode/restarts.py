@@ -34,11 +34,15 @@ _MACHINE_RE = re.compile(r"killed by a signal|lost with its node|hung|heartbeat 
                          r"stopped answering", re.IGNORECASE)
 _LAUNCH_RE = re.compile(r"never started: the step failed to launch")
 _DIGITS_RE = re.compile(r"\d+")
+# sinfo's short states (%t) of a node Slurm will give no new work: down, drained or failing,
+# or not answering (`*`: its slurmd missed a ping; DOWN follows after SlurmdTimeout).
+_DEAD_STATE_RE = re.compile(r"^(down|drain|fail)|\*$")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why a step failed: `machine` (the suspect nodes), `script`, or `unknown`."""
+    """Why a step failed: `machine` (the suspect nodes), `slurm` (Slurm refused to create or
+    launch the step: never the script's; the nodes it named are suspect), `script`, or `unknown`."""
 
     kind: str
     cause: str  # one line naming rank and host where known
@@ -104,13 +108,16 @@ class Plan:
 
 
 def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung: Sequence[tuple[int, str, str]] = (),
-          addresses: Mapping[str, str] | None = None, code: int = 1) -> Verdict:
+          addresses: Mapping[str, str] | None = None, code: int = 1,
+          refusal: tuple[str, tuple[str, ...]] | None = None) -> Verdict:
     """Pure: the verdict on one failed step.
 
     `failures` is `parse_failures` over what this step left; `lost_nodes` the nodes srun
     reported a node failure on; `hung` (rank, host, why) the ranks the supervisor found
     stopped (`heartbeat.hung_ranks`); `addresses` maps node addresses to names, for a rank
-    named by its peer's address; `code` the step's exit code, kept unless a rank's is known.
+    named by its peer's address; `code` the step's exit code, kept unless a rank's is known;
+    `refusal` srun's words and the nodes they name when Slurm did not start the step
+    (`failures.step_refusal`).
     """
     addresses = addresses or {}
     lost = tuple(sorted(set(lost_nodes)))
@@ -123,6 +130,9 @@ def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung:
         first = next((f for f in primary if f.host in lost), None)
         cause = first.line() if first else f"lost {', '.join(lost)} (srun: Node failure)"
         return Verdict("machine", cause, lost, code, lost=True)
+    if refusal and not primary:
+        why, nodes = refusal
+        return Verdict("slurm", f"Slurm did not start the step: {why}", nodes, code)
     if not primary:
         if failures:
             return Verdict("unknown", failures[0].line() + " (and nobody said why)", (), code)
@@ -150,12 +160,23 @@ def _shape(cause: str) -> str:
     return _DIGITS_RE.sub("#", text)
 
 
+def dead_nodes(allocated: Sequence[str], job_nodes: Iterable[str], states: Mapping[str, str]) -> tuple[str, ...]:
+    """Pure: the job's nodes that Slurm says are gone: taken out of the job (what a --no-kill
+    job's failed node becomes: `job_nodes` is the job's NodeList now), or down, drained,
+    failing or not answering (`states`: sinfo's %t by node). srun names only the nodes of
+    its own step; a spare lost at the same moment is known to Slurm alone."""
+    now = set(job_nodes)
+    return tuple(n for n in allocated if n not in now or _DEAD_STATE_RE.search(states.get(n, "")))
+
+
 def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need: int, max_restarts: int,
-           now: float = 0.0) -> Plan:
+           now: float = 0.0, dead: Iterable[str] = (), in_place: bool = True) -> Plan:
     """Pure: what to do after a failed start, and the state that records it.
 
     `allocated` are the job's nodes in order (the batch host first), `need` the nodes one
-    start uses. The failed start is `state.starts - 1`.
+    start uses, `dead` the nodes Slurm says are gone (`dead_nodes`): excluded whatever the
+    verdict. Without `in_place` (the batch script is gone with its node) the job can only
+    be requeued. The failed start is `state.starts - 1`.
     """
     start = max(0, state.starts - 1)
     # A lost node is the machine's however often it happens; any other machine-looking
@@ -163,7 +184,8 @@ def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need
     repeat = (verdict.kind == "machine" and not verdict.lost and bool(state.events)
               and _shape(verdict.cause) == state.last_cause)
     kind = "script" if repeat else verdict.kind
-    newly = tuple(n for n in verdict.nodes if n not in state.excluded) if kind == "machine" else ()
+    blamed = verdict.nodes if kind in ("machine", "slurm") else ()
+    newly = tuple(dict.fromkeys(n for n in (*blamed, *dead) if n not in state.excluded))
     excluded = state.excluded + newly
     base = replace(state, excluded=excluded, last_cause=_shape(verdict.cause))
 
@@ -175,18 +197,37 @@ def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need
         return end(f"no restarts left ({state.restarts} of {max_restarts} used)")
     if repeat:  # the restart on new nodes was its one retry
         return end("the same failure again on new nodes: it follows the script, not the machine")
-    if kind != "machine":
+    if kind not in ("machine", "slurm"):
         if state.script_retries >= 1:
             return end("it failed again after a restart: the script's failure, not the machine's")
         base = replace(base, script_retries=state.script_retries + 1)
     healthy = [n for n in allocated if n not in excluded]
     counted = replace(base, restarts=state.restarts + 1)
-    if len(healthy) >= need:
+    if in_place and len(healthy) >= need:
         nodes = tuple(healthy[:need])
         event = Event(start, verdict.cause, "restart", nodes, newly, now)
         return Plan("restart", nodes, replace(counted, events=state.events + (event,)),
                     f"restart {counted.restarts} of {max_restarts}")
     event = Event(start, verdict.cause, "requeue", excluded, newly, now)
+    short = f"{len(healthy)} healthy of the {need} nodes needed" if in_place else "no batch script left to restart in"
     return Plan("requeue", excluded, replace(counted, events=state.events + (event,)),
-                f"restart {counted.restarts} of {max_restarts}: {len(healthy)} healthy of the {need} nodes "
-                f"needed; requeued without {','.join(excluded)}")
+                f"restart {counted.restarts} of {max_restarts}: {short}; requeued without {','.join(excluded)}")
+
+
+def requeue_size(nodes: int, ntasks: int, spares: int, usable: int, cpus_per_task: int = 1) -> tuple[str, ...]:
+    """Pure: `scontrol update` fields that shrink a job being requeued to the `usable` nodes
+    left (not excluded, not gone), spares first, never below the `nodes` a start needs; ()
+    when it fits as it is. Tasks and CPUs follow: the script asks --ntasks-per-node, and a
+    job of 3 tasks (12 CPUs) at 1 per node is never runnable on 2 (seen on the testbed)."""
+    count = max(nodes, min(nodes + spares, usable))
+    if count == nodes + spares:
+        return ()
+    tasks = count * -(-ntasks // nodes)
+    return f"NumNodes={count}", f"NumTasks={tasks}", f"NumCPUs={tasks * cpus_per_task}"
+
+
+def batch_node_lost(host: str) -> Verdict:
+    """The watcher's verdict (batchwatch.py): the batch node is gone, and the batch script,
+    the supervisor and rank 0 with it."""
+    return Verdict("machine", f"the batch node {host} was lost (and the restart supervisor with it)", (host,),
+                   lost=True)

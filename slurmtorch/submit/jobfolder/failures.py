@@ -31,6 +31,10 @@ _SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\
 # srun (22.05) still exits 0; the batch script turns that into exit 1.
 _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch failed: (?P<why>.+?)\s*$")
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
+# Slurm refusing to create or launch a step (a node taken out of the job, one not answering):
+# srun's words before any task ran.
+_REFUSED_RE = re.compile(r"^srun: error: (?:Unable to create step for job \S+|Application launch failed"
+                         r"|Task launch for \S+ failed on node (?P<node>[^\s:]+)): (?P<why>.+?)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
@@ -303,3 +307,14 @@ def latest_start(text: str) -> str:
 def lost_nodes(batch_out: str) -> list[str]:
     """The nodes srun said it lost (`srun: error: Node failure on HOST`), in order, once each."""
     return list(dict.fromkeys(_NODE_FAILURE_RE.findall(batch_out)))
+
+
+def step_refusal(batch_out: str) -> tuple[str, tuple[str, ...]] | None:
+    """srun's reason when Slurm did not create or launch the step, with the nodes it named
+    (`Task launch for StepId=5.1 failed on node node3: ...`); None when it said no such thing."""
+    found = list(_REFUSED_RE.finditer(batch_out))
+    if not found:
+        return None
+    nodes = tuple(dict.fromkeys(m["node"] for m in found if m["node"]))
+    return found[0]["why"], nodes
+
