@@ -12,6 +12,7 @@ import json
 import os
 import re
 import traceback
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import jinja2
@@ -19,7 +20,6 @@ import jinja2
 from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
-from slurmtorch.records import record, replace
 from slurmtorch.roles import TRAINING_ROLES
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
@@ -48,7 +48,7 @@ ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
 
 
-@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
+@dataclass(frozen=True)
 class RoleStep:
     """One role's srun step of a role job, unquoted."""
 
@@ -68,7 +68,7 @@ INHERITED_WORLD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
                    "TORCHELASTIC_RUN_ID", "CLUSTER_SPEC", "TF_CONFIG")
 
 
-@record
+@dataclass(frozen=True)
 class Launch:
     """The argv pieces of the launch line, unquoted (templates quote them)."""
 
