@@ -46,6 +46,9 @@ from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
 from slurmtorch.submit import jobdir, render, sites
 from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit import spec as specmod
+from slurmtorch.submit.allocation import resolve_target
+from slurmtorch.submit.options import Options
 
 # Job, its errors and Layout live in their own modules; named here too, where README sends users.
 __all__ = ["Distributor", "Job", "JobFailed", "RemoteError", "Layout", "plan_layout"]
@@ -173,10 +176,6 @@ class Distributor:
     # -- building the spec: the CLI's Options, filled from our arguments
 
     def _spec(self, site, name: str, workdir: Path, kind: str):
-        from slurmtorch.submit import spec as specmod
-        from slurmtorch.submit.allocation import resolve_target
-        from slurmtorch.submit.options import Options
-
         o = self.scheduler_options
         given = dict(
             module="slurmtorch.bootstrap.runfn", script_args=(str(workdir),), preset=self.preset,
