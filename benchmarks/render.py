@@ -4,14 +4,13 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from _common import PY, REPO, Figure, alternate, env, med, ms, run, slurmtorch_cli, table, timed
+from _common import PY, REPO, Figure, alternate, med, ms, run, slurmtorch_cli, table, timed
 
 # benchmarks/setup installs the pinned torchx here, apart from the project's .venv (whose
 # packages are exactly what CI tests with).
 TORCHX_VENV = REPO / "benchmarks" / ".venv"
 TORCHX = TORCHX_VENV / "bin" / "torchx"
-TARGETS = {"floor": 1.25, "torchx": 0.45}
-NO_CACHE = "slurmtorch, site from YAML (SLURMTORCH_NO_SITE_CACHE=1)"
+TARGETS = {"floor": 1.5, "torchx": 0.6}  # issue 28
 
 
 def torchx_version() -> str | None:
@@ -27,8 +26,6 @@ def run_bench(reps: int) -> tuple[str, list[Figure]]:
     dry_run = [*slurmtorch_cli(), "sbatch", "--site", "testbed", "--nodes", "4", "--dry-run", "train.py"]
     cases = {
         "slurmtorch": lambda: timed(dry_run, cwd=tmp),
-        # Shown, not a target: the run that loads the site from YAML (a first run, or an edited site).
-        NO_CACHE: lambda: timed(dry_run, cwd=tmp, environ=env(SLURMTORCH_NO_SITE_CACHE="1")),
         "floor": lambda: timed([PY, "-c", "import typer, jinja2, yaml"], cwd=tmp),
     }
     version = torchx_version()
@@ -40,13 +37,11 @@ def run_bench(reps: int) -> tuple[str, list[Figure]]:
     rows = [[name + (f" {version}" if name == "torchx" else ""), ms(med(t)), f"{ours / med(t):.2f}x"]
             for name, t in times.items()]
     figures = [Figure(f"render vs {n}", ours / med(t), target=TARGETS.get(n))
-               for n, t in times.items() if n not in ("slurmtorch", NO_CACHE)]
+               for n, t in times.items() if n != "slurmtorch"]
     text = ("## 1. Cold CLI render (`--dry-run`, a new process each time)\n\n"
             + table(["command", "median", "slurmtorch / this (lower is faster)"], rows)
-            + "\n\nTargets: <= 0.45x torchx, <= 1.25x the floor (`python -c 'import typer, jinja2, yaml'`). "
-            "Like the compiled templates, the validated site is kept between runs (`submit/sitecache.py`), so "
-            "`slurmtorch` here is a run after the first; the no-site-cache row loads the site from YAML, as "
-            "a first run or one after an edit of the site does."
+            + "\n\nTargets: <= 0.6x torchx, <= 1.5x the floor (`python -c 'import typer, jinja2, yaml'`). "
+            "Every run loads and validates the site from its YAML."
             + (f" torchx {version} runs from its own venv (`benchmarks/.venv`, made by `benchmarks/setup`)."
                if version else "\n\ntorchx is not installed (`benchmarks/setup` installs it): no torchx row."))
     return text, figures

@@ -4,6 +4,8 @@ Nothing heavy is imported here: the CLI must render a script without torch or
 mpi4py, so the public names are resolved lazily on first use.
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "init", "RankInfo", "Distributor", "RemoteError", "on_preempt", "restart_count",
@@ -25,8 +27,6 @@ def __getattr__(name):
         module_name, attr = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module 'slurmtorch' has no attribute {name!r}") from None
-    import importlib
-
     value = getattr(importlib.import_module(module_name), attr)
     globals()[name] = value
     return value

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from slurmtorch.records import record
+from dataclasses import dataclass
 
 # --------------------------------------------------------------------------- variables
 
@@ -130,7 +130,7 @@ def is_consequence(report: str) -> bool:
 _EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
 
 
-@record  # a frozen dataclass; the ranks import this module before torch (see `records`)
+@dataclass(frozen=True)
 class RankExit:
     """A rank whose script returned: where, with what code, in which run of a requeued job."""
 
@@ -157,7 +157,7 @@ def parse_exit(text: str) -> RankExit | None:
 PLACES = ("torch", "own")  # where the main thread stands: inside torch, or anywhere else
 
 
-@record
+@dataclass(frozen=True)
 class Beat:
     written: float
     unmoved_since: float

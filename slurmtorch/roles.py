@@ -7,8 +7,9 @@ finds its place in it. Pure; no imports from either side.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
 from slurmtorch.errors import BootstrapError
-from slurmtorch.records import record
 
 LEADER_ROLES = ("master", "chief")
 TRAINING_ROLES = ("master", "chief", "worker")
@@ -16,7 +17,7 @@ ROLE_ORDER = ("master", "chief", "worker", "ps", "evaluator")
 ROLES_TIP = "e.g. --role master=1 --role worker=3 --role ps=2 --role evaluator=1 (counts in nodes)"
 
 
-@record  # a frozen dataclass; every rank defines it before torch (see `records`)
+@dataclass(frozen=True)
 class RoleLayout:
     """Roles in launch order (leader, workers, ps, evaluator) with their node counts.
 

@@ -25,6 +25,7 @@ ranks onto the fewest nodes), `payload` (what is sent, and what cannot be pickle
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -44,11 +45,13 @@ from slurmtorch.api.payload import prepare
 from slurmtorch.api.runfolder import create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
-from slurmtorch.records import replace
 from slurmtorch.submit import render
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import sites
 from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit import spec as specmod
+from slurmtorch.submit.allocation import resolve_target
+from slurmtorch.submit.options import Options
 from slurmtorch.submit.spec import job_record
 
 # Job, its errors and Layout live in their own modules; named here too, where docs/python-api.md sends users.
@@ -178,10 +181,6 @@ class Distributor:
     # -- building the spec: the CLI's Options, filled from our arguments
 
     def _spec(self, site, name: str, workdir: Path, kind: str):
-        from slurmtorch.submit import spec as specmod
-        from slurmtorch.submit.allocation import resolve_target
-        from slurmtorch.submit.options import Options
-
         o = self.scheduler_options
         given = dict(
             module="slurmtorch.bootstrap.runfn", script_args=(str(workdir),), preset=self.preset,
@@ -240,7 +239,7 @@ def _opt_tuple(value: Any) -> tuple[str, ...]:
 def _runfn_spec(spec):
     """Every rank runs runfn, whose argv is its run folder alone: a preset's --local-rank-arg
     is for the scripts the CLI starts, not for it."""
-    return replace(spec, local_rank_arg=None)
+    return dataclasses.replace(spec, local_rank_arg=None)
 
 
 def _opt_str(value: Any) -> str | None:

@@ -16,17 +16,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from slurmtorch import protocol
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
 from slurmtorch.limits import fits_env
-
-try:  # json's own C string escaper: `import json` also compiles its decoder's regexes, ~3 ms of a rank's start
-    from _json import encode_basestring_ascii as _quote
-except ImportError:  # an interpreter without json's C accelerator
-    from json.encoder import py_encode_basestring_ascii as _quote
 
 
 def _port(base: int, offset: int) -> int:
@@ -119,20 +115,6 @@ def tf_config(info: RankInfo) -> dict | None:
     return {"cluster": cluster, "task": _task(info, "chief")}
 
 
-def compact_json(value) -> str:
-    """`json.dumps(value, separators=(",", ":"))` for the maps' shapes: dicts with string keys,
-    lists, strings and ints (the text is the same, byte for byte)."""
-    if isinstance(value, str):
-        return _quote(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{_quote(key)}:{compact_json(item)}" for key, item in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(compact_json(item) for item in value) + "]"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return int.__repr__(value)
-    raise TypeError(f"not a contract value: {value!r}")
-
-
 def env_for(info: RankInfo) -> dict[str, str]:
     """Every variable the contracts define, as strings, for os.environ."""
     env = {
@@ -171,7 +153,7 @@ def env_for(info: RankInfo) -> dict[str, str]:
     for name, value in (("CLUSTER_SPEC", cluster_spec(info)), ("TF_CONFIG", tf_config(info))):
         if value is None:
             continue
-        text = compact_json(value)
+        text = json.dumps(value, separators=(",", ":"))
         if fits_env(name, text):
             env[name] = text
         else:

@@ -18,6 +18,7 @@ Sources:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from slurmtorch import protocol
 from slurmtorch.bootstrap.rankinfo import RankInfo, env_int, env_opt_int, seen, trial_id, validate
@@ -295,7 +296,7 @@ def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLay
         raise BootstrapError(f"{what}: {role} {procid} should run on {hosts[job_rank]} but runs on "
                              f"{env['SLURMD_NODENAME']}; seen: {seen(env, keys)}", tip=_SLURM_TIP)
     addr = env.get("MASTER_ADDR", "").strip() or hosts[0]
-    common = dict(local_rank=0, local_world_size=1, master_addr=addr, master_port=slurm_port(env),
+    common: dict[str, Any] = dict(local_rank=0, local_world_size=1, master_addr=addr, master_port=slurm_port(env),
                   hostname=hostname, source="slurm", launcher="srun", trial=trial_id(env), role=role,
                   role_index=procid, layout=layout, job_rank_hosts=hosts)
     if role in TRAINING_ROLES:

@@ -28,9 +28,11 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.util
+import inspect
 import os
 import sys
 import time
+from typing import Any
 
 from slurmtorch.bootstrap import contracts, rendezvous
 from slurmtorch.bootstrap.device import (backend_names, bound_per_rank, choose_backend, missing_backend,
@@ -65,7 +67,7 @@ def install_patch_hook() -> None:
                 _patch(module)
 
             try:
-                spec.loader.exec_module = exec_and_patch
+                spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
             except (AttributeError, TypeError):
                 pass
             return spec
@@ -108,8 +110,6 @@ def _wrap_init(dist_module) -> None:
     original = getattr(c10d, "init_process_group", None)
     if not callable(original) or getattr(original, "__slurmtorch__", False):
         return
-    import inspect  # lazy: runs inside `import torch.distributed`, which has imported it; ~5 ms before that
-
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -164,7 +164,7 @@ def _wrap_init(dist_module) -> None:
         finally:
             STATE.release_port()
 
-    init_process_group.__slurmtorch__ = True
+    init_process_group.__slurmtorch__ = True  # type: ignore[attr-defined]
     c10d.init_process_group = init_process_group
     dist_module.init_process_group = init_process_group
     # torch.distributed.device_mesh took the name while torch.distributed loaded (before
@@ -172,7 +172,7 @@ def _wrap_init(dist_module) -> None:
     # --no-init would get torch's 30-minute gloo default instead of our timeout.
     mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
     if mesh is not None and getattr(mesh, "init_process_group", None) is original:
-        mesh.init_process_group = init_process_group
+        mesh.init_process_group = init_process_group  # type: ignore[attr-defined]
 
 
 def _check_built(dist_module, backend) -> None:
@@ -239,7 +239,7 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
                          bound_per_rank(os.environ), visible_devices_var(bool(getattr(torch.version, "hip", None))))
     if device is not None:
         torch.cuda.set_device(device)
-    kwargs = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
+    kwargs: dict[str, Any] = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
     if chosen != "mpi":  # the MPI backend takes rank and size from MPI_COMM_WORLD
         kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
     STATE.backend = chosen

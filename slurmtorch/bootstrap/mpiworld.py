@@ -8,10 +8,11 @@ here, with the environment, to be checked and turned into the world.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
 from slurmtorch.bootstrap.fromenv import in_task_step
 from slurmtorch.bootstrap.rankinfo import RankInfo, env_int, seen, trial_id, validate
 from slurmtorch.errors import BootstrapError
-from slurmtorch.records import record
 
 MPI_KEYS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
             "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
@@ -19,7 +20,7 @@ MPI_KEYS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOC
             "SLURM_STEP_NUM_TASKS", "SLURM_STEP_ID", "SLURM_MPI_TYPE")
 
 
-@record  # a frozen dataclass, made without importing `dataclasses` before torch (see `records`)
+@dataclass(frozen=True)
 class LauncherWorld:
     """What the process manager says about the world, to cross-check MPI against."""
 

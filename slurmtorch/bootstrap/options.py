@@ -7,6 +7,8 @@ cannot be a process-group timeout is refused here (`timeout_problem`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from slurmtorch.backends import BACKENDS, timeout_problem
 from slurmtorch.errors import BootstrapError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
@@ -43,24 +45,20 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
 """
 
 
+@dataclass
 class BootstrapOptions:
-    """What the bootstrap's command line asked for (filled in by `parse_args`).
+    """What the bootstrap's command line asked for (filled in by `parse_args`)."""
 
-    A plain class, not a dataclass: every rank parses its options before torch, and
-    `import dataclasses` would cost it ~7 ms (see `slurmtorch.records`).
-    """
-
-    def __init__(self) -> None:
-        self.backend: str = "auto"
-        self.timeout: float = DEFAULT_TIMEOUT
-        self.init: bool = True
-        self.source: str = "auto"
-        self.init_args: str | None = None
-        self.local_rank_arg: str | None = None
-        self.role: str | None = None
-        self.script: str | None = None
-        self.module: str | None = None
-        self.args: list[str] = []
+    backend: str = "auto"
+    timeout: float = DEFAULT_TIMEOUT
+    init: bool = True
+    source: str = "auto"
+    init_args: str | None = None
+    local_rank_arg: str | None = None
+    role: str | None = None
+    script: str | None = None
+    module: str | None = None
+    args: list[str] = field(default_factory=list)
 
 
 class UsageError(BootstrapError):

@@ -14,14 +14,14 @@ were seen and say what to change.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from slurmtorch import protocol
 from slurmtorch.errors import BootstrapError
-from slurmtorch.records import record
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
 
 
-@record  # a frozen dataclass, made without importing `dataclasses` before torch (see `records`)
+@dataclass(frozen=True)
 class RankInfo:
     """This process's place in the job, and where the world meets (MASTER_ADDR:PORT).
 

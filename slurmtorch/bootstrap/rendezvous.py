@@ -14,18 +14,16 @@ take it. It is not exclusive: another process that binds the same explicit port 
 SO_REUSEADDR (say a second job given the same MASTER_PORT) succeeds too, and the clash
 shows only at listen(): the second listener (or a bind after the first listen()) gets
 EADDRINUSE, which torch reports as a store error.
-
-Sockets here are `_socket`'s, the C module that `socket` wraps: rank 0 binds and resolves
-before it imports torch, and `import socket` (its enum tables, `selectors`) is ~3 ms of
-that rank's start against ~0.2 ms; the calls and errors are the same. Host names are
-resolved as ASCII bytes: a `str` goes through the IDNA codec, another ~3 ms of imports
-(`encodings.idna`, `stringprep`, `unicodedata`) for names that are ASCII anyway.
 """
 
 from __future__ import annotations
 
-import _socket
+import fcntl
+import ipaddress
 import os
+import random
+import socket
+import struct
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -78,28 +76,20 @@ def pick_interface(spec: str, available: Sequence[str]) -> str | None:
 
 def interface_address(name: str) -> str | None:
     """IPv4 address of a local interface (SIOCGIFADDR), or None if it has none."""
-    import fcntl  # lazy: only with an interface named; kept off every other rank's start
-    import struct
-
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
     except OSError:
         return None
     finally:
         s.close()
-    return _socket.inet_ntoa(packed[20:24])
-
-
-def _name(host: str) -> bytes | str:
-    """A host name as the resolver gets it: ASCII bytes skip the IDNA codec (module docstring)."""
-    return host.encode("ascii") if host.isascii() else host
+    return socket.inet_ntoa(packed[20:24])
 
 
 def host_address(hostname: str) -> str:
     """IPv4 address of a host name, through the resolver (/etc/hosts, DNS)."""
     try:
-        return _socket.gethostbyname(_name(hostname))
+        return socket.gethostbyname(hostname)
     except OSError as exc:
         raise BootstrapError(f"cannot resolve this host's name {hostname!r}: {exc}",
                              tip="set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface to use") from None
@@ -111,7 +101,7 @@ def master_address(env: Mapping[str, str], hostname: str, backend: str = "gloo")
         return env["MASTER_ADDR"].strip()
     spec = ifname_spec(env, backend)
     if spec:
-        available = [name for _, name in _socket.if_nameindex()]
+        available = [name for _, name in socket.if_nameindex()]
         name = pick_interface(spec, available)
         address = interface_address(name) if name else None
         if not address:
@@ -125,8 +115,6 @@ def master_address(env: Mapping[str, str], hostname: str, backend: str = "gloo")
 
 def is_loopback(address: str) -> bool:
     try:
-        import ipaddress  # lazy: only multi-node worlds ask; ~1 ms off every other rank's start
-
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return address == "localhost"
@@ -147,8 +135,8 @@ class PortReservation:
     a port until closed (not other SO_REUSEADDR binds of it: see the module docstring)."""
 
     def __init__(self, port: int = 0, host: str = ""):
-        self._sock = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
-        self._sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
         except OSError as exc:
@@ -183,8 +171,6 @@ def wait_listening(address: str, port: int, timeout: float, poll_s: float = 0.00
     every 5 ms reaches the store within a few ms of it listening. The probe connection is
     closed before any byte is sent, which the store's server takes as a client that left.
     """
-    import socket  # lazy: after `import torch`, which has imported it (create_connection: any address family)
-
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -210,8 +196,6 @@ def free_port(port_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int
             low = int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
-    import random  # lazy: only the batch script picks a port here; ~1 ms off every rank's start
-
     for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
         if _bind_probe(port):
             return port
@@ -221,7 +205,7 @@ def free_port(port_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int
 def _bind_probe(port: int) -> int | None:
     """Bind `port` (0: the kernel picks) with a plain bind and let go: the port it got, or None
     when it is taken (a port-0 bind that fails raises)."""
-    s = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.bind(("", port))
         return s.getsockname()[1]

@@ -140,7 +140,7 @@ def main(argv: list[str]) -> None:
     # Rank 0's output is followed live by the submitting side: do not sit in a block buffer.
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.reconfigure(line_buffering=True)
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]  # a replaced stream may lack it
         except (AttributeError, ValueError):
             pass
     try:

@@ -106,7 +106,7 @@ def line_atomic_stdio(streams=None) -> None:
     for stream in (sys.stdout, sys.stderr) if streams is None else streams:
         if getattr(stream, "write_through", False):
             try:
-                stream.reconfigure(write_through=False, line_buffering=True)
+                stream.reconfigure(write_through=False, line_buffering=True)  # type: ignore[union-attr]  # as getattr
             except (AttributeError, ValueError, OSError):
                 pass
 

@@ -7,25 +7,24 @@ One instance per process (`STATE`): a rank is one world.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from slurmtorch.bootstrap.rankinfo import RankInfo
+from slurmtorch.bootstrap.rendezvous import PortReservation
 
 
+@dataclass(eq=False)  # one instance, never compared
 class RankState:
-    """A plain class (one instance, never compared): a dataclass would import `dataclasses`,
-    ~7 ms of every rank's start (see `slurmtorch.records`)."""
-
-    def __init__(self) -> None:
-        self.info: RankInfo | None = None  # set once init() has derived the world
-        # rank 0's MASTER_PORT (a rendezvous.PortReservation), held until torch's store binds it
-        self.reservation = None
-        self.timeout: float | None = None  # the group's timeout in seconds: ours, or the script's once it asked
-        self.backend: str | None = None  # the group's backend, as chosen or as the script asked
-        self.group_ours = False  # the default group is the one init() created
-        self.hook_installed = False  # the init_process_group wrapper is in place (or will be, on import)
-        self.main = False  # started as `python -m slurmtorch.bootstrap`: the exit path is ours
-        self.timings: dict[str, float] = {}  # import_torch's cost, for SLURMTORCH_TIMINGS
-        self.reinits = 0  # groups the script replaced ours with (each gets a fresh store prefix)
-        self.kept_store = None  # our store, kept alive under the script's replacement group
+    info: RankInfo | None = None  # set once init() has derived the world
+    reservation: PortReservation | None = None  # rank 0's MASTER_PORT, held until torch's store binds it
+    timeout: float | None = None  # the group's timeout in seconds: ours, or the script's once it asked
+    backend: str | None = None  # the group's backend, as chosen or as the script asked
+    group_ours: bool = False  # the default group is the one init() created
+    hook_installed: bool = False  # the init_process_group wrapper is in place (or will be, on import)
+    main: bool = False  # started as `python -m slurmtorch.bootstrap`: the exit path is ours
+    timings: dict[str, float] = field(default_factory=dict)  # import_torch's cost, for SLURMTORCH_TIMINGS
+    reinits: int = 0  # groups the script replaced ours with (each gets a fresh store prefix)
+    kept_store: object = None  # our store, kept alive under the script's replacement group
 
     def release_port(self) -> None:
         """Stop holding MASTER_PORT (torch's store has it now, or nobody will)."""

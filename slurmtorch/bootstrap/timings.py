@@ -12,6 +12,7 @@ START = time.perf_counter()  # phase timings count from here
 START_CPU = time.process_time()
 
 # After the clock: these imports are part of the rank's start, and of its phases.
+import json  # noqa: E402
 import os  # noqa: E402
 
 from slurmtorch import protocol  # noqa: E402
@@ -52,8 +53,6 @@ def write_timings(info: RankInfo, torch_timings: dict[str, float]) -> None:
     folder = os.environ.get(protocol.TIMINGS)
     if not folder:
         return
-    import json  # lazy: only when timings are asked for
-
     from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms off the start of a non-MPI rank that never reports
 
     external = {k: v for k, v in mpi.TIMINGS.items()}

@@ -20,7 +20,7 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
            role: str | None = None):
     """The world and (on the master) the held MASTER_PORT; the side-effecting edge of `launchers`."""
     environ = os.environ if env is None else env
-    hostname = hostname or os.uname().nodename  # gethostname(2); `import socket` is ~3 ms of a rank's start
+    hostname = hostname or os.uname().nodename  # gethostname(2)
     if role is not None:
         info = fromenv.from_roles(environ, hostname, role)
         reservation = None

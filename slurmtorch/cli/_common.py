@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any, List, Optional
 
 import typer
 from typer.core import TyperCommand
 
 from slurmtorch.errors import SpecError
-from slurmtorch.records import fields
 from slurmtorch.submit.options import Options
 
 _FIELDS = {f.name: f for f in fields(Options)}
@@ -35,6 +35,18 @@ _CLI_TYPES = {"int | None": Optional[int], "str | None": Optional[str], "bool | 
               "tuple[str, ...]": Optional[List[str]]}
 
 
+def cli_type(name: str) -> Any:
+    """The CLI type of the option `Options.<name>`; a field that is no option, or whose type
+    the table lacks, is refused here, when a verb is declared, by name and with the fix."""
+    f = _FIELDS.get(name)
+    if f is None or "flags" not in f.metadata:
+        raise TypeError(f"Options.{name} is not a CLI option: declare it in submit/options.py with _flag(...)")
+    if f.type not in _CLI_TYPES:
+        raise TypeError(f"Options.{name} is {f.type!r}, which has no CLI type: add it to _CLI_TYPES in "
+                        f"{__name__} (known: {', '.join(_CLI_TYPES)})")
+    return _CLI_TYPES[f.type]
+
+
 def with_options(*names: str):
     """Give a verb the option of each `Options` field in `names` (typer reads the signature).
 
@@ -46,8 +58,8 @@ def with_options(*names: str):
         sig = inspect.signature(verb)
         params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
         lead = [p for p in params if p.name in ("ctx", "script_and_args")]
-        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option(name),
-                                   annotation=_CLI_TYPES[_FIELDS[name].type]) for name in names]
+        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=cli_type(name),
+                                   default=option(name)) for name in names]
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params if p not in lead]
         verb.__signature__ = sig.replace(parameters=[*lead, *added, *own])
         verb.__annotations__ = {**verb.__annotations__, **{p.name: p.annotation for p in added}}
@@ -81,7 +93,7 @@ class ProgramCommand(TyperCommand):
         # same throughout click 8); tests/cli/test_program_args.py pins the behaviour.
         for opt in {*parser._long_opt.values(), *parser._short_opt.values()}:
             if opt.dest == "module":
-                opt.process = _ends_options(opt.process)
+                opt.process = _ends_options(opt.process)  # type: ignore[method-assign]
         return parser
 
 

@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError
 from slurmtorch.submit.options import Options
 
 
@@ -27,12 +28,11 @@ def doctor(
 
     Every line is ok, warn or fail with its fix; the exit code is 1 if anything failed.
     """
+    # lazy: `slurmtorch --help` builds every verb and must not import yaml or the doctor's checks
     from slurmtorch import doctor as d
     from slurmtorch.submit import sites
     from slurmtorch.submit import spec
     from slurmtorch.submit.environment import composed
-
-    from slurmtorch.errors import SlurmtorchError
 
     # --site, else $SLURMTORCH_SITE, else (run inside a slurmtorch job) the site its script
     # was rendered for, else "local".
@@ -78,8 +78,7 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     (the site's environment exported, `--mpi=<site plugin>`, the bootstrap with
     `--from slurm`), but with `--no-init`: the doctor's ranks test MASTER_ADDR before
     any collective. Rank 0 prints the report."""
-    from slurmtorch.submit import scheduler as submit
-    from slurmtorch.errors import SpecError, SubmitError
+    from slurmtorch.submit import scheduler as submit  # lazy: the edge (subprocess), only --allocation runs it
 
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
     if not os.environ.get("SLURM_JOB_ID") or not nodes:

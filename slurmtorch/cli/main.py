@@ -11,21 +11,23 @@ what they need when they run.
 from __future__ import annotations
 
 import os
+import importlib
 import sys
 import traceback
 
 import typer
 
 try:  # typer >= 0.2x vendors click; its usage errors derive from TyperException
-    from typer import TyperException as _UsageError
+    from typer import TyperException as _UsageError  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - older typer depends on click
     from click import ClickException as _UsageError
 
 try:  # click >= 8.2 raises this for no_args_is_help instead of printing the help itself
     from click.exceptions import NoArgsIsHelpError as _NoArgsIsHelp
 except ImportError:  # pragma: no cover
-    _NoArgsIsHelp = ()
+    _NoArgsIsHelp = ()  # type: ignore[misc,assignment]
 
+from slurmtorch import __version__
 from slurmtorch.cli._common import ProgramCommand
 from slurmtorch.errors import SlurmtorchError
 
@@ -51,8 +53,6 @@ _VERBS = {
 
 def build_app(verbs=None) -> typer.Typer:
     """The `slurmtorch` command with the given verbs (all of them by default)."""
-    import importlib
-
     app = typer.Typer(
         name="slurmtorch",
         help="Launch PyTorch distributed training on Slurm and MPI clusters.",
@@ -83,8 +83,6 @@ def build_app(verbs=None) -> typer.Typer:
 
 def _print_version(value: bool) -> None:
     if value:
-        from slurmtorch import __version__
-
         print(f"slurmtorch {__version__}")
         raise typer.Exit(0)
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import typer
+
+from slurmtorch.errors import SiteError
+from slurmtorch.submit.inputs import file_problem
 
 app = typer.Typer(help="Inspect and validate site configs.", no_args_is_help=True, add_completion=False,
                   pretty_exceptions_show_locals=False, rich_markup_mode=None)
@@ -14,8 +18,7 @@ app = typer.Typer(help="Inspect and validate site configs.", no_args_is_help=Tru
 @app.command("list")
 def list_sites() -> int:
     """Every site on the search path: name, description, file."""
-    from slurmtorch.submit import sites
-    from slurmtorch.errors import SiteError
+    from slurmtorch.submit import sites  # lazy: `slurmtorch --help` builds every verb and must not import yaml
 
     for name, path in sorted(sites.available_sites().items()):
         try:
@@ -29,9 +32,9 @@ def list_sites() -> int:
 @app.command("show")
 def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
     """The merged, validated site, with each node type's network environment."""
-    import yaml
+    import yaml  # lazy: as in list_sites
 
-    from slurmtorch.submit import sites
+    from slurmtorch.submit import sites  # lazy: as in list_sites
 
     data = sites.site_as_dict(sites.load_site(name))
     sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
@@ -42,11 +45,7 @@ def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
 def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
     """Load and validate a site file; every problem found, each on its own `error:` line
     (with its `tip:`), then how many."""
-    from pathlib import Path
-
-    from slurmtorch.submit import sites
-    from slurmtorch.errors import SiteError
-    from slurmtorch.submit.inputs import file_problem
+    from slurmtorch.submit import sites  # lazy: as in list_sites
 
     p = Path(path)
     problem = file_problem(p)
@@ -68,7 +67,7 @@ def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
 @app.command("schema")
 def json_schema() -> int:
     """The JSON schema of site files."""
-    from slurmtorch.submit.sites import schema
+    from slurmtorch.submit.sites import schema  # lazy: as in list_sites (the schema table and its modules)
 
     print(json.dumps(schema.json_schema(), indent=2))
     return 0

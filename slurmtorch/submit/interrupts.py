@@ -24,6 +24,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from slurmtorch.errors import SlurmtorchError
 
@@ -40,14 +41,14 @@ class Interrupted(SlurmtorchError):
         self.exit_code = 128 + signum
 
 
-def _install(handler) -> dict[int, object]:
+def _install(handler) -> dict[int, Any]:
     """Our handler for each stop signal not ignored (nohup's SIGHUP stays ignored); the old ones."""
     if threading.current_thread() is not threading.main_thread():
         return {}
     return {s: signal.signal(s, handler) for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
 
 
-def _restore(old: dict[int, object]) -> None:
+def _restore(old: dict[int, Any]) -> None:
     for s, handler in old.items():
         signal.signal(s, handler)
 

@@ -9,10 +9,10 @@ option once (`cli._common.option`). Light on purpose: `slurmtorch --help` import
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from slurmtorch.errors import SpecError
-from slurmtorch.records import field, record
 
 
 def _flag(*flags: str, help: str | None = None, metavar: str | None = None, default: Any = None) -> Any:
@@ -20,7 +20,7 @@ def _flag(*flags: str, help: str | None = None, metavar: str | None = None, defa
     return field(default=default, metadata={"flags": flags, "help": help, "metavar": metavar})
 
 
-@record  # a frozen dataclass, made cheaply: every CLI start defines it (see `records`)
+@dataclass(frozen=True)
 class Options:
     """What the user asked for; None means "take the preset's, else the default"."""
 
@@ -129,8 +129,9 @@ class Options:
     def given(cls, values: Mapping[str, Any], **edge: Any) -> Options:
         """Options from what a front end was given: None (not given) keeps the default, a
         list becomes a tuple; `edge`, values the front end resolved itself, win."""
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in {**values, **edge}.items()
-                      if v is not None})
+        kept: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in {**values, **edge}.items()
+                                if v is not None}
+        return cls(**kept)
 
     def pick(self, preset: Mapping[str, Any], name: str, default: Any = None) -> Any:
         """The option `name`: as given, else the preset's, else `default`."""

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import traceback
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import jinja2
@@ -19,7 +20,6 @@ import jinja2
 from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
-from slurmtorch.records import record, replace
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
 from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS
 from slurmtorch.submit.jobfolder import ownership
@@ -50,7 +50,7 @@ ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
 
 
-@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
+@dataclass(frozen=True)
 class RoleStep:
     """One role's srun step of a role job, unquoted."""
 
@@ -62,7 +62,7 @@ class RoleStep:
     rank_argv: tuple[str, ...]
 
 
-@record
+@dataclass(frozen=True)
 class TrialCase:
     """One trial of a sweep, as the batch script's `case` sets it up, unquoted."""
 
@@ -80,7 +80,7 @@ INHERITED_WORLD = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
                    "TORCHELASTIC_RUN_ID", "CLUSTER_SPEC", "TF_CONFIG")
 
 
-@record
+@dataclass(frozen=True)
 class Launch:
     """The argv pieces of the launch line, unquoted (templates quote them)."""
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, replace
 
 from slurmtorch import __version__
 from slurmtorch import shell
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError
-from slurmtorch.records import record, replace
 from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node, resolve_target, role_layout,
                                           time_limit)
 from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
@@ -36,7 +36,7 @@ KINDS = ("sbatch", "mpirun")
 MAX_JOB_NAME = 1024  # slurmctld's limit for a job name
 
 
-@record  # a frozen dataclass, made cheaply: every dry run defines it (see `records`)
+@dataclass(frozen=True)
 class JobSpec:
     """A fully resolved job: rendering it needs nothing else."""
 

@@ -100,6 +100,25 @@ def test_site_env_var_selects_the_site(tmp_path, script):
     assert proc.returncode == 0 and "/ site hdr-ib /" in proc.stdout
 
 
+def test_the_same_site_file_in_two_folders_renders_each_folders_templates(tmp_path):
+    # Byte-identical site.yaml files, typed the same way, whose `templates: tpl` are different
+    # folders: each run renders its own folder's (a cache keyed on the path as typed once
+    # answered the second run with the first folder's site). XDG_CACHE_HOME keeps any such
+    # cache in this test's folder.
+    text = (resources.site_configs_dir() / "testbed.yaml").read_text() + "templates: tpl\n"
+    for name in ("a", "b"):
+        folder = tmp_path / name
+        (folder / "tpl").mkdir(parents=True)
+        (folder / "tpl" / "sbatch.sh.j2").write_text(f"#!/bin/sh\n# templates of {name}\n")
+        (folder / "site.yaml").write_text(text)
+        (folder / "x.py").write_text("print('hi')\n")
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for name in ("a", "b"):
+        proc = cli(["sbatch", "--site", "site.yaml", "--dry-run", "x.py"], tmp_path / name, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == f"#!/bin/sh\n# templates of {name}\n"
+
+
 def test_module_runs_with_dash_m(tmp_path):
     proc = cli(["sbatch", "--site", "testbed", "--dry-run", "-m", "pkg.train", "--", "x"], tmp_path)
     assert proc.returncode == 0, proc.stderr

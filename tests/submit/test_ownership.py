@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import render, sitecache
+from slurmtorch.submit import render
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder import ownership
 
@@ -178,10 +178,8 @@ def test_the_jobs_folder_is_checked_before_a_job_folder_is_written(base):
 def test_the_caches_are_not_used_from_a_folder_another_user_owns(base, monkeypatch):
     cache = folder(base / "cache", 0o755)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
-    monkeypatch.delenv("SLURMTORCH_NO_SITE_CACHE", raising=False)
-    assert sitecache.folder() == cache / "slurmtorch" / "sites"
+    assert ownership.cache_folder("templates") == cache / "slurmtorch" / "templates"
     os.chown(cache / "slurmtorch", OTHER, -1)
-    assert sitecache.folder() is None
     assert ownership.cache_folder("templates") is None
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import scheduler
@@ -55,7 +56,8 @@ class Watch:
                 return entry.status
             due = [k for k, e in self._jobs.items() if k[0] == key[0] and
                    (e.status is None or (not e.status.done and e.backoff.due(now)))]
-            fresh = scheduler.statuses([k[1] for k in due], root, **({"runner": runner} if runner else {}))
+            given: dict[str, Any] = {"runner": runner} if runner else {}
+            fresh = scheduler.statuses([k[1] for k in due], root, **given)
             for k in due:
                 e, new = self._jobs[k], fresh[k[1]]
                 e.backoff.called(now, e.status is None or new.state != e.status.state)

@@ -15,9 +15,10 @@ from typing import Any
 
 from slurmtorch import resources
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import sitecache
 from slurmtorch.submit.sites.model import NAME_RE, NAME_TIP, Site, valid_tip
 from slurmtorch.submit.inputs import file_problem
+from slurmtorch.submit.sites.rules import validate
+from slurmtorch.submit.sites.safe_yaml import Marked, deep_merge, read_yaml, where
 
 
 def search_path() -> list[Path]:
@@ -74,33 +75,17 @@ def available_sites() -> dict[str, Path]:
 
 
 def load_site(ref: str | os.PathLike) -> Site:
-    """Find, merge (`extends:`) and validate a site by name or path (or take it from the
-    cache of validated sites, `sitecache`, when none of that can have changed)."""
+    """Find, merge (`extends:`) and validate a site by name or path."""
     path = find_site(str(ref)) if not isinstance(ref, Path) else ref
-    site = sitecache.load(path, find_site)
-    if site is not None:
-        return site
-    # lazy: PyYAML and the schema (~10 ms) only for a site the cache cannot answer
-    from slurmtorch.submit.sites.rules import validate
-
-    files: list[tuple[str, str] | None] = []
-    names: list[tuple[str, Path]] = []
-    site = validate(_load_merged(path, chain=(), files=files, names=names), path)
-    sitecache.store(path, site, sitecache.depends(files, names))
-    return site
+    return validate(_load_merged(path, chain=()), path)
 
 
-def _load_merged(path: Path, chain: tuple[Path, ...], files: list, names: list):
-    """The site file at `path` merged over its `extends:` chain (a site_yaml.Marked), noting
-    each file read (its content's identity, taken before it is parsed) and where each extends name led."""
-    # lazy: as in load_site
-    from slurmtorch.submit.sites.safe_yaml import Marked, deep_merge, read_yaml, where
-
+def _load_merged(path: Path, chain: tuple[Path, ...]) -> Marked:
+    """The site file at `path` merged over its `extends:` chain."""
     real = path.resolve()
     if real in chain:
         cycle = " -> ".join(str(p) for p in (*chain, real))
         raise SiteError(f"{path}: extends cycle: {cycle}")
-    files.append(sitecache.identity(path))
     data = read_yaml(path)
     parent = data.get("extends")
     if parent is None:
@@ -117,8 +102,7 @@ def _load_merged(path: Path, chain: tuple[Path, ...], files: list, names: list):
             parent_path = find_site(parent)
         except SiteError as e:
             raise SiteError(f"{where(data, 'extends', path)}: extends: {e.message}", tip=e.tip) from None
-        names.append((parent, parent_path))
-    base = _load_merged(parent_path, chain=(*chain, real), files=files, names=names)
+    base = _load_merged(parent_path, chain=(*chain, real))
     base = Marked(base) if not isinstance(base, Marked) else base
     # A child's name/templates are its own; the rest is inherited.
     base.pop("name", None)

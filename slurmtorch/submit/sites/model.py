@@ -7,10 +7,10 @@ everything downstream reads these and never the YAML.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from slurmtorch.errors import SpecError
-from slurmtorch.records import record
 from slurmtorch.submit.sites.fabric import fabric_env
 
 LAUNCHERS = ("srun", "mpirun", "torchrun")
@@ -36,7 +36,7 @@ NAME_TIP = "names are letters, digits, '.', '_' and '-'"
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
-@record  # a frozen dataclass, made cheaply: every dry run defines these (see `records`)
+@dataclass(frozen=True)
 class NodeType:
     """What one node offers: GPUs, CPUs, memory and how it talks to its peers."""
 
@@ -72,7 +72,7 @@ class NodeType:
         return tuple(derived.items())
 
 
-@record
+@dataclass(frozen=True)
 class Partition:
     """A Slurm partition as the admin allows it to be used."""
 
@@ -89,7 +89,7 @@ class Partition:
     srun_args: tuple[str, ...] = ()
 
 
-@record
+@dataclass(frozen=True)
 class Container:
     """A container every rank runs in (submit/containers.py: how, per runtime)."""
 
@@ -106,7 +106,7 @@ class Container:
         return self.python or "python3"
 
 
-@record
+@dataclass(frozen=True)
 class Site:
     """A validated, merged site config."""
 

@@ -150,7 +150,7 @@ def json_schema() -> dict[str, Any]:
         elif isinstance(spec, tuple):
             out = {"enum": list(spec)}
         else:
-            out = {
+            out = {  # type: ignore[assignment]  # the kinds' schemas differ in shape
                 "str": {"type": "string"},
                 "int": {"type": "integer", "minimum": 0},
                 "bool": {"type": "boolean"},
