@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 # --------------------------------------------------------------------------- variables
@@ -68,11 +69,11 @@ def node_logs(node: int) -> tuple[str, str]:
     return f"node-{node}.out", f"node-{node}.err"
 
 
-def exit_note_name(rank: int) -> str:
+def exit_note_name(rank: int | str) -> str:  # "*": the glob of every rank's
     return f"rank-{rank}.exit"
 
 
-def heartbeat_name(rank: int) -> str:
+def heartbeat_name(rank: int | str) -> str:  # "*": the glob of every rank's
     return f"rank-{rank}"
 
 
@@ -189,7 +190,7 @@ START_RE = re.compile(r"^slurmtorch: start \d+ on .*$", re.MULTILINE)
 START_PREFIX = r"slurmtorch: start \d+ "  # where a rank's report ends, in a regex
 
 
-def start_line(start: int, nodes: list[str] | tuple[str, ...], after: str) -> str:
+def start_line(start: int, nodes: Sequence[str], after: str) -> str:
     return f"slurmtorch: start {start} on {','.join(nodes)}, after: {after}\n"
 
 

@@ -108,7 +108,7 @@ def _raise_stop(signum, frame) -> None:
 def stops_as_interrupts() -> Iterator[None]:
     """While open, TERM and HUP (unless ignored, as under nohup) raise `StopSignal` in the
     main thread, which a waiter's `except KeyboardInterrupt` answers as it answers Ctrl-C."""
-    old = {}
+    old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)
                if signal.getsignal(s) != signal.SIG_IGN}

@@ -374,7 +374,8 @@ class Watcher:
     """The batch node's watcher step while this supervisor runs (start_watcher)."""
 
     def __init__(self, args: Args, here: str):
-        self.args, self.here, self.proc = args, here, None
+        self.args, self.here = args, here
+        self.proc: subprocess.Popen | None = None
 
     def ensure(self, healthy: Sequence[str]) -> None:
         """Before each start: a watcher on one of the `healthy` nodes, unless one still runs."""
