@@ -9,7 +9,7 @@ import importlib
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "init", "RankInfo", "Distributor", "RemoteError", "on_preempt", "restart_count",
-           "checkpoint_dir"]
+           "checkpoint_dir", "run_id"]
 
 _LAZY = {
     "init": ("slurmtorch.bootstrap", "init"),
@@ -19,6 +19,7 @@ _LAZY = {
     "on_preempt": ("slurmtorch.bootstrap.preempt", "on_preempt"),
     "restart_count": ("slurmtorch.bootstrap.preempt", "restart_count"),
     "checkpoint_dir": ("slurmtorch.bootstrap.preempt", "checkpoint_dir"),
+    "run_id": ("slurmtorch.bootstrap.runid", "run_id"),
 }
 
 

@@ -34,6 +34,7 @@ ROLE = "SLURMTORCH_ROLE"
 ROLE_INDEX = "SLURMTORCH_ROLE_INDEX"
 SOURCE = "SLURMTORCH_SOURCE"  # where the world came from: mpi, slurm, env, roles, single
 OMITTED = "SLURMTORCH_OMITTED"  # contract maps left out as too large for one variable
+RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it (bootstrap.runid)
 
 # Set by the user for the ranks.
 TIMINGS = "SLURMTORCH_TIMINGS"  # DIR: each rank writes its start's phases to DIR/timings_name(R)
@@ -51,6 +52,7 @@ RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restar
 NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node prologue step
 HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
 CHECKPOINTS = "checkpoints"
+RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 
 
 def started_marker(start: int) -> str:

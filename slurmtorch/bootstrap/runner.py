@@ -16,7 +16,7 @@ import os
 import sys
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap import contracts, orphans
+from slurmtorch.bootstrap import contracts, orphans, runid
 from slurmtorch.bootstrap.exits import fail, finish, interrupted
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
 from slurmtorch.backends import timeout_problem
@@ -65,6 +65,8 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
         os.environ.pop(key, None)
     os.environ.update(contracts.slurm_task_env(info, os.environ))
     os.environ.update(thread_defaults(os.environ, info.local_world_size, cpus_available()))
+    # One run across restarts: SLURMTORCH_RUN_ID, and the trackers' resume variables where safe.
+    runid.apply(runid.run_env(runid.run_id(os.environ), info.rank, os.environ))
     install_patch_hook()
     if os.environ.get(protocol.HEARTBEAT_S):  # --hang-timeout: the supervisor watches for stopped ranks
         from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection

@@ -380,10 +380,14 @@ def test_sweep_runs_a_2x2_grid_of_two_node_jobs_as_one_array(testbed, tmp_path):
     job_id = proc.stdout.splitlines()[0]
     assert "job %s: 3 of 4 trials succeeded; failed: 3" % job_id in proc.stderr
     folder = home / "jobs" / job_id
+    token = (folder / "run-token").read_text().strip()
     grid = [("1e-3", "32"), ("1e-3", "64"), ("it's $x", "32"), ("it's $x", "64")]
     for trial, (lr, bs) in enumerate(grid):
         for rank in range(2):
             got = json.loads((folder / f"trial-{trial}" / f"rank-{rank}.out").read_text())
+            # Each trial is its own run (docs/users-guide.md#one-run-across-restarts), each rank its own wandb run.
+            assert got["run_id"] == f"{job_id}_{trial}-{token}"
+            assert got["wandb_id"] == got["run_id"] + ("-rank1" if rank else "")
             assert got["trial"] == got["spec_trial"] == got["array_task"] == str(trial)
             assert (got["rank"], got["world"]) == (str(rank), "2")
             assert got["params"] == {"lr": lr, "bs": bs}

@@ -2,10 +2,11 @@
 
 `$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holds `script.sh` (the
 exact submitted text), `job.json` (its layout: which launcher, how many nodes and ranks),
-`batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`) and, once the launch step
-ends, `exit-code`; while it runs, `.started-<restart>` says that srun's task 0 started.
-A job array (`--array`, `--sweep`) has one folder per array job holding `script.sh`,
-`job.json`, `trials.json` and a `trial-<K>/` folder per array task. The names are
+`run-token` (random: with the job id, the run id every start of the job exports,
+bootstrap.runid), `batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`) and, once
+the launch step ends, `exit-code`; while it runs, `.started-<restart>` says that srun's task 0
+started. A job array (`--array`, `--sweep`) has one folder per array job holding `script.sh`,
+`job.json`, `run-token`, `trials.json` and a `trial-<K>/` folder per array task. The names are
 `slurmtorch.protocol`'s. The batch script (templates/sbatch.sh.j2) writes the logs,
 `exit-code` and the marker; this module makes the folder and reads it back.
 
@@ -33,11 +34,12 @@ from pathlib import Path
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError, SubmitError
-from slurmtorch.protocol import (BATCH_OUT, EXIT_CODE, HEARTBEATS, JOB, NODE_PROLOGUE_ERR, RESTARTS, SCRIPT,
-                                 TRIALS)
+from slurmtorch.protocol import (BATCH_OUT, EXIT_CODE, HEARTBEATS, JOB, NODE_PROLOGUE_ERR, RESTARTS, RUN_TOKEN,
+                                 SCRIPT, TRIALS)
 from slurmtorch.submit.jobfolder import ownership
 
-__all__ = ["BATCH_OUT", "EXIT_CODE", "HEARTBEATS", "JOB", "NODE_PROLOGUE_ERR", "RESTARTS", "SCRIPT", "TRIALS"]
+__all__ = ["BATCH_OUT", "EXIT_CODE", "HEARTBEATS", "JOB", "NODE_PROLOGUE_ERR", "RESTARTS", "RUN_TOKEN", "SCRIPT",
+           "TRIALS"]
 
 
 # --------------------------------------------------------------------------- where
@@ -110,8 +112,14 @@ def _make_temp_folder(root: Path) -> Path:
         return path
 
 
+def run_token() -> str:
+    """What makes a job's run id unlike any other job's: the job id repeats (a cluster whose
+    state was reset counts from 1 again; two clusters count through the same numbers)."""
+    return os.urandom(4).hex()  # not `secrets`: as in _make_temp_folder
+
+
 def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | None = None) -> Path:
-    """A new job folder under a temporary name holding script.sh, job.json (`job`:
+    """A new job folder under a temporary name holding script.sh, run-token, job.json (`job`:
     spec.job_record) and, for an array job (`trials`: spec.trials_record), trials.json and
     trial-K/. A file system error becomes a SubmitError naming the path, and nothing made
     is left behind."""
@@ -122,6 +130,7 @@ def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | N
         raise folder_error(exc, root) from None
     try:
         write_new(tmp / SCRIPT, script)
+        write_new(tmp / RUN_TOKEN, run_token() + "\n")
         if job is not None:
             write_new(tmp / JOB, json.dumps(job, indent=1) + "\n")
         if trials is not None:
