@@ -280,8 +280,10 @@ def run_role_script(tmp_path, grace=None, **behaviour):
     (exit status, stderr, seconds, exit-code file)."""
     import time
 
+    # This machine has no ib0 (the testbed's fabric): the script finds MASTER_ADDR on lo here.
     spec = build_spec(sites.load_site("testbed"), golden_options(
-        "testbed", roles=ROLES, python=sys.executable, job_root=str(tmp_path / "jobs")))
+        "testbed", roles=ROLES, python=sys.executable, job_root=str(tmp_path / "jobs"),
+        env=("GLOO_SOCKET_IFNAME=lo", "NCCL_SOCKET_IFNAME==lo")))
     text = render.render_sbatch(spec)
     if grace is not None:
         assert "grace=30\n" in text
