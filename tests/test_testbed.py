@@ -39,8 +39,9 @@ def _leftovers() -> list[str]:
     left = _our_live_daemons()
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     left += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith("slurmtorch-node")]
-    if subprocess.run(["ip", "link", "show", "stbr0"], capture_output=True).returncode == 0:
-        left.append("bridge stbr0")
+    for bridge in ("stbr0", "stib0"):  # the management network's bridge and the fabric's
+        if subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0:
+            left.append(f"bridge {bridge}")
     if STATE.exists():
         left.append(f"state dir {STATE}")
     if LOCK.exists():
@@ -90,10 +91,14 @@ def test_slurmctld_listens_only_on_the_testbed_address(testbed):
 
 
 def test_srun_reaches_four_nodes_with_their_own_hostnames_and_addresses(testbed):
+    """Two networks per node: management (eth0, what the host name resolves to) and fabric (ib0)."""
     r = testbed.run(["srun", "-N4", "--ntasks-per-node=1", "sh", "-c",
-                     "echo $(hostname) $(ip -4 -o addr show eth0 | awk '{print $4}')"], timeout=60)
+                     "echo $(hostname) $(ip -4 -o addr show eth0 | awk '{print $4}')"
+                     " $(ip -4 -o addr show ib0 | awk '{print $4}') $(getent ahostsv4 $(hostname) | head -n 1)"],
+                    timeout=60)
     assert r.returncode == 0, r.stderr
-    assert sorted(r.stdout.split("\n")[:-1]) == [f"node{i} 198.18.0.{10 + i}/24" for i in range(1, 5)]
+    assert sorted(r.stdout.split("\n")[:-1]) == [
+        f"node{i} 198.18.0.{10 + i}/25 198.18.0.{138 + i}/25 198.18.0.{10 + i} STREAM node{i}" for i in range(1, 5)]
 
 
 def test_sbatch_four_node_job_agrees_on_gloo_all_reduce(testbed, has_torch, tmp_path, capsys):

@@ -95,22 +95,28 @@ def host_address(hostname: str) -> str:
                              tip="set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME to the interface to use") from None
 
 
+def site_address(env: Mapping[str, str], hostname: str, backend: str = "gloo") -> str | None:
+    """This host's IPv4 address on the interface the site chose (*_SOCKET_IFNAME), or None
+    without such a setting; a setting that names no interface with an address is an error."""
+    spec = ifname_spec(env, backend)
+    if not spec:
+        return None
+    available = [name for _, name in socket.if_nameindex()]
+    name = pick_interface(spec, available)
+    address = interface_address(name) if name else None
+    if not address:
+        raise BootstrapError(
+            f"no IPv4 address on the interface {spec!r} on {hostname} (interfaces: {', '.join(available)})",
+            tip="fix GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the site config for this node type",
+        )
+    return address
+
+
 def master_address(env: Mapping[str, str], hostname: str, backend: str = "gloo") -> str:
     """The address rank 0 publishes as MASTER_ADDR (called on rank 0 only)."""
     if env.get("MASTER_ADDR", "").strip():
         return env["MASTER_ADDR"].strip()
-    spec = ifname_spec(env, backend)
-    if spec:
-        available = [name for _, name in socket.if_nameindex()]
-        name = pick_interface(spec, available)
-        address = interface_address(name) if name else None
-        if not address:
-            raise BootstrapError(
-                f"no IPv4 address on the interface {spec!r} on {hostname} (interfaces: {', '.join(available)})",
-                tip="fix GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the site config for this node type",
-            )
-        return address
-    return host_address(hostname)
+    return site_address(env, hostname, backend) or host_address(hostname)
 
 
 def is_loopback(address: str) -> bool:

@@ -3,7 +3,12 @@ bootstrap's argv, and what goes on srun's line.
 
 - pyxis/enroot: srun itself starts the task in the image (`--container-image`,
   `--container-mounts`; https://github.com/NVIDIA/pyxis#usage); it passes the task's
-  environment in.
+  environment in, but where the image sets a variable too the image's value wins (NGC
+  images set LD_LIBRARY_PATH, NCCL_*): every variable the job's environment sets (the
+  fabric's, the site's, --env) is named with `--container-env`, which makes the host's value
+  win (pyxis's usage: "names of environment variables to override with the host
+  environment"), so that, say, the NCCL network plugin on the site's LD_LIBRARY_PATH reaches
+  NCCL instead of a silent fall back to TCP. Azure's NDv5 examples pass it the same way.
 - apptainer: `apptainer exec [--nv|--rocm] [--bind SRC[:DST]] IMAGE CMD` under srun
   (https://apptainer.org/docs/user/latest/gpu.html, .../bind_paths_and_mounts.html); the
   host environment passes in by default.
@@ -31,6 +36,12 @@ import os
 BATCH_EXPORTS = ("SLURM_*", "SLURMTORCH_*", "MASTER_ADDR", "MASTER_PORT")
 
 
+def job_env_names(spec) -> list[str]:
+    """The names the batch script exports from the job's environment (spec.env, then the path
+    compositions), each once, in order."""
+    return list(dict.fromkeys((*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths))))
+
+
 def mounts(spec, c) -> list[str]:
     """SRC:DST bind mounts of container `c`: the jobs folder and the script's folder (same path
     inside), then the site's; each once."""
@@ -52,7 +63,9 @@ def container_args(spec, c) -> tuple[list[str], list[str]]:
     binds = mounts(spec, c)
     gpus = bool(spec.gpus_per_node)
     if c.runtime == "pyxis":
-        return [], [f"--container-image={c.image}", f"--container-mounts={','.join(binds)}", *c.args]
+        names = job_env_names(spec)
+        keep = [f"--container-env={','.join(names)}"] if names else []
+        return [], [f"--container-image={c.image}", f"--container-mounts={','.join(binds)}", *keep, *c.args]
     if c.runtime == "apptainer":
         prefix = ["apptainer", "exec"]
         if gpus:
@@ -67,7 +80,7 @@ def container_args(spec, c) -> tuple[list[str], list[str]]:
             prefix.append("--gpu")
         for m in binds:
             prefix += ["-v", m]
-        for name in (*BATCH_EXPORTS, *(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)):
+        for name in (*BATCH_EXPORTS, *job_env_names(spec)):
             prefix += ["-e", name]
         return [*prefix, *c.args, c.image], []
     if c.runtime == "shifter":

@@ -21,7 +21,7 @@ from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
-from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS
+from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, pick_addr
 from slurmtorch.submit.jobfolder import ownership
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
@@ -222,14 +222,15 @@ def rendezvous_flags(spec: JobSpec, in_container: bool) -> tuple[bool, bool]:
     Nobody in the script when the site's environment fixes the value, or when the ranks
     find it themselves: MPI's rank 0 (mpirun, `--from mpi`), or the restart supervisor
     anew for each start. The address only on the site's interface (*_SOCKET_IFNAME, which
-    the script tests at run time); not for a role job (CLUSTER_SPEC names every role by
-    host name) nor in a container (no python of the submitting host on the nodes): the
-    ranks then meet at the first node's host name.
+    the script tests at run time; without one the ranks meet at the first node's host
+    name): on real clusters the host name resolves to the management network, the site's
+    interface is the fabric. Role jobs and containers too (a container job's script finds
+    it in bash: no python of the submitting host on the nodes).
     """
     fixed = {name for name, _ in spec.env}
     script = spec.kind == "sbatch" and spec.launcher in ("srun", "torchrun") and spec.max_restarts is None
     pick_port = script and "MASTER_PORT" not in fixed
-    pick_addr = script and not spec.roles and not in_container and "MASTER_ADDR" not in fixed
+    pick_addr = script and "MASTER_ADDR" not in fixed
     return pick_port, pick_addr
 
 
@@ -246,9 +247,11 @@ def _launch_plan(spec: JobSpec) -> Launch:
 
     if launcher == "torchrun":
         rank = [*container_prefix, *bootstrap_argv(spec, _FROM["torchrun"], container=spec.container)]
-        # torchrun runs `python -m torch.distributed.run ... -m slurmtorch.bootstrap`.
+        # torchrun (`python -m torch.distributed.run`, through the agent module that adds each
+        # node's --rdzv-conf is_host and --local-addr: see bootstrap/agent.py) runs
+        # `-m slurmtorch.bootstrap`.
         python, rest = rank[len(container_prefix)], rank[len(container_prefix) + 3:]
-        torchrun = [*container_prefix, python, "-m", "torch.distributed.run",
+        torchrun = [*container_prefix, python, "-m", "slurmtorch.bootstrap.agent", "--backend", spec.backend,
                     "--nnodes", str(spec.nodes), "--nproc-per-node", str(spec.ntasks_per_node),
                     "--rdzv-backend", "c10d"]
         rank_argv = torchrun_literal(["-m", "slurmtorch.bootstrap", *rest])
@@ -393,7 +396,8 @@ def render_template(name: str, spec: JobSpec) -> str:
     try:
         template = environment(spec.templates).get_template(name)
         return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD,
-                               pick_port_in_bash=PICK_PORT, reap_role_steps=REAP_ROLE_STEPS)
+                               pick_port_in_bash=PICK_PORT, pick_addr_in_bash=pick_addr(spec.backend),
+                               reap_role_steps=REAP_ROLE_STEPS)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:

@@ -130,7 +130,7 @@ def test_site_list_show_validate_schema(tmp_path):
     names = [ln.split("\t")[0] for ln in listed.stdout.splitlines()]
     assert {"testbed", "hdr-ib", "roce", "ethernet", "cloud"} <= set(names)
     shown = cli(["site", "show", "testbed"], tmp_path)
-    assert "NCCL_SOCKET_IFNAME: =eth0" in shown.stdout
+    assert "NCCL_SOCKET_IFNAME: =ib0" in shown.stdout
     ok = cli(["site", "validate", resources.site_configs_dir() / "cloud.yaml"], tmp_path)
     assert ok.returncode == 0 and ok.stderr.startswith("ok: ")
     schema = json.loads(cli(["site", "schema"], tmp_path).stdout)
@@ -574,7 +574,7 @@ def test_four_node_job_waits_streams_rank0_and_keeps_the_exact_script(testbed, h
     job_id, rank0 = proc.stdout.splitlines()[0], json.loads(proc.stdout.splitlines()[1])
     assert re.fullmatch(r"[0-9]+", job_id)
     assert rank0 == {"host": "node1", "rank": "0", "world": "4", "argv": ODD_ARGS, "x": "it's $HOME",
-                     "path": True, "ifname": "eth0"}
+                     "path": True, "ifname": "ib0"}
     assert "to stderr" in proc.stderr and f"job {job_id} COMPLETED (exit 0)" in proc.stderr
 
     folder = home / "jobs" / job_id
@@ -615,7 +615,7 @@ def test_job_survives_sbatch_export_none(testbed, home, probe):
 
 def test_a_launchers_variables_left_in_the_submitting_shell_do_not_reach_the_job(testbed, home, has_torch):
     """sbatch passes the shell's environment on: a local torchrun's leftovers must not win.
-    MASTER_ADDR is the first node's address on the site's interface (eth0), not its name."""
+    MASTER_ADDR is the first node's address on the site's interface (ib0, the fabric), not its name."""
     stale = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1", "RANK": "5", "WORLD_SIZE": "9", "LOCAL_RANK": "3",
              "NODE_RANK": "2", "TF_CONFIG": '{"task": {"type": "ps", "index": 7}}'}
     example = Path(__file__).resolve().parents[2] / "examples" / "probe.py"
@@ -625,7 +625,7 @@ def test_a_launchers_variables_left_in_the_submitting_shell_do_not_reach_the_job
     folder = home / "jobs" / proc.stdout.split()[0]
     lines = [ln for r in range(4) for ln in (folder / f"rank-{r}.out").read_text().splitlines()]
     head = next(ln.split(":")[0] for ln in lines if " RANK=0 " in f" {ln.split(': ', 1)[1]}")
-    address = f"198.18.0.{10 + int(head[len('node'):])}"  # scripts/testbed: nodeK is 198.18.0.1K
+    address = f"198.18.0.{138 + int(head[len('node'):])}"  # scripts/testbed: nodeK's ib0 is 198.18.0.(138+K)
     assert len(lines) == 4 and sorted(re.search(r"\bRANK=(\d+)", ln)[1] for ln in lines) == ["0", "1", "2", "3"]
     assert all(f"WORLD_SIZE=4 " in ln and f"MASTER_ADDR={address} " in ln and "all_reduce=10 " in ln
                for ln in lines), lines

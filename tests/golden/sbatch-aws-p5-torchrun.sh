@@ -44,8 +44,8 @@ export MASTER_PORT
 
 # MASTER_ADDR: this node's address on the interface the site chose for the node type
 # (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network. Without such a setting the ranks use this node's host name, as role jobs do
-# (their CLUSTER_SPEC names every role by host name).
+# network (the management network, where the site's interface is the fabric). Without such
+# a setting the ranks use this node's host name.
 if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
     if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend nccl); then
         printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
@@ -63,9 +63,12 @@ rm -f "$SLURMTORCH_STARTED"
 # Launch: one torchrun step; rank logs go to $SLURMTORCH_JOB_DIR.
 # torchrun's c10d rendezvous runs on this (the first) node, on the port taken above. Its
 # own logs go to the job folder (by default each node keeps a /tmp/torchelastic_* forever).
+# slurmtorch.bootstrap.agent runs torchrun with --rdzv-conf is_host=1 on this node (0 on the
+# others) and --local-addr on the site's interface: torch would decide both from the host
+# name, which may resolve to another network (pytorch#73656; JSC's torchrun_jsc does the same).
 head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=192 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err \
-    /opt/venv/bin/python -m torch.distributed.run --nnodes 1 --nproc-per-node 8 --rdzv-backend c10d --log-dir "$SLURMTORCH_JOB_DIR/torchelastic" \
+    /opt/venv/bin/python -m slurmtorch.bootstrap.agent --backend nccl --nnodes 1 --nproc-per-node 8 --rdzv-backend c10d --log-dir "$SLURMTORCH_JOB_DIR/torchelastic" \
     --rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
     -m slurmtorch.bootstrap --backend nccl --timeout 600 --from env /home/user/train.py --epochs 3
 rc=$?

@@ -44,8 +44,8 @@ export MASTER_PORT
 
 # MASTER_ADDR: this node's address on the interface the site chose for the node type
 # (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network. Without such a setting the ranks use this node's host name, as role jobs do
-# (their CLUSTER_SPEC names every role by host name).
+# network (the management network, where the site's interface is the fabric). Without such
+# a setting the ranks use this node's host name.
 if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
     if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend nccl); then
         printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"

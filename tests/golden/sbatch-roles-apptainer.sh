@@ -28,17 +28,16 @@ export SLURMTORCH_JOB_DIR
 
 # Environment (node type fabric, site, node type, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==eth0
-export GLOO_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==ib0
+export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
-export OMPI_MCA_btl_tcp_if_include=eth0
+export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Rank 0 runs on this node, the first of the allocation: take a port that no socket here
 # uses now (/proc/net/tcp*, in hex), at random below the kernel's ephemeral range. In bash:
 # the ranks' python is the image's, and nothing of the submitting host's runs in the job.
-# Each rank takes MASTER_ADDR from the job's first node's host name.
 read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$ephemeral" -gt 21000 ] || ephemeral=32768
 MASTER_PORT=
 for _ in $(seq 100); do
@@ -51,6 +50,27 @@ if [ -z "$MASTER_PORT" ]; then
     exit 1
 fi
 export MASTER_PORT
+
+# MASTER_ADDR: this node's address on the interface the site chose for the node type
+# (*_SOCKET_IFNAME), which the ranks' sockets use; the host name may resolve to another
+# network (the management network, where the site's interface is the fabric). In bash, as
+# the port: read with `ip` on this host. Without such a setting the ranks use the host name.
+ifnames=${GLOO_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME:-}}
+if [ -n "$ifnames" ] && [ "${ifnames#^}" = "$ifnames" ]; then
+    IFS=, read -ra names <<<"${ifnames#=}"
+    MASTER_ADDR=
+    for name in "${names[@]}"; do
+        read -r _ _ _ MASTER_ADDR _ < <(ip -4 -o addr show dev "$name" 2>/dev/null)
+        MASTER_ADDR=${MASTER_ADDR%/*}
+        [ -z "$MASTER_ADDR" ] || break
+    done
+    if [ -z "$MASTER_ADDR" ]; then
+        printf 'slurmtorch: error: no IPv4 address on the interface %s on %s (fix GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the site config for this node type)\n' "$ifnames" "$(hostname)" >&2
+        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+        exit 1
+    fi
+    export MASTER_ADDR
+fi
 
 # srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
 # bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.

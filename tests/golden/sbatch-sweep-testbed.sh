@@ -31,10 +31,10 @@ mkdir -p "$SLURMTORCH_JOB_DIR"
 
 # Environment (node type fabric, site, node type, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==eth0
-export GLOO_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==ib0
+export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
-export OMPI_MCA_btl_tcp_if_include=eth0
+export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -85,8 +85,8 @@ export MASTER_PORT
 
 # MASTER_ADDR: this node's address on the interface the site chose for the node type
 # (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network. Without such a setting the ranks use this node's host name, as role jobs do
-# (their CLUSTER_SPEC names every role by host name).
+# network (the management network, where the site's interface is the fabric). Without such
+# a setting the ranks use this node's host name.
 if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
     if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend gloo); then
         printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"

@@ -178,7 +178,7 @@ def test_the_bootstraps_exit_note_is_what_the_report_reads(tmp_path, monkeypatch
 # ------------------------------------------------------------------ one rank goes wrong on the testbed
 # One rank goes wrong on the 4-node testbed: the job ends fast and says who, where and why.
 #
-# Real ranks under `slurmtorch sbatch --wait` (srun --kill-on-bad-exit, gloo over eth0,
+# Real ranks under `slurmtorch sbatch --wait` (srun --kill-on-bad-exit, gloo over ib0,
 # `--timeout 20` for the process group). Rank 2 runs on node3. Each case runs once here;
 # benchmarks/faults.py repeats them and measures the time to end (RELIABILITY.md); these
 # tests assert no times. Every wait is bounded: a run that does not end fails the test
@@ -313,3 +313,48 @@ def test_a_step_that_never_launches_fails_the_job_and_says_so(testbed, has_torch
         for blocker in (testbed.state_dir / "nodes").glob(f"*/spool/stepd.slurm.pmix.{job_id}.0"):
             blocker.unlink(missing_ok=True)
 
+
+
+# torchrun's agent failing itself (its rendezvous), as node-1.err held it on the testbed with
+# a fabric the host name does not resolve to (torch 2.13; paths shortened).
+AGENT_ERR = """\
+[E1125 15:25:48.896282774 socket.cpp:1028] [c10d] The client socket has timed out after 60000ms while trying \
+to connect to (198.18.0.139, 24058).
+Exception raised from throwTimeoutError at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/socket.cpp:1030 \
+(most recent call first):
+<omitting python frames>
+
+Traceback (most recent call last):
+  File "/v/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 156, in _create_tcp_store
+    store = TCPStore(
+            ^^^^^^^^^
+torch.distributed.DistNetworkError: The client socket has timed out after 60000ms while trying to connect to \
+(198.18.0.139, 24058).
+
+The above exception was the direct cause of the following exception:
+
+Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "/v/torch/distributed/run.py", line 1032, in <module>
+    main()
+  File "/v/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 180, in _create_tcp_store
+    raise RendezvousConnectionError(
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. \
+See inner exception for details.
+"""
+
+
+def test_a_torchrun_agents_own_failure_is_shown_with_its_cause():
+    """Was `rank 1 on node2: exited with exit code 1 without reporting a cause`."""
+    got = parse_failures("srun: error: node2: task 1: Exited with exit code 1\n", {1: AGENT_ERR})
+    assert [f.line() for f in got] == [
+        "rank 1 on node2: torchrun's agent failed: RendezvousConnectionError: The connection to the C10d store "
+        "has failed (DistNetworkError: The client socket has timed out after 60000ms while trying to connect to "
+        "(198.18.0.139, 24058))"]
+    assert got[0].code == 1
+
+
+def test_a_plain_traceback_is_not_taken_for_torchruns_agent():
+    err = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: no\n"
+    got = parse_failures("srun: error: node2: task 1: Exited with exit code 1\n", {1: err})
+    assert got[0].cause == "exited with exit code 1 without reporting a cause"

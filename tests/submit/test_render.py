@@ -97,7 +97,7 @@ def test_a_submitting_shells_launcher_variables_are_unset_before_the_sites_expor
     text = render.render_sbatch(spec)
     unset = next(ln for ln in text.splitlines() if ln.startswith("unset "))
     assert {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TF_CONFIG"} <= set(unset.split())
-    assert text.index(unset) < text.index("export GLOO_SOCKET_IFNAME=eth0")
+    assert text.index(unset) < text.index("export GLOO_SOCKET_IFNAME=ib0")
     # Ranks started without MPI meet on the site's interface, found on the first node.
     assert ("-m slurmtorch.bootstrap.rendezvous" in text) is (launcher != "mpirun")
 
@@ -504,8 +504,8 @@ def test_an_interpreter_without_slurmtorch_is_named_as_such():
     (dict(launcher="torchrun"), (True, True)),
     (dict(launcher="mpirun"), (False, False)),  # MPI's rank 0 finds both itself
     (dict(max_restarts=2), (False, False)),  # the restart supervisor, anew for each start
-    (dict(roles=("master=1", "worker=1")), (True, False)),  # CLUSTER_SPEC names hosts by name
-    (dict(container_image="/img/x.sif"), (True, False)),  # no python of ours on the node
+    (dict(roles=("master=1", "worker=1")), (True, True)),  # on the site's interface too, not the host name's
+    (dict(container_image="/img/x.sif"), (True, True)),  # in bash: no python of ours on the node
 ])
 def test_who_picks_master_addr_and_port_is_decided_once_in_the_launch_plan(kw, picks):
     import dataclasses
@@ -515,7 +515,7 @@ def test_who_picks_master_addr_and_port_is_decided_once_in_the_launch_plan(kw, p
     assert (launch.pick_port, launch.pick_addr) == picks
     text = render.render_sbatch(spec)
     assert ("MASTER_PORT=$(" in text or "MASTER_PORT=$port" in text) == picks[0]
-    assert ("MASTER_ADDR=$(" in text) == picks[1]
+    assert ("export MASTER_ADDR" in text) == picks[1]
     fixed = dataclasses.replace(spec, env=(*spec.env, ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500")))
     assert render.rendezvous_flags(fixed, launch.in_container) == (False, False)  # the site's values stand
 

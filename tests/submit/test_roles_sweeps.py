@@ -280,8 +280,10 @@ def run_role_script(tmp_path, grace=None, **behaviour):
     (exit status, stderr, seconds, exit-code file)."""
     import time
 
+    # This machine has no ib0 (the testbed's fabric): the script finds MASTER_ADDR on lo here.
     spec = build_spec(sites.load_site("testbed"), golden_options(
-        "testbed", roles=ROLES, python=sys.executable, job_root=str(tmp_path / "jobs")))
+        "testbed", roles=ROLES, python=sys.executable, job_root=str(tmp_path / "jobs"),
+        env=("GLOO_SOCKET_IFNAME=lo", "NCCL_SOCKET_IFNAME==lo")))
     text = render.render_sbatch(spec)
     if grace is not None:
         assert "grace=30\n" in text
@@ -355,7 +357,10 @@ def test_role_job_gives_every_rank_the_cluster_and_only_training_ranks_all_reduc
     folder = home / "jobs" / job_id
     ranks = [json.loads((folder / f"rank-{r}.out").read_text()) for r in range(4)]
     port = int(ranks[0]["MASTER_PORT"])
-    cluster = {"master": [f"node1:{port}"], "worker": [f"node2:{port + 1}", f"node3:{port + 2}"],
+    # The master (rank 0, whose store the others reach) at node1's address on the site's
+    # interface (ib0, the testbed's fabric: node1's host name resolves to eth0); the others by name.
+    master = "198.18.0.139"
+    cluster = {"master": [f"{master}:{port}"], "worker": [f"node2:{port + 1}", f"node3:{port + 2}"],
                "ps": [f"node4:{port + 3}"]}
     for r, (rank, role, index) in enumerate([(0, "master", 0), (1, "worker", 0), (2, "worker", 1), (3, "ps", 0)]):
         got = ranks[r]
@@ -364,7 +369,7 @@ def test_role_job_gives_every_rank_the_cluster_and_only_training_ranks_all_reduc
         tf_role = "chief" if role == "master" else role
         assert got["tf_config"]["task"] == {"type": tf_role, "index": index}
         assert got["tf_config"]["cluster"]["chief"] == cluster["master"]
-        assert (got["MASTER_ADDR"], got["WORLD_SIZE"]) == ("node1", "3")
+        assert (got["MASTER_ADDR"], got["WORLD_SIZE"]) == (master, "3")
     for r in range(3):
         assert ranks[r]["in_group"] and ranks[r]["group_size"] == 3 and ranks[r]["all_reduce"] == 6
         assert ranks[r]["RANK"] == str(r)

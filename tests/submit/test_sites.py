@@ -51,12 +51,12 @@ def test_testbed_site_matches_the_local_cluster():
     assert (debug.name, debug.max_nodes, debug.max_time, debug.default) == ("debug", 4, "1-00:00:00", True)
     cpu = site.node_type(debug.node_type)
     assert (cpu.name, cpu.gpus, cpu.cpus, cpu.memory_gb, cpu.fabric, cpu.interfaces, cpu.rdma) == (
-        "cpu", 0, 4, 4, "ethernet", ("eth0",), False)
+        "cpu", 0, 4, 4, "ethernet", ("ib0",), False)  # the fabric's interface, named as IPoIB's
     env = dict(cpu.network_env())
     assert env["OMPI_MCA_btl"] == "self,sm,tcp"
-    assert env["OMPI_MCA_btl_tcp_if_include"] == "eth0"
+    assert env["OMPI_MCA_btl_tcp_if_include"] == "ib0"
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=eth0", "eth0")
+    assert (env["NCCL_SOCKET_IFNAME"], env["GLOO_SOCKET_IFNAME"]) == ("=ib0", "ib0")
 
 
 def test_testbed_site_agrees_with_scripts_testbed():
@@ -67,6 +67,9 @@ def test_testbed_site_agrees_with_scripts_testbed():
     assert re.search(r"PartitionName=debug .*Default=YES.*MaxTime=1-00:00:00", text)
     assert re.search(r"^CPUS_PER_NODE=4$", text, re.M)
     assert "198.18.0" in text
+    # The site's interface is the testbed's fabric, not the network the host names resolve to.
+    (ifname,) = sites.load_site("testbed").node_type("cpu").interfaces
+    assert re.search(rf"^FABRIC_IFNAME={ifname}$", text, re.M)
 
 
 def test_infiniband_rdma_names_exactly_its_hcas_for_nccl_and_ucx():

@@ -1,6 +1,6 @@
 """The bash of ours that a batch script runs on the job's first node, as text the template prints.
 
-Two small programs have to run there in bash, not in a python of ours: a container job's
+Three small programs have to run there in bash, not in a python of ours: a container job's
 nodes need not have the submitting host's python, and a role job's steps are children of
 the batch shell. They live here rather than inside the template, which then reads as the
 script (a flag decides whether each is printed); tests run them in a real bash.
@@ -14,7 +14,6 @@ PICK_PORT = """\
 # Rank 0 runs on this node, the first of the allocation: take a port that no socket here
 # uses now (/proc/net/tcp*, in hex), at random below the kernel's ephemeral range. In bash:
 # the ranks' python is the image's, and nothing of the submitting host's runs in the job.
-# Each rank takes MASTER_ADDR from the job's first node's host name.
 read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$ephemeral" -gt 21000 ] || ephemeral=32768
 MASTER_PORT=
 for _ in $(seq 100); do
@@ -27,6 +26,37 @@ if [ -z "$MASTER_PORT" ]; then
     exit 1
 fi
 export MASTER_PORT"""
+
+
+def pick_addr(backend: str) -> str:
+    """MASTER_ADDR for a job whose ranks run in a container, as text for the batch script:
+    this node's IPv4 address on the interface the site chose (*_SOCKET_IFNAME; the backend's
+    own variable first, as rendezvous.ifname_spec), read with iproute2's `ip` on the host.
+    Covers what fabric_env writes (comma-separated exact names, NCCL's leading `=`); NCCL's
+    prefix matching and `^` exclusions are left to the ranks' host name."""
+    first, second = ("NCCL", "GLOO") if backend == "nccl" else ("GLOO", "NCCL")
+    return f"""\
+# MASTER_ADDR: this node's address on the interface the site chose for the node type
+# (*_SOCKET_IFNAME), which the ranks' sockets use; the host name may resolve to another
+# network (the management network, where the site's interface is the fabric). In bash, as
+# the port: read with `ip` on this host. Without such a setting the ranks use the host name.
+ifnames=${{{first}_SOCKET_IFNAME:-${{{second}_SOCKET_IFNAME:-}}}}
+if [ -n "$ifnames" ] && [ "${{ifnames#^}}" = "$ifnames" ]; then
+    IFS=, read -ra names <<<"${{ifnames#=}}"
+    MASTER_ADDR=
+    for name in "${{names[@]}}"; do
+        read -r _ _ _ MASTER_ADDR _ < <(ip -4 -o addr show dev "$name" 2>/dev/null)
+        MASTER_ADDR=${{MASTER_ADDR%/*}}
+        [ -z "$MASTER_ADDR" ] || break
+    done
+    if [ -z "$MASTER_ADDR" ]; then
+        printf 'slurmtorch: error: no IPv4 address on the interface %s on %s (fix GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the site config for this node type)\\n' "$ifnames" "$(hostname)" >&2
+        printf '%s\\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+        exit 1
+    fi
+    export MASTER_ADDR
+fi"""
+
 
 # After a role job's steps started in the background (each `role[$!]=NAME`, and
 # `training[$!]=1` for a training role's), wait for them; `$?` is then the job's code.

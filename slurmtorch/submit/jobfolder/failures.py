@@ -38,6 +38,8 @@ _REFUSED_RE = re.compile(r"^srun: error: (?:Unable to create step for job \S+|Ap
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
+# A torchrun node's log (node-N.err) whose traceback passed through torchrun's agent itself.
+_AGENT_FRAME_RE = re.compile(r"torch[/.]distributed[/.](run\.py|elastic[/.])")
 _NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
                  "the image, or set the site's container.python to an interpreter that has it)")
@@ -205,7 +207,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
             failures[rank] = RankFailure(rank, "", f"never started: the step failed to launch ({why}); "
                                          "the slurmd log of the node says why", True)
     for rank, (host, what) in srun.items():
-        said = None if rank in failures else _launcher_said(rank, host, what)
+        said = None if rank in failures else _launcher_said(rank, host, what, rank_errs.get(rank, ""))
         if said is not None:
             failures[rank] = said
     for rank, text in rank_errs.items():  # an interpreter (a container image's) without slurmtorch
@@ -243,12 +245,14 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     return sorted(failures.values(), key=lambda f: (not f.primary, f.rank))
 
 
-def _launcher_said(rank: int, host: str, what: str) -> RankFailure | None:
+def _launcher_said(rank: int, host: str, what: str, err: str = "") -> RankFailure | None:
     """A rank that reported nothing, as its launcher saw it end (srun's words; mpirun's
     put in them by mpirun_ends); None for an end the launcher caused (it stopped the rank)."""
     code = srun_exit_code(what)
     if what == "Killed":
         return RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True, code)
+    if what.startswith("Exited with exit code") and agent_error(err):  # torchrun's agent, not a rank
+        return RankFailure(rank, host, agent_error(err), True, code)
     if what.startswith("Exited with exit code"):
         return RankFailure(rank, host, f"{what.lower()} without reporting a cause", True, code)
     if what == EXITED_EARLY:
@@ -261,6 +265,42 @@ def _launcher_said(rank: int, host: str, what: str) -> RankFailure | None:
     if what.startswith("Unable to") or "node" in what.lower():
         return RankFailure(rank, host, what, True)
     return None
+
+
+def exception_lines(text: str) -> list[str]:
+    """The exception line that ends each traceback in a log, in order (a chained exception's
+    cause comes before the exception it caused)."""
+    found, in_traceback = [], False
+    for line in text.splitlines():
+        if line.startswith("Traceback (most recent call last):"):
+            in_traceback = True
+        elif in_traceback and line.strip() and not line[0].isspace():
+            found.append(line.strip())
+            in_traceback = False
+    return found
+
+
+def agent_error(text: str) -> str | None:
+    """What torchrun's agent said when it failed itself (its rendezvous, say), from a torchrun
+    node's log, in one line: its exception without the module path, and, where that only
+    points to its cause ("See inner exception"), the cause. None when no traceback there came
+    through torchrun's own code (a worker's report is read as a rank's)."""
+    if not _AGENT_FRAME_RE.search(text):
+        return None
+    raised = [_short_name(line) for line in exception_lines(text)]
+    if not raised:
+        return None
+    cause = raised[-1]
+    if len(raised) > 1 and "inner exception" in cause:
+        cause = f"{cause.split(' See inner exception', 1)[0].rstrip('.')} ({raised[-2].rstrip('.')})"
+    cause = f"torchrun's agent failed: {cause}"
+    return cause if len(cause) <= 300 else cause[:297] + "..."
+
+
+def _short_name(line: str) -> str:
+    """`torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: ...` without the module."""
+    m = _EXC_LINE_RE.match(line)
+    return line[len(m["name"]) - len(m["name"].rpartition(".")[2]):] if m else line
 
 
 def _own_code(srun_line: tuple[str, str] | None) -> int:

@@ -1,0 +1,97 @@
+"""Where a rendered job's ranks meet when the host name resolves to another network than the
+site's interface (the management network vs the fabric, as on real clusters): the parts of
+the batch script no testbed can run here (containers, pyxis), read back through a real bash.
+The testbed runs the others (tests/test_fabric_network.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurmtorch import resources
+from slurmtorch.submit import render
+from slurmtorch.submit import sites
+from slurmtorch.submit.batchnode.batchbash import pick_addr
+from slurmtorch.submit.spec import build_spec
+
+from test_render import golden_options
+
+RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter")
+
+
+def container_site(tmp_path: Path, runtime: str, base: str = "testbed") -> Path:
+    text = (resources.site_configs_dir() / f"{base}.yaml").read_text()
+    p = tmp_path / f"{base}-{runtime}.yaml"
+    p.write_text(text + f"container: {{runtime: {runtime}, image: 'registry.example/pt:1'}}\n")
+    return p
+
+
+def address_block(script: str) -> str:
+    """The batch script's MASTER_ADDR picker for a container job, as rendered."""
+    start = script.index("ifnames=")
+    return script[start:script.index("    export MASTER_ADDR\nfi\n", start) + len("    export MASTER_ADDR\nfi\n")]
+
+
+def run_block(block: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", block + '\n' + 'printf "%s\\n" "$(printenv MASTER_ADDR)"'], capture_output=True,
+                          text=True, timeout=30, env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": str(tmp_path),
+                                                      **env})
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("kind", ["srun", "torchrun", "roles"])
+def test_a_container_jobs_script_takes_master_addr_from_the_sites_interface(tmp_path, runtime, kind):
+    """Red before the fix: a container job (and any role job) left MASTER_ADDR unset, and the
+    ranks met at the first node's host name, whatever `interfaces:` said."""
+    kw = dict(roles=("master=1", "worker=1")) if kind == "roles" else dict(launcher=kind)
+    spec = build_spec(sites.load_site(container_site(tmp_path, runtime)), golden_options("testbed", **kw))
+    script = render.render_sbatch(spec)
+    block = address_block(script)
+    assert "slurmtorch.bootstrap.rendezvous" not in script  # no python of the submitting host on the nodes
+    assert script.index(block) < script.index("\nsrun ")  # exported before any rank starts
+    # Read back through bash, on this machine's own loopback interface.
+    for ifname in ("lo", "nosuch0,lo", "=lo"):
+        proc = run_block(block, tmp_path, GLOO_SOCKET_IFNAME=ifname)
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "127.0.0.1\n", ""), ifname
+    proc = run_block(block, tmp_path)  # no interface named: the ranks use the host name
+    assert (proc.returncode, proc.stdout) == (0, "\n")
+
+
+def test_the_container_address_picker_refuses_an_interface_without_an_address(tmp_path):
+    proc = run_block(pick_addr("gloo"), tmp_path, GLOO_SOCKET_IFNAME="nosuch0")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("slurmtorch: error: no IPv4 address on the interface nosuch0 on ")
+    assert (tmp_path / "exit-code").read_text() == "1\n"
+
+
+def test_the_container_address_picker_reads_the_backends_own_variable_first(tmp_path):
+    both = dict(GLOO_SOCKET_IFNAME="nosuch0", NCCL_SOCKET_IFNAME="=lo")
+    assert run_block(pick_addr("nccl"), tmp_path, **both).stdout == "127.0.0.1\n"
+    assert run_block(pick_addr("gloo"), tmp_path, **both).returncode == 1
+
+
+def srun_words(script: str) -> list[str]:
+    """The first srun line's words, as bash splits them."""
+    start = script.index("\nsrun ") + 1
+    end = script.index("\n", start)
+    while script[end - 1] == "\\":
+        end = script.index("\n", end + 1)
+    line = script[start:end].replace("srun ", "printf '%s\\n' ", 1)
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30, check=True).stdout
+    return out.splitlines()
+
+
+@pytest.mark.parametrize("base", ["aws-p5", "gcp-a3u-a4", "slingshot-nvidia"])
+def test_pyxis_keeps_the_sites_environment_over_the_images(tmp_path, base):
+    """pyxis sets the host's environment after the image's, whose values win: an NGC image's
+    LD_LIBRARY_PATH hid the site's NCCL network plugin, and NCCL fell back to TCP. Red before
+    the fix: no --container-env on the srun line."""
+    spec = build_spec(sites.load_site(container_site(tmp_path, "pyxis", base)), golden_options(base, account="m1234"))
+    words = srun_words(render.render_sbatch(spec))
+    kept = [w.split("=", 1)[1].split(",") for w in words if w.startswith("--container-env=")]
+    assert len(kept) == 1, words
+    assert set(kept[0]) == {n for n, _ in spec.env} | {n for n, _, _ in spec.env_paths}
+    assert "LD_LIBRARY_PATH" in kept[0] and any(n.startswith(("NCCL_", "FI_")) for n in kept[0])
