@@ -245,6 +245,14 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
     STATE.backend = chosen
     dist.init_process_group(**kwargs)  # the wrapper releases the port once the store has it
     STATE.group_ours = True
+    if chosen == "gloo" and info.world_size > 1:
+        # Every rank's gloo pairs are up before any rank runs its script. init_process_group
+        # returns on a rank once its own pairs are connected; a script that ends at once (a
+        # probe, a failed argument check) then closed them while a slower peer was still
+        # connecting its own, and that peer's init failed with `Connection closed by peer`
+        # (testbed: about 1 run in 3 of a 3-node job of a trivial script). NCCL connects
+        # lazily and MPI_Init is collective: neither has that window.
+        dist.barrier()
     return chosen
 
 
