@@ -33,6 +33,11 @@ _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def is_timeout(cause: str) -> bool:
+    """Whether a rank's cause is a timed-out wait (the process group's --timeout)."""
+    return bool(_TIMEOUT_RE.search(cause))
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
 _NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
