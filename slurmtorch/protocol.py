@@ -39,6 +39,7 @@ RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it 
 # Set by the user for the ranks.
 TIMINGS = "SLURMTORCH_TIMINGS"  # DIR: each rank writes its start's phases to DIR/timings_name(R)
 CHECKPOINT_DIR = "SLURMTORCH_CHECKPOINT_DIR"  # checkpoints outside a job folder
+NO_STACKS = "SLURMTORCH_NO_STACKS"  # 1: no stacks handler (a script that handles STACKS_SIGNAL itself)
 
 
 # --------------------------------------------------------------------------- the job folder's files
@@ -53,6 +54,8 @@ NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node p
 HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
 CHECKPOINTS = "checkpoints"
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
+STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
+FLIGHT = "flight"  # NCCL jobs: torch's flight recorder dumps, flight_prefix + rank
 
 
 def started_marker(start: int) -> str:
@@ -182,6 +185,121 @@ def parse_beat(text: str) -> Beat | None:
         return Beat(float(parts[0]), float(parts[1]), parts[2], int(parts[3]), parts[4])
     except ValueError:
         return None
+
+
+# --------------------------------------------------------------------------- a rank's stacks
+# Every rank in a job folder installs bootstrap.stacks: on STACKS_SIGNAL it writes the Python
+# stack of each of its threads to STACKS/stacks_name(R) (stacks_header, then faulthandler's
+# text), and holds STACKS/alive_name(R) locked (lockf) while its process lives, so a reader
+# tells a dead rank (no process: the lock is free) from one that does not answer.
+# `slurmtorch stacks` and the restart supervisor ask (submit.stackrequest); submit.stacks groups.
+
+# Ignored by default: a process without our handler (the batch shell, srun, torchrun's agent, a
+# rank still importing torch) is untouched by it, so `scancel --full` may send it to them all.
+# Not a preemption signal (submit.preemption refuses it there).
+STACKS_SIGNAL = "WINCH"
+SUMMARY = "summary.txt"  # in STACKS: the grouped stacks the supervisor said when a rank hung
+
+
+def stacks_name(rank: int | str) -> str:  # "*": the glob of every rank's
+    return f"rank-{rank}.txt"
+
+
+def end_stacks_name(rank: int | str) -> str:  # "*": the glob of every rank's
+    """Where a rank's stacks go as it ends: SIGTERM (srun ending the step), or its own
+    failure because a peer hung (the exception's stack)."""
+    return f"rank-{rank}.end.txt"
+
+
+def alive_name(rank: int | str) -> str:  # "*": the glob of every rank's
+    return f"rank-{rank}.alive"
+
+
+def alive_line(host: str, pid: int) -> str:
+    return f"{host} {pid}\n"
+
+
+def parse_alive(text: str) -> tuple[str, int] | None:
+    """(host, pid) from an alive file, or None."""
+    parts = text.split()
+    return (parts[0], int(parts[1])) if len(parts) == 2 and parts[1].isdigit() else None
+
+
+def summary_text(start: int, lines: list[str]) -> str:
+    """STACKS/SUMMARY: which start of the step hung, then the grouped lines."""
+    return f"start {start}\n" + "".join(f"{line}\n" for line in lines)
+
+
+def parse_summary(text: str) -> tuple[int, list[str]] | None:
+    head, _, rest = text.partition("\n")
+    if not head.startswith("start ") or not head[6:].isdigit():
+        return None
+    return int(head[6:]), [line for line in rest.splitlines() if line]
+
+
+def flight_prefix(folder: str) -> str:
+    """TORCH_FR_DUMP_TEMP_FILE for a job folder: torch appends the rank (FLIGHT/rank-R)."""
+    return f"{folder.rstrip('/')}/{FLIGHT}/rank-"
+
+
+_STACKS_HEADER_RE = re.compile(r"^slurmtorch stacks: rank (?P<rank>\d+) on (?P<host>\S+) pid (?P<pid>\d+) "
+                               r"main (?P<main>0x[0-9a-f]+)$")
+_THREAD_RE = re.compile(r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-f]+)")
+_FRAME_RE = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?{3}) in (?P<function>\S+)')
+
+
+def stacks_header(rank: int, host: str, pid: int, main: int) -> str:
+    """The line before faulthandler's text; `main` is the main thread's ident, as
+    faulthandler prints thread ids."""
+    return f"slurmtorch stacks: rank {rank} on {host} pid {pid} main 0x{main:016x}\n"
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int  # 0 where faulthandler could not tell
+    function: str
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    ident: int
+    current: bool  # the thread that ran the handler
+    frames: tuple  # of Frame, innermost first (faulthandler's "most recent call first")
+
+
+@dataclass(frozen=True)
+class RankStacks:
+    rank: int
+    host: str
+    pid: int
+    main: int
+    threads: tuple  # of ThreadStack
+
+    def main_thread(self) -> ThreadStack | None:
+        return next((t for t in self.threads if t.ident == self.main), self.threads[0] if self.threads else None)
+
+
+def parse_stacks(text: str) -> RankStacks | None:
+    """A stacks file (stacks_header, then faulthandler's dump of every thread; of several
+    dumps, the last), or None for anything else (an empty or foreign file)."""
+    lines = text.splitlines()
+    m = _STACKS_HEADER_RE.match(lines[0]) if lines else None
+    if not m:
+        return None
+    threads: list[ThreadStack] = []
+    for line in lines[1:]:
+        t, f = _THREAD_RE.match(line), _FRAME_RE.match(line)
+        if t:
+            ident = int(t["ident"], 16)
+            if any(seen.ident == ident for seen in threads):
+                threads = []  # a thread seen already: a later dump follows (two requests in a row)
+            threads.append(ThreadStack(ident, t["current"] != "Thread", ()))
+        elif f and threads:
+            frame = Frame(f["file"], int(f["line"]) if f["line"].isdigit() else 0, f["function"])
+            last = threads[-1]
+            threads[-1] = ThreadStack(last.ident, last.current, last.frames + (frame,))
+    return RankStacks(int(m["rank"]), m["host"], int(m["pid"]), int(m["main"], 16), tuple(threads))
 
 
 # --------------------------------------------------------------------------- the restart line

@@ -23,7 +23,7 @@ import sys
 import time
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap import orphans
+from slurmtorch.bootstrap import orphans, stacks
 from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.bootstrap.state import STATE
 
@@ -51,6 +51,7 @@ def fail(code: int, text: str) -> None:
     from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms off a non-MPI rank's start; needed at its end only
 
     if info is not None and info.world_size > 1 and protocol.is_consequence(text):
+        stacks.write_end(sys.exc_info()[2])  # where it waited, for the report beside the hung rank's
         time.sleep(CONSEQUENCE_GRACE_S)
     orphans.end()
 

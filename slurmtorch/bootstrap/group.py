@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from slurmtorch.bootstrap import contracts, rendezvous
+from slurmtorch.bootstrap import contracts, flightrecorder, rendezvous
 from slurmtorch.bootstrap.device import (backend_names, bound_per_rank, choose_backend, missing_backend,
                                          rank_device, visible_devices_var)
 from slurmtorch.bootstrap.rankinfo import RankInfo
@@ -155,10 +155,12 @@ def _wrap_init(dist_module) -> None:
             STATE.timeout = call["timeout"].total_seconds()
             STATE.backend = str(call["backend"])
             STATE.kept_store = store
+            flightrecorder.enable(STATE.backend)
             return original(**call)
         if call.get("timeout") is None and ours is not None:
             call["timeout"] = ours
         _wait_for_store(call, info)
+        flightrecorder.enable(str(call.get("backend") or ""))
         try:
             return original(**call)
         finally:
@@ -243,6 +245,7 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
     if chosen != "mpi":  # the MPI backend takes rank and size from MPI_COMM_WORLD
         kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
     STATE.backend = chosen
+    flightrecorder.enable(chosen)
     dist.init_process_group(**kwargs)  # the wrapper releases the port once the store has it
     STATE.group_ours = True
     if chosen == "gloo" and info.world_size > 1:

@@ -16,7 +16,7 @@ import os
 import sys
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap import contracts, orphans, runid
+from slurmtorch.bootstrap import contracts, orphans, runid, stacks
 from slurmtorch.bootstrap.exits import fail, finish, interrupted
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
 from slurmtorch.backends import timeout_problem
@@ -72,6 +72,7 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
         from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
 
         heartbeat.start(info.rank, info.hostname)
+    stacks.install(info.rank, info.hostname or os.uname().nodename)  # `slurmtorch stacks` asks; ~0.2 ms
     if process_group:
         init_group(info, backend, timeout)
         timings.mark("init_process_group")

@@ -1,4 +1,4 @@
-"""`slurmtorch status|logs|cancel`: follow jobs without an accounting DB."""
+"""`slurmtorch status|logs|cancel|stacks`: follow jobs without an accounting DB."""
 
 from __future__ import annotations
 
@@ -9,13 +9,15 @@ from typing import List, Optional
 
 import typer
 
+from slurmtorch import protocol
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit import scheduler
-from slurmtorch.submit.follow import waiting
+from slurmtorch.submit.follow import stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus
-from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
 from slurmtorch.submit.follow.tail import Tail, visible
+from slurmtorch.submit.jobfolder import flightdump, jobdir
+from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
+from slurmtorch.submit.jobfolder.stacks import detail_lines, summary_lines
 
 # `status` without ids: the jobs the controller still knows, then this many more from folders.
 RECENT = 10
@@ -200,3 +202,39 @@ def cancel(job_ids: List[str] = typer.Argument(..., metavar="JOBID...", show_def
             continue
         print(f"job {j} cancelled (it was {before.state.lower()})", file=sys.stderr)
     return 1 if failed else 0
+
+
+def stacks(
+    job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="a running job (JOBID_K: a trial)"),
+    all_threads: bool = typer.Option(False, "--all-threads", help="every thread's stack, not only the main one's"),
+    wait_s: float = typer.Option(stackrequest.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
+) -> int:
+    """Print where every rank of a running job stands: ranks on the same stack together, the
+    odd ones out first, then each group's stack (and torch's NCCL flight recorder, if it dumped).
+
+    Each rank writes its threads' Python stacks to the job folder's stacks/ on a signal
+    (scancel --signal=28, SIGWINCH), without a debugger; a rank whose process is gone is named dead.
+    """
+    base, _, trial = job_id.partition("_")
+    jobdir.check_job_id(base)
+    folder = jobdir.trial_dir(base, int(trial)) if trial.isdigit() else jobdir.job_dir(job_id)
+    job = jobdir.read_job(folder)
+    if not folder.is_dir() or not job:
+        raise SubmitError(f"no job folder with a job.json at {folder}",
+                          tip="was the job submitted by slurmtorch (0.x or later) with this SLURMTORCH_HOME?")
+    got, silent = stackrequest.ask(folder, int(job["ntasks"]), lambda: scheduler.signal_stacks(job_id, job.get("launcher") == "mpirun"), wait_s)
+    lines = summary_lines(got, silent)
+    for line in lines:
+        print(visible(line))
+    details = detail_lines(got, all_threads)
+    if details:
+        print()
+        for line in details:
+            print(visible(line))
+    flight = flightdump.summary_lines(flightdump.load_folder(folder), int(job["ntasks"]))
+    if flight:
+        print()
+        for line in flight:
+            print(visible(line))
+    print(f"(the ranks' own files: {folder / protocol.STACKS})", file=sys.stderr)
+    return 0 if got else 1

@@ -46,6 +46,7 @@ _VERBS = {
     "status": ("jobs", "status", False),
     "logs": ("jobs", "logs", False),
     "cancel": ("jobs", "cancel", False),
+    "stacks": ("jobs", "stacks", False),
     "doctor": ("doctor", "doctor", False),
     "site": ("site", "app", False),
 }

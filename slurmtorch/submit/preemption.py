@@ -63,6 +63,8 @@ def parse_signal(text: str, what: str = "--signal") -> str:
     if sig == "TERM":
         raise SpecError(f"{what} {text!r}: scancel sends TERM too, so cancelling the job would requeue it",
                         tip="use --signal USR1@SECONDS (or USR2) for preemption warnings")
+    if sig == protocol.STACKS_SIGNAL:
+        raise SpecError(f"{what} {text!r}: {sig} is how `slurmtorch stacks` asks the ranks for their stacks", tip=tip)
     if sig not in PREEMPT_SIGNALS:
         raise SpecError(f"{what} {text!r}: {sig} cannot be used for preemption", tip=tip)
     if when is not None and int(when) > 65535:

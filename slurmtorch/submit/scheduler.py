@@ -16,6 +16,7 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from slurmtorch import protocol
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.interrupts import Forwarding, Interrupted, deferred, on_lasting_thread
@@ -367,8 +369,8 @@ def _me() -> str:
         return str(os.getuid())
 
 
-def cancel(job_id: str, *, runner: Runner = run) -> JobStatus:
-    """scancel a job of this user's that is still queued or running; its status before.
+def _live_job(job_id: str, runner: Runner, what: str) -> JobStatus:
+    """The status of a job of this user's that is still queued or running; else SubmitError.
 
     scancel (22.05) exits 0 and says nothing for an unknown job id, so the job is looked up
     first: unknown, someone else's, or already ended is an error naming which.
@@ -382,10 +384,38 @@ def cancel(job_id: str, *, runner: Runner = run) -> JobStatus:
     me = _me()
     if row.user and row.user != me:
         raise SubmitError(f"job {job_id} belongs to {row.user}, not to {me}",
-                          tip="only its owner (or an operator, with scancel) can cancel it")
+                          tip=f"only its owner (or an operator, with scancel) can {what} it")
     status = row.status()
     if status.done:
-        raise SubmitError(f"job {job_id} has already ended ({status.state}); nothing to cancel",
+        raise SubmitError(f"job {job_id} has already ended ({status.state}); nothing to {what}",
                           tip=f"slurmtorch status {job_id}")
+    return status
+
+
+def cancel(job_id: str, *, runner: Runner = run) -> JobStatus:
+    """scancel a job of this user's that is still queued or running; its status before."""
+    status = _live_job(job_id, runner, "cancel")
     runner(["scancel", str(job_id)])
     return status
+
+
+def signal_stacks(job_id: str, batch_step: bool = False, *, runner: Runner = run) -> None:
+    """Ask a running job's ranks for their stacks (`send_stacks_signal`); `batch_step` also
+    signals the batch step, where a launcher such as mpirun runs the first node's ranks."""
+    status = _live_job(job_id, runner, "ask")
+    if status.state != "RUNNING":
+        raise SubmitError(f"job {job_id} is {status.state.lower()}, not running: no rank to ask",
+                          tip=f"slurmtorch status {job_id}")
+    send_stacks_signal(job_id, batch_step, runner)
+
+
+def send_stacks_signal(job_id: str, batch_step: bool = False, runner: Runner = run) -> None:
+    """`scancel --signal=28 JOBID`: every task of every step (and with `batch_step`, every
+    process of the batch step: `--batch`; Slurm 22.05's `--full` reached the batch step
+    only, on the testbed). By number: its scancel knows no WINCH by name ("Unknown job
+    signal"). Every process ignores the signal unless it installed our handler
+    (protocol.STACKS_SIGNAL), so the batch shell, srun and mpirun are untouched."""
+    number = int(getattr(signal, f"SIG{protocol.STACKS_SIGNAL}"))
+    runner(["scancel", f"--signal={number}", str(job_id)], timeout=20)
+    if batch_step:
+        runner(["scancel", f"--signal={number}", "--batch", str(job_id)], timeout=20)

@@ -44,9 +44,11 @@ from slurmtorch import protocol
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import SlurmtorchError, SubmitError
 from slurmtorch.submit.batchnode.restarts import RestartState, blame, dead_nodes, decide, requeue_size
+from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
 from slurmtorch.submit.jobfolder.heartbeats import hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.scheduler import send_stacks_signal
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
 TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
@@ -214,8 +216,24 @@ def _end(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None
-             ) -> tuple[int, list[tuple[int, str, str]]]:
+def take_stacks(folder: Path, ntasks: int, start: int) -> None:
+    """Every rank's stack, grouped, said in batch.out and kept (stacks/summary.txt) for
+    `status` and `--wait`: where each rank stood when the step was found hung."""
+    try:
+        lines = stackrequest.summary(folder, ntasks, lambda: send_stacks_signal(requeuing.target(os.environ)))
+    except SubmitError as exc:
+        say(f"warning: asking the ranks for their stacks failed: {exc.message}")
+        return
+    for line in lines:
+        say(f"stacks: {line}")
+    try:
+        jobdir.replace_private(folder / protocol.STACKS / protocol.SUMMARY, protocol.summary_text(start, lines))
+    except OSError as exc:
+        say(f"warning: cannot keep the stacks in {folder / protocol.STACKS}: {exc.strerror or exc}")
+
+
+def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None,
+             ntasks: int = 0, start: int = 0) -> tuple[int, list[tuple[int, str, str]]]:
     """Run one start; (srun's exit code, the ranks found hung or stopped, if any)."""
     proc = subprocess.Popen(argv, env=env)
     poll = interval_for(hang_timeout) if hang_timeout else 1.0
@@ -230,6 +248,7 @@ def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: f
             if hung:
                 for rank, host, why in hung:
                     say(f"rank {rank} on {host}: {why}; ending the step")
+                take_stacks(folder, ntasks, start)
                 _end(proc)
                 return proc.returncode, hung
 
@@ -417,7 +436,7 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
             mark_start(folder, start, nodes, last.cause if last and last.start == start - 1
                        else "the job was requeued (preempted?)")
         sizes = _sizes(folder)
-        rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout)
+        rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout, args.ntasks, start)
         started = Path(env[protocol.STARTED]).exists()
         Path(env[protocol.STARTED]).unlink(missing_ok=True)
         if rc == 0 and started and not hung:

@@ -8,6 +8,7 @@ produce them for real and check what status/logs/--wait make of them.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -235,8 +236,13 @@ def test_a_failing_rank_ends_the_job_and_is_named_everywhere(testbed, has_torch,
     # peer reports at all is a race (srun's --kill-on-bad-exit may end it before it notices
     # the closed connection), so secondary lines are optional, but never come first.
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("slurmtorch: ")]
+    stacks = lines.index("slurmtorch: stacks as the ranks ended:") if mode == "hang" else len(lines)
     assert lines and lines[0].startswith(f"slurmtorch: failed: {named}"), proc.stderr
-    assert all(ln.startswith("slurmtorch: then failed: ranks ") for ln in lines[1:]), proc.stderr
+    assert all(ln.startswith("slurmtorch: then failed: ranks ") for ln in lines[1:stacks]), proc.stderr
+    if mode == "hang":  # where each rank stood as the group's timeout ended them (issue 26)
+        assert re.fullmatch(r"slurmtorch:   rank 2 on node3: fault_rank\.py:\d+ <module>\(\)", lines[stacks + 1])
+        assert re.fullmatch(r"slurmtorch:   ranks 0-1,3 \(3\): all_reduce <- fault_rank\.py:\d+ <module>\(\)",
+                            lines[stacks + 2]), proc.stderr
 
     status = slurmtorch(testbed, home, "status", job_id)
     assert status.returncode == 0, status.stderr

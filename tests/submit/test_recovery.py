@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import st
+import helpers
+from helpers import read, st
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "tests" / "scripts" / "resume_train.py"
@@ -48,20 +49,7 @@ def submit(testbed, home: Path, *opts: str, fault: str = "none:0:0") -> str:
 
 
 def wait_for(predicate, what: str, timeout: float = GUARD_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}", pytrace=False)
-
-
-def read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
+    return helpers.wait_for(predicate, what, timeout)
 
 
 def rank_1(folder: Path) -> tuple[int, str]:

@@ -37,6 +37,11 @@ _REFUSED_RE = re.compile(r"^srun: error: (?:Unable to create step for job \S+|Ap
                          r"|Task launch for \S+ failed on node (?P<node>[^\s:]+)): (?P<why>.+?)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def is_timeout(cause: str) -> bool:
+    """Whether a rank's cause is a timed-out wait (the process group's --timeout)."""
+    return bool(_TIMEOUT_RE.search(cause))
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
 # A torchrun node's log (node-N.err) whose traceback passed through torchrun's agent itself.
 _AGENT_FRAME_RE = re.compile(r"torch[/.]distributed[/.](run\.py|elastic[/.])")

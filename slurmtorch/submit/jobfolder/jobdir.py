@@ -181,12 +181,17 @@ def read_restarts(folder: Path) -> dict | None:
 
 
 def write_restarts(folder: Path, record: dict) -> None:
-    """Replace restarts.json whole (a reader never sees half of it), private like the rest."""
-    tmp = folder / f".{RESTARTS}.{os.getpid()}"
+    """Replace restarts.json whole, private like the rest."""
+    replace_private(folder / RESTARTS, json.dumps(record, indent=1) + "\n")
+
+
+def replace_private(path: Path, text: str) -> None:
+    """Replace `path` whole (a reader never sees half of it), readable by its owner only."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps(record, indent=1) + "\n")
-    os.replace(tmp, folder / RESTARTS)
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def read_exit_code(folder: Path) -> int | None:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit.jobfolder.failures import RankFailure, latest_exits, latest_start, parse_failures, batch_failures
-from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
+from slurmtorch import protocol
+from slurmtorch.protocol import parse_stacks, parse_summary
 from slurmtorch.submit.batchnode.restarts import RestartState
+from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.follow.tail import visible
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.failures import (RankFailure, batch_failures, is_timeout, latest_exits, latest_start,
+                                                  parse_failures)
+from slurmtorch.submit.jobfolder.stacks import summary_lines
 
 
 def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[RankFailure]:
@@ -31,7 +35,11 @@ def failure_lines(folder: Path, limit: int = 8) -> list[str]:
                             jobdir.read_text(folder / jobdir.NODE_PROLOGUE_ERR))
     if before:  # no rank ran
         return [visible(f"failed: {cause}") for cause in before[:limit]]
-    return describe(failure_report(folder), limit)
+    report = failure_report(folder)
+    lines = describe(report, limit)
+    if any(f.cause.startswith("hung") or is_timeout(f.cause) for f in report):
+        lines += [visible(line) for line in end_stack_lines(folder)]
+    return lines
 
 
 def describe(report: list[RankFailure], limit: int = 8) -> list[str]:
@@ -46,6 +54,18 @@ def describe(report: list[RankFailure], limit: int = 8) -> list[str]:
         verb = "then failed" if primary else "failed"
         lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
     return [visible(line) for line in lines]
+
+
+def end_stack_lines(folder: Path) -> list[str]:
+    """Where the ranks stood as they ended (a timed-out collective's stack, or a SIGTERM's
+    dump: bootstrap.stacks), grouped; [] when none left one."""
+    ended = {}
+    for path in (folder / protocol.STACKS).glob(protocol.end_stacks_name("*")):
+        stacks = parse_stacks(jobdir.read_text(path))
+        if stacks is not None and stacks.threads:
+            ended[stacks.rank] = stacks
+    lines = summary_lines(ended)
+    return ["stacks as the ranks ended:", *(f"  {line}" for line in lines)] if lines else []
 
 
 def exit_code(folder: Path, status: JobStatus) -> tuple[int, RankFailure | None, int]:
@@ -83,4 +103,14 @@ def restart_lines(folder: Path) -> list[str]:
     head = f"restarts: {state.restarts} of {record.get('max_restarts', '?')}"
     if state.excluded:
         head += f"; excluded: {','.join(state.excluded)}"
-    return [visible(line) for line in (head, *(e.line() for e in state.events))]
+    return [visible(line) for line in (head, *(e.line() for e in state.events), *stack_lines(folder))]
+
+
+def stack_lines(folder: Path) -> list[str]:
+    """The ranks' grouped stacks the restart supervisor took when a rank hung (before it
+    ended the step), headed by which start; [] when none hung."""
+    said = parse_summary(jobdir.read_text(folder / protocol.STACKS / protocol.SUMMARY))
+    if said is None:
+        return []
+    start, lines = said
+    return [visible(line) for line in (f"stacks when start {start} hung:", *(f"  {line}" for line in lines))]

@@ -1,0 +1,90 @@
+"""Ask every rank of a running job for its stacks, and collect what they write.
+
+The old answers are removed, the signal is sent (`send`: `scancel --signal` from the
+login node or the batch node, `scheduler.signal_job`), then the job folder is read until
+every rank has either answered (`stacks/rank-R.txt`, replaced whole by the rank) or is
+known not to (its alive lock free: dead, or exited; `bootstrap.stacks`), or the time is up.
+A live rank answers within milliseconds, so the wait ends as soon as the last one has.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from slurmtorch import protocol
+from slurmtorch.protocol import RankStacks, parse_alive, parse_stacks
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.failures import latest_exits
+from slurmtorch.submit.jobfolder.stacks import Silent, summary_lines
+
+WAIT_S = 3.0  # how long a rank whose process lives gets to answer
+POLL_S = 0.05
+
+
+def is_alive(path: Path) -> bool | None:
+    """Whether a process holds `path`'s lock: True, False (none: the rank's process is
+    gone), or None (no such file: the rank never got that far)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # and with it the lock just taken
+    return False
+
+
+def clear(folder: Path) -> None:
+    """Remove earlier answers: what is there next is new."""
+    for p in (folder / protocol.STACKS).glob(protocol.stacks_name("*")):
+        p.unlink(missing_ok=True)
+
+
+def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S
+        ) -> tuple[dict[int, RankStacks], list[Silent]]:
+    """(the stacks of the ranks that answered, the ranks that did not and why)."""
+    clear(folder)
+    send()
+    deadline = time.monotonic() + wait_s
+    while True:
+        stacks, silent, waiting = collect(folder, ranks)
+        if not waiting or time.monotonic() >= deadline:
+            return stacks, silent + [Silent(r, h, why) for r, h, why in waiting]
+        time.sleep(POLL_S)
+
+
+def collect(folder: Path, ranks: int) -> tuple[dict[int, RankStacks], list[Silent], list[tuple[int, str, str]]]:
+    """What the folder says now: stacks, the ranks that cannot answer, and the ranks still
+    awaited (rank, host, what they are if they never do)."""
+    where = folder / protocol.STACKS
+    exits = latest_exits(jobdir.exit_notes(folder))
+    stacks, silent, waiting = {}, [], []
+    for rank in range(ranks):
+        answer = parse_stacks(jobdir.read_text(where / protocol.stacks_name(rank)))
+        if answer is not None:
+            stacks[rank] = answer
+            continue
+        alive = is_alive(where / protocol.alive_name(rank))
+        placed = parse_alive(jobdir.read_text(where / protocol.alive_name(rank)))
+        host = placed[0] if placed else (exits[rank].host if rank in exits else "")
+        if alive is False:
+            why = f"exited {exits[rank].code} (its script returned)" if rank in exits else "dead (its process is gone)"
+            silent.append(Silent(rank, host, why))
+        elif alive:
+            waiting.append((rank, host, "no answer (its process lives; the interpreter is held by C code?)"))
+        else:
+            waiting.append((rank, host, "not started (still starting, or never did)"))
+    return stacks, silent, waiting
+
+
+def summary(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S) -> list[str]:
+    """`ask`, then the grouped lines (`stacks.summary_lines`)."""
+    stacks, silent = ask(folder, ranks, send, wait_s)
+    return summary_lines(stacks, silent)

@@ -1,0 +1,237 @@
+"""Stacks (issue 26): the rank's handler, the parser, the grouping, the flight recorder's summary."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slurmtorch import protocol
+from slurmtorch.bootstrap import flightrecorder
+from slurmtorch.errors import SpecError
+from slurmtorch.protocol import Frame, RankStacks, ThreadStack
+from slurmtorch.submit.jobfolder import flightdump
+from slurmtorch.submit.follow import stackrequest
+from slurmtorch.submit.preemption import parse_signal
+from slurmtorch.submit.jobfolder.stacks import Silent, detail_lines, ranges, summary, summary_lines
+
+REPO = Path(__file__).resolve().parent.parent.parent
+TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+C10D_LOGGER = "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py"
+BOOT = "/repo/slurmtorch/bootstrap/target.py"
+
+
+def rank(r: int, frames: tuple, host: str = "node1") -> RankStacks:
+    return RankStacks(r, host, 100 + r, 0x10, (ThreadStack(0x20, False, (Frame("/x/threading.py", 1, "wait"),)),
+                                               ThreadStack(0x10, True, frames)))
+
+
+WAITING = (Frame(TORCH, 2800, "all_reduce"), Frame(C10D_LOGGER, 81, "wrapper"), Frame("/home/u/train.py", 42, "step"),
+           Frame("/home/u/train.py", 50, "<module>"), Frame(BOOT, 30, "run_target"))
+LOADING = (Frame("/home/u/data.py", 88, "__next__"), Frame("/home/u/train.py", 48, "<module>"), Frame(BOOT, 30, "run_target"))
+
+
+def test_a_dump_reads_back_with_its_header_and_the_main_thread_found():
+    text = protocol.stacks_header(5, "node3", 4242, 0x7f00) + textwrap.dedent('''\
+        Thread 0x00000000000000aa (most recent call first):
+          File "/usr/lib/python3.11/threading.py", line 324 in wait
+
+        Current thread 0x0000000000007f00 (most recent call first):
+          File "/home/u/data.py", line 88 in __next__
+          File "/home/u/train.py", line 48 in <module>
+        ''')
+    got = protocol.parse_stacks(text)
+    assert (got.rank, got.host, got.pid) == (5, "node3", 4242)
+    assert got.main_thread().frames == (Frame("/home/u/data.py", 88, "__next__"), Frame("/home/u/train.py", 48, "<module>"))
+    assert protocol.parse_stacks("") is None and protocol.parse_stacks("Thread 0x1 (most recent call first):") is None
+
+
+def test_of_two_dumps_in_a_row_the_last_is_read():
+    one = 'Current thread 0x0000000000000010 (most recent call first):\n  File "/a.py", line 1 in f\n'
+    two = 'Current thread 0x0000000000000010 (most recent call first):\n  File "/a.py", line 2 in g\n'
+    got = protocol.parse_stacks(protocol.stacks_header(0, "n", 1, 0x10) + one + two)
+    assert got.main_thread().frames == (Frame("/a.py", 2, "g"),)
+
+
+def test_a_stack_reads_as_where_it_stands_and_the_users_line_that_led_there():
+    assert summary(WAITING) == "all_reduce <- train.py:42 step()"
+    assert summary(LOADING) == "data.py:88 __next__()"
+    assert summary(()) .startswith("no Python frame")
+
+
+def test_ranks_on_one_stack_are_grouped_and_the_odd_ones_out_come_first():
+    stacks = {r: rank(r, WAITING, f"node{r // 2 + 1}") for r in range(8) if r != 5}
+    stacks[5] = rank(5, LOADING, "node3")
+    assert summary_lines(stacks) == ["rank 5 on node3: data.py:88 __next__()",
+                                     "ranks 0-4,6-7 (7): all_reduce <- train.py:42 step()"]
+    details = detail_lines(stacks)
+    assert details[0] == "rank 5 on node3, main thread (most recent call last):"
+    assert details[-1] == f'  File "{TORCH}", line 2800, in all_reduce'
+
+
+def test_a_dead_rank_is_named_dead_before_the_groups():
+    stacks = {r: rank(r, WAITING) for r in range(8) if r != 5}
+    lines = summary_lines(stacks, [Silent(5, "node3", "dead (its process is gone)")])
+    assert lines == ["rank 5 on node3: dead (its process is gone)", "ranks 0-4,6-7 (7): all_reduce <- train.py:42 step()"]
+
+
+def test_ranges_are_compact():
+    assert ranges([7, 0, 1, 2, 4, 6]) == "0-2,4,6-7"
+    assert ranges([3]) == "3"
+
+
+def test_the_stacks_signal_cannot_be_the_preemption_signal():
+    with pytest.raises(SpecError, match="slurmtorch stacks"):
+        parse_signal("WINCH@60")
+    assert parse_signal("USR1@60") == "USR1@60"
+
+
+# --------------------------------------------------------------------------- a real rank process
+
+RANK = textwrap.dedent('''\
+    import os, sys, time
+    from slurmtorch.bootstrap import stacks
+    assert stacks.install(0, "nodeX")
+    def loader():
+        print("ready", flush=True)
+        time.sleep(60)
+    loader()
+''')
+
+
+@pytest.fixture
+def rank_process(tmp_path):
+    env = {**os.environ, protocol.JOB_DIR: str(tmp_path), "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-c", RANK], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_rank_blocked_in_a_sleep_writes_its_stack_on_the_signal(rank_process, tmp_path):
+    # The wait ends as soon as the rank has answered; 60 s only bounds a broken handler.
+    got, silent = stackrequest.ask(tmp_path, 1, lambda: os.kill(rank_process.pid, protocol_signal()), wait_s=60)
+    assert silent == [] and got[0].host == "nodeX" and got[0].pid == rank_process.pid
+    assert [f.function for f in got[0].main_thread().frames] == ["loader", "<module>"]  # in loader from "ready" on
+    assert rank_process.poll() is None  # the signal left it running
+
+
+def test_a_rank_without_an_alive_file_is_awaited_as_not_started(rank_process, tmp_path):
+    _, silent, waiting = stackrequest.collect(tmp_path, 2)
+    assert silent == [] and waiting == [(0, "nodeX", "no answer (its process lives; the interpreter is held by C code?)"),
+                                        (1, "", "not started (still starting, or never did)")]
+
+
+def test_a_rank_whose_process_is_gone_is_dead_not_unanswering(rank_process, tmp_path):
+    rank_process.kill()
+    rank_process.wait()
+    got, silent = stackrequest.ask(tmp_path, 1, lambda: None, wait_s=60)  # answered at once: no waiting
+    assert silent == [Silent(0, "nodeX", "dead (its process is gone)")] and got == {}
+
+
+def test_a_rank_whose_script_returned_is_named_exited(rank_process, tmp_path):
+    rank_process.kill()
+    rank_process.wait()
+    (tmp_path / protocol.exit_note_name(0)).write_text(protocol.exit_line(0, "nodeX", 0, 0))
+    _, silent, _ = stackrequest.collect(tmp_path, 1)
+    assert silent == [Silent(0, "nodeX", "exited 0 (its script returned)")]
+
+
+def test_a_live_rank_holds_its_alive_lock(rank_process, tmp_path):
+    assert stackrequest.is_alive(tmp_path / protocol.STACKS / protocol.alive_name(0)) is True
+    assert stackrequest.is_alive(tmp_path / protocol.STACKS / protocol.alive_name(1)) is None
+
+
+def protocol_signal() -> int:
+    return getattr(signal, f"SIG{protocol.STACKS_SIGNAL}")
+
+
+# --------------------------------------------------------------------------- the flight recorder
+
+def test_nccl_jobs_get_the_flight_recorder_dumping_into_the_job_folder():
+    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/jobs/42"})
+    assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_FR_DUMP_TEMP_FILE": "/jobs/42/flight/rank-", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/jobs/42/flight/rank-"}
+    assert flightrecorder.env_for("cpu:gloo,cuda:nccl", {protocol.JOB_DIR: "/j"})["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+def test_the_flight_recorder_keeps_what_the_user_set_and_stays_off_gloo_and_outside_jobs():
+    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
+                                          "TORCH_FR_BUFFER_SIZE": "500"})
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in env and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env
+    assert flightrecorder.env_for("gloo", {protocol.JOB_DIR: "/j"}) == {}
+    assert flightrecorder.env_for("nccl", {}) == {}
+
+
+def entry(seq: int, op: str, state: str, record: int) -> dict:
+    """One entry as torch's flight recorder dumps it (torch/distributed/flight_recorder/components/builder.py)."""
+    return {"record_id": record, "pg_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": seq,
+            "p2p_seq_id": 0, "op_id": seq, "profiling_name": f"nccl:{op}", "time_created_ns": 1000 * record,
+            "input_sizes": [[4]], "input_dtypes": ["Float"], "output_sizes": [[4]], "output_dtypes": ["Float"],
+            "state": state, "time_discovered_started_ns": None, "time_discovered_completed_ns": None,
+            "retired": state == "completed", "timeout_ms": 600000, "is_p2p": False, "frames": []}
+
+
+def dump(entries: list) -> dict:
+    return {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+            "pg_status": {}, "entries": entries}
+
+
+def test_the_flight_recorder_summary_names_the_sequence_number_where_the_ranks_disagree(tmp_path):
+    ahead = [entry(40, "all_reduce", "completed", 1), entry(41, "all_reduce", "completed", 2),
+             entry(42, "all_reduce", "started", 3)]
+    behind = ahead[:2]
+    (tmp_path / protocol.FLIGHT).mkdir()
+    for r in range(4):
+        (tmp_path / protocol.FLIGHT / f"rank-{r}").write_bytes(pickle.dumps(dump(behind if r == 2 else ahead)))
+    lines = flightdump.summary_lines(flightdump.load_folder(tmp_path), ranks=5)
+    assert lines == [
+        "flight recorder (group 0): rank 2 entered all_reduce #41, completed #41; "
+        "ranks 0-1,3 entered all_reduce #42, completed #41",
+        "flight recorder (group 0): the ranks disagree at #42: rank 2 never entered it",
+        "flight recorder: no dump from rank 4",
+    ]
+
+
+def test_a_flight_dump_holding_objects_is_not_unpickled(tmp_path):
+    path = tmp_path / "rank-0"
+    path.write_bytes(pickle.dumps({"entries": [], "x": Path("/")}))
+    assert flightdump.load(path) is None
+    assert flightdump.summary_lines({}) == []
+
+
+def test_the_supervisors_stacks_show_under_the_restarts(tmp_path):
+    from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.submit.jobfolder.report import restart_lines
+
+    jobdir.write_restarts(tmp_path, {"starts": 2, "excluded": [], "events": [], "max_restarts": 1})
+    (tmp_path / protocol.STACKS).mkdir()
+    lines = ["rank 5 on node3: data.py:88 __next__()", "ranks 0-4,6-7 (7): all_reduce <- train.py:42 step()"]
+    (tmp_path / protocol.STACKS / protocol.SUMMARY).write_text(protocol.summary_text(0, lines))
+    assert restart_lines(tmp_path)[-3:] == ["stacks when start 0 hung:", f"  {lines[0]}", f"  {lines[1]}"]
+    assert protocol.parse_summary("garbage") is None
+
+
+def test_the_ranks_are_asked_by_signal_number_and_the_batch_step_only_for_mpirun():
+    from slurmtorch.submit import scheduler
+
+    calls = []
+    scheduler.send_stacks_signal("42", runner=lambda argv, **kw: calls.append(argv))
+    scheduler.send_stacks_signal("43", True, runner=lambda argv, **kw: calls.append(argv))
+    number = str(int(signal.SIGWINCH))
+    assert calls == [["scancel", f"--signal={number}", "42"],
+                     ["scancel", f"--signal={number}", "43"], ["scancel", f"--signal={number}", "--batch", "43"]]
+
+
+def test_stacks_of_a_bad_job_id_is_one_clear_line(tmp_path):
+    env = {**os.environ, "SLURMTORCH_HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
+    for job, said in (("abc", "error: invalid job id 'abc'"), ("77", "error: no job folder with a job.json at")):
+        out = subprocess.run([sys.executable, "-m", "slurmtorch", "stacks", job], env=env, capture_output=True, text=True)
+        assert out.returncode != 0 and out.stderr.startswith(said) and "Traceback" not in out.stderr, out.stderr

@@ -1,0 +1,86 @@
+"""`slurmtorch stacks` on the real testbed (issue 26): 8 ranks on 4 nodes, rank 5 stuck.
+
+Rank 5 blocks in a collective its partner never joins, or sleeps in its data loader, or
+vanishes (os._exit) while its peers wait: `slurmtorch stacks` names it and its line in
+under 5 s; with --hang-timeout the supervisor says the grouped stacks before it ends the step.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import read, st
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "stuck_rank.py"
+GUARD_S = 240
+
+
+def wait_for(predicate, what: str):
+    return helpers.wait_for(predicate, what, GUARD_S)
+
+
+def submit(testbed, home: Path, mode: str, *opts: str) -> tuple[str, Path]:
+    out = st(testbed, home, ["sbatch", "--site", "testbed", "--nodes", "4", "--ntasks-per-node", "2",
+                             "--timeout", "200", "-t", "5", *opts, str(SCRIPT), mode, "5"])
+    assert out.returncode == 0, out.stderr
+    job = re.search(r"job (\d+)", out.stdout + out.stderr).group(1)
+    return job, home / "jobs" / job
+
+
+def stuck(folder: Path) -> None:
+    """Rank 5 said FAULT and every rank has answered its first requests' worth of steps."""
+    wait_for(lambda: "FAULT" in read(folder / "rank-5.err"), "rank 5's fault")
+    time.sleep(2)  # the others reach the collective that waits for it
+
+
+@pytest.mark.timeout(GUARD_S + 60)
+@pytest.mark.parametrize("mode, rank5", [
+    ("collective", r"rank 5 on node3: all_reduce <- stuck_rank\.py:\d+ step\(\)"),
+    ("loader", r"rank 5 on node3: stuck_rank\.py:\d+ __next__\(\)"),
+    ("dead", r"rank 5 on node3: dead \(its process is gone\)"),
+])
+def test_stacks_names_the_stuck_rank_and_its_line_within_5_s(testbed, has_torch, tmp_path, mode, rank5):
+    job, folder = submit(testbed, tmp_path / "home", mode)
+    try:
+        stuck(folder)
+        t = time.monotonic()
+        out = st(testbed, tmp_path / "home", ["stacks", job])
+        took = time.monotonic() - t
+        print(f"\n{mode}: slurmtorch stacks took {took:.2f} s\n{out.stdout}")
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        assert re.fullmatch(rank5, lines[0]), lines  # the odd one out first
+        assert re.fullmatch(r"ranks 0-4,6-7 \(7\): all_reduce <- stuck_rank\.py:\d+ step\(\)", lines[1]), lines
+        assert took < 5
+    finally:
+        testbed.run(["scancel", job])
+
+
+@pytest.mark.timeout(GUARD_S + 60)
+@pytest.mark.parametrize("mode, rank5", [
+    ("loader", r"rank 5 on node3: stuck_rank\.py:\d+ __next__\(\)"),
+    ("dead", r"rank 5 on node3: dead \(its process is gone\)"),
+])
+def test_a_hang_timeout_says_the_grouped_stacks_before_it_ends_the_step(testbed, has_torch, tmp_path, mode, rank5):
+    job, folder = submit(testbed, tmp_path / "home", mode, "--max-restarts", "1", "--hang-timeout", "15")
+    try:
+        # No spare node on the 4-node testbed: after the hang the job is requeued without node3.
+        batch = wait_for(lambda: "start 0 failed" in read(folder / "batch.out") and read(folder / "batch.out"),
+                         "the supervisor's verdict on the hang")
+        said = batch[:batch.index("start 0 failed")]
+        print(f"\n{mode}:\n{said}")
+        ending = said.index("ending the step")
+        stacks = [ln.split("stacks: ", 1)[1] for ln in said.splitlines() if ln.startswith("slurmtorch: stacks: ")]
+        assert said.index("slurmtorch: stacks: ") > ending  # said once the hang is named
+        assert said.index("slurmtorch: stacks: ") < said.index("srun: ")  # before the step is ended
+        assert re.fullmatch(rank5, stacks[0]), stacks
+        assert re.fullmatch(r"ranks 0-4,6-7 \(7\): all_reduce <- stuck_rank\.py:\d+ step\(\)", stacks[1]), stacks
+        status = st(testbed, tmp_path / "home", ["status", job]).stdout
+        assert "stacks when start 0 hung:" in status and stacks[0] in status, status
+    finally:
+        testbed.run(["scancel", job])
