@@ -518,3 +518,21 @@ def test_who_picks_master_addr_and_port_is_decided_once_in_the_launch_plan(kw, p
     assert ("MASTER_ADDR=$(" in text) == picks[1]
     fixed = dataclasses.replace(spec, env=(*spec.env, ("MASTER_ADDR", "10.0.0.1"), ("MASTER_PORT", "29500")))
     assert render.rendezvous_flags(fixed, launch.in_container) == (False, False)  # the site's values stand
+
+
+@pytest.mark.parametrize("shape, expected", [
+    (dict(nodes=2, ntasks_per_node=1), "slot:PE=2:HWTCPUS"),           # the node's 2 CPUs, as srun -c 2
+    (dict(nodes=1, ntasks_per_node=2), "slot:PE=1:HWTCPUS"),
+    (dict(nodes=2, ntasks_per_node=1, cpus_per_task=1), "slot:PE=1:HWTCPUS"),
+    (dict(nodes=2, ntasks=3), "slot:PE=1:HWTCPUS"),                    # uneven 2+1: Slurm's slots place them
+])
+def test_mpirun_in_an_allocation_gives_each_rank_its_cpus_per_task(shape, expected):
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher="mpirun", **shape))
+    args = render.launch_plan(spec).mpirun_args
+    assert args[args.index("--map-by") + 1] == expected and args[args.index("--bind-to") + 1] == "hwthread"
+
+
+def test_mpirun_outside_slurm_leaves_ranks_unbound_on_their_hosts_cpus():
+    spec = build_spec(sites.load_site("local"), golden_options("local", kind="mpirun", ntasks=2))
+    args = render.launch_plan(spec).mpirun_args
+    assert args[args.index("--bind-to") + 1] == "none" and "--map-by" not in args
