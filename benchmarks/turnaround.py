@@ -41,7 +41,7 @@ def testbed_env() -> dict[str, str]:
 
 def torchrun_script(out: Path) -> str:
     return f"""#!/bin/bash
-#SBATCH --nodes=4 --ntasks-per-node=1 --cpus-per-task=4 --output={out}/%j.out
+#SBATCH --nodes=4 --ntasks-per-node=1 --cpus-per-task=2 --output={out}/%j.out
 export GLOO_SOCKET_IFNAME=eth0
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 srun {BIN}/torchrun --nnodes 4 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint "$head:29500" \\

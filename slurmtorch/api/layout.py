@@ -3,8 +3,8 @@
 A node holds as many ranks as it has GPUs (`use_gpu`) or CPUs (divided by
 `cpus_per_task` when given), and the job takes the fewest nodes that hold
 `num_processes` ranks spread evenly (Slurm gives every node the same
-`--ntasks-per-node`). So 4 CPU ranks on the testbed's 4-CPU nodes are one node with
-4 ranks; 16 GPU ranks on 8-GPU nodes are 2 nodes x 8; pass `nodes=` to spread them.
+`--ntasks-per-node`). So 4 CPU ranks on the testbed's 2-CPU nodes are 2 nodes with
+2 ranks each; 16 GPU ranks on 8-GPU nodes are 2 nodes x 8; pass `nodes=` to spread them.
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     (the site's environment exported, `--mpi=<site plugin>`, the bootstrap with
     `--from slurm`), but with `--no-init`: the doctor's ranks test MASTER_ADDR before
     any collective. Rank 0 prints the report."""
+    from slurmtorch.doctor.binding import job_cpus_per_node
+    from slurmtorch.errors import SpecError, SubmitError
     from slurmtorch.submit import scheduler as submit  # lazy: the edge (subprocess), only --allocation runs it
 
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
@@ -89,10 +91,16 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
                  "--node-type", nt.name, "--max-bytes", str(max_bytes)]
     if part:
         rank_argv += ["--partition", part]
+    # Each rank its share of the allocation's CPUs, as a rendered job's srun gives it (srun
+    # no longer takes salloc's -c since Slurm 22.05): the binding check then reports the
+    # node's binding, not a one-CPU step of our own.
+    per_node = job_cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
+    cpus_per_task = max(1, min(per_node) // ntasks_per_node) if per_node else 1
     # `env` carries the site's variables into srun's environment (srun exports it to
     # every task); --export=ALL undoes an sbatch --export=NONE.
     argv = ["env", *[f"{k}={v}" for k, v in env],
-            "srun", f"--nodes={nodes}", f"--ntasks-per-node={ntasks_per_node}", "--kill-on-bad-exit=1",
+            "srun", f"--nodes={nodes}", f"--ntasks-per-node={ntasks_per_node}", f"--cpus-per-task={cpus_per_task}",
+            "--kill-on-bad-exit=1",
             f"--mpi={site_obj.mpi_plugin}", "--export=ALL", *rank_argv]
     try:
         proc = submit.run(argv, timeout=timeout, check=False)

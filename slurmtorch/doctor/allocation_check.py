@@ -25,6 +25,7 @@ from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, pick_dev
 from slurmtorch.bootstrap.fromenv import from_env
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.doctor import facts, sitechoice
+from slurmtorch.doctor.binding import check_binding, cpu_list, cpu_share
 from slurmtorch.doctor.bandwidth import DEFAULT_SIZES, Sample, bandwidth_table, check_bandwidth, sweep
 from slurmtorch.doctor.consistency import RankRecord, check_layout, check_reach, layout_table
 from slurmtorch.doctor.checks import FAIL, OK, Check, any_failed, summary
@@ -121,7 +122,10 @@ def allocation_main(argv: Sequence[str]) -> int:
     record = RankRecord(rank=info.rank, world_size=info.world_size, local_rank=info.local_rank,
                         local_world_size=info.local_world_size, node_rank=info.node_rank,
                         num_nodes=info.num_nodes, host=info.hostname,
-                        master=f"{info.master_addr}:{info.master_port}", connect_ms=ms, device=str(device))
+                        master=f"{info.master_addr}:{info.master_port}", connect_ms=ms, device=str(device),
+                        cpus=cpu_list(os.sched_getaffinity(0)),
+                        share=cpu_share(os.environ, _node_index(os.environ, info.node_rank),
+                                        info.local_world_size, os.cpu_count() or 1))
     # Plain dicts on the wire: all_gather_object pickles, and a dict needs no class to unpickle.
     gathered: list = [None] * info.world_size
     dist.all_gather_object(gathered, dataclasses.asdict(record))
@@ -131,6 +135,12 @@ def allocation_main(argv: Sequence[str]) -> int:
     if info.rank != 0:
         return 0
     return report([RankRecord(**r) for r in gathered], float(value.item()), samples, backend, nt)
+
+
+def _node_index(env: Mapping[str, str], node_rank: int) -> int:
+    """This node's place in the job's node list (SLURM_NODEID), else the world's node rank."""
+    nodeid = env.get("SLURM_NODEID", "").strip()
+    return int(nodeid) if nodeid.isdigit() else node_rank
 
 
 def interface_mbps(env: Mapping[str, str], backend: str) -> int | None:
@@ -148,7 +158,7 @@ def report(records: Sequence[RankRecord], got: float, samples: Sequence[Sample],
     print(f"rank layout ({backend}):")
     for line in layout_table(records):
         print(line)
-    checks: list[Check] = check_layout(records, nt) + check_reach(records)
+    checks: list[Check] = check_layout(records, nt) + check_reach(records) + check_binding(records)
     expected = world * (world + 1) / 2
     right = got == expected
     checks.append(Check(OK if right else FAIL,

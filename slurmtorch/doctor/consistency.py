@@ -26,13 +26,15 @@ class RankRecord:
     master: str  # MASTER_ADDR:MASTER_PORT as this rank sees it
     connect_ms: float  # TCP connect to the master's listener
     device: str = "cpu"
+    cpus: str = ""  # the CPUs this rank may run on (sched_getaffinity, as "0-1"), binding.cpu_list
+    share: int = 0  # the CPUs it should have: binding.cpu_share
 
 
 def layout_table(records: Sequence[RankRecord]) -> list[str]:
-    rows = [("rank", "local", "node", "host", "device", "master", "connect")]
+    rows = [("rank", "local", "node", "host", "device", "master", "connect", "cpus")]
     for r in sorted(records, key=lambda r: r.rank):
         rows.append((str(r.rank), f"{r.local_rank}/{r.local_world_size}", f"{r.node_rank}/{r.num_nodes}",
-                     r.host, r.device, r.master, f"{r.connect_ms:.1f} ms"))
+                     r.host, r.device, r.master, f"{r.connect_ms:.1f} ms", r.cpus))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 

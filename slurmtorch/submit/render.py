@@ -275,7 +275,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
                       supervisor_args=supervisor_args(spec))
 
     # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
-    mpirun = ["-n", str(spec.ntasks)]
+    mpirun = ["-n", str(spec.ntasks), *mpirun_binding(spec)]
     if spec.kind == "mpirun":
         if spec.hostfile:
             mpirun += ["--hostfile", spec.hostfile]
@@ -287,6 +287,25 @@ def _launch_plan(spec: JobSpec) -> Launch:
             mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
                   rank_log_wrapper=_rank_log_wrapper(_redirect(spec)))
+
+
+def mpirun_binding(spec: JobSpec) -> list[str]:
+    """Open MPI's mapping and binding options that give each rank its share of its node (pure).
+
+    Left alone, Open MPI 5 binds each rank to one core (`--report-bindings` on the testbed,
+    at 1, 2 and 4 ranks): a one-rank-per-node job ran on 1 of each node's CPUs.
+    In an allocation each rank gets what srun would give it, -c CPUs: `--map-by slot`
+    places ranks on Slurm's slots (the job's tasks per node, an uneven 2+1 included),
+    `PE=n` gives each n processing elements and `HWTCPUS` counts hardware threads as CPUs,
+    as Slurm's CPU counts do (PRRTE's docs, Process placement: --map-by and --bind-to,
+    https://docs.prrte.org/en/latest/placement/index.html; Open MPI 5.0 mpirun(1)).
+    Outside Slurm (`slurmtorch mpirun`) the hosts' CPU counts are unknown here: ranks are
+    left unbound, each on its host's CPUs as torchrun leaves its workers, and the bootstrap
+    gives each its thread share (OMP_NUM_THREADS).
+    """
+    if spec.kind == "mpirun":
+        return ["--bind-to", "none"]
+    return ["--map-by", f"slot:PE={spec.cpus_per_task}:HWTCPUS", "--bind-to", "hwthread"]
 
 
 def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:

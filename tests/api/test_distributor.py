@@ -142,7 +142,7 @@ def wait_for(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.parametrize("n, nodes, gpu, node_gpus, cpus, max_nodes, cpt, want", [
-    (4, None, False, 0, 4, 4, None, (1, 4, 0)),    # the testbed: 4 CPU ranks fit on one 4-CPU node
+    (4, None, False, 0, 4, 4, None, (1, 4, 0)),    # 4 CPU ranks fit on one 4-CPU node
     (8, None, False, 0, 4, 4, None, (2, 4, 0)),
     (6, None, False, 0, 4, 4, None, (2, 3, 0)),    # even spread: 2 x 3, not 4 + 2
     (4, None, False, 0, 4, 4, 2, (2, 2, 0)),       # cpus_per_task=2 halves a node's capacity

@@ -115,7 +115,7 @@ OPTION_CASES = [
     ("nodes-zero", ["-N", "0", "train.py"], "--nodes must be at least 1, got 0"),
     ("nodes-negative", ["-N", "-2", "train.py"], "--nodes must be at least 1, got -2"),
     ("ntasks-per-node-zero", ["--ntasks-per-node", "0", "train.py"], "--ntasks-per-node must be at least 1"),
-    ("too-many-cpus", ["--cpus-per-task", "5", "train.py"], "1 tasks x 5 CPUs per node exceeds the 4 CPUs"),
+    ("too-many-cpus", ["--cpus-per-task", "3", "train.py"], "1 tasks x 3 CPUs per node exceeds the 2 CPUs"),
     ("too-many-tasks", ["--ntasks-per-node", "8", "train.py"], "8 tasks x 1 CPUs per node exceeds"),
     ("gpus-negative", ["--gpus-per-node", "-1", "train.py"], "--gpus-per-node must not be negative"),
     ("time-garbage", ["-t", "soon", "train.py"], "invalid --time 'soon'"),
@@ -179,8 +179,8 @@ OPTION_CASES = [
     ("mpirun-option-after-script", ["mpirun", "train.py", "-n", "2", "--", "x"], "slurmtorch option -n after SCRIPT"),
     # -n/--ntasks: uneven layouts, where they can be.
     ("ntasks-fewer-than-nodes", ["-N", "2", "-n", "1", "train.py"], "-n 1 ranks cannot cover 2 nodes"),
-    ("ntasks-do-not-fit", ["-N", "2", "-n", "9", "--ntasks-per-node", "4", "train.py"],
-     "-n 9 ranks do not fit on 2 nodes of at most 4"),
+    ("ntasks-do-not-fit", ["-N", "2", "-n", "5", "--ntasks-per-node", "2", "train.py"],
+     "-n 5 ranks do not fit on 2 nodes of at most 2"),
     ("ntasks-zero", ["-n", "0", "train.py"], "-n/--ntasks must be at least 1"),
     ("ntasks-beyond-the-partition", ["-n", "5", "train.py"], "5 nodes requested, but partition 'debug' allows at most 4"),
     ("ntasks-uneven-torchrun", ["-N", "2", "-n", "3", "--launcher", "torchrun", "train.py"],
@@ -189,7 +189,7 @@ OPTION_CASES = [
      "-n/--ntasks cannot apply"),
     # sbatch's options, checked against the site and sbatch's syntax.
     ("mem-beyond-the-node", ["--mem", "5G", "train.py"], "--mem 5G is more than the 4G of memory of node type 'cpu'"),
-    ("mem-per-cpu-beyond-the-node", ["-c", "4", "--mem-per-cpu", "2G", "train.py"], "--mem-per-cpu 2G x 4 CPUs"),
+    ("mem-per-cpu-beyond-the-node", ["-c", "2", "--mem-per-cpu", "3G", "train.py"], "--mem-per-cpu 3G x 2 CPUs"),
     ("mem-garbage", ["--mem", "1GB", "train.py"], "invalid --mem '1GB'"),
     ("mem-two-kinds", ["--mem", "1G", "--mem-per-cpu", "100", "train.py"], "--mem and --mem-per-cpu together"),
     ("mem-per-gpu-without-gpus", ["--mem-per-gpu", "1G", "train.py"], "--mem-per-gpu, but the job asks for no GPUs"),

@@ -356,8 +356,8 @@ def test_the_launcher_recorded_in_job_json_says_how_logs_are_named(tmp_path):
     from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.errors import SpecError
 
-    _torchrun_job(tmp_path / "torchrun", 2, 3)
-    assert jobdir.torchrun_layout(jobdir.read_job(tmp_path / "torchrun")) == (2, 3)
+    _torchrun_job(tmp_path / "torchrun", 2, 2)
+    assert jobdir.torchrun_layout(jobdir.read_job(tmp_path / "torchrun")) == (2, 2)
     assert jobdir.torchrun_layout({"launcher": "srun", "nodes": 2, "ntasks": 2, "ntasks_per_node": 1}) is None
     assert jobdir.torchrun_layout(jobdir.read_job(tmp_path / "none")) is None
     assert jobdir.log_names(None) == ("rank-0.out", "rank-0.err")

@@ -174,7 +174,7 @@ def test_layout_of_a_consistent_world_is_ok_and_a_broken_one_fails():
     good = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 1, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
     assert [c.status for c in check_layout(good)] == ["ok"]
     table = layout_table(good)
-    assert table[0].split() == ["rank", "local", "node", "host", "device", "master", "connect"] and len(table) == 5
+    assert table[0].split() == ["rank", "local", "node", "host", "device", "master", "connect", "cpus"] and len(table) == 5
     twice = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 0, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
     broken = check_layout(twice)
     assert broken[0].status == "fail" and "node 0: local ranks [0, 0]" in broken[0].what
@@ -305,6 +305,25 @@ def test_allocation_doctor_on_four_nodes_shows_layout_reach_and_bandwidth(bed):
     sizes = [row.split()[0] + " " + row.split()[1] for row in out.split("all_reduce bandwidth")[1].splitlines()[2:10]]
     assert sizes == ["1 KB", "4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB"]
     assert "of the node type's 10 Gb/s link" in out  # testbed.yaml's link_gbps
+    assert "ok    CPU binding: every rank has its share of its node (1 CPUs each)" in out  # salloc -N4: 1 CPU a node
+
+
+@pytest.mark.testbed
+def test_allocation_doctor_reports_each_ranks_cpus_and_warns_below_the_share(bed):
+    # -c 2: the job holds both CPUs of each node, and the doctor's ranks get them.
+    result = bed.run(["salloc", "-p", "debug", "-N2", "-c", "2", "-t", "5", *CLI, "--allocation", "--site", "testbed",
+                      "--max-bytes", "1024"], cwd=REPO, timeout=180)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    table = out[out.index("rank layout"):out.index("all_reduce bandwidth")].splitlines()[2:4]
+    assert [row.split()[-1] for row in table] == ["0-1", "0-1"], out
+    assert "ok    CPU binding: every rank has its share of its node (2 CPUs each)" in out
+    # A step that binds each rank to 1 of the 2 CPUs the job holds for it: the doctor says so.
+    step = ["srun", "-N2", "--ntasks-per-node=1", "-c", "1", "--cpu-bind=cores", "--mpi=none", sys.executable, "-m",
+            "slurmtorch.bootstrap", "--from", "slurm", "--no-init", "-m", "slurmtorch.doctor", "--site", "testbed", "--max-bytes", "1024"]
+    result = bed.run(["salloc", "-p", "debug", "-N2", "-c", "2", "-t", "5", *step], cwd=REPO, timeout=180)
+    warned = "\n".join(lines(result.stdout, "warn"))
+    assert "CPU binding: rank 0 on " in warned and "(1 of its share of 2)" in warned, result.stdout + result.stderr
 
 
 @pytest.mark.testbed

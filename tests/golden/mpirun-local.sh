@@ -15,7 +15,7 @@ export NCCL_IB_DISABLE=1
 mpirun=/opt/venv/bin/python
 mpirun="${mpirun%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
-"$mpirun" -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE \
+"$mpirun" -n 4 --bind-to none --hostfile /home/user/hosts -x NCCL_IB_DISABLE \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 

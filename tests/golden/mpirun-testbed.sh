@@ -21,7 +21,7 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=/opt/venv/bin/python
 mpirun="${mpirun%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
-"$mpirun" -n 4 --hostfile /home/user/hosts -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x GLOO_SOCKET_IFNAME -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
+"$mpirun" -n 4 --bind-to none --hostfile /home/user/hosts -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x GLOO_SOCKET_IFNAME -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 

@@ -40,7 +40,7 @@ export LD_LIBRARY_PATH=/opt/amazon/efa/lib:/opt/amazon/ofi-nccl/lib"${LD_LIBRARY
 mpirun=/opt/venv/bin/python
 mpirun="${mpirun%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
-"$mpirun" -n 8 \
+"$mpirun" -n 8 --map-by slot:PE=24:HWTCPUS --bind-to hwthread \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?

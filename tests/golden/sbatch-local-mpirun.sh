@@ -36,7 +36,7 @@ export NCCL_IB_DISABLE=1
 mpirun=/opt/venv/bin/python
 mpirun="${mpirun%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
-"$mpirun" -n 1 \
+"$mpirun" -n 1 --map-by slot:PE=1:HWTCPUS --bind-to hwthread \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?

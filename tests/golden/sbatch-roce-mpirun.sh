@@ -44,7 +44,7 @@ export NCCL_IB_TC=106
 mpirun=/opt/venv/bin/python
 mpirun="${mpirun%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
-"$mpirun" -n 4 \
+"$mpirun" -n 4 --map-by slot:PE=16:HWTCPUS --bind-to hwthread \
     bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?

@@ -5,7 +5,7 @@
 #SBATCH --chdir='/home/user/a b'
 #SBATCH --comment='it'"'"'s mine'
 #SBATCH --constraint='testbed&cpu'
-#SBATCH --cpus-per-task=4
+#SBATCH --cpus-per-task=2
 #SBATCH --dependency=afterok:12:13
 #SBATCH --exclude=node4
 #SBATCH --exclusive
@@ -79,7 +79,7 @@ export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
-srun --nodes=2 --ntasks=2 --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=4 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --label --cpu-bind=verbose,cores \
+srun --nodes=2 --ntasks=2 --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --label --cpu-bind=verbose,cores \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3
 rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then

@@ -530,3 +530,21 @@ def test_every_rank_step_asks_srun_for_its_layout_whatever_the_environment_says(
     per_node = spec.launcher == "torchrun"
     assert f"--nodes={spec.nodes}" in plan.srun_args, plan.srun_args
     assert f"--ntasks={spec.nodes if per_node else spec.ntasks}" in plan.srun_args, plan.srun_args
+
+
+@pytest.mark.parametrize("shape, expected", [
+    (dict(nodes=2, ntasks_per_node=1), "slot:PE=2:HWTCPUS"),           # the node's 2 CPUs, as srun -c 2
+    (dict(nodes=1, ntasks_per_node=2), "slot:PE=1:HWTCPUS"),
+    (dict(nodes=2, ntasks_per_node=1, cpus_per_task=1), "slot:PE=1:HWTCPUS"),
+    (dict(nodes=2, ntasks=3), "slot:PE=1:HWTCPUS"),                    # uneven 2+1: Slurm's slots place them
+])
+def test_mpirun_in_an_allocation_gives_each_rank_its_cpus_per_task(shape, expected):
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher="mpirun", **shape))
+    args = render.launch_plan(spec).mpirun_args
+    assert args[args.index("--map-by") + 1] == expected and args[args.index("--bind-to") + 1] == "hwthread"
+
+
+def test_mpirun_outside_slurm_leaves_ranks_unbound_on_their_hosts_cpus():
+    spec = build_spec(sites.load_site("local"), golden_options("local", kind="mpirun", ntasks=2))
+    args = render.launch_plan(spec).mpirun_args
+    assert args[args.index("--bind-to") + 1] == "none" and "--map-by" not in args

@@ -39,10 +39,10 @@ def header(spec) -> dict:
 @pytest.mark.parametrize("kw, nodes, ntasks, per_node, uneven", [
     (dict(nodes=2, ntasks=3), 2, 3, 2, True),          # the 2+1
     (dict(nodes=2, ntasks=4), 2, 4, 2, False),         # even: written as before, no --ntasks line
-    (dict(nodes=3, ntasks=7), 3, 7, 3, True),          # 3+3+1 at most
+    (dict(nodes=4, ntasks=7), 4, 7, 2, True),          # 2+2+2+1 at most
     (dict(ntasks=3), 3, 3, 1, False),                  # no --nodes: one rank per node (CPU nodes)
     (dict(ntasks=3, ntasks_per_node=2), 2, 3, 2, True),
-    (dict(nodes=2, ntasks=3, ntasks_per_node=4), 2, 3, 4, True),
+    (dict(nodes=3, ntasks=4, ntasks_per_node=2), 3, 4, 2, True),
 ])
 def test_ntasks_spreads_ranks_over_the_nodes(testbed, kw, nodes, ntasks, per_node, uneven):
     spec = build_spec(testbed, opts(**kw))
@@ -106,7 +106,7 @@ def test_user_options_win_over_the_sites_directives(testbed):
 
 @pytest.mark.parametrize("kw, message", [
     (dict(mem="5G"), "--mem 5G is more than the 4G of memory of node type 'cpu'"),
-    (dict(mem_per_cpu="2G", cpus_per_task=4), "--mem-per-cpu 2G x 4 CPUs is more than the 4G"),
+    (dict(mem_per_cpu="3G", cpus_per_task=2), "--mem-per-cpu 3G x 2 CPUs is more than the 4G"),
     (dict(mem="1G", mem_per_cpu="1"), "--mem and --mem-per-cpu together"),
     (dict(mem="lots"), "invalid --mem 'lots'"),
     (dict(mem="1GB"), "invalid --mem '1GB'"),

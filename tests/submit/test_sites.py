@@ -51,7 +51,7 @@ def test_testbed_site_matches_the_local_cluster():
     assert (debug.name, debug.max_nodes, debug.max_time, debug.default) == ("debug", 4, "1-00:00:00", True)
     cpu = site.node_type(debug.node_type)
     assert (cpu.name, cpu.gpus, cpu.cpus, cpu.memory_gb, cpu.fabric, cpu.interfaces, cpu.rdma) == (
-        "cpu", 0, 4, 4, "ethernet", ("ib0",), False)  # the fabric's interface, named as IPoIB's
+        "cpu", 0, 2, 4, "ethernet", ("ib0",), False)  # the fabric's interface, named as IPoIB's
     env = dict(cpu.network_env())
     assert env["OMPI_MCA_btl"] == "self,sm,tcp"
     assert env["OMPI_MCA_btl_tcp_if_include"] == "ib0"
@@ -65,7 +65,8 @@ def test_testbed_site_agrees_with_scripts_testbed():
     if "PartitionName=debug" not in text:
         pytest.skip("scripts/testbed does not define the debug partition yet")
     assert re.search(r"PartitionName=debug .*Default=YES.*MaxTime=1-00:00:00", text)
-    assert re.search(r"^CPUS_PER_NODE=4$", text, re.M)
+    cpus = sites.load_site("testbed").node_type("cpu").cpus
+    assert re.search(rf"^CPUS_PER_NODE={cpus}$", text, re.M)
     assert "198.18.0" in text
     # The site's interface is the testbed's fabric, not the network the host names resolve to.
     (ifname,) = sites.load_site("testbed").node_type("cpu").interfaces

@@ -58,7 +58,7 @@ def test_hdr_ib_debug_partition_gets_its_own_default_time(hdr):
 
 def test_cpu_nodes_get_one_rank_and_gloo(testbed_site):
     spec = build_spec(testbed_site, opts(nodes=4))
-    assert (spec.ntasks_per_node, spec.cpus_per_task, spec.ntasks, spec.backend) == (1, 4, 4, "gloo")
+    assert (spec.ntasks_per_node, spec.cpus_per_task, spec.ntasks, spec.backend) == (1, 2, 4, "gloo")
     assert spec.python == "/venv/bin/python"
     assert spec.job_name == "train"
 
@@ -69,7 +69,7 @@ def test_directives_are_sorted_and_complete(testbed_site):
     assert names == sorted(names)
     d = dict(spec.directives)
     assert d == {
-        "account": "acct", "cpus-per-task": "4", "job-name": "j", "nodes": "2", "ntasks-per-node": "1",
+        "account": "acct", "cpus-per-task": "2", "job-name": "j", "nodes": "2", "ntasks-per-node": "1",
         "output": "/h/jobs/%j/batch.out", "partition": "debug", "qos": "normal", "time": "30",
         "no-requeue": True,  # requeue only when asked for (--requeue/--signal)
     }
@@ -138,7 +138,7 @@ def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed_site):
         (dict(time="1-00:00:01"), "exceeds the maximum 1-00:00:00 of partition 'debug'", "--time 1-00:00:00"),
         (dict(time="2h"), "invalid --time '2h'", "D-HH:MM:SS"),
         (dict(gpus_per_node=1), "1 GPUs per node requested, but node type 'cpu'", "--gpus-per-node 0"),
-        (dict(ntasks_per_node=2, cpus_per_task=4), "exceeds the 4 CPUs", "--cpus-per-task 2"),
+        (dict(ntasks_per_node=2, cpus_per_task=2), "exceeds the 2 CPUs", "--cpus-per-task 1"),
         (dict(env=("NOEQUALS",)), "malformed --env 'NOEQUALS': expected NAME=VALUE", "NCCL_DEBUG=INFO"),
         (dict(env=("1X=y",)), "invalid environment variable name '1X'", None),
         (dict(env=("A B=y",)), "invalid environment variable name 'A B'", None),
