@@ -28,17 +28,16 @@ export SLURMTORCH_JOB_DIR
 
 # Environment (node type fabric, site, node type, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==eth0
-export GLOO_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==ib0
+export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
-export OMPI_MCA_btl_tcp_if_include=eth0
+export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Rank 0 runs on this node, the first of the allocation: take a port that no socket here
 # uses now (/proc/net/tcp*, in hex), at random below the kernel's ephemeral range. In bash:
 # the ranks' python is the image's, and nothing of the submitting host's runs in the job.
-# Each rank takes MASTER_ADDR from the job's first node's host name.
 read -r ephemeral _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && [ "$ephemeral" -gt 21000 ] || ephemeral=32768
 MASTER_PORT=
 for _ in $(seq 100); do
@@ -52,6 +51,27 @@ if [ -z "$MASTER_PORT" ]; then
 fi
 export MASTER_PORT
 
+# MASTER_ADDR: this node's address on the interface the site chose for the node type
+# (*_SOCKET_IFNAME), which the ranks' sockets use; the host name may resolve to another
+# network (the management network, where the site's interface is the fabric). In bash, as
+# the port: read with `ip` on this host. Without such a setting the ranks use the host name.
+ifnames=${GLOO_SOCKET_IFNAME:-${NCCL_SOCKET_IFNAME:-}}
+if [ -n "$ifnames" ] && [ "${ifnames#^}" = "$ifnames" ]; then
+    IFS=, read -ra names <<<"${ifnames#=}"
+    MASTER_ADDR=
+    for name in "${names[@]}"; do
+        read -r _ _ _ MASTER_ADDR _ < <(ip -4 -o addr show dev "$name" 2>/dev/null)
+        MASTER_ADDR=${MASTER_ADDR%/*}
+        [ -z "$MASTER_ADDR" ] || break
+    done
+    if [ -z "$MASTER_ADDR" ]; then
+        printf 'slurmtorch: error: no IPv4 address on the interface %s on %s (fix GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the site config for this node type)\n' "$ifnames" "$(hostname)" >&2
+        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+        exit 1
+    fi
+    export MASTER_ADDR
+fi
+
 # srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
 # bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
 SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
@@ -62,15 +82,15 @@ rm -f "$SLURMTORCH_STARTED"
 # The torch world is the training roles (master=1, worker=2);
 # every rank finds its place from SLURMTORCH_ROLES. Rank logs go to $SLURMTORCH_JOB_DIR.
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user \
+srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user --container-env=NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,OMPI_MCA_btl,OMPI_MCA_btl_tcp_if_include,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &
 role[$!]=master training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user \
+srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user --container-env=NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,OMPI_MCA_btl,OMPI_MCA_btl_tcp_if_include,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 &
 role[$!]=worker training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=registry.example/ps image:1' --container-mounts=/home/user:/home/user \
+srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=registry.example/ps image:1' --container-mounts=/home/user:/home/user --container-env=NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,OMPI_MCA_btl,OMPI_MCA_btl_tcp_if_include,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 &
 role[$!]=ps

@@ -31,10 +31,10 @@ mkdir -p "$SLURMTORCH_JOB_DIR"
 
 # Environment (node type fabric, site, node type, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==eth0
-export GLOO_SOCKET_IFNAME=eth0
+export NCCL_SOCKET_IFNAME==ib0
+export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
-export OMPI_MCA_btl_tcp_if_include=eth0
+export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -85,8 +85,8 @@ export MASTER_PORT
 
 # MASTER_ADDR: this node's address on the interface the site chose for the node type
 # (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network. Without such a setting the ranks use this node's host name, as role jobs do
-# (their CLUSTER_SPEC names every role by host name).
+# network (the management network, where the site's interface is the fabric). Without such
+# a setting the ranks use this node's host name.
 if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
     if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend gloo); then
         printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
@@ -102,7 +102,7 @@ export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
-srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.out --error=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.err \
+srun --nodes=2 --ntasks=2 --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.out --error=/home/user/.slurmtorch/jobs/%A/trial-%a/rank-%t.err \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3 "${sweep_args[@]}"
 rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
