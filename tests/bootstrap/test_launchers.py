@@ -375,19 +375,9 @@ def bed(testbed, has_torch):
 UPSTREAM_MPI_INIT_RACE = "mca_pml_ob1_recv_frag_callback_match"
 OMPI_ATTEMPTS = 3
 MPICH_PYTHON = REPO / ".venv-mpich" / "bin" / "python"
-# PyPI's MPICH 5.0.2 with its default UCX netmod, under srun --mpi=pmi2 (Slurm 22.05 and
-# 24.11), can send slurmstepd a PMI2 `put` of its UCX address exchange whose value is
-# memory garbage (`mpi/pmi2: value not properly terminated in client request`) once torch
-# is imported; MPI_Init then aborts or hangs. Whether it does depends on memory layout
-# (the environment's size, the checkout's path): in the merged tree most runs of the DDP
-# test failed, and 2 of 2 passed with MPICH's libfabric netmod; in the mpich worktree 0 of
-# 75 launches failed either way (RELIABILITY.md, "MPICH's PMI2 put"). The MPICH ranks
-# here use ofi, so no test's outcome depends on where the checkout lies; Hydra's mpiexec
-# (its own PMI proxy, no slurmstepd) keeps MPICH's default.
-MPICH_NETMOD = "MPIR_CVAR_CH4_NETMOD=ofi"
-# Per MPI: the command whose mpi4py loads that MPI, and the srun plugin it speaks.
+# Per MPI: the interpreter whose mpi4py loads that MPI, and the srun plugin it speaks.
 MPIS = {"openmpi": ([sys.executable, "-m", "slurmtorch.bootstrap"], "--mpi=pmix"),
-        "mpich": (["env", MPICH_NETMOD, str(MPICH_PYTHON), "-m", "slurmtorch.bootstrap"], "--mpi=pmi2")}
+        "mpich": ([str(MPICH_PYTHON), "-m", "slurmtorch.bootstrap"], "--mpi=pmi2")}
 
 
 def srun(bed, *argv, timeout=120):
