@@ -30,7 +30,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         variants = {"with handler": env(SLURMTORCH_JOB_DIR=folder),
                     "without": env(SLURMTORCH_JOB_DIR=folder, SLURMTORCH_NO_STACKS="1")}
-        boot = [*mpirun(args.ranks), PY, "-m", "slurmtorch.bootstrap"]
+        # gloo on any machine: on a GPU machine "auto" would pick nccl, and N ranks on one GPU are refused.
+        boot = [*mpirun(args.ranks), PY, "-m", "slurmtorch.bootstrap", "--backend", "gloo"]
         ready = alternate({k: (lambda e=e: timed([*boot, PROBE], environ=e)) for k, e in variants.items()}, args.reps)
         steps: dict[str, list[float]] = {k: [] for k in variants}
 
