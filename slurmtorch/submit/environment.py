@@ -2,9 +2,10 @@
 
 Fabric (what the node type's network implies), then the site's `env`, the node
 type's own `env` (the admin's last word for that hardware), `omp_num_threads` (the
-nearest of partition, node type and site), the preset's, and the user's `--env`; a null in a YAML layer removes the variable. Within a layer the plain
-values come first, then its `prepend_path`/`append_path`: a composition applies to the
-value the layers before it left (a later layer's prepend goes in front of an earlier
+nearest of partition, node type and site), the preset's, and the user's `--env`; a
+null in a YAML layer removes the variable. Within a layer the plain values come first,
+then its `prepend_path`/`append_path`: a composition applies to the value the layers
+before it left (a later layer's prepend goes in front of an earlier
 one's), and a plain value in a later layer replaces the variable, compositions and all.
 A composition over nothing but the job's own environment keeps that value at run time
 (`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one

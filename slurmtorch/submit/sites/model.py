@@ -22,14 +22,6 @@ MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
 NO_MPI_OPTION = "none"
 MPI_PLUGIN_RE = re.compile(r"[a-z][a-z0-9_]*")
 
-
-def mpi_option(plugin: str) -> list[str]:
-    """srun's --mpi for a rank step; none at all for `none` (plain srun: the cluster's
-    MpiDefault, as CSCS launches its uenv jobs). The ranks take their world from SLURM_*
-    (`--from slurm`) whatever the plugin; only `--backend mpi` needs one MPI can read."""
-    return [] if plugin == NO_MPI_OPTION else [f"--mpi={plugin}"]
-
-
 # An EDF annotation key as CSCS's container-engine docs write them: dotted TOML bare keys
 # (com.hooks.cxi.enabled), so each part is letters, digits, '_' or '-'.
 ANNOTATION_KEY_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
@@ -51,6 +43,13 @@ DEFAULT_TIMEOUT_S = 600
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 NAME_TIP = "names are letters, digits, '.', '_' and '-'"
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def mpi_option(plugin: str) -> list[str]:
+    """srun's --mpi for a rank step; none at all for `none` (plain srun: the cluster's
+    MpiDefault, as CSCS launches its uenv jobs). The ranks take their world from SLURM_*
+    (`--from slurm`) whatever the plugin; only `--backend mpi` needs one MPI can read."""
+    return [] if plugin == NO_MPI_OPTION else [f"--mpi={plugin}"]
 
 
 @dataclass(frozen=True)

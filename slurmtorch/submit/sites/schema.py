@@ -184,7 +184,7 @@ def json_schema() -> dict[str, Any]:
                 "threads": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]},
                 "annotations": {
                     "type": "object",
-                    "propertyNames": {"pattern": ANNOTATION_KEY_RE.pattern},
+                    "propertyNames": {"pattern": f"^{ANNOTATION_KEY_RE.pattern}$"},
                     "additionalProperties": {"type": "string"},
                 },
                 "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
