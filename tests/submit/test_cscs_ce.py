@@ -82,3 +82,11 @@ def test_environment_is_ours_on_srun_and_refused_on_sbatch():
     assert "cscs-ce" in why and "--container-runtime cscs-ce" in tip
     with pytest.raises(SpecError, match="--environment"):
         build_spec(sites.load_site("testbed"), golden_options("testbed", sbatch_args=("--environment=x.toml",)))
+
+
+def test_another_image_keeps_the_presets_edf_entries(tmp_path):
+    spec = build_spec(sites.load_site("cscs-alps"), golden_options(
+        "cscs-alps", preset="ce", nodes=2, container_image="${SCRATCH}/ce-images/mine.sqsh"))
+    edf = written_edf(render.render_sbatch(spec), tmp_path)
+    assert edf["image"] == "${SCRATCH}/ce-images/mine.sqsh"  # CE expands it, as CSCS's examples do
+    assert edf["annotations"] == {"com": {"hooks": {"cxi": {"enabled": "false"}}}} and edf["entrypoint"] is True
