@@ -251,6 +251,33 @@ def test_gcp_a3u_a4_follows_googles_cluster_toolkit(partition, tuner):
     assert header(text)["partition"] == partition
 
 
+@pytest.mark.parametrize("preset", ["uenv", "ce"])
+def test_cscs_alps_dry_runs_keep_the_test_grounds_fixes(capsys, monkeypatch, tmp_path, preset):
+    """`slurmtorch sbatch --dry-run --launcher torchrun|mpirun` on cscs-alps: torchrun's agent on the
+    site's interface with the rendezvous on the first node's fabric address, mpirun binding each rank
+    to its cores, and (Container Engine) MASTER_ADDR found in bash and the job's environment in the EDF."""
+    monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path / "home"))
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+
+    def dry_run(launcher: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as e:
+            main(["sbatch", "--site", "cscs-alps", "--preset", preset, "--nodes", "2", "--launcher", launcher,
+                  "--dry-run", str(script)])
+        out, err = capsys.readouterr()
+        return e.value.code, out, err
+
+    code, text, _ = dry_run("torchrun")
+    assert code == 0
+    assert "-m slurmtorch.bootstrap.agent" in text and '--rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT"' in text
+    assert "export MASTER_ADDR" in text and "GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in text
+    code, text, err = dry_run("mpirun")
+    if preset == "ce":  # the Container Engine starts under srun: refused in one line, with the fix
+        assert code != 0 and "cscs-ce container, which starts under srun" in err and "--launcher srun" in err
+    else:
+        assert code == 0 and '"$mpirun" -n 8 --map-by slot:PE=72:HWTCPUS --bind-to hwthread' in text
+
+
 def test_site_list_shows_every_new_preset_as_valid(capsys, monkeypatch):
     monkeypatch.delenv("SLURMTORCH_SITE_PATH", raising=False)
     with pytest.raises(SystemExit) as e:
