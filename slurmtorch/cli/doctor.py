@@ -81,6 +81,7 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     from slurmtorch.doctor.binding import job_cpus_per_node
     from slurmtorch.errors import SpecError, SubmitError
     from slurmtorch.submit import scheduler as submit  # lazy: the edge (subprocess), only --allocation runs it
+    from slurmtorch.submit.sites.model import mpi_option
 
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
     if not os.environ.get("SLURM_JOB_ID") or not nodes:
@@ -101,7 +102,7 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     argv = ["env", *[f"{k}={v}" for k, v in env],
             "srun", f"--nodes={nodes}", f"--ntasks-per-node={ntasks_per_node}", f"--cpus-per-task={cpus_per_task}",
             "--kill-on-bad-exit=1",
-            f"--mpi={site_obj.mpi_plugin}", "--export=ALL", *rank_argv]
+            *mpi_option(site_obj.srun_mpi), "--export=ALL", *rank_argv]
     try:
         proc = submit.run(argv, timeout=timeout, check=False)
     except SubmitError as e:

@@ -18,6 +18,7 @@ from slurmtorch.doctor.facts import Interface, NodeFacts, TorchFacts
 from slurmtorch.doctor.rdma import rdma_checks
 from slurmtorch.doctor.checks import FAIL, OK, WARN, Check
 from slurmtorch.submit.sites.fabric import fabric_env
+from slurmtorch.submit.sites.model import NO_MPI_OPTION
 
 
 def mpi_vendor(library: str) -> tuple[str, int | None]:
@@ -185,21 +186,24 @@ def check_srun(facts: NodeFacts, site) -> list[Check]:
         return [Check(OK, f"no srun here (not needed: the site launches with {site.launcher})")]
     listing = ", ".join(plugins) or "none"
     out = []
-    if _plugin_available(site.mpi_plugin, plugins):
-        out.append(Check(OK, f"srun --mpi={site.mpi_plugin} available (srun --mpi=list: {listing})"))
+    plugin = site.srun_mpi
+    if plugin == NO_MPI_OPTION:
+        out.append(Check(OK, f"plain srun (srun_mpi: none): the cluster's MpiDefault (srun --mpi=list: {listing})"))
+    elif _plugin_available(plugin, plugins):
+        out.append(Check(OK, f"srun --mpi={plugin} available (srun --mpi=list: {listing})"))
     else:
         out.append(Check(FAIL if needed else WARN,
-                         f"srun lacks the site's --mpi={site.mpi_plugin} (srun --mpi=list: {listing})",
-                         "set mpi_plugin in the site config to one listed, or have Slurm built with that plugin "
+                         f"srun lacks the site's --mpi={plugin} (srun --mpi=list: {listing})",
+                         "set srun_mpi in the site config to one listed, or have Slurm built with that plugin "
                          "(pmix also needs the unversioned libpmix.so: libpmix-dev)"))
     if facts.mpi.library is not None:
         vendor, major = mpi_vendor(facts.mpi.library)
-        if vendor == "Open MPI" and (major or 0) >= 5 and site.mpi_plugin != "pmix":
+        if vendor == "Open MPI" and (major or 0) >= 5 and plugin not in ("pmix", NO_MPI_OPTION):
             out.append(Check(FAIL if needed else WARN,
-                             f"Open MPI {major} under srun --mpi={site.mpi_plugin}: every MPI rank comes up as a "
+                             f"Open MPI {major} under srun --mpi={plugin}: every MPI rank comes up as a "
                              "singleton of size 1",
-                             "set mpi_plugin: pmix in the site config (Open MPI 5 speaks only PMIx)"))
-        if "pmix" in site.mpi_plugin and not _plugin_available("pmix", plugins) and vendor == "Open MPI":
+                             "set srun_mpi: pmix in the site config (Open MPI 5 speaks only PMIx)"))
+        if "pmix" in plugin and not _plugin_available("pmix", plugins) and vendor == "Open MPI":
             out.append(Check(WARN, "Open MPI needs PMIx under srun, and this srun has no pmix plugin",
                              "launch with mpirun inside the allocation (launcher: mpirun)"))
     return out

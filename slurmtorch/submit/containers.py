@@ -20,6 +20,15 @@ bootstrap's argv, and what goes on srun's line.
 - shifter (NERSC): `shifter --image=IMAGE [--volume=SRC:DST] CMD` under srun
   (https://github.com/NERSC/shifter/blob/master/doc/command/shifter.rst); the
   environment passes in.
+- cscs-ce (CSCS's Container Engine on Alps): `srun --environment=FILE.toml`, FILE an
+  Environment Definition File (EDF, TOML: image, mounts, entrypoint, writable, [env],
+  [annotations]; docs/software/container-engine/edf.md in eth-cscs/cscs-docs) that the batch
+  script writes into the job folder (`edf_text`). The container inherits the host's
+  environment, but the image's value of a variable wins over the host's and `${NAME}` in the
+  EDF expands from the image's first, so, as pyxis's --container-env does, every variable
+  the job's environment sets goes into [env] as its literal value (`$` doubled: CE's own
+  escape). The Alps Extended Images' EDF and srun line
+  (docs/software/alps-extended-images.md) are a site's `container:` and preset.
 
 Every runtime gets the job folder's root and the script's folder mounted at the same
 path, so the ranks find the script and write their logs, heartbeats and exit notes where
@@ -30,6 +39,12 @@ shifter, `--nccl` for podman-hpc) come after.
 from __future__ import annotations
 
 import os
+
+from slurmtorch.errors import SpecError
+
+# The EDF's name in the job folder; the batch script writes it there (render.launch_plan).
+EDF_FILE = "environment.toml"
+EDF_END = "SLURMTORCH_EDF"  # the quoted here-document's delimiter: no line of edf_text can equal it
 
 # Names the batch script exports for the ranks besides the job's env (spec.env): podman
 # passes none of them unless named (`-e NAME`, `-e PREFIX*`).
@@ -42,15 +57,20 @@ def job_env_names(spec) -> list[str]:
     return list(dict.fromkeys((*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths))))
 
 
-def mounts(spec, c) -> list[str]:
-    """SRC:DST bind mounts of container `c`: the jobs folder and the script's folder (same path
-    inside), then the site's; each once."""
+def own_mounts(spec) -> list[str]:
+    """SRC:DST of the jobs folder and the script's folder, each at its own path inside (one
+    inside the other: the outer one only)."""
     auto: list[str] = []
     for path in sorted({spec.job_root, *([os.path.dirname(spec.script)] if spec.script else [])}):
         if not any(path == a or path.startswith(a.rstrip("/") + "/") for a in auto):  # not inside one already
             auto.append(path)
+    return [f"{p}:{p}" for p in auto]
+
+
+def mounts(spec, c) -> list[str]:
+    """SRC:DST bind mounts of container `c`: ours (own_mounts), then the site's; each source once."""
     out: list[str] = []
-    for m in (*(f"{p}:{p}" for p in auto), *c.mounts):
+    for m in (*own_mounts(spec), *c.mounts):
         if m not in out and not any(m.split(":", 1)[0] == o.split(":", 1)[0] for o in out):
             out.append(m)
     return out
@@ -85,4 +105,51 @@ def container_args(spec, c) -> tuple[list[str], list[str]]:
         return [*prefix, *c.args, c.image], []
     if c.runtime == "shifter":
         return ["shifter", f"--image={c.image}", *(f"--volume={m}" for m in binds), *c.args], []
+    if c.runtime == "cscs-ce":
+        # The image, mounts and environment are the EDF's (edf_text); srun gets --environment
+        # from the template, which knows the job folder only at run time.
+        return [], [*c.args]
     raise AssertionError(c.runtime)  # validated on load and by resolve_containers
+
+
+def edf_text(spec, c) -> str:
+    """The EDF (TOML) of a cscs-ce container `c` for this job (pure): the image, our mounts and
+    the site's, the site's entrypoint/writable, the job's environment as literal values, the
+    site's annotations. Image and site mounts keep CE's `${VAR}` expansion (CSCS's examples
+    use ${SCRATCH}); our own paths and the environment's values are literal."""
+    lines = ["# CSCS Container Engine environment (EDF) of the ranks, written by slurmtorch",
+             f"image = {toml_string(c.image)}", "mounts = ["]
+    own = set(own_mounts(spec))
+    for m in mounts(spec, c):
+        lines.append(f"    {toml_string(literal(m) if m in own else m)},")
+    lines.append("]")
+    for key in ("entrypoint", "writable"):
+        if getattr(c, key) is not None:
+            lines.append(f"{key} = {'true' if getattr(c, key) else 'false'}")
+    if spec.env:
+        lines += ["", "[env]", *(f"{name} = {toml_string(literal(value))}" for name, value in spec.env)]
+    if c.annotations:
+        lines += ["", "[annotations]", *(f"{key} = {toml_string(value)}" for key, value in c.annotations)]
+    text = "\n".join(lines) + "\n"
+    if EDF_END in text.splitlines():  # cannot happen: every line is a key, a bracket or a quoted string
+        raise SpecError("the container's EDF would end its here-document early")
+    return text
+
+
+def literal(text: str) -> str:
+    """`text` as CE reads it back unexpanded: `$` doubled (edf.md: "$${VAR} will render as ${VAR}")."""
+    return text.replace("$", "$$")
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string: quotes, backslashes and control characters escaped (TOML 1.0)."""
+    out = ['"']
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)

@@ -1,10 +1,11 @@
 """The job's environment: the layers in their order, and the user's `--env` checked.
 
 Fabric (what the node type's network implies), then the site's `env`, the node
-type's own `env` (the admin's last word for that hardware), the preset's, and the
-user's `--env`; a null in a YAML layer removes the variable. Within a layer the plain
-values come first, then its `prepend_path`/`append_path`: a composition applies to the
-value the layers before it left (a later layer's prepend goes in front of an earlier
+type's own `env` (the admin's last word for that hardware), `omp_num_threads` (the
+nearest of partition, node type and site), the preset's, and the user's `--env`; a
+null in a YAML layer removes the variable. Within a layer the plain values come first,
+then its `prepend_path`/`append_path`: a composition applies to the value the layers
+before it left (a later layer's prepend goes in front of an earlier
 one's), and a plain value in a later layer replaces the variable, compositions and all.
 A composition over nothing but the job's own environment keeps that value at run time
 (`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one
@@ -20,7 +21,7 @@ from collections.abc import Iterable, Mapping
 
 from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.sites.model import NodeType, PathMap, Site
+from slurmtorch.submit.sites.model import NodeType, Partition, PathMap, Site
 from slurmtorch.submit.sites.fabric import fabric_env
 from slurmtorch.submit.options import Options
 
@@ -91,15 +92,18 @@ SLURM_LAYOUT = {
 }
 
 
-def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> tuple[dict[str, str], tuple[PathEdit, ...]]:
+def job_env(site: Site, node: NodeType, partition: Partition, preset: dict, o: Options, nodes: int = 2
+            ) -> tuple[dict[str, str], tuple[PathEdit, ...]]:
     """(plain values, path edits over the inherited value): every layer applied in order.
 
     Insertion order is the order the script exports them; the path edits come after.
+    `nodes` is the job's node count (a one-node batch job's fabric layer may differ).
     """
     layers: list[tuple[Iterable[tuple[str, str | None]], PathMap, PathMap]] = [
-        (fabric_env(node), (), ()),
+        (fabric_env(node, one_node=o.kind == "sbatch" and nodes == 1), (), ()),
         (site.env, site.prepend_path, site.append_path),
         (node.env, node.prepend_path, node.append_path),
+        (omp_env(site, node, partition), (), ()),
         (preset.get("env", ()), preset.get("prepend_path", ()), preset.get("append_path", ())),
         (parse_env(o.env, batch=o.kind == "sbatch"), (), ()),
     ]
@@ -119,6 +123,17 @@ def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> tuple[dict[
            for key, (base, before, after) in recipes.items() if base is not _INHERIT}
     edits = tuple((key, before, after) for key, (base, before, after) in recipes.items() if base is _INHERIT)
     return env, edits
+
+
+def omp_env(site: Site, node: NodeType, partition: Partition) -> tuple[tuple[str, str], ...]:
+    """OMP_NUM_THREADS as the site documents it: the partition's `omp_num_threads`, else the node
+    type's, else the site's; none (or `auto`) leaves each rank its CPU share, which the bootstrap
+    sets (bootstrap.world.thread_defaults). CSCS's GH200 job scripts set 8 per rank, where the
+    share of a 288-core node among 4 ranks is 72 (docs/software/ml/pytorch.md in eth-cscs/cscs-docs)."""
+    for level in (partition, node, site):
+        if level.omp_num_threads is not None:
+            return () if level.omp_num_threads == "auto" else (("OMP_NUM_THREADS", str(level.omp_num_threads)),)
+    return ()
 
 
 def composed(edits: Iterable[PathEdit], environ: Mapping[str, str]) -> list[tuple[str, str]]:

@@ -9,6 +9,7 @@ with srun), never under mpirun.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from slurmtorch import shell
@@ -16,7 +17,8 @@ from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
-from slurmtorch.submit.sites.model import CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, Site
+from slurmtorch.submit.sites.model import (CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, NodeType,
+                                           Partition, Site)
 from slurmtorch.submit.options import Options
 
 
@@ -28,10 +30,34 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     backend = o.pick(preset, "backend") or "auto"
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
-    if site.container is not None and site.container.runtime in SRUN_RUNTIMES and launcher == "mpirun":
-        raise SpecError(f"site {site.name!r} runs ranks in a {site.container.runtime} container, which starts "
-                        "under srun", tip="use --launcher srun")
+    box = preset.get("container") or site.container
+    if box is not None and box.runtime in SRUN_RUNTIMES and launcher == "mpirun":
+        where = f"site {site.name!r}"
+        if preset.get("container"):
+            where = f"preset {o.preset or 'default'!r} of {where}"
+        raise SpecError(f"{where} runs ranks in a {box.runtime} container, which starts under srun",
+                        tip="use --launcher srun (or torchrun)")
     return launcher, backend
+
+
+def srun_mpi_for(site: Site, node: NodeType, partition: Partition, preset: dict[str, Any]) -> str:
+    """srun's --mpi for the rank step: the preset's, else the partition's, else the node type's,
+    else the site's `srun_mpi` (`none`: no --mpi at all). CSCS launches its uenv jobs with plain
+    srun and its Container Engine jobs with --mpi=pmix (docs/software/ml/pytorch.md,
+    docs/software/alps-extended-images.md in eth-cscs/cscs-docs)."""
+    return preset.get("srun_mpi") or partition.srun_mpi or node.srun_mpi or site.srun_mpi
+
+
+def check_edf_env(container: Container | None, env_paths: tuple) -> None:
+    """A cscs-ce job's environment goes into its EDF as literal values (the Container Engine
+    gives the image's value of a variable precedence over the host's, and expands ${NAME} from
+    the image's first: docs/software/container-engine/edf.md in eth-cscs/cscs-docs); a path
+    composed over the job's own value at run time cannot be written there."""
+    if container is not None and container.runtime == "cscs-ce" and env_paths:
+        names = ", ".join(name for name, _, _ in env_paths)
+        raise SpecError(f"cscs-ce: {names} is composed over the job's own value (prepend_path/append_path), "
+                        "which the Container Engine's EDF cannot carry",
+                        tip="give the whole value in env:, or put the folders in the image")
 
 
 def local_rank_form(o: Options, preset: dict[str, Any]) -> str | None:
@@ -50,12 +76,13 @@ def backend_for(backend: str, gpus_per_node: int) -> str:
     return backend
 
 
-def resolve_containers(site: Site, o: Options, roles: RoleLayout | None, launcher: str
+def resolve_containers(site: Site, o: Options, roles: RoleLayout | None, launcher: str,
+                       preset: dict[str, Any] | None = None
                        ) -> tuple[Container | None, tuple[tuple[str, Container | None], ...]]:
-    """(every rank's container, each role's): the site's, or --container-image/--container-runtime;
-    --role-image, else the site's image for that role, per role."""
+    """(every rank's container, each role's): the preset's, else the site's, or
+    --container-image/--container-runtime; --role-image, else the site's image for that role, per role."""
     role_images = parse_role_images(o.role_images)
-    base = site.container
+    base = (preset or {}).get("container") or site.container
     runtime = o.container_runtime or (base.runtime if base else "pyxis")
     if runtime not in CONTAINER_RUNTIMES:
         raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
@@ -68,13 +95,16 @@ def resolve_containers(site: Site, o: Options, roles: RoleLayout | None, launche
         raise SpecError("--role-image needs --role", tip="use --container-image for a job without roles")
     role_containers: list[tuple[str, Container | None]] = []
     if roles:
-        site_roles = dict(site.container.roles if site.container else ())
+        site_roles = dict(base.roles if base else ())
         for role, _ in roles.roles:
             image = role_images.get(role) or site_roles.get(role)
             role_containers.append((role, _container(base, runtime, image) if image is not None else base))
     for unknown in set(role_images) - {r for r, _ in (roles.roles if roles else ())}:
         raise SpecError(f"--role-image {unknown}=...: the job has no {unknown} role")
     runtimes = {c.runtime for c in [base, *(c for _, c in role_containers)] if c is not None}
+    if roles and "cscs-ce" in runtimes:
+        raise SpecError("cscs-ce containers run jobs of one step; a role job's steps each need their own EDF",
+                        tip="use pyxis for a role job, or leave --role out")
     if runtimes & set(SRUN_RUNTIMES) and launcher == "mpirun":
         raise SpecError(f"{sorted(runtimes & set(SRUN_RUNTIMES))[0]} containers start under srun, not mpirun",
                         tip="use --launcher srun")
@@ -97,8 +127,10 @@ def parse_role_images(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 
 
 def _container(base: Container | None, runtime: str, image: str) -> Container:
-    """A container of `image` under `runtime` that keeps the site's mounts and interpreter."""
+    """A container of `image` under `runtime` that keeps the site's mounts and interpreter (and,
+    under the same runtime, its options and EDF entries)."""
     if base is not None and base.runtime != runtime:  # the site's runtime options are not this runtime's
         return Container(runtime=runtime, image=image, mounts=base.mounts, python=base.python)
-    return Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
-                     python=base.python if base else None, args=base.args if base else ())
+    if base is None:
+        return Container(runtime=runtime, image=image)
+    return replace(base, image=image, roles=())

@@ -69,7 +69,7 @@ class Options:
     container_image: str | None = _flag("--container-image", metavar="IMAGE",
                                         help="run every rank in IMAGE (default: the site's container)")
     container_runtime: str | None = _flag("--container-runtime",
-                                          help="pyxis|apptainer|podman-hpc|shifter (default: the site's, else pyxis)")
+                                          help="pyxis|apptainer|podman-hpc|shifter|cscs-ce (default: the site's, else pyxis)")
     role_images: tuple[str, ...] = _flag("--role-image", metavar="ROLE=IMAGE", default=(),  # raw ROLE=IMAGE strings
                                          help="image for one role of a --role job (repeatable)")
     array: str | None = _flag(

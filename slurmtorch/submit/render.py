@@ -23,7 +23,8 @@ from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
 from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, pick_addr
 from slurmtorch.submit.jobfolder import ownership
-from slurmtorch.submit.containers import container_args
+from slurmtorch.submit.containers import EDF_END, EDF_FILE, container_args, edf_text
+from slurmtorch.submit.sites.model import mpi_option
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var
 
@@ -112,6 +113,11 @@ class Launch:
     training_roles: str = ""
     # A sweep: each trial's case in the batch script.
     trial_cases: tuple[TrialCase, ...] = ()
+    # A cscs-ce container: its EDF (TOML), which the batch script writes into the job folder
+    # as `edf_file` and names in srun's --environment; empty otherwise.
+    edf: str = ""
+    edf_file: str = EDF_FILE
+    edf_end: str = EDF_END
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -202,7 +208,8 @@ def launch_plan(spec: JobSpec) -> Launch:
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
     pick_port, pick_addr = rendezvous_flags(spec, in_container)
     training = ", ".join(f"{role}={count}" for role, count in spec.roles if role in TRAINING_ROLES)
-    return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec),
+    edf = edf_text(spec, spec.container) if spec.container is not None and spec.container.runtime == "cscs-ce" else ""
+    return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec), edf=edf,
                    in_container=in_container, pick_port=pick_port, pick_addr=pick_addr,
                    roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec))
 
@@ -268,7 +275,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch. The restart
         # supervisor names each start's nodes and tasks itself (supervisor.step_argv).
         layout = [] if spec.max_restarts is not None else _layout(spec.nodes, spec.ntasks)
-        srun = [*layout, "--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
+        srun = [*layout, "--kill-on-bad-exit=1", *mpi_option(spec.srun_mpi),
                 f"--cpus-per-task={spec.cpus_per_task}",
                 f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check,

@@ -50,6 +50,10 @@ SBATCH_REFUSED: dict[str, tuple[str, str]] = {
     # scheduler.submit submits held and releases the job once its folder is in place.
     "hold": ("slurmtorch submits the job held and releases it once its folder is ready, which would undo it",
              "hold it after submitting: scontrol hold JOBID"),
+    # CSCS's Container Engine on the batch step: "experimental", and srun then fails to load
+    # its Slurm plugins (docs/software/alps-extended-images.md in eth-cscs/cscs-docs).
+    "environment": ("CSCS's Container Engine belongs on the ranks' srun, not on sbatch",
+                    "use --container-runtime cscs-ce --container-image IMAGE (or the site's container)"),
 }
 # srun options of the launch lines (render.launch_plan) slurmtorch sets, and those that would
 # start something other than one bootstrap per rank in this job.
@@ -60,8 +64,11 @@ SRUN_REFUSED: dict[str, tuple[str, str]] = {
     "relative": (_LAYOUT, "use --role"), "output": _LOGS, "error": _LOGS, "open-mode": (_SETS, "leave it out"),
     "kill-on-bad-exit": (_SETS + ": a failed rank ends the step at once, not after the process-group timeout",
                          "leave it out"),
-    "mpi": (_SETS + " from the site's mpi_plugin", "set mpi_plugin in the site config"),
+    "mpi": (_SETS + " from the site's srun_mpi", "set srun_mpi in the site config (or a preset)"),
     "container-image": (_SETS, "use --container-image"), "container-mounts": (_SETS, "set the site's container mounts"),
+    "environment": (_SETS + " for a cscs-ce container (the EDF it writes into the job folder, with the job "
+                    "folder mounted and the image's python)",
+                    "use --container-runtime cscs-ce --container-image IMAGE (or the site's container)"),
     "export": ("--export=NONE would start the ranks without PATH or the script's exports", "use --env NAME=VALUE"),
     "multi-prog": _STEP, "pty": _STEP, "jobid": _STEP, "het-group": _STEP,
 }

@@ -24,7 +24,9 @@ from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node,
 from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
-from slurmtorch.submit.launcher import backend_for, choose_launcher, local_rank_form, resolve_containers
+from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launcher, local_rank_form,
+                                       resolve_containers, srun_mpi_for)
+from slurmtorch.submit.sites.fabric import fabric_directives
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
 from slurmtorch.submit.recovery import resolve_restarts
@@ -57,7 +59,7 @@ class JobSpec:
     job_name: str
     backend: str
     launcher: str
-    mpi_plugin: str
+    srun_mpi: str  # srun --mpi of the rank step (`none`: no --mpi option)
     env: tuple[tuple[str, str], ...]
     modules: tuple[str, ...]
     directives: tuple[tuple[str, str | bool], ...]  # sorted; values unquoted
@@ -140,12 +142,13 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
     if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
         raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
-    env, env_paths = job_env(site, node, preset, o)
+    env, env_paths = job_env(site, node, partition, preset, o, nodes)
     signal, requeue = resolve_preemption(o, preset)
     check_warning_time(signal, time)
     env.update(preempt_env(signal, requeue))
     array, trial_ids, sweep, trials = plan_array(o)
-    container, role_containers = resolve_containers(site, o, roles, launcher)
+    container, role_containers = resolve_containers(site, o, roles, launcher, preset)
+    check_edf_env(container, env_paths)
     in_container = container is not None or any(c for _, c in role_containers)
     max_restarts, spare_nodes, hang_timeout = resolve_restarts(o, launcher, roles is not None, in_container, nodes,
                                                                partition.max_nodes, partition.name, timeout)
@@ -166,7 +169,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         job_name=job_name(o),
         backend=backend_for(backend, gpus),
         launcher=launcher,
-        mpi_plugin=site.mpi_plugin,
+        srun_mpi=srun_mpi_for(site, node, partition, preset),
         env=tuple(env.items()),
         modules=tuple(site.modules) + tuple(preset.get("modules", ())),
         directives=(),  # from the job itself, just below
@@ -190,7 +193,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         trial_ids=trial_ids,
         sweep=sweep,
         trials=trials,
-        srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args)),
+        srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
+                                               *preset.get("srun_args", ()))),
         max_restarts=max_restarts,
         spare_nodes=spare_nodes,
         hang_timeout=hang_timeout,
@@ -203,12 +207,14 @@ def build_spec(site: Site, options: Options) -> JobSpec:
 
 def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, preset: dict,
                 asked: dict[str, str | bool]) -> JobSpec:
-    """The job with what the site adds around it: the `#SBATCH` header (site's, partition's,
-    preset's directives, then the options passed on), modules and the node prologue."""
+    """The job with what the site adds around it: the `#SBATCH` header (what the job's network
+    environment needs, then the site's, partition's and preset's directives, then the options
+    passed on), modules and the node prologue."""
     if job.kind == "mpirun" and (site.node_prologue or node.node_prologue):
         raise SpecError(f"site {site.name!r} has a node_prologue, which runs as a Slurm job step; "
                         "slurmtorch mpirun starts no Slurm job", tip="use slurmtorch sbatch")
-    base = {**dict(site.directives), **dict(partition.directives), **dict(preset.get("directives", ())), **asked}
+    base = {**dict(fabric_directives(dict(job.env))), **dict(site.directives), **dict(partition.directives),
+            **dict(preset.get("directives", ())), **asked}
     directives = sbatch_header(job, base)
     return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
                    module_purge=site.module_purge,

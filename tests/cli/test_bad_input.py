@@ -224,7 +224,7 @@ OPTION_CASES = [
     ("sbatch-arg-twice", ["--sbatch-arg=--nice=1", "--sbatch-arg=--nice=2", "train.py"], "--nice given twice"),
     ("sbatch-arg-hold", ["--sbatch-arg=--hold", "train.py"], "slurmtorch submits the job held and releases it"),
     ("srun-arg-layout", ["--srun-arg=--ntasks=2", "train.py"], "the ranks derive their world from it"),
-    ("srun-arg-mpi", ["--srun-arg=--mpi=pmi2", "train.py"], "from the site's mpi_plugin"),
+    ("srun-arg-mpi", ["--srun-arg=--mpi=pmi2", "train.py"], "from the site's srun_mpi"),
     ("srun-arg-kill-on-bad-exit", ["--srun-arg=--kill-on-bad-exit=0", "train.py"], "a failed rank ends the step"),
     ("srun-arg-export", ["--srun-arg=--export=NONE", "train.py"], "without PATH or the script's exports"),
     ("srun-arg-under-mpirun", ["--launcher", "mpirun", "--srun-arg=--label", "train.py"],

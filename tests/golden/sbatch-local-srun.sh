@@ -57,7 +57,7 @@ export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
 # Launch: one srun step; rank logs go to $SLURMTORCH_JOB_DIR.
-srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --mpi=none --cpus-per-task=1 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err \
+srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --cpus-per-task=1 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3
 rc=$?
 if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then

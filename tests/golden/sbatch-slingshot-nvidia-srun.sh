@@ -6,6 +6,7 @@
 #SBATCH --cpus-per-task=32
 #SBATCH --gpus-per-node=4
 #SBATCH --job-name=train
+#SBATCH --network=disable_rdzv_get
 #SBATCH --no-requeue
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
@@ -33,11 +34,16 @@ export SLURMTORCH_JOB_DIR
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export FI_CXI_DEFAULT_CQ_SIZE=131072
+export FI_CXI_RDZV_PROTO=alt_read
+export FI_CXI_RX_MATCH_MODE=hybrid
+export FI_CXI_RDZV_EAGER_SIZE=0
+export FI_CXI_RDZV_GET_MIN=0
+export FI_CXI_DEFAULT_TX_SIZE=2048
 export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
 export NCCL_SOCKET_IFNAME==hsn0,hsn1,hsn2,hsn3
 export GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
-export LD_LIBRARY_PATH=/global/common/software/nersc9/nccl/2.19/plugin/lib:/global/common/software/nersc9/nccl/2.19/plugin/deps/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH=/global/common/software/nersc9/nccl/2.19/plugin/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
 # now, at random below the kernel's ephemeral range (a port from there can be taken by

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 
 import pytest
 
@@ -49,23 +50,34 @@ HPE_CCL = {"FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_DEFAULT_CQ_SIZE": "13107
            "NCCL_NET_GDR_LEVEL": "PHB"}
 
 
+# HPE's current Slingshot guide for NCCL: its "Essential Libfabric Environment Settings" and
+# "Environment Settings for NCCL" tables
+# (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/nccl/nccl_tuning_guide.md).
+HPE_GUIDE = {**HPE_CCL, "FI_MR_CACHE_MONITOR": "userfaultfd", "FI_CXI_RDZV_PROTO": "alt_read",
+             "FI_CXI_RX_MATCH_MODE": "hybrid", "FI_CXI_RDZV_EAGER_SIZE": "0", "FI_CXI_RDZV_GET_MIN": "0",
+             "FI_CXI_DEFAULT_TX_SIZE": "2048", "NCCL_NET": "AWS Libfabric"}
+
+
 def test_slingshot_nvidia_follows_hpe_and_nersc():
-    """HPE's Slingshot CCL settings (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/ccl_env.sh)
-    and NERSC's for the nccl-ofi plugin (https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh,
-    https://github.com/NERSC/podman-hpc/blob/main/etc/modules.d/nccl.yaml): FI_CXI_DISABLE_HOST_REGISTER=1,
-    FI_MR_CACHE_MONITOR=userfaultfd, NCCL_CROSS_NIC=1, NCCL_NET_GDR_LEVEL=PHB, NCCL on the hsn
-    interfaces, the plugin before LD_LIBRARY_PATH. Jobs are QOS-routed with -q and -C gpu and
-    charged with -A (https://docs.nersc.gov/jobs/policy/): no #SBATCH --partition."""
-    text = rendered("slingshot-nvidia")
-    env = exported(text, [*HPE_CCL, "FI_MR_CACHE_MONITOR", "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH"],
-                   {"LD_LIBRARY_PATH": "/usr/lib64"})
-    assert {k: env[k] for k in HPE_CCL} == HPE_CCL and env["FI_MR_CACHE_MONITOR"] == "userfaultfd"
+    """HPE's current guide (HPE_GUIDE, with `--network=disable_rdzv_get` for the alt_read
+    rendezvous) and NERSC's for the nccl-ofi plugin
+    (https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh): NCCL_NET="AWS Libfabric" so
+    that NCCL stops instead of falling back to TCP sockets when the plugin is missing (left out on
+    one node, as HPE's ccl_env.sh warns), NCCL on the hsn interfaces, the plugin's host folder before
+    LD_LIBRARY_PATH, and not `.../plugin/deps/lib`: the `deps/lib` of NERSC's podman-hpc nccl module
+    (https://github.com/NERSC/podman-hpc/blob/main/etc/modules.d/nccl.yaml) is a folder inside the
+    container. Jobs are QOS-routed with -q and -C gpu and charged with -A
+    (https://docs.nersc.gov/jobs/policy/): no #SBATCH --partition."""
+    text = rendered("slingshot-nvidia", nodes=2)
+    env = exported(text, [*HPE_GUIDE, "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH"], {"LD_LIBRARY_PATH": "/usr/lib64"})
+    assert {k: env[k] for k in HPE_GUIDE} == HPE_GUIDE
     assert env["NCCL_SOCKET_IFNAME"] == "=hsn0,hsn1,hsn2,hsn3"  # NERSC's `hsn` prefix, exactly
-    assert env["LD_LIBRARY_PATH"] == ("/global/common/software/nersc9/nccl/2.19/plugin/lib:"
-                                      "/global/common/software/nersc9/nccl/2.19/plugin/deps/lib:/usr/lib64")
+    assert env["LD_LIBRARY_PATH"] == "/global/common/software/nersc9/nccl/2.19/plugin/lib:/usr/lib64"
     h = header(text)
     assert "partition" not in h and (h["qos"], h["constraint"], h["account"]) == ("regular", "gpu", "proj0001")
+    assert h["network"] == "disable_rdzv_get"
     assert "--mpi=cray_shasta" in rank_srun(text)
+    assert exported(rendered("slingshot-nvidia"), ["NCCL_NET"])["NCCL_NET"] == "<unset>"  # one node
     assert header(rendered("slingshot-nvidia", partition="regular-80g"))["constraint"] == "'gpu&hbm80g'"  # sbatch reads the quotes
     assert header(rendered("slingshot-nvidia", partition="debug"))["qos"] == "debug"
 
@@ -92,6 +104,94 @@ def test_mi250x_follows_olcfs_frontier_pytorch_guide():
     assert "--cpus-per-task=7" in srun and srun.index("--gpus-per-task=1") < srun.index("--gpu-bind=closest")
     assert "module load rccl-net-plugin" in text and 'mkdir -p "$MIOPEN_USER_DB_PATH"' in text
     assert header(rendered("mi250x", preset="debug"))["qos"] == "debug"
+
+
+# CSCS's NCCL variables for uenv jobs (docs/software/communication/nccl_env_vars in
+# https://github.com/eth-cscs/cscs-docs): "should always be set for correctness and optimal
+# performance when using NCCL with uenv".
+CSCS_NCCL = {"NCCL_NET": "AWS Libfabric", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_CROSS_NIC": "1",
+             "NCCL_PROTO": "^LL128", "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "16384",
+             "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_RX_MATCH_MODE": "software",
+             "FI_MR_CACHE_MONITOR": "userfaultfd"}
+# pytorch.md's uenv sbatch script, besides the NCCL variables.
+CSCS_UENV = {"OMP_NUM_THREADS": "8", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "TRITON_HOME": "/dev/shm/",
+             "MPICH_GPU_SUPPORT_ENABLED": "0", "CUDA_CACHE_DISABLE": "1"}
+
+
+def launch_argv(text: str, job_dir: str) -> list[str]:
+    """The rank launch (srun ... through the end of its continuation lines) as bash reads it,
+    with SLURMTORCH_JOB_DIR set: every word, quotes and expansions applied."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("srun --nodes="))
+    end = start
+    while lines[end].endswith("\\"):
+        end += 1
+    code = "set -- " + "\n".join(lines[start:end + 1])[len("srun "):] + "\nprintf '%s\\0' \"$@\"\n"
+    env = {"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": job_dir, "MASTER_ADDR": "a", "MASTER_PORT": "1",
+           "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "nid[1-2]"}
+    out = subprocess.run(["bash", "-c", code], capture_output=True, check=True, text=True, env=env).stdout
+    return out.split("\0")[:-1]
+
+
+def written_edf(text: str, job_dir) -> dict:
+    """The EDF the batch script writes, by running its own lines in bash, parsed as TOML."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith('cat >"$SLURMTORCH_JOB_DIR/'))
+    end = lines.index("SLURMTORCH_EDF", start)
+    subprocess.run(["bash", "-c", "\n".join(lines[start:end + 1])], check=True,
+                   env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": str(job_dir)})
+    return tomllib.loads((job_dir / "environment.toml").read_text())
+
+
+def test_cscs_alps_uenv_follows_cscs_pytorch_guide():
+    """CSCS's "Running PyTorch jobs with Slurm" with the PyTorch uenv (docs/software/ml/pytorch.md in
+    https://github.com/eth-cscs/cscs-docs): `#SBATCH --uenv=pytorch/v2.8.0:/user-environment`,
+    `#SBATCH --view=default`, OMP_NUM_THREADS=8 (our default would be the rank's 72 cores),
+    TORCH_NCCL_ASYNC_ERROR_HANDLING=1, TRITON_HOME=/dev/shm/, MPICH_GPU_SUPPORT_ENABLED=0,
+    CUDA_CACHE_DISABLE=1, the NCCL variables (CSCS_NCCL) and plain `srun -ul` (no --mpi). Where
+    HPE's guide differs, CSCS's page wins: no alt_read rendezvous variables and so no
+    --network=disable_rdzv_get; NCCL_NET on one node too ("always")."""
+    for nodes in (1, 2):
+        text = rendered("cscs-alps", nodes=nodes)
+        names = [*CSCS_NCCL, *CSCS_UENV, "FI_CXI_RDZV_PROTO", "FI_CXI_RDZV_EAGER_SIZE", "FI_CXI_RDZV_GET_MIN"]
+        env = exported(text, names)
+        assert {k: env[k] for k in CSCS_NCCL} == CSCS_NCCL
+        assert {k: env[k] for k in CSCS_UENV} == CSCS_UENV
+        assert {env[k] for k in names[-3:]} == {"<unset>"}
+        h = header(text)
+        assert (h["uenv"], h["view"], h["ntasks-per-node"], h["gpus-per-node"]) == (
+            "pytorch/v2.8.0:/user-environment", "default", "4", "4")
+        assert "network" not in h
+        srun = rank_srun(text)
+        assert "--mpi" not in srun and "--environment" not in srun
+    assert rendered("cscs-alps") == rendered("cscs-alps", preset="uenv").replace("preset uenv", "preset default")
+
+
+def test_cscs_alps_container_engine_follows_alps_extended_images(tmp_path):
+    """CSCS's Alps Extended Images with the Container Engine (docs/software/alps-extended-images.md,
+    docs/software/container-engine/edf.md in https://github.com/eth-cscs/cscs-docs): an EDF with the
+    image, mounts, `entrypoint = true`, `writable = true`, PMIX_MCA_psec = "native" and
+    `com.hooks.cxi.enabled = "false"`; `srun --mpi=pmix --network=disable_rdzv_get --environment=EDF`.
+    slurmtorch writes the EDF into the job folder, mounts the job folder and the script's folder,
+    and runs the image's python3. The job's environment goes into the EDF (the image's values win
+    over the host's otherwise), less the network variables the image sets itself."""
+    text = rendered("cscs-alps", preset="ce", nodes=2)
+    edf = written_edf(text, tmp_path)
+    assert edf["image"] == "jfrog.svc.cscs.ch/docker-group-csstaff/alps-images/ngc-pytorch:26.02-py3-alps6"
+    # The script's folder (/home/user) holds the job folder (/home/user/.slurmtorch/jobs): one mount.
+    assert edf["mounts"] == ["/home/user:/home/user", "/capstor", "/iopsstor"]
+    assert (edf["entrypoint"], edf["writable"]) == (True, True)
+    assert edf["annotations"] == {"com": {"hooks": {"cxi": {"enabled": "false"}}}}
+    assert edf["env"]["PMIX_MCA_psec"] == "native" and edf["env"]["OMP_NUM_THREADS"] == "8"
+    assert edf["env"]["NCCL_SOCKET_IFNAME"] == "=hsn0,hsn1,hsn2,hsn3"
+    assert not {"NCCL_NET", "FI_CXI_RX_MATCH_MODE", "FI_CXI_DEFAULT_TX_SIZE", "TRITON_HOME"} & set(edf["env"])
+    assert edf["env"] == {k: v for k, v in exported(text, list(edf["env"])).items()}  # the host's exports too
+    argv = launch_argv(text, "/jobs/7")
+    assert argv[argv.index("--kill-on-bad-exit=1") + 1] == "--mpi=pmix"
+    assert "--network=disable_rdzv_get" in argv and "--environment=/jobs/7/environment.toml" in argv
+    assert argv[argv.index("--environment=/jobs/7/environment.toml") + 1:][:3] == [
+        "python3", "-m", "slurmtorch.bootstrap"]
+    assert "network" not in header(text)  # CSCS asks for it on srun (and the image sets alt_read itself)
 
 
 def test_azure_ndv5_follows_the_azure_hpc_image_and_azures_slurm_examples():
@@ -151,6 +251,33 @@ def test_gcp_a3u_a4_follows_googles_cluster_toolkit(partition, tuner):
     assert header(text)["partition"] == partition
 
 
+@pytest.mark.parametrize("preset", ["uenv", "ce"])
+def test_cscs_alps_dry_runs_keep_the_test_grounds_fixes(capsys, monkeypatch, tmp_path, preset):
+    """`slurmtorch sbatch --dry-run --launcher torchrun|mpirun` on cscs-alps: torchrun's agent on the
+    site's interface with the rendezvous on the first node's fabric address, mpirun binding each rank
+    to its cores, and (Container Engine) MASTER_ADDR found in bash and the job's environment in the EDF."""
+    monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path / "home"))
+    script = tmp_path / "train.py"
+    script.write_text("pass\n")
+
+    def dry_run(launcher: str) -> tuple[int, str, str]:
+        with pytest.raises(SystemExit) as e:
+            main(["sbatch", "--site", "cscs-alps", "--preset", preset, "--nodes", "2", "--launcher", launcher,
+                  "--dry-run", str(script)])
+        out, err = capsys.readouterr()
+        return e.value.code, out, err
+
+    code, text, _ = dry_run("torchrun")
+    assert code == 0
+    assert "-m slurmtorch.bootstrap.agent" in text and '--rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT"' in text
+    assert "export MASTER_ADDR" in text and "GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in text
+    code, text, err = dry_run("mpirun")
+    if preset == "ce":  # the Container Engine starts under srun: refused in one line, with the fix
+        assert code != 0 and "cscs-ce container, which starts under srun" in err and "--launcher srun" in err
+    else:
+        assert code == 0 and '"$mpirun" -n 8 --map-by slot:PE=72:HWTCPUS --bind-to hwthread' in text
+
+
 def test_site_list_shows_every_new_preset_as_valid(capsys, monkeypatch):
     monkeypatch.delenv("SLURMTORCH_SITE_PATH", raising=False)
     with pytest.raises(SystemExit) as e:
@@ -158,5 +285,5 @@ def test_site_list_shows_every_new_preset_as_valid(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert e.value.code == 0
     rows = {line.split("\t")[0]: line.split("\t")[1] for line in out.splitlines()}
-    for name in ("slingshot-nvidia", "mi250x", "azure-ndv5", "aws-p5", "gcp-a3u-a4"):
+    for name in ("slingshot-nvidia", "mi250x", "azure-ndv5", "aws-p5", "gcp-a3u-a4", "cscs-alps"):
         assert name in rows and not rows[name].startswith("(invalid"), (name, rows.get(name))

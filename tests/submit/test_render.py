@@ -79,6 +79,18 @@ def test_sbatch_script_matches_golden(site_name, launcher):
     check_golden(f"sbatch-{site_name}-{launcher}.sh", text)
 
 
+# Bundled sites' named presets that change how ranks start (a container, another srun --mpi).
+PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun")]
+
+
+@pytest.mark.parametrize("site_name, preset, launcher", PRESET_GOLDENS)
+def test_preset_script_matches_golden(site_name, preset, launcher):
+    spec = build_spec(sites.load_site(site_name), golden_options(site_name, launcher=launcher, preset=preset, nodes=2))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden(f"sbatch-{site_name}-{preset}-{launcher}.sh", text)
+
+
 @pytest.mark.parametrize("launcher,image,checked", [
     ("srun", None, True), ("torchrun", None, True), ("mpirun", None, False),
     ("srun", "nvcr.io/nvidia/pytorch:24.01-py3", True)])

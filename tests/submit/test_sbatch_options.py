@@ -243,7 +243,7 @@ def test_srun_args_reach_every_roles_step(testbed):
 @pytest.mark.parametrize("arg, message", [
     ("--ntasks=2", "slurmtorch sets it (the ranks derive their world from it)"),
     ("--output=x", "the job folder holds the logs"),
-    ("--mpi=pmi2", "from the site's mpi_plugin"),
+    ("--mpi=pmi2", "from the site's srun_mpi"),
     ("--kill-on-bad-exit=0", "a failed rank ends the step at once"),
     ("--export=NONE", "without PATH"),
     ("--multi-prog", "every rank must run slurmtorch's bootstrap"),

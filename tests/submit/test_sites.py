@@ -46,7 +46,7 @@ def test_bundled_sites_include_the_required_examples():
 
 def test_testbed_site_matches_the_local_cluster():
     site = sites.load_site("testbed")
-    assert site.launcher == "srun" and site.mpi_plugin == "pmix"
+    assert site.launcher == "srun" and site.srun_mpi == "pmix"
     (debug,) = site.partitions
     assert (debug.name, debug.max_nodes, debug.max_time, debug.default) == ("debug", 4, "1-00:00:00", True)
     cpu = site.node_type(debug.node_type)

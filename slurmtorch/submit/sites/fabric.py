@@ -14,6 +14,7 @@ prefix, and `mlx5_1` also selects mlx5_10 and mlx5_11. Gloo takes exact names al
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 FABRICS = ("infiniband", "roce", "ethernet", "slingshot", "efa", "gcp-gib")
@@ -23,24 +24,42 @@ HCA_FABRICS = frozenset({"infiniband", "roce"})
 RDMA_ALWAYS = frozenset({"slingshot", "efa", "gcp-gib"})
 RDMA_NEVER = frozenset({"ethernet"})
 
-# HPE's recommended NCCL/RCCL settings for Slingshot 11 with the aws-ofi-nccl/-rccl plugin
-# (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/ccl_env.sh), the subset the
-# centres set too: NERSC (https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh),
-# OLCF (https://docs.olcf.ornl.gov/software/analytics/pytorch_frontier.html), ALCF Polaris.
-# CXI's registration of host buffers deadlocks with CUDA/HIP allocations
-# (DISABLE_HOST_REGISTER, the userfaultfd cache monitor), the default completion queue
-# overflows at scale, rings may cross NICs, and GPUDirect RDMA is used up to the CPU's
-# host bridge (PHB). Not set: FI_PROVIDER=cxi, which none of these documents sets (the
-# plugin picks libfabric's provider itself; `slurmtorch doctor` checks the CXI devices and
-# the plugin are there), HPE's FI_CXI_RDZV_* (they need `srun --network=disable_rdzv_get`: a site adds
-# both, in env: and srun_args:), and NCCL_NET="AWS Libfabric" (HPE: not on one-node runs).
+# HPE's "Essential Libfabric Environment Settings" and "Environment Settings for NCCL" for
+# Slingshot with the aws-ofi-nccl/-rccl plugin, as its current guide lists them
+# (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/nccl/nccl_tuning_guide.md;
+# ccl_env.sh in the same repository sources them). CXI's registration of host buffers
+# deadlocks with CUDA/HIP allocations (DISABLE_HOST_REGISTER, the userfaultfd cache
+# monitor), the default completion queue overflows at scale, the alt_read rendezvous with
+# no eager data and no rendezvous get (which needs the job's `--network=disable_rdzv_get`:
+# RENDEZVOUS_DIRECTIVES), hybrid matching that falls back to software when the NIC's match
+# resources run out, a larger transmit queue; rings may cross NICs, GPUDirect RDMA up to
+# the CPU's host bridge (PHB), and NCCL_NET="AWS Libfabric" so that NCCL stops when the
+# plugin does not load instead of falling back to TCP sockets in silence (NERSC sets it
+# too: https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh; CSCS "should always
+# be set": docs/software/communication/nccl_env_vars in eth-cscs/cscs-docs). HPE's
+# ccl_env.sh warns against NCCL_NET on one-node runs (network transport within the node,
+# a needless VNI): fabric_env leaves it out of a one-node job. Not set: FI_PROVIDER=cxi,
+# which none of these documents sets (the plugin picks libfabric's provider itself;
+# `slurmtorch doctor` checks the CXI devices and the plugin are there). A centre that
+# documents other values sets them in the node type's env (site-configs/cscs-alps.yaml).
 SLINGSHOT_ENV = (
     ("FI_CXI_DISABLE_HOST_REGISTER", "1"),
     ("FI_MR_CACHE_MONITOR", "userfaultfd"),
     ("FI_CXI_DEFAULT_CQ_SIZE", "131072"),
+    ("FI_CXI_RDZV_PROTO", "alt_read"),
+    ("FI_CXI_RX_MATCH_MODE", "hybrid"),
+    ("FI_CXI_RDZV_EAGER_SIZE", "0"),
+    ("FI_CXI_RDZV_GET_MIN", "0"),
+    ("FI_CXI_DEFAULT_TX_SIZE", "2048"),
     ("NCCL_NET_GDR_LEVEL", "PHB"),
     ("NCCL_CROSS_NIC", "1"),
+    ("NCCL_NET", "AWS Libfabric"),
 )
+# HPE's guide: the alt_read rendezvous needs the NIC's rdzv_get_en off, "on a per-job basis
+# through a job scheduler like Slurm (--network=disable_rdzv_get)": an #SBATCH line for every
+# job whose environment asks for alt_read (the fabric's, or a node type's as on Frontier),
+# beneath the site's, partition's and preset's directives, which may change or remove it.
+RENDEZVOUS_DIRECTIVES = (("network", "disable_rdzv_get"),)
 # RCCL on AMD GPUs over Slingshot (the same HPE file; OLCF's Frontier guide): GPU memory
 # mapped as fine-grained PCIe memory, which the plugin's GPUDirect RDMA needs.
 SLINGSHOT_AMD_ENV = (("HSA_FORCE_FINE_GRAIN_PCIE", "1"),)
@@ -75,12 +94,18 @@ GCP_GIB_ENV = (
 )
 
 
-def fabric_env(nt: Any) -> tuple[tuple[str, str], ...]:
+def fabric_directives(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """#SBATCH lines the job's network environment needs (HPE: alt_read needs disable_rdzv_get)."""
+    return RENDEZVOUS_DIRECTIVES if env.get("FI_CXI_RDZV_PROTO") == "alt_read" else ()
+
+
+def fabric_env(nt: Any, one_node: bool = False) -> tuple[tuple[str, str], ...]:
     """Network environment a node type's fabric implies (before admin overrides).
 
     IB and RoCE with RDMA name the HCAs for NCCL (exactly) and UCX; RoCE gets
     NCCL_IB_GID_INDEX only when the admin gives `gid_index` (NCCL >= 2.21 finds the RoCE
-    v2 GID itself). Slingshot, EFA and gIB get their plugin's documented settings.
+    v2 GID itself). Slingshot, EFA and gIB get their plugin's documented settings; on
+    Slingshot a one-node job (`one_node`) leaves NCCL_NET out, as HPE's ccl_env.sh warns.
     Anything else disables NCCL's IB transport (it would otherwise probe and may pick a
     wrong device). Interfaces pin NCCL's and Gloo's sockets, so neither chooses docker0
     or a management NIC. `nt` is a `cluster.NodeType`.
@@ -93,7 +118,7 @@ def fabric_env(nt: Any) -> tuple[tuple[str, str], ...]:
         if nt.fabric == "roce" and nt.gid_index is not None:
             env.append(("NCCL_IB_GID_INDEX", str(nt.gid_index)))
     elif nt.fabric == "slingshot":
-        env += SLINGSHOT_ENV
+        env += [(k, v) for k, v in SLINGSHOT_ENV if not (one_node and k == "NCCL_NET")]
         if getattr(nt, "gpu_vendor", "nvidia") == "amd":
             env += SLINGSHOT_AMD_ENV
     elif nt.fabric == "efa":

@@ -122,7 +122,8 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "source": site.source,
         "description": site.description,
         "launcher": site.launcher,
-        "mpi_plugin": site.mpi_plugin,
+        "srun_mpi": site.srun_mpi,
+        "omp_num_threads": site.omp_num_threads,
         "python": site.python,
         "timeout": site.timeout,
         "module_purge": site.module_purge,
@@ -138,10 +139,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "node_prologue": list(site.node_prologue),
         "epilogue": list(site.epilogue),
         "templates": site.templates,
-        "container": None if site.container is None else {
-            "runtime": site.container.runtime, "image": site.container.image, "mounts": list(site.container.mounts),
-            "python": site.container.interpreter,
-            **({"roles": dict(site.container.roles)} if site.container.roles else {})},
+        "container": _container(site.container),
         "node_types": {},
         "partitions": {},
         "presets": {name: {k: _preset_value(k, v) for k, v in body} for name, body in site.presets},
@@ -153,13 +151,14 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
             "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
             "srun_args": list(nt.srun_args), "node_prologue": list(nt.node_prologue),
+            "srun_mpi": nt.srun_mpi, "omp_num_threads": nt.omp_num_threads,
         }
     for p in site.partitions:
         out["partitions"][p.name] = {
             "max_nodes": p.max_nodes, "max_time": p.max_time, "node_type": p.node_type,
             "default": p.default, "default_time": p.default_time, "account": p.account, "qos": p.qos,
             "required": None if p.required is None else list(p.required), "directives": dict(p.directives),
-            "srun_args": list(p.srun_args),
+            "srun_args": list(p.srun_args), "srun_mpi": p.srun_mpi, "omp_num_threads": p.omp_num_threads,
         }
     return out
 
@@ -168,8 +167,27 @@ def _paths(paths) -> dict[str, list[str]]:
     return {name: list(dirs) for name, dirs in paths}
 
 
+def _container(c) -> dict[str, Any] | None:
+    """A container as `site show` prints it."""
+    if c is None:
+        return None
+    out = {"runtime": c.runtime, "image": c.image, "mounts": list(c.mounts), "python": c.interpreter}
+    if c.roles:
+        out["roles"] = dict(c.roles)
+    if c.args:
+        out["args"] = list(c.args)
+    for key in ("entrypoint", "writable"):
+        if getattr(c, key) is not None:
+            out[key] = getattr(c, key)
+    if c.annotations:
+        out["annotations"] = dict(c.annotations)
+    return out
+
+
 def _preset_value(key: str, value: Any) -> Any:
     """A preset's value as `site show` prints it: mappings as mappings, lists as lists."""
+    if key == "container":
+        return _container(value)
     if key in ("prepend_path", "append_path"):
         return _paths(value)
     if key in ("env", "directives"):

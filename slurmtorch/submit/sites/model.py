@@ -15,11 +15,20 @@ from slurmtorch.submit.sites.fabric import fabric_env
 
 LAUNCHERS = ("srun", "mpirun", "torchrun")
 # srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
-# for the Cray PMI that Cray MPICH uses on HPE Cray EX systems.
+# for the Cray PMI that Cray MPICH uses on HPE Cray EX systems. A site may name another
+# plugin its Slurm has (`srun --mpi=list`: pmix_v4, ...); `none` (NO_MPI_OPTION) writes no
+# --mpi at all: plain `srun`, whose plugin is the cluster's MpiDefault (CSCS's uenv jobs).
 MPI_PLUGINS = ("pmix", "pmi2", "cray_shasta", "none")
-CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter")
-# Runtimes that start a rank as a command under srun (or srun itself, pyxis): not under mpirun.
-SRUN_RUNTIMES = ("pyxis", "podman-hpc", "shifter")
+NO_MPI_OPTION = "none"
+MPI_PLUGIN_RE = re.compile(r"[a-z][a-z0-9_]*")
+
+# An EDF annotation key as CSCS's container-engine docs write them: dotted TOML bare keys
+# (com.hooks.cxi.enabled), so each part is letters, digits, '_' or '-'.
+ANNOTATION_KEY_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce")
+# Runtimes that start a rank as a command under srun (or srun itself, pyxis and CSCS's
+# Container Engine, `srun --environment=EDF`): not under mpirun.
+SRUN_RUNTIMES = ("pyxis", "podman-hpc", "shifter", "cscs-ce")
 GPU_VENDORS = ("nvidia", "amd")
 
 # prepend_path / append_path: (NAME, (dir, ...)) in the order written.
@@ -34,6 +43,13 @@ DEFAULT_TIMEOUT_S = 600
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 NAME_TIP = "names are letters, digits, '.', '_' and '-'"
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def mpi_option(plugin: str) -> list[str]:
+    """srun's --mpi for a rank step; none at all for `none` (plain srun: the cluster's
+    MpiDefault, as CSCS launches its uenv jobs). The ranks take their world from SLURM_*
+    (`--from slurm`) whatever the plugin; only `--backend mpi` needs one MPI can read."""
+    return [] if plugin == NO_MPI_OPTION else [f"--mpi={plugin}"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +73,8 @@ class NodeType:
     node_prologue: tuple[str, ...] = ()
     prepend_path: PathMap = ()
     append_path: PathMap = ()
+    srun_mpi: str | None = None  # srun --mpi for jobs on this node type (None: the site's)
+    omp_num_threads: int | str | None = None  # OMP_NUM_THREADS (a number or "auto"; None: the site's)
 
     def network_env(self) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment, with the admin's `env` applied on top.
@@ -87,6 +105,8 @@ class Partition:
     required: tuple[str, ...] | None = None  # account/qos a job must have; None: the site's
     directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
     srun_args: tuple[str, ...] = ()
+    srun_mpi: str | None = None  # srun --mpi for jobs here (None: the node type's, else the site's)
+    omp_num_threads: int | str | None = None  # OMP_NUM_THREADS here (None: the node type's, else the site's)
 
 
 @dataclass(frozen=True)
@@ -99,6 +119,10 @@ class Container:
     roles: tuple[tuple[str, str], ...] = ()  # per-role images of a role job (`--role`)
     python: str | None = None  # interpreter inside the image; None: python3
     args: tuple[str, ...] = ()  # the runtime's own options from the site (shifter --module=gpu, ...)
+    # cscs-ce only: the EDF's `entrypoint`, `writable` (None: CE's default) and [annotations].
+    entrypoint: bool | None = None
+    writable: bool | None = None
+    annotations: tuple[tuple[str, str], ...] = ()
 
     @property
     def interpreter(self) -> str:
@@ -117,7 +141,8 @@ class Site:
     presets: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
     description: str = ""
     launcher: str = "srun"
-    mpi_plugin: str = "pmix"
+    srun_mpi: str = "pmix"  # srun --mpi (`none`: no --mpi); node types, partitions and presets may differ
+    omp_num_threads: int | str | None = None  # OMP_NUM_THREADS for every rank (None/"auto": each rank's CPU share)
     python: str | None = None
     modules: tuple[str, ...] = ()
     container: Container | None = None

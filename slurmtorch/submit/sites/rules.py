@@ -36,10 +36,11 @@ def validate(raw: Marked, path: Path) -> Site:
     types = _entries(V, raw, "node_types", "node type", _node_type)
     parts = _entries(V, raw, "partitions", "partition", _partition)
     _one_default(V, raw, parts)
-    named = _presets(V, raw)
+    named = _presets(V, raw, site.get("launcher", "srun"))
+    _older_mpi_name(V, raw, site)
     box = None
     with V.section():
-        box = _container(V, raw, site.get("launcher", "srun"))
+        box = _container(V, raw, "container", site.get("launcher", "srun"))
     with V.section():
         _templates(V, raw, site, path)
     with V.section():
@@ -119,7 +120,17 @@ def _one_default(V: Validator, raw: Marked, parts: list[Partition]) -> None:
                     "mark exactly one partition default: true")
 
 
-def _presets(V: Validator, raw: Marked) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
+def _older_mpi_name(V: Validator, raw: Marked, site: dict[str, Any]) -> None:
+    """`mpi_plugin`, the older name of the site's `srun_mpi`: read as it, never beside it."""
+    if "mpi_plugin" in site and "srun_mpi" in raw:
+        V.note(raw, "mpi_plugin", "mpi_plugin", "both mpi_plugin and srun_mpi are set",
+               "keep srun_mpi (mpi_plugin is its older name)")
+    if "mpi_plugin" in site:
+        site.setdefault("srun_mpi", site.pop("mpi_plugin"))
+    site.pop("mpi_plugin", None)
+
+
+def _presets(V: Validator, raw: Marked, launcher: str) -> list[tuple[str, tuple[tuple[str, Any], ...]]]:
     out: list = []
     if raw.get("presets") is None:
         return out
@@ -135,25 +146,34 @@ def _presets(V: Validator, raw: Marked) -> list[tuple[str, tuple[tuple[str, Any]
                 V.fail(raw["presets"], name, kp, f"expected a mapping, got {type_name(body)}")
             before = V.count()
             V.check_keys(body, PRESET_SCHEMA, kp)
-            vals = V.values(body, PRESET_SCHEMA, kp)
+            vals = V.values(body, {k: v for k, v in PRESET_SCHEMA.items() if k != "container"}, kp)
             _refers(V, body, vals, "partition", kp, raw.get("partitions"), "partition")
+            with V.section():
+                box = _container(V, body, "container", vals.get("launcher", launcher), f"{kp}.container")
+                if box is not None:
+                    vals["container"] = box
             if V.count() == before:
                 out.append((str(name), tuple(vals.items())))
     return out
 
 
-def _container(V: Validator, raw: Marked, launcher: str) -> Container | None:
-    if raw.get("container") is None:
+def _container(V: Validator, raw: Marked, key: str, launcher: str, kp: str = "container") -> Container | None:
+    """The container at raw[key] (the site's, or a preset's at `kp`), or None."""
+    if raw.get(key) is None:
         return None
-    c = raw["container"]
+    c = raw[key]
     if not isinstance(c, dict):
-        V.fail(raw, "container", "container", f"expected a mapping, got {type_name(c)}")
+        V.fail(raw, key, kp, f"expected a mapping, got {type_name(c)}")
     before = V.count()
-    V.check_keys(c, CONTAINER_SCHEMA, "container", required=REQUIRED["container"])
-    vals = V.values(c, CONTAINER_SCHEMA, "container")
+    V.check_keys(c, CONTAINER_SCHEMA, kp, required=REQUIRED["container"])
+    vals = V.values(c, CONTAINER_SCHEMA, kp)
     if vals.get("runtime") in SRUN_RUNTIMES and launcher == "mpirun":
-        V.note(c, "runtime", "container.runtime", f"{vals['runtime']} containers start under srun, not mpirun",
+        V.note(c, "runtime", f"{kp}.runtime", f"{vals['runtime']} containers start under srun, not mpirun",
                tip="use launcher: srun (or torchrun)")
+    for edf_key in ("entrypoint", "writable", "annotations"):
+        if edf_key in vals and vals.get("runtime") != "cscs-ce":
+            V.note(c, edf_key, f"{kp}.{edf_key}", f"{edf_key} is an entry of CSCS's EDF: only runtime cscs-ce has it",
+                   tip=f"leave {edf_key} out, or use runtime: cscs-ce")
     if V.count() != before:
         raise Stop
     return Container(**vals)

@@ -11,7 +11,8 @@ from typing import Any
 from slurmtorch.backends import BACKENDS
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.sites.model import CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS, MPI_PLUGINS
+from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS,
+                                           MPI_PLUGINS)
 from slurmtorch.submit.sites.fabric import FABRICS
 from slurmtorch.submit.sites.values import REQUIRABLE
 
@@ -20,6 +21,11 @@ _PATHS = ("prepend_path: NAME: [DIR, ...] put before the variable's existing val
 _APPEND = "append_path: NAME: [DIR, ...] put after the variable's existing value (kept, with ':')"
 _SRUN = ("extra options (--name[=value]) for every srun that starts ranks; site, node type, partition, then "
          "the job's --srun-arg. Options slurmtorch sets itself are refused")
+_MPI = ("srun --mpi plugin of the rank steps: pmix (Open MPI 5, MPI in a container), pmi2, cray_shasta (Cray "
+        "MPICH), another of `srun --mpi=list`, or none for plain srun (the cluster's MpiDefault); the nearest of "
+        "preset, partition, node type and site wins")
+_OMP = ("OMP_NUM_THREADS of every rank: a number (CSCS: 8 on GH200), or auto for each rank's CPU share "
+        "(--cpus-per-task; the default); the nearest of partition, node type and site wins, --env wins over all")
 _PROLOGUE = ("shell lines (trusted admin text) run once on every node before the ranks start, as their own "
              "srun step under bash -eu; a failure ends the job (exit 1). Output: the job folder's "
              "node-prologue-N.out")
@@ -47,6 +53,8 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
     "append_path": ("pathmap", _APPEND),
     "srun_args": ("srunargs", _SRUN),
     "node_prologue": ("lines", _PROLOGUE + "; after the site's"),
+    "srun_mpi": ("mpi", _MPI),
+    "omp_num_threads": ("threads", _OMP),
 }
 PARTITION_SCHEMA: dict[str, Any] = {
     "max_nodes": ("int", "most nodes one job may use"),
@@ -59,6 +67,27 @@ PARTITION_SCHEMA: dict[str, Any] = {
     "required": ("required", f"what a job here must have ({', '.join(REQUIRABLE)}); replaces the site's"),
     "directives": ("directives", "extra #SBATCH lines for jobs here (after the site's; null removes one)"),
     "srun_args": ("srunargs", _SRUN),
+    "srun_mpi": ("mpi", _MPI),
+    "omp_num_threads": ("threads", _OMP),
+}
+CONTAINER_SCHEMA: dict[str, Any] = {
+    "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image), apptainer exec, podman-hpc run, shifter or "
+                                    "cscs-ce (CSCS's Container Engine: srun --environment=EDF, the EDF written "
+                                    "into the job folder); the jobs folder and the script's folder are mounted "
+                                    "at their own paths"),
+    "image": ("str", "image reference or path"),
+    "mounts": ("strlist", "bind mounts SRC:DST"),
+    "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
+                         "roles not named use `image`"),
+    "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
+                      "site's `python` is the one on the host)"),
+    "args": ("strlist", "the runtime's own options, e.g. [--module=gpu,nccl-plugin] for shifter, [--nccl] for "
+                        "podman-hpc, [--writable-tmpfs] for apptainer, [--container-remap-root] for pyxis"),
+    "entrypoint": ("bool", "cscs-ce: the EDF's `entrypoint` (run the image's entrypoint; CSCS asks for true with "
+                           "its Alps Extended Images)"),
+    "writable": ("bool", "cscs-ce: the EDF's `writable` (a writable container filesystem; CE's default: true)"),
+    "annotations": ("annotations", "cscs-ce: the EDF's [annotations] (dotted hook keys: string), e.g. "
+                                   "com.hooks.cxi.enabled: 'false' as the Alps Extended Images ask"),
 }
 PRESET_SCHEMA: dict[str, Any] = {
     "partition": ("str", "partition name"),
@@ -81,25 +110,18 @@ PRESET_SCHEMA: dict[str, Any] = {
     "directives": ("directives", "extra #SBATCH directives (null removes one the site or partition set)"),
     "requeue": ("bool", "let Slurm (and the preemption handler) requeue the job"),
     "signal": ("str", "preemption signal, [R:]SIG[@SECONDS] (e.g. USR1@60); implies requeue"),
-}
-CONTAINER_SCHEMA: dict[str, Any] = {
-    "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image), apptainer exec, podman-hpc run or shifter; "
-                                    "the jobs folder and the script's folder are mounted at their own paths"),
-    "image": ("str", "image reference or path"),
-    "mounts": ("strlist", "bind mounts SRC:DST"),
-    "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
-                         "roles not named use `image`"),
-    "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
-                      "site's `python` is the one on the host)"),
-    "args": ("strlist", "the runtime's own options, e.g. [--module=gpu,nccl-plugin] for shifter, [--nccl] for "
-                        "podman-hpc, [--writable-tmpfs] for apptainer, [--container-remap-root] for pyxis"),
+    "srun_mpi": ("mpi", _MPI),
+    "srun_args": ("srunargs", _SRUN + " (a preset's come after the partition's)"),
+    "container": (CONTAINER_SCHEMA, "container for every rank of a job with this preset, in place of the site's"),
 }
 SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),
     "extends": ("str", "name or path of a site this one is merged onto"),
     "description": ("str", "one line for `slurmtorch site list`"),
     "launcher": (LAUNCHERS, "how ranks are started"),
-    "mpi_plugin": (MPI_PLUGINS, "srun --mpi plugin (pmix for Open MPI 5; cray_shasta for Cray MPICH)"),
+    "srun_mpi": ("mpi", _MPI),
+    "mpi_plugin": ("mpi", "the older name of srun_mpi (site level only)"),
+    "omp_num_threads": ("threads", _OMP),
     "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
                       "`container.python`"),
     "module_purge": ("bool", "`module purge` before the site's modules are loaded"),
@@ -158,6 +180,13 @@ def json_schema() -> dict[str, Any]:
                 "strlist": {"type": "array", "items": {"type": "string"}},
                 "lines": {"type": "array", "items": {"type": "string"}},
                 "paths": {"type": "array", "items": {"type": "string", "minLength": 1}},
+                "mpi": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$", "examples": list(MPI_PLUGINS)},
+                "threads": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]},
+                "annotations": {
+                    "type": "object",
+                    "propertyNames": {"pattern": f"^{ANNOTATION_KEY_RE.pattern}$"},
+                    "additionalProperties": {"type": "string"},
+                },
                 "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
                 "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
                 "pathmap": {

@@ -19,7 +19,7 @@ from slurmtorch import shell
 from slurmtorch.errors import ShellSafetyError, SiteError
 from slurmtorch.limits import MAX_ENV_STRING, fits_env
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.sites.model import parse_time, valid_tip
+from slurmtorch.submit.sites.model import ANNOTATION_KEY_RE, MPI_PLUGIN_RE, MPI_PLUGINS, NO_MPI_OPTION, parse_time, valid_tip
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem, site_directive_problem
 from slurmtorch.submit.sites.safe_yaml import Marked, type_name, where
 
@@ -243,6 +243,38 @@ class Validator:
                        "leave it out of srun_args" + ("" if tip == "leave it out" else f"; {tip}"))
                 self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r}: {why}", fix)
         return items
+
+    def mpi(self, mapping, key, v, keypath):
+        """An srun --mpi plugin name (`srun --mpi=list`), or none for no --mpi at all."""
+        if not isinstance(v, str) or not MPI_PLUGIN_RE.fullmatch(v):
+            self.fail(mapping, key, keypath, f"invalid srun --mpi plugin {v!r}",
+                      f"one of {', '.join(MPI_PLUGINS)} or another name `srun --mpi=list` shows; "
+                      f"{NO_MPI_OPTION} writes plain srun (the cluster's MpiDefault)")
+        return v
+
+    def threads(self, mapping, key, v, keypath):
+        """OMP_NUM_THREADS: a positive number, or auto (each rank's CPU share)."""
+        if v != "auto" and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            self.fail(mapping, key, keypath, f"expected a number of threads (1 or more) or auto, got {v!r}",
+                      "e.g. omp_num_threads: 8 (as the centre documents it), or auto for each rank's CPU share")
+        return v
+
+    def annotations(self, mapping, key, v, keypath):
+        """EDF annotations: dotted hook keys (com.hooks.cxi.enabled) to strings, as CE reads them."""
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping key: 'value', got {type_name(v)}")
+        out = []
+        for name, val in v.items():
+            kp = f"{keypath}.{name}"
+            if not isinstance(name, str) or not ANNOTATION_KEY_RE.fullmatch(name):
+                self.note(v, name, kp, "invalid annotation key",
+                          "dotted names of letters, digits, '_' and '-', e.g. com.hooks.cxi.enabled")
+            elif not isinstance(val, str) or any(c in val for c in "\n\r\x00"):
+                self.note(v, name, kp, f"expected a string on one line, got {type_name(val)}",
+                          "CE reads annotation values as strings: quote them, e.g. 'false'")
+            else:
+                out.append((name, val))
+        return tuple(out)
 
     def rolemap(self, mapping, key, v, keypath):
         if not isinstance(v, dict):
