@@ -1,11 +1,11 @@
 """The job's environment: the layers in their order, and the user's `--env` checked.
 
 Fabric (what the node type's network implies), then the site's `env`, the node
-type's own `env` (the admin's last word for that hardware), the preset's, and the
-user's `--env`; a null in a YAML layer removes the variable. Within a layer the plain
-values come first, then its `prepend_path`/`append_path`: a composition applies to the
-value the layers before it left (a later layer's prepend goes in front of an earlier
-one's), and a plain value in a later layer replaces the variable, compositions and all.
+type's own `env` (the admin's word for that hardware), the partition's (IDRIS: what one
+partition's nodes need), the preset's, and the user's `--env`; a null in a YAML layer
+removes the variable. Within a layer the plain values come first, then its
+`prepend_path`/`append_path`: a composition applies to the value the layers before it
+left (a later layer's prepend goes in front of an earlier one's), and a plain value in a later layer replaces the variable, compositions and all.
 A composition over nothing but the job's own environment keeps that value at run time
 (`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one
 literal value here. Refused from `--env`: names the batch script sets itself, names
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 
 from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.sites.model import NodeType, PathMap, Site
+from slurmtorch.submit.sites.model import NodeType, Partition, PathMap, Site
 from slurmtorch.submit.sites.fabric import fabric_env
 from slurmtorch.submit.options import Options
 
@@ -91,7 +91,8 @@ SLURM_LAYOUT = {
 }
 
 
-def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> tuple[dict[str, str], tuple[PathEdit, ...]]:
+def job_env(site: Site, node: NodeType, preset: dict, o: Options, partition: Partition | None = None
+            ) -> tuple[dict[str, str], tuple[PathEdit, ...]]:
     """(plain values, path edits over the inherited value): every layer applied in order.
 
     Insertion order is the order the script exports them; the path edits come after.
@@ -100,6 +101,7 @@ def job_env(site: Site, node: NodeType, preset: dict, o: Options) -> tuple[dict[
         (fabric_env(node), (), ()),
         (site.env, site.prepend_path, site.append_path),
         (node.env, node.prepend_path, node.append_path),
+        *([(partition.env, partition.prepend_path, partition.append_path)] if partition else []),
         (preset.get("env", ()), preset.get("prepend_path", ()), preset.get("append_path", ())),
         (parse_env(o.env, batch=o.kind == "sbatch"), (), ()),
     ]

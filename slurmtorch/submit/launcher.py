@@ -101,4 +101,5 @@ def _container(base: Container | None, runtime: str, image: str) -> Container:
     if base is not None and base.runtime != runtime:  # the site's runtime options are not this runtime's
         return Container(runtime=runtime, image=image, mounts=base.mounts, python=base.python)
     return Container(runtime=runtime, image=image, mounts=base.mounts if base else (),
-                     python=base.python if base else None, args=base.args if base else ())
+                     python=base.python if base else None, args=base.args if base else (),
+                     command=base.command if base else None)
