@@ -148,7 +148,8 @@ class Validator:
             return v
         if spec == "strlist":
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                self.fail(mapping, key, keypath, "expected a list of strings")
+                self.fail(mapping, key, keypath, "expected a list of strings",
+                          f"write it as a list: {key}: [{v}]" if isinstance(v, str) else f"e.g. {key}: [a, b]")
             return tuple(v)
         return getattr(self, spec)(mapping, key, v, keypath)
 
