@@ -135,9 +135,10 @@ def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[
         raise SpecError(f"{flag} is an option of a Slurm job; slurmtorch mpirun starts no job",
                         tip="use slurmtorch sbatch")
     nodes, gpus, tasks, cpus = layout
-    hatch = escape_hatch(sbatch_args, "--sbatch-arg", SBATCH_REFUSED, _REAL_PREFIXES)
+    # The centre's reason first: it says more than ours (--sbatch-arg=--mem: "use --mem").
     check_refused(given, refused or {}, partition, "")
-    check_refused(hatch, refused or {}, partition, "--sbatch-arg")
+    check_refused(option_names(sbatch_args), refused or {}, partition, "--sbatch-arg")
+    hatch = escape_hatch(sbatch_args, "--sbatch-arg", SBATCH_REFUSED, _REAL_PREFIXES)
     check_memory(given, node, partition, gpus, tasks * cpus)
     check_node_lists(given.get("nodelist"), given.get("exclude"), nodes)
     checks = {"dependency": check_dependency, "begin": check_begin, "mail-type": check_mail_type}
@@ -149,6 +150,11 @@ def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[
         if name == "gres":
             check_gres(value, gpu_request, gpus)
     return {**given, **hatch}
+
+
+def option_names(args) -> list[str]:
+    """The long option names of `--name[=value]` strings (others are left to escape_hatch)."""
+    return [str(a)[2:].partition("=")[0] for a in args if str(a).startswith("--")]
 
 
 def check_refused(names, refused: dict[str, str], partition: str, flag: str) -> None:
@@ -184,8 +190,8 @@ def srun_arguments(o: Options, launcher: str, site_args: tuple[str, ...] = (),
         if o.srun_args:
             raise SpecError("--srun-arg: launcher mpirun starts its ranks without srun", tip="use --launcher srun")
         return ()
-    check_refused(escape_hatch(o.srun_args, "--srun-arg", SRUN_REFUSED, set()), refused or {}, partition,
-                  "--srun-arg")
+    check_refused(option_names(o.srun_args), refused or {}, partition, "--srun-arg")
+    escape_hatch(o.srun_args, "--srun-arg", SRUN_REFUSED, set())
     args = (*site_args, *o.srun_args)
     per_task = next((a for a in args if a.partition("=")[0] in ("--gpus-per-task", "--gpus")), None)
     if launcher == "torchrun" and per_task is not None:
