@@ -9,11 +9,15 @@ rank to its share of the node.
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
+from slurmtorch import resources
 from slurmtorch.bootstrap import agent, rendezvous
 from slurmtorch.cli.main import main
 from slurmtorch.errors import SpecError
@@ -202,3 +206,20 @@ def test_dry_runs_keep_the_test_grounds_fixes(capsys, tmp_path, monkeypatch, sit
     assert '--rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT"' in torchrun
     mpirun = dry_run(capsys, "--site", site, "--nodes", "2", "--launcher", "mpirun", *extra, str(script))
     assert f"--map-by slot:PE={per_rank}:HWTCPUS --bind-to hwthread" in mpirun
+
+
+def subset(part, whole) -> bool:
+    if isinstance(part, dict):
+        return isinstance(whole, dict) and all(k in whole and subset(v, whole[k]) for k, v in part.items())
+    return part == whole
+
+
+def test_the_guides_centre_examples_are_the_presets_own_lines():
+    """docs/site-admins.md, "What centres ask for": every YAML block is part of the preset it names."""
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "site-admins.md").read_text()
+    section = guide.split("## What centres ask for", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```yaml\n# site-configs/([a-z0-9-]+)\.yaml\n(.*?)```", section, re.S)
+    assert len(blocks) == len(re.findall("```yaml", section)) >= 5
+    for name, block in blocks:
+        preset = yaml.safe_load((resources.site_configs_dir() / f"{name}.yaml").read_text())
+        assert subset(yaml.safe_load(block), preset), (name, block)
