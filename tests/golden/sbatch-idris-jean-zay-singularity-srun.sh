@@ -30,7 +30,7 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE RO
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
-# Modules (site, preset)
+# Modules (node type, partition, site, preset)
 module purge
 module load singularity
 
