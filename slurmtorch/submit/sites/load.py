@@ -133,6 +133,8 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "append_path": _paths(site.append_path),
         "directives": dict(site.directives),
         "required": list(site.required),
+        "gpu_request": site.gpu_request,
+        "refused_options": dict(site.refused_options),
         "srun_args": list(site.srun_args),
         "prologue": list(site.prologue),
         "node_prologue": list(site.node_prologue),
@@ -141,6 +143,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "container": None if site.container is None else {
             "runtime": site.container.runtime, "image": site.container.image, "mounts": list(site.container.mounts),
             "python": site.container.interpreter,
+            **({"command": site.container.command} if site.container.command else {}),
             **({"roles": dict(site.container.roles)} if site.container.roles else {})},
         "node_types": {},
         "partitions": {},
@@ -149,7 +152,9 @@ def site_as_dict(site: Site) -> dict[str, Any]:
     for nt in site.node_types:
         out["node_types"][nt.name] = {
             "gpus": nt.gpus, "gpu_model": nt.gpu_model, "gpu_vendor": nt.gpu_vendor, "cpus": nt.cpus,
-            "memory_gb": nt.memory_gb, "fabric": nt.fabric, "hcas": list(nt.hcas), "interfaces": list(nt.interfaces),
+            "memory_gb": nt.memory_gb, "fabric": nt.fabric,
+            "hcas": list(nt.hcas) if nt.hcas or not nt.rdma else "auto", "interfaces": list(nt.interfaces),
+            "fabric_host_suffix": nt.fabric_host_suffix, "gpu_request": nt.gpu_request, "modules": list(nt.modules),
             "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
             "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
             "srun_args": list(nt.srun_args), "node_prologue": list(nt.node_prologue),
@@ -159,7 +164,12 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "max_nodes": p.max_nodes, "max_time": p.max_time, "node_type": p.node_type,
             "default": p.default, "default_time": p.default_time, "account": p.account, "qos": p.qos,
             "required": None if p.required is None else list(p.required), "directives": dict(p.directives),
-            "srun_args": list(p.srun_args),
+            "srun_args": list(p.srun_args), "gpu_request": p.gpu_request,
+            "gpu_request_in_effect": site.gpu_request_for(p, site.node_type(p.node_type)),
+            "modules": list(p.modules), "env": dict(p.env), "prepend_path": _paths(p.prepend_path),
+            "append_path": _paths(p.append_path),
+            "refused_options": None if p.refused_options is None else dict(p.refused_options),
+            "account_suffix": p.account_suffix, "account_pattern": p.account_pattern,
         }
     return out
 
