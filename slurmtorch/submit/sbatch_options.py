@@ -168,6 +168,11 @@ def check_refused(names, refused: dict[str, str], partition: str, flag: str) -> 
 
 def site_directive_problem(name: str, value: object) -> tuple[str, str] | None:
     """(problem, tip) of a site's `directives:` entry (None: remove the line), or None if fine."""
+    if name == "gres" and isinstance(value, str) and any(item.split(":")[0].lower() == "gpu"
+                                                         for item in value.split(",")):
+        # Beside the job's own GPU request it would be a second one (JSC, IDRIS: gres).
+        return ("a GPU request here would be the job's second one",
+                "set gpu_request: gres (the count comes from the node type's gpus; --gpus-per-node changes it)")
     site_refused = {k: v for k, v in SBATCH_REFUSED.items() if k not in PASSED_ON.values()}
     full = refused_name(name, site_refused, _REAL_PREFIXES)
     if full is None:
