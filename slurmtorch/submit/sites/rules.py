@@ -164,10 +164,10 @@ def _container(V: Validator, raw: Marked, launcher: str) -> Container | None:
     before = V.count()
     V.check_keys(c, CONTAINER_SCHEMA, "container", required=REQUIRED["container"])
     vals = V.values(c, CONTAINER_SCHEMA, "container")
-    if "command" in vals and vals.get("runtime") != "apptainer":
+    if "command" in vals and vals.get("runtime") not in (None, "apptainer"):
         V.note(c, "command", "container.command", f"command is apptainer's (apptainer or singularity), not "
                f"{vals.get('runtime')}'s", "leave command out, or use runtime: apptainer")
-    if "$" in vals.get("image", "") and vals.get("runtime") != "apptainer":
+    if "$" in vals.get("image", "") and vals.get("runtime") not in (None, "apptainer"):
         V.note(c, "image", "container.image", f"{vals['runtime']} takes the image as a literal reference: "
                "no job-time variables", "write the image in full, or use runtime: apptainer")
     if vals.get("runtime") in SRUN_RUNTIMES and launcher == "mpirun":
