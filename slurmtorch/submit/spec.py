@@ -141,9 +141,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     asked = sbatch_directives(o, node, partition.name, (nodes, gpus, ntasks_per_node, cpus_per_task),
                               gpu_request, refused)
     time = check_required_time(o, time_limit(o, preset, partition), partition, site)
-    timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
-    if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
-        raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
+    timeout = process_group_timeout(o, preset, site)
     env, env_paths = job_env(site, node, preset, o, partition)
     signal, requeue = resolve_preemption(o, preset)
     check_warning_time(signal, time)
@@ -205,6 +203,15 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         local_rank_arg=local_rank_form(o, preset),
     )
     return _site_parts(job, site, node, partition, preset, asked)
+
+
+def process_group_timeout(o: Options, preset: dict, site: Site) -> int:
+    """--timeout, else the preset's, else the site's; refused here above what the rank accepts
+    (it would refuse it only after the job had waited its turn)."""
+    timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
+    if timeout > MAX_TIMEOUT:
+        raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
+    return timeout
 
 
 def job_modules(site: Site, node: NodeType, partition: Partition, preset: dict) -> tuple[str, ...]:
