@@ -26,6 +26,9 @@ ROLES = "SLURMTORCH_ROLES"  # a role job's layout, e.g. master=1,worker=3 (roles
 TRIAL = "SLURMTORCH_TRIAL"  # an array task's trial
 PARAMS = "SLURMTORCH_PARAMS"  # a sweep trial's parameters, as JSON
 SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_var): its value
+# A site's fabric name suffix (JSC: `i`): a node's Slurm name + it resolves to its fabric
+# address, where MASTER_ADDR and torchrun's --local-addr go (rendezvous.site_address).
+FABRIC_HOST_SUFFIX = "SLURMTORCH_FABRIC_HOST_SUFFIX"
 SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS)
 
 # Set by the bootstrap for the user's script (and read by the preemption handler).

@@ -38,6 +38,31 @@ def _utf8(value: object, what: str) -> str:
     return text
 
 
+# $NAME or ${NAME}: the only expansion a site may put in an apptainer image path.
+JOB_TIME_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+class JobTimeWord(str):
+    """An argv word whose `$NAME`/`${NAME}` expand when the job runs (a site's image path, IDRIS's
+    $SINGULARITY_ALLOWED_DIR/x.sif); `quote` writes everything else of it literally."""
+
+
+def with_variables(text: str, what: str = "value") -> str:
+    """One shell word: each `$NAME`/`${NAME}` of `text` as "${NAME}", the rest quoted; any other
+    `$` is refused (it would be shell code, not a variable)."""
+    parts, pos = [], 0
+    for m in JOB_TIME_VAR.finditer(text):
+        if m.start() > pos:
+            parts.append(quote(text[pos:m.start()], what))
+        parts.append('"${%s}"' % (m.group(1) or m.group(2)))
+        pos = m.end()
+    if pos < len(text):
+        parts.append(quote(text[pos:], what))
+    if "$" in JOB_TIME_VAR.sub("", text) or not parts:
+        raise ShellSafetyError(f"{what} {text!r}: a '$' that is not $NAME or ${{NAME}}")
+    return "".join(parts)
+
+
 def join(argv: Iterable[object]) -> str:
     """Quote and join an argument vector."""
     return " ".join(quote(a) for a in argv)

@@ -83,3 +83,29 @@ def test_the_distributor_puts_master_addr_and_the_store_on_the_fabric(testbed, h
     finally:
         job.cancel()
     assert_met_on_the_fabric(records_in(home / "jobs" / job.job_id), 2)
+
+
+FABRIC_NAMES_SITE = """\
+# The testbed described as JSC describes JUWELS: no fabric interface named, the rendezvous on
+# each node's fabric name (its Slurm name + a suffix: JSC's `i`, the testbed's `-ib`).
+extends: testbed
+name: testbed-fabric-names
+node_types:
+  cpu:
+    interfaces: []
+    fabric_host_suffix: "-ib"
+"""
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+def test_fabric_host_suffix_puts_master_addr_and_the_store_on_the_fabric(testbed, has_torch, home, tmp_path,
+                                                                        launcher):
+    """JSC's form (MASTER_ADDR="${MASTER_ADDR}i"): with no *_SOCKET_IFNAME, the ranks would meet at the
+    first node's host name (eth0); fabric_host_suffix resolves nodeI-ib, its ib0 address, for the batch
+    script's MASTER_ADDR, torchrun's --local-addr and MPI's rank 0 alike."""
+    site = tmp_path / "testbed-fabric-names.yaml"
+    site.write_text(FABRIC_NAMES_SITE)
+    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "2", "--ntasks-per-node", "1",
+                              "--launcher", launcher, "--time", "3", "--wait", str(PROBE)], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_met_on_the_fabric(records_in(home / "jobs" / proc.stdout.split()[0]), 2)

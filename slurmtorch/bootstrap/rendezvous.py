@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from slurmtorch import protocol
 from slurmtorch.errors import BootstrapError
 
 _SIOCGIFADDR = 0x8915  # <linux/sockios.h>: get an interface's IPv4 address
@@ -96,8 +97,18 @@ def host_address(hostname: str) -> str:
 
 
 def site_address(env: Mapping[str, str], hostname: str, backend: str = "gloo") -> str | None:
-    """This host's IPv4 address on the interface the site chose (*_SOCKET_IFNAME), or None
-    without such a setting; a setting that names no interface with an address is an error."""
+    """This host's IPv4 address on the fabric the site chose, or None without such a setting:
+    the address of its fabric name (the site's `fabric_host_suffix`, JSC's `i`: Slurm's name
+    for this node + `i`, as JSC's course scripts write MASTER_ADDR="${MASTER_ADDR}i"), else the
+    one on the interface of *_SOCKET_IFNAME; a setting that gives no address is an error."""
+    suffix = env.get(protocol.FABRIC_HOST_SUFFIX, "").strip()
+    if suffix:
+        name = (env.get("SLURMD_NODENAME", "").strip() or hostname.split(".", 1)[0]) + suffix
+        try:
+            return host_address(name)
+        except BootstrapError as exc:
+            raise BootstrapError(exc.message, tip="fix fabric_host_suffix in the site config for this node "
+                                                  f"type ({protocol.FABRIC_HOST_SUFFIX}={suffix})") from None
     spec = ifname_spec(env, backend)
     if not spec:
         return None

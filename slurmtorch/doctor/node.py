@@ -102,6 +102,12 @@ def check_gpus(facts: NodeFacts, nt) -> list[Check]:
 def check_infiniband(facts: NodeFacts, nt) -> list[Check]:
     have = facts.ib_devices
     listing = ", ".join(have) if have else "none"
+    if nt.rdma and not nt.hcas and nt.fabric in ("infiniband", "roce"):
+        # hcas: auto: NCCL and UCX take every active HCA; there must be one.
+        if have:
+            return [Check(OK, f"RDMA devices present (hcas: auto, NCCL uses the active ones): {listing}")]
+        return [Check(FAIL, f"no RDMA devices in /sys/class/infiniband, but node type {nt.name!r} has rdma: true",
+                      "check `ibv_devices` (the rdma-core and driver modules), or set rdma: false")]
     if nt.rdma:
         wanted = [hca.split(":", 1)[0] for hca in nt.hcas]
         found = [d for d in wanted if d in have]

@@ -57,7 +57,15 @@ def check_memlock(r: RdmaFacts) -> Check:
 
 
 def check_ports(r: RdmaFacts, nt) -> list[Check]:
-    """Each HCA's port ACTIVE; on RoCE, a RoCE v2 GID to use (at gid_index when the site pins one)."""
+    """Each HCA's port ACTIVE; on RoCE, a RoCE v2 GID to use (at gid_index when the site pins one).
+    With hcas: auto, NCCL skips ports that are down: one ACTIVE port is what it needs."""
+    if not nt.hcas:
+        active = [p for p in r.ports if p.state.endswith("ACTIVE")]
+        if r.ports and not active:
+            return [Check(FAIL, "no RDMA port is ACTIVE (hcas: auto)",
+                          "check the cables and the subnet manager (ibstat; on RoCE the switch ports)")]
+        checks = [Check(OK, f"{p.device} port {p.port} ACTIVE ({p.link_layer or 'link layer unknown'})") for p in active]
+        return checks + [_roce_gid(p, nt) for p in active if nt.fabric == "roce"]
     out = []
     for hca in nt.hcas:
         device, _, port = hca.partition(":")

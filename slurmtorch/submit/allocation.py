@@ -173,4 +173,19 @@ def account_and_qos(o: Options, preset: dict[str, Any], partition: Partition, si
                 flag, lookup = _REQUIRED_FLAGS[name]
                 raise SpecError(f"partition {partition.name!r} of site {site.name!r} requires a Slurm {name} "
                                 f"and the job names none", tip=f"pass {flag} (yours: {lookup})")
+        # IDRIS charges each partition's hours to its own form of the project (-A xyz@h100 on
+        # gpu_p6); slurmctld would refuse another form only once the job reaches it.
+        problem = partition.account_problem(account) if account else None
+        if problem:
+            raise SpecError(problem[0], tip=problem[1])
     return account, qos
+
+
+def check_required_time(o: Options, time: str | None, partition: Partition, site: Site) -> str | None:
+    """`time`, if a batch job on a partition (or site) that `required: [time]` has one (TACC:
+    "-t: Required"); refused here rather than by sbatch's submit filter."""
+    required = partition.required if partition.required is not None else site.required
+    if o.kind == "sbatch" and "time" in required and time is None:
+        raise SpecError(f"partition {partition.name!r} of site {site.name!r} requires a time limit and the job "
+                        "names none", tip=f"pass --time HH:MM:SS (at most {partition.max_time})")
+    return time

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 
+from slurmtorch import shell
 from slurmtorch.errors import SpecError
 
 # The EDF's name in the job folder; the batch script writes it there (render.launch_plan).
@@ -87,13 +88,15 @@ def container_args(spec, c) -> tuple[list[str], list[str]]:
         keep = [f"--container-env={','.join(names)}"] if names else []
         return [], [f"--container-image={c.image}", f"--container-mounts={','.join(binds)}", *keep, *c.args]
     if c.runtime == "apptainer":
-        prefix = ["apptainer", "exec"]
+        # IDRIS runs it as `singularity exec` (container.command); the same options.
+        prefix = [c.command or "apptainer", "exec"]
         if gpus:
             # The host's GPU driver libraries and devices in the container: NVIDIA's, or AMD's ROCm.
             prefix.append("--rocm" if spec.gpu_vendor == "amd" else "--nv")
         for m in binds:
             prefix += ["--bind", m]
-        return [*prefix, *c.args, c.image], []
+        image = shell.JobTimeWord(c.image) if "$" in c.image else c.image
+        return [*prefix, *c.args, image], []
     if c.runtime == "podman-hpc":
         prefix = ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--pid=host"]
         if gpus and spec.gpu_vendor != "amd":

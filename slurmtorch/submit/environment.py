@@ -1,12 +1,12 @@
 """The job's environment: the layers in their order, and the user's `--env` checked.
 
 Fabric (what the node type's network implies), then the site's `env`, the node
-type's own `env` (the admin's last word for that hardware), `omp_num_threads` (the
-nearest of partition, node type and site), the preset's, and the user's `--env`; a
-null in a YAML layer removes the variable. Within a layer the plain values come first,
-then its `prepend_path`/`append_path`: a composition applies to the value the layers
-before it left (a later layer's prepend goes in front of an earlier
-one's), and a plain value in a later layer replaces the variable, compositions and all.
+type's own `env` (the admin's word for that hardware), the partition's (IDRIS: what one
+partition's nodes need), `omp_num_threads` (the nearest of partition, node type and site),
+the preset's, and the user's `--env`; a null in a YAML layer removes the variable. Within a
+layer the plain values come first, then its `prepend_path`/`append_path`: a composition
+applies to the value the layers before it left (a later layer's prepend goes in front of an
+earlier one's), and a plain value in a later layer replaces the variable, compositions and all.
 A composition over nothing but the job's own environment keeps that value at run time
 (`PathEdit`, rendered as `${NAME:+...}`); over a plain value it is folded into one
 literal value here. Refused from `--env`: names the batch script sets itself, names
@@ -103,6 +103,7 @@ def job_env(site: Site, node: NodeType, partition: Partition, preset: dict, o: O
         (fabric_env(node, one_node=o.kind == "sbatch" and nodes == 1), (), ()),
         (site.env, site.prepend_path, site.append_path),
         (node.env, node.prepend_path, node.append_path),
+        (partition.env, partition.prepend_path, partition.append_path),
         (omp_env(site, node, partition), (), ()),
         (preset.get("env", ()), preset.get("prepend_path", ()), preset.get("append_path", ())),
         (parse_env(o.env, batch=o.kind == "sbatch"), (), ()),

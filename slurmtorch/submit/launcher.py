@@ -14,7 +14,7 @@ from typing import Any
 
 from slurmtorch import shell
 from slurmtorch.backends import BACKENDS
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
 from slurmtorch.submit.sites.model import (CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, NodeType,
@@ -88,6 +88,12 @@ def resolve_containers(site: Site, o: Options, roles: RoleLayout | None, launche
         raise SpecError(f"unknown --container-runtime {runtime!r}", tip=f"use one of {', '.join(CONTAINER_RUNTIMES)}")
     if o.container_image is not None:
         shell.directive_value(o.container_image, what="--container-image")
+        if runtime == "apptainer" and "$" in o.container_image:  # $NAME expands on the node; no other `$`
+            try:
+                shell.with_variables(o.container_image, what="--container-image")
+            except ShellSafetyError as exc:
+                raise SpecError(exc.message, tip="name a variable as $NAME or ${NAME}, e.g. "
+                                                 "'$SINGULARITY_ALLOWED_DIR/x.sif' (quoted)") from None
         base = _container(base, runtime, o.container_image)
     elif base is not None and o.container_runtime is not None:
         base = _container(base, runtime, base.image)

@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import jinja2
 
-from slurmtorch import resources
+from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
@@ -340,6 +340,8 @@ def script_quote(value: object) -> str:
     and a raw ESC or newline in a script is a trap for whoever reads it; `$'...'` keeps
     every command on one line and reads back byte for byte. Our scripts are bash.
     """
+    if isinstance(value, shell.JobTimeWord):  # a site's image path with $NAME: expanded on the node
+        return shell.with_variables(value, what="container image")
     text = str(value)
     quoted = shell.quote(text)  # the audited path; refuses NUL
     return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted
@@ -417,12 +419,19 @@ def composed_path(edit: tuple[str, tuple[str, ...], tuple[str, ...]]) -> str:
     return text
 
 
+def fabric_host_named(spec: JobSpec) -> bool:
+    """Whether the job's environment names the nodes' fabric host suffix (JSC's `i`)."""
+    return any(name == protocol.FABRIC_HOST_SUFFIX for name, _ in spec.env)
+
+
 def render_template(name: str, spec: JobSpec) -> str:
     launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
         return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD,
-                               pick_port_in_bash=PICK_PORT, pick_addr_in_bash=pick_addr(spec.backend),
+                               pick_port_in_bash=PICK_PORT,
+                               pick_addr_in_bash=pick_addr(spec.backend, fabric_host_named(spec)),
+                               fabric_host=fabric_host_named(spec),
                                reap_role_steps=REAP_ROLE_STEPS)
     except SlurmtorchError:
         raise

@@ -119,32 +119,67 @@ MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND"
 _GRES_RE = r"[A-Za-z][A-Za-z0-9_]*(?::[A-Za-z0-9_.-]+)?(?::\d+[KMGTkmgt]?)?"
 
 
-def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[int, int, int, int]
+def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[int, int, int, int],
+                      gpu_request: str = "gpus-per-node", refused: dict[str, str] | None = None
                       ) -> dict[str, str | bool]:
     """#SBATCH name -> value for the options passed on and every --sbatch-arg, checked.
 
-    `layout` is (nodes, GPUs per node, most ranks on a node, CPUs per rank).
+    `layout` is (nodes, GPUs per node, most ranks on a node, CPUs per rank); `gpu_request`
+    how the site asks for GPUs (gres: --gres gpu:N is the GPU request, and may be given);
+    `refused` the options the site refuses, with its reason.
     """
     given = {name: getattr(o, field) for field, name in PASSED_ON.items() if getattr(o, field) not in (None, False)}
+    sbatch_args = tuple(o.sbatch_args)
+    if gpu_request == "gres" and "gres" not in given:
+        # Where GPUs are asked for with --gres, --sbatch-arg=--gres=gpu:N says what --gres does.
+        gres_arg = next((a for a in sbatch_args if str(a).startswith("--gres=")), None)
+        if gres_arg is not None:
+            given["gres"] = str(gres_arg)[len("--gres="):]
+            sbatch_args = tuple(a for a in sbatch_args if a is not gres_arg)
     if o.kind != "sbatch" and (given or o.sbatch_args or o.srun_args):
         first = next(iter(given), None)
         flag = f"--{first}" if first else ("--sbatch-arg" if o.sbatch_args else "--srun-arg")
         raise SpecError(f"{flag} is an option of a Slurm job; slurmtorch mpirun starts no job",
                         tip="use slurmtorch sbatch")
     nodes, gpus, tasks, cpus = layout
+    # The centre's reason first: it says more than ours (--sbatch-arg=--mem: "use --mem").
+    check_refused(given, refused or {}, partition, "")
+    check_refused(option_names(sbatch_args), refused or {}, partition, "--sbatch-arg")
+    hatch = escape_hatch(sbatch_args, "--sbatch-arg", SBATCH_REFUSED, _REAL_PREFIXES)
     check_memory(given, node, partition, gpus, tasks * cpus)
     check_node_lists(given.get("nodelist"), given.get("exclude"), nodes)
-    checks = {"dependency": check_dependency, "begin": check_begin, "mail-type": check_mail_type, "gres": check_gres}
+    checks = {"dependency": check_dependency, "begin": check_begin, "mail-type": check_mail_type}
     for name, value in given.items():
         if value is not True and not str(value).strip():
             raise SpecError(f"--{name} is empty", tip=f"leave --{name} out, or give it a value")
         if name in checks:
             checks[name](value)
-    return {**given, **escape_hatch(o.sbatch_args, "--sbatch-arg", SBATCH_REFUSED, _REAL_PREFIXES)}
+        if name == "gres":
+            check_gres(value, gpu_request, gpus)
+    return {**given, **hatch}
+
+
+def option_names(args) -> list[str]:
+    """The long option names of `--name[=value]` strings (others are left to escape_hatch)."""
+    return [str(a)[2:].partition("=")[0] for a in args if str(a).startswith("--")]
+
+
+def check_refused(names, refused: dict[str, str], partition: str, flag: str) -> None:
+    """Refuse the first option in `names` the site's `refused_options` lists, with the centre's reason."""
+    for name in names:
+        if name in refused:
+            shown = f"{flag}=--{name}" if flag else f"--{name}"
+            raise SpecError(f"{shown} is refused on partition {partition!r}: {refused[name]}",
+                            tip=f"leave --{name} out (the site's refused_options)")
 
 
 def site_directive_problem(name: str, value: object) -> tuple[str, str] | None:
     """(problem, tip) of a site's `directives:` entry (None: remove the line), or None if fine."""
+    if name == "gres" and isinstance(value, str) and any(item.split(":")[0].lower() == "gpu"
+                                                         for item in value.split(",")):
+        # Beside the job's own GPU request it would be a second one (JSC, IDRIS: gres).
+        return ("a GPU request here would be the job's second one",
+                "set gpu_request: gres (the count comes from the node type's gpus; --gpus-per-node changes it)")
     site_refused = {k: v for k, v in SBATCH_REFUSED.items() if k not in PASSED_ON.values()}
     full = refused_name(name, site_refused, _REAL_PREFIXES)
     if full is None:
@@ -158,7 +193,8 @@ def site_directive_problem(name: str, value: object) -> tuple[str, str] | None:
     return f"{read_as}{site_refused[full][0]}", tip
 
 
-def srun_arguments(o: Options, launcher: str, site_args: tuple[str, ...] = ()) -> tuple[str, ...]:
+def srun_arguments(o: Options, launcher: str, site_args: tuple[str, ...] = (),
+                   refused: dict[str, str] | None = None, partition: str = "") -> tuple[str, ...]:
     """The extra options of every srun that starts ranks: the site's (`site_args`: site,
     node type, partition; checked on load) first, then --srun-arg as typed (one argv word
     each), checked here; none for the mpirun launcher, which starts its ranks without srun."""
@@ -166,6 +202,7 @@ def srun_arguments(o: Options, launcher: str, site_args: tuple[str, ...] = ()) -
         if o.srun_args:
             raise SpecError("--srun-arg: launcher mpirun starts its ranks without srun", tip="use --launcher srun")
         return ()
+    check_refused(option_names(o.srun_args), refused or {}, partition, "--srun-arg")
     escape_hatch(o.srun_args, "--srun-arg", SRUN_REFUSED, set())
     args = (*site_args, *o.srun_args)
     per_task = next((a for a in args if a.partition("=")[0] in ("--gpus-per-task", "--gpus")), None)
@@ -329,13 +366,24 @@ def check_mail_type(text: str) -> None:
                             tip=f"events: {', '.join(MAIL_TYPES)}")
 
 
-def check_gres(text: str) -> None:
-    """NAME[:TYPE][:COUNT] items; GPUs are --gpus-per-node's (each rank's device follows from it)."""
+def check_gres(text: str, gpu_request: str = "gpus-per-node", gpus: int = 0) -> None:
+    """NAME[:TYPE][:COUNT] items. GPUs are the job's GPUs per node (each rank's device follows
+    from them): on a site that asks for them with --gres (gpu_request: gres) `gpu:N` may say
+    so, and must agree; elsewhere they are --gpus-per-node's."""
     if text.lower() == "none":
         return
     for item in text.split(","):
         if not re.fullmatch(_GRES_RE, item):
             raise SpecError(f"invalid --gres {text!r}: {item!r} is not NAME[:TYPE][:COUNT]", tip="e.g. --gres nvme:1")
-        if item.split(":")[0].lower() == "gpu":
+        if item.split(":")[0].lower() != "gpu":
+            continue
+        if gpu_request == "none":
+            raise SpecError(f"--gres {text}: this site asks Slurm for no GPUs (a node's GPUs come with it)",
+                            tip="leave the GPU out of --gres; --gpus-per-node N sets how many the job uses")
+        if gpu_request != "gres":
             raise SpecError(f"--gres {text}: GPUs are asked for with --gpus-per-node",
                             tip="use --gpus-per-node N (a GPU model: -C FEATURE, or a partition of that node type)")
+        count = item.rsplit(":", 1)[-1]
+        if not count.isdigit() or int(count) != gpus:
+            raise SpecError(f"--gres {text}: the job has {gpus} GPUs per node, which this site asks for as "
+                            f"--gres=gpu:{gpus}", tip="use --gpus-per-node N to change it (or leave --gres out)")

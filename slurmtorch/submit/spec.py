@@ -19,8 +19,8 @@ from slurmtorch import __version__
 from slurmtorch import shell
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node, resolve_target, role_layout,
-                                          time_limit)
+from slurmtorch.submit.allocation import (account_and_qos, check_required_time, node_count, per_node,
+                                          resolve_target, role_layout, time_limit)
 from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
@@ -107,6 +107,8 @@ class JobSpec:
     sbatch_lines: tuple[str, ...] = ()
     # --local-rank-arg: the spelling of the --local_rank=N argument every rank gets (None: none).
     local_rank_arg: str | None = None
+    # How the header asks for the GPUs (sites.model.GPU_REQUESTS): --gpus-per-node=N, --gres=gpu:N, none.
+    gpu_request: str = "gpus-per-node"
 
     @property
     def runs_again(self) -> bool:
@@ -137,11 +139,11 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     gpus, ntasks_per_node, cpus_per_task = per_node(o, preset, partition, node)
     roles = role_layout(o, partition, launcher, ntasks_per_node)
     nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles, launcher)
-    asked = sbatch_directives(o, node, partition.name, (nodes, gpus, ntasks_per_node, cpus_per_task))
-    time = time_limit(o, preset, partition)
-    timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
-    if timeout > MAX_TIMEOUT:  # the rank would refuse it only after the job had waited its turn
-        raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
+    gpu_request, refused = site.gpu_request_for(partition, node), site.refused_for(partition)
+    asked = sbatch_directives(o, node, partition.name, (nodes, gpus, ntasks_per_node, cpus_per_task),
+                              gpu_request, refused)
+    time = check_required_time(o, time_limit(o, preset, partition), partition, site)
+    timeout = process_group_timeout(o, preset, site)
     env, env_paths = job_env(site, node, partition, preset, o, nodes)
     signal, requeue = resolve_preemption(o, preset)
     check_warning_time(signal, time)
@@ -171,7 +173,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         launcher=launcher,
         srun_mpi=srun_mpi_for(site, node, partition, preset),
         env=tuple(env.items()),
-        modules=tuple(site.modules) + tuple(preset.get("modules", ())),
+        modules=job_modules(site, node, partition, preset),
         directives=(),  # from the job itself, just below
         prologue=site.prologue,
         epilogue=site.epilogue,
@@ -194,7 +196,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         sweep=sweep,
         trials=trials,
         srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
-                                               *preset.get("srun_args", ()))),
+                                               *preset.get("srun_args", ())), refused, partition.name),
+        gpu_request=gpu_request,
         max_restarts=max_restarts,
         spare_nodes=spare_nodes,
         hang_timeout=hang_timeout,
@@ -203,6 +206,22 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         local_rank_arg=local_rank_form(o, preset),
     )
     return _site_parts(job, site, node, partition, preset, asked)
+
+
+def process_group_timeout(o: Options, preset: dict, site: Site) -> int:
+    """--timeout, else the preset's, else the site's; refused here above what the rank accepts
+    (it would refuse it only after the job had waited its turn)."""
+    timeout = positive("--timeout", o.pick(preset, "timeout", site.timeout))
+    if timeout > MAX_TIMEOUT:
+        raise SpecError(f"--timeout {timeout} {timeout_problem(timeout)}", tip="e.g. --timeout 1800 (seconds)")
+    return timeout
+
+
+def job_modules(site: Site, node: NodeType, partition: Partition, preset: dict) -> tuple[str, ...]:
+    """The modules to load, the hardware's first (node type, partition): an architecture module
+    selects the module tree the others come from (IDRIS: `module load arch/h100` before any
+    other on gpu_p6), then the site's and the preset's."""
+    return (*node.modules, *partition.modules, *site.modules, *preset.get("modules", ()))
 
 
 def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, preset: dict,
@@ -250,7 +269,11 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
         if "partition" not in removed:
             out["partition"] = job.partition
         out["job-name"] = job.job_name
-        if job.gpus_per_node:
+        if job.gpus_per_node and job.gpu_request == "gres":
+            # JSC's and IDRIS's form; other generic resources the job asked for (--gres nvme:1) follow.
+            others = [item for item in str(out.get("gres", "")).split(",") if item and not _is_gpu_gres(item)]
+            out["gres"] = ",".join([f"gpu:{job.gpus_per_node}", *others])
+        elif job.gpus_per_node and job.gpu_request == "gpus-per-node":
             out["gpus-per-node"] = str(job.gpus_per_node)
         if job.time is not None:
             out["time"] = job.time
@@ -279,6 +302,10 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
         if job.array:
             out["array"] = job.array
     return tuple(sorted(out.items()))
+
+
+def _is_gpu_gres(item: str) -> bool:
+    return item.split(":", 1)[0].lower() == "gpu"
 
 
 def sbatch_line(name: str, value: str | bool) -> str:

@@ -317,3 +317,26 @@ def test_an_environment_too_large_for_sbatch_is_refused_by_validate(cli):
     code, out, err = cli("site", "validate", site)
     site.unlink()
     assert_one_clear_line(cli, code, out, err, "HUGE")
+
+
+# What the centres' presets refuse before sbatch (issue 25), each with the fix.
+CENTRE_CASES = [
+    ("vista-no-time", ["--site", "tacc-vista", "train.py"], "partition 'gh' of site 'tacc-vista' requires a time limit"),
+    ("vista-mem", ["--site", "tacc-vista", "-t", "30", "--mem", "10G", "train.py"],
+     "--mem is refused on partition 'gh': TACC Vista does not accept --mem"),
+    ("vista-gres-hatch", ["--site", "tacc-vista", "-t", "30", "--sbatch-arg=--gres=gpu:1", "train.py"],
+     "--sbatch-arg=--gres is refused on partition 'gh'"),
+    ("idris-account-form", ["--site", "idris-jean-zay", "-p", "gpu_p6", "-A", "abc@v100", "train.py"],
+     "partition 'gpu_p6' takes accounts of the form NAME@h100, not 'abc@v100'"),
+    ("jsc-gres-count", ["--site", "jsc-juwels-booster", "-A", "p", "--gres", "gpu:2", "train.py"],
+     "the job has 4 GPUs per node"),
+    ("singularity-image-code", ["--site", "idris-jean-zay-singularity", "--container-image", "$(id).sif", "train.py"],
+     "a '$' that is not $NAME"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in CENTRE_CASES], ids=[c[0] for c in CENTRE_CASES])
+def test_a_centres_refusal_is_one_clear_line_before_sbatch(cli, argv, message):
+    code, out, err = cli("sbatch", *argv)
+    assert_one_clear_line(cli, code, out, err, message)
+    assert not (cli.tmp_path / "sbatch-called").exists()

@@ -453,3 +453,14 @@ def test_amd_gpus_are_counted_by_their_render_nodes_and_a_rocm_torch_is_not_a_cp
     assert cpu.status == "fail" and "8 AMD GPU render devices" in cpu.what and "ROCm build" in cpu.fix
     few = check_gpus(facts(torch=TorchFacts(**{**rocm.__dict__, "gpus": 1})), nt)[0]
     assert few.status == "fail" and "ROCR_VISIBLE_DEVICES" in few.fix
+
+
+def test_hcas_auto_needs_one_rdma_device_with_an_active_port():
+    """hcas: auto (JSC, IDRIS, TACC name none): any device will do, and NCCL skips ports that are down."""
+    nt = node_type("tacc-vista", "gh")
+    assert check_infiniband(facts(ib_devices=("mlx5_0", "mlx5_1")), nt)[0].status == "ok"
+    none = check_infiniband(facts(ib_devices=()), nt)
+    assert none[0].status == "fail" and "rdma: true" in none[0].what
+    mixed = ports(devices=["mlx5_0"]) + ports(state="1: DOWN", devices=["mlx5_1"])
+    assert [c.status for c in check_ports(RdmaFacts(ports=mixed), nt)] == ["ok"]
+    assert [c.status for c in check_ports(RdmaFacts(ports=ports(state="1: DOWN", devices=["mlx5_1"])), nt)] == ["fail"]

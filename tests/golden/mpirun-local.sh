@@ -5,7 +5,7 @@
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
 
-# Environment (node type fabric, site, node type, preset, --env)
+# Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
 
 # Launch: 4 ranks under mpirun; -x forwards each variable above to remote hosts.

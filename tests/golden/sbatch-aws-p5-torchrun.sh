@@ -27,7 +27,7 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE RO
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
-# Environment (node type fabric, site, node type, preset, --env)
+# Environment (node type fabric, site, node type, partition, preset, --env)
 export FI_PROVIDER=efa
 export FI_EFA_USE_DEVICE_RDMA=1
 export NCCL_SOCKET_IFNAME='^docker,lo,veth'

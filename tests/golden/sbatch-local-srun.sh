@@ -26,7 +26,7 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE RO
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
-# Environment (node type fabric, site, node type, preset, --env)
+# Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here

@@ -30,13 +30,13 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE RO
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
 
-# Modules (site, preset)
+# Modules (node type, partition, site, preset)
 module load PrgEnv-gnu
 module load rocm
 module load rccl-net-plugin
 module load craype-accel-amd-gfx90a
 
-# Environment (node type fabric, site, node type, preset, --env)
+# Environment (node type fabric, site, node type, partition, preset, --env)
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_CXI_DEFAULT_CQ_SIZE=131072
 export NCCL_NET_GDR_LEVEL=PHB

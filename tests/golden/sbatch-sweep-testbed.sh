@@ -29,7 +29,7 @@ SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLU
 export SLURMTORCH_JOB_DIR
 mkdir -p "$SLURMTORCH_JOB_DIR"
 
-# Environment (node type fabric, site, node type, preset, --env)
+# Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
 export NCCL_SOCKET_IFNAME==ib0
 export GLOO_SOCKET_IFNAME=ib0

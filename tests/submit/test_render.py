@@ -72,11 +72,20 @@ NOT_ON = {("slingshot-nvidia", "mpirun"), ("mi250x", "mpirun"), ("mi250x", "torc
                                                   if (s, launcher) not in NOT_ON])
 def test_sbatch_script_matches_golden(site_name, launcher):
     site = sites.load_site(site_name)
-    account = "proj0001" if site.required else None  # a site that requires one refuses jobs without
-    spec = build_spec(site, golden_options(site_name, launcher=launcher, account=account))
+    spec = build_spec(site, golden_options(site_name, launcher=launcher, **required_options(site)))
     text = render.render_sbatch(spec)
     bash_syntax_ok(text)
     check_golden(f"sbatch-{site_name}-{launcher}.sh", text)
+
+
+def required_options(site) -> dict:
+    """What a site's `required:` asks every job for (it refuses jobs without): an account in
+    the default partition's form (IDRIS: NAME@v100), a time limit (TACC Vista)."""
+    part = site.partition(None)
+    out: dict = {"account": "proj0001" + (part.account_suffix or "")} if "account" in site.required else {}
+    if "time" in site.required:
+        out["time"] = "01:00:00"
+    return out
 
 
 # Bundled sites' named presets that change how ranks start (a container, another srun --mpi).

@@ -40,9 +40,14 @@ def test_defaults_use_every_gpu_with_one_rank_each(hdr):
 
 @pytest.mark.parametrize("site_name", sorted(p.stem for p in resources.site_configs_dir().glob("*.yaml")))
 def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name):
-    """A default time (preset or partition) never exceeds a partition's max_time."""
+    """A default time (preset or partition) never exceeds a partition's max_time; a site that
+    requires a time limit (TACC Vista: -t) refuses a job without one, before sbatch."""
     site = sites.load_site(site_name)
-    account = "proj0001" if site.required else None  # a site that requires an account refuses jobs without
+    account = "proj0001" if "account" in site.required else None  # a site that requires one refuses jobs without
+    if "time" in site.required:
+        with pytest.raises(SpecError, match="requires a time limit"):
+            build_spec(site, opts(account=account))
+        return
     for partition in site.partitions:
         spec = build_spec(site, opts(partition=partition.name, account=account))
         assert spec.time == partition.default_time

@@ -28,12 +28,30 @@ fi
 export MASTER_PORT"""
 
 
-def pick_addr(backend: str) -> str:
+# A site with a fabric host suffix (JSC: `i`): MASTER_ADDR is this node's fabric name's
+# address, as JSC's course scripts take it (`MASTER_ADDR="${MASTER_ADDR}i"`, then its address).
+PICK_FABRIC_ADDR = """\
+# MASTER_ADDR: the address of this node's name on the fabric (its Slurm name + the site's
+# suffix; JSC: jwb0001 -> jwb0001i), which the ranks' sockets use; the host name resolves to
+# another network. In bash: nothing of the submitting host's python runs in the job.
+read -r MASTER_ADDR _ < <(getent ahostsv4 "${SLURMD_NODENAME:-$(hostname -s)}$SLURMTORCH_FABRIC_HOST_SUFFIX")
+if [ -z "$MASTER_ADDR" ]; then
+    printf 'slurmtorch: error: cannot resolve %s (fix fabric_host_suffix in the site config for this node type)\\n' "${SLURMD_NODENAME:-$(hostname -s)}$SLURMTORCH_FABRIC_HOST_SUFFIX" >&2
+    printf '%s\\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+    exit 1
+fi
+export MASTER_ADDR"""
+
+
+def pick_addr(backend: str, fabric_host: bool = False) -> str:
     """MASTER_ADDR for a job whose ranks run in a container, as text for the batch script:
     this node's IPv4 address on the interface the site chose (*_SOCKET_IFNAME; the backend's
     own variable first, as rendezvous.ifname_spec), read with iproute2's `ip` on the host.
     Covers what fabric_env writes (comma-separated exact names, NCCL's leading `=`); NCCL's
-    prefix matching and `^` exclusions are left to the ranks' host name."""
+    prefix matching and `^` exclusions are left to the ranks' host name. With `fabric_host`
+    (the site's fabric_host_suffix), the address of the node's fabric name instead."""
+    if fabric_host:
+        return PICK_FABRIC_ADDR
     first, second = ("NCCL", "GLOO") if backend == "nccl" else ("GLOO", "NCCL")
     return f"""\
 # MASTER_ADDR: this node's address on the interface the site chose for the node type

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from slurmtorch.protocol import FABRIC_HOST_SUFFIX
+
 FABRICS = ("infiniband", "roce", "ethernet", "slingshot", "efa", "gcp-gib")
 # RDMA through NCCL's own IB verbs transport: the HCAs are named (`hcas:`) when `rdma: true`.
 HCA_FABRICS = frozenset({"infiniband", "roce"})
@@ -112,9 +114,12 @@ def fabric_env(nt: Any, one_node: bool = False) -> tuple[tuple[str, str], ...]:
     """
     env: list[tuple[str, str]] = []
     if nt.fabric in HCA_FABRICS and nt.rdma:
-        env.append(("NCCL_IB_HCA", "=" + ",".join(nt.hcas)))
-        # UCX wants device:port; HCAs are usually listed without the port.
-        env.append(("UCX_NET_DEVICES", ",".join(h if ":" in h else f"{h}:1" for h in nt.hcas)))
+        # No HCAs listed (hcas: auto): NCCL's IB transport and UCX use every active HCA
+        # themselves, as JSC's, IDRIS's and TACC's sample scripts leave them.
+        if nt.hcas:
+            env.append(("NCCL_IB_HCA", "=" + ",".join(nt.hcas)))
+            # UCX wants device:port; HCAs are usually listed without the port.
+            env.append(("UCX_NET_DEVICES", ",".join(h if ":" in h else f"{h}:1" for h in nt.hcas)))
         if nt.fabric == "roce" and nt.gid_index is not None:
             env.append(("NCCL_IB_GID_INDEX", str(nt.gid_index)))
     elif nt.fabric == "slingshot":
@@ -127,6 +132,9 @@ def fabric_env(nt: Any, one_node: bool = False) -> tuple[tuple[str, str], ...]:
         env += GCP_GIB_ENV
     else:
         env.append(("NCCL_IB_DISABLE", "1"))
+    if getattr(nt, "fabric_host_suffix", None):
+        # The ranks' rendezvous address is the node's fabric name (bootstrap.rendezvous.site_address).
+        env.append((FABRIC_HOST_SUFFIX, nt.fabric_host_suffix))
     if nt.interfaces:
         env.append(("NCCL_SOCKET_IFNAME", "=" + ",".join(nt.interfaces)))
         env.append(("GLOO_SOCKET_IFNAME", ",".join(nt.interfaces)))

@@ -134,6 +134,8 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "append_path": _paths(site.append_path),
         "directives": dict(site.directives),
         "required": list(site.required),
+        "gpu_request": site.gpu_request,
+        "refused_options": dict(site.refused_options),
         "srun_args": list(site.srun_args),
         "prologue": list(site.prologue),
         "node_prologue": list(site.node_prologue),
@@ -147,7 +149,9 @@ def site_as_dict(site: Site) -> dict[str, Any]:
     for nt in site.node_types:
         out["node_types"][nt.name] = {
             "gpus": nt.gpus, "gpu_model": nt.gpu_model, "gpu_vendor": nt.gpu_vendor, "cpus": nt.cpus,
-            "memory_gb": nt.memory_gb, "fabric": nt.fabric, "hcas": list(nt.hcas), "interfaces": list(nt.interfaces),
+            "memory_gb": nt.memory_gb, "fabric": nt.fabric,
+            "hcas": list(nt.hcas) if nt.hcas or not nt.rdma else "auto", "interfaces": list(nt.interfaces),
+            "fabric_host_suffix": nt.fabric_host_suffix, "gpu_request": nt.gpu_request, "modules": list(nt.modules),
             "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
             "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
             "srun_args": list(nt.srun_args), "node_prologue": list(nt.node_prologue),
@@ -159,6 +163,12 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "default": p.default, "default_time": p.default_time, "account": p.account, "qos": p.qos,
             "required": None if p.required is None else list(p.required), "directives": dict(p.directives),
             "srun_args": list(p.srun_args), "srun_mpi": p.srun_mpi, "omp_num_threads": p.omp_num_threads,
+            "gpu_request": p.gpu_request,
+            "gpu_request_in_effect": site.gpu_request_for(p, site.node_type(p.node_type)),
+            "modules": list(p.modules), "env": dict(p.env), "prepend_path": _paths(p.prepend_path),
+            "append_path": _paths(p.append_path),
+            "refused_options": None if p.refused_options is None else dict(p.refused_options),
+            "account_suffix": p.account_suffix, "account_pattern": p.account_pattern,
         }
     return out
 
@@ -176,7 +186,7 @@ def _container(c) -> dict[str, Any] | None:
         out["roles"] = dict(c.roles)
     if c.args:
         out["args"] = list(c.args)
-    for key in ("entrypoint", "writable"):
+    for key in ("command", "entrypoint", "writable"):
         if getattr(c, key) is not None:
             out[key] = getattr(c, key)
     if c.annotations:

@@ -30,6 +30,12 @@ CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce")
 # Container Engine, `srun --environment=EDF`): not under mpirun.
 SRUN_RUNTIMES = ("pyxis", "podman-hpc", "shifter", "cscs-ce")
 GPU_VENDORS = ("nvidia", "amd")
+# How a job asks Slurm for its GPUs (`gpu_request:`): --gpus-per-node=N, --gres=gpu:N (JSC, IDRIS:
+# their sample scripts), or not at all (TACC Vista: "--gres: TACC does not support this option").
+GPU_REQUESTS = ("gpus-per-node", "gres", "none")
+DEFAULT_GPU_REQUEST = "gpus-per-node"
+# The command that runs an apptainer container: IDRIS's Jean Zay has Singularity as `singularity`.
+APPTAINER_COMMANDS = ("apptainer", "singularity")
 
 # prepend_path / append_path: (NAME, (dir, ...)) in the order written.
 PathMap = tuple[tuple[str, tuple[str, ...]], ...]
@@ -75,6 +81,9 @@ class NodeType:
     append_path: PathMap = ()
     srun_mpi: str | None = None  # srun --mpi for jobs on this node type (None: the site's)
     omp_num_threads: int | str | None = None  # OMP_NUM_THREADS (a number or "auto"; None: the site's)
+    gpu_request: str | None = None  # None: the site's
+    modules: tuple[str, ...] = ()
+    fabric_host_suffix: str | None = None  # JSC: "i" (jwb0001 -> jwb0001i, the node's IPoIB name)
 
     def network_env(self) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment, with the admin's `env` applied on top.
@@ -107,6 +116,26 @@ class Partition:
     srun_args: tuple[str, ...] = ()
     srun_mpi: str | None = None  # srun --mpi for jobs here (None: the node type's, else the site's)
     omp_num_threads: int | str | None = None  # OMP_NUM_THREADS here (None: the node type's, else the site's)
+    gpu_request: str | None = None  # None: the node type's, else the site's
+    modules: tuple[str, ...] = ()
+    env: tuple[tuple[str, str | None], ...] = ()
+    prepend_path: PathMap = ()
+    append_path: PathMap = ()
+    refused_options: tuple[tuple[str, str], ...] | None = None  # None: the site's
+    account_suffix: str | None = None  # IDRIS: "@h100"
+    account_pattern: str | None = None  # a regex the whole account matches
+
+    def account_problem(self, account: str) -> tuple[str, str] | None:
+        """(problem, tip) when `account` has not the form this partition asks for, else None."""
+        if self.account_suffix and not account.endswith(self.account_suffix):
+            base = account.split("@", 1)[0] if "@" in self.account_suffix else account
+            return (f"partition {self.name!r} takes accounts of the form NAME{self.account_suffix}, not {account!r}",
+                    f"pass -A {base}{self.account_suffix}")
+        if self.account_pattern and not re.fullmatch(self.account_pattern, account):
+            return (f"account {account!r} does not have the form partition {self.name!r} asks for "
+                    f"({self.account_pattern})", "pass -A with an account of that form (yours: sacctmgr show "
+                                                 "associations user=$USER format=account)")
+        return None
 
 
 @dataclass(frozen=True)
@@ -123,6 +152,7 @@ class Container:
     entrypoint: bool | None = None
     writable: bool | None = None
     annotations: tuple[tuple[str, str], ...] = ()
+    command: str | None = None  # apptainer's command: apptainer (None) or singularity (IDRIS)
 
     @property
     def interpreter(self) -> str:
@@ -159,6 +189,16 @@ class Site:
     node_prologue: tuple[str, ...] = ()
     prepend_path: PathMap = ()
     append_path: PathMap = ()
+    gpu_request: str = DEFAULT_GPU_REQUEST
+    refused_options: tuple[tuple[str, str], ...] = ()  # option name -> the centre's reason
+
+    def gpu_request_for(self, partition: Partition, node: NodeType) -> str:
+        """How a job on `partition` asks for its GPUs: the nearest of partition, node type, site."""
+        return partition.gpu_request or node.gpu_request or self.gpu_request
+
+    def refused_for(self, partition: Partition) -> dict[str, str]:
+        """The options a job on `partition` may not pass, with the centre's reason."""
+        return dict(self.refused_options if partition.refused_options is None else partition.refused_options)
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one."""

@@ -9,6 +9,7 @@ rule trips over it), its siblings are still checked, and references to it by nam
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -83,9 +84,14 @@ def _node_type(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Nod
                "leave rdma out; for plain sockets use fabric: ethernet")
     if fabric in RDMA_ALWAYS:
         vals["rdma"] = True
-    if fabric in HCA_FABRICS and rdma and not vals.get("hcas"):
-        V.note(body, "rdma", f"{kp}.hcas", "an RDMA fabric needs its HCAs listed",
-               "add hcas: [mlx5_0, ...] (see `ibv_devices`)")
+    # RDMA with no HCAs listed (or hcas: auto): NCCL and UCX use every active HCA themselves.
+    if vals.get("hcas") and fabric in HCA_FABRICS and not rdma:
+        V.note(body, "hcas", f"{kp}.hcas", "HCAs are only used with RDMA",
+               "add rdma: true, or leave hcas out")
+    suffix = vals.get("fabric_host_suffix")
+    if suffix is not None and not re.fullmatch(r"[A-Za-z0-9.-]+", suffix):
+        V.note(body, "fabric_host_suffix", f"{kp}.fabric_host_suffix",
+               f"{suffix!r} cannot end a host name", "letters, digits, '-' and '.', e.g. fabric_host_suffix: i")
     if "gid_index" in vals and fabric != "roce":
         V.note(body, "gid_index", f"{kp}.gid_index", "gid_index only applies to fabric: roce")
     if vals.get("cpus") == 0:
@@ -100,6 +106,13 @@ def _partition(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Par
     _refers(V, body, vals, "node_type", kp, raw.get("node_types"), "node type")
     if vals.get("max_nodes") == 0:
         V.note(body, "max_nodes", f"{kp}.max_nodes", "must be at least 1")
+    suffix = vals.get("account_suffix")
+    if suffix is not None and (not suffix or not re.fullmatch(r"[^\s'\"\\$`]+", suffix)):
+        V.note(body, "account_suffix", f"{kp}.account_suffix", f"{suffix!r} cannot end a Slurm account",
+               'e.g. account_suffix: "@h100"')
+    if suffix is not None and "account_pattern" in vals:
+        V.note(body, "account_pattern", f"{kp}.account_pattern", "both account_suffix and account_pattern",
+               "keep one: the suffix for NAME@h100 forms, the pattern for anything else")
     if "default_time" in vals and "max_time" in vals and \
             parse_time(vals["default_time"]) > parse_time(vals["max_time"]):
         V.note(body, "default_time", f"{kp}.default_time", "longer than max_time")
@@ -167,6 +180,12 @@ def _container(V: Validator, raw: Marked, key: str, launcher: str, kp: str = "co
     before = V.count()
     V.check_keys(c, CONTAINER_SCHEMA, kp, required=REQUIRED["container"])
     vals = V.values(c, CONTAINER_SCHEMA, kp)
+    if "command" in vals and vals.get("runtime") not in (None, "apptainer"):
+        V.note(c, "command", f"{kp}.command", f"command is apptainer's (apptainer or singularity), not "
+               f"{vals.get('runtime')}'s", "leave command out, or use runtime: apptainer")
+    if "$" in vals.get("image", "") and vals.get("runtime") not in (None, "apptainer"):
+        V.note(c, "image", f"{kp}.image", f"{vals['runtime']} takes the image as a literal reference: "
+               "no job-time variables", "write the image in full, or use runtime: apptainer")
     if vals.get("runtime") in SRUN_RUNTIMES and launcher == "mpirun":
         V.note(c, "runtime", f"{kp}.runtime", f"{vals['runtime']} containers start under srun, not mpirun",
                tip="use launcher: srun (or torchrun)")

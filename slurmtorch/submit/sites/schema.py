@@ -11,8 +11,8 @@ from typing import Any
 from slurmtorch.backends import BACKENDS
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, CONTAINER_RUNTIMES, GPU_VENDORS, LAUNCHERS,
-                                           MPI_PLUGINS)
+from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, APPTAINER_COMMANDS, CONTAINER_RUNTIMES, GPU_REQUESTS,
+                                           GPU_VENDORS, LAUNCHERS, MPI_PLUGINS)
 from slurmtorch.submit.sites.fabric import FABRICS
 from slurmtorch.submit.sites.values import REQUIRABLE
 
@@ -26,6 +26,13 @@ _MPI = ("srun --mpi plugin of the rank steps: pmix (Open MPI 5, MPI in a contain
         "preset, partition, node type and site wins")
 _OMP = ("OMP_NUM_THREADS of every rank: a number (CSCS: 8 on GH200), or auto for each rank's CPU share "
         "(--cpus-per-task; the default); the nearest of partition, node type and site wins, --env wins over all")
+_GPU_REQUEST = ("how the job asks Slurm for its GPUs: gpus-per-node (#SBATCH --gpus-per-node=N, the default), "
+                "gres (#SBATCH --gres=gpu:N; JSC, IDRIS) or none (no GPU request: TACC Vista gives a node's GPU "
+                "with the node); the nearest of partition, node type and site wins. The GPU count still sets the "
+                "ranks per node and the container's GPU flags")
+_REFUSED = ("options a job here may not pass, NAME: the centre's reason (e.g. mem: \"Vista does not accept "
+            "--mem\"): refused before sbatch with that reason; NAME is the long option without dashes, "
+            "checked against the job's options, --sbatch-arg and --srun-arg")
 _PROLOGUE = ("shell lines (trusted admin text) run once on every node before the ranks start, as their own "
              "srun step under bash -eu; a failure ends the job (exit 1). Output: the job folder's "
              "node-prologue-N.out")
@@ -42,7 +49,14 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
     "cpus": ("int", "CPU cores per node usable by jobs"),
     "memory_gb": ("int", "memory per node in GB"),
     "fabric": (FABRICS, "interconnect between nodes (see `slurmtorch site show` for the environment each implies)"),
-    "hcas": ("strlist", "RDMA devices (mlx5_0, ...): NCCL_IB_HCA (exact names) / UCX_NET_DEVICES"),
+    "hcas": ("hcas", "RDMA devices (mlx5_0, ...): NCCL_IB_HCA (exact names) / UCX_NET_DEVICES; `auto` (or "
+                     "leaving hcas out with rdma: true): neither is set, and NCCL and UCX use every active HCA"),
+    "fabric_host_suffix": ("str", "the suffix that turns a node's Slurm name into its name on the fabric (JSC: "
+                                  "`i`, jwb0001 -> jwb0001i): MASTER_ADDR and torchrun's --local-addr are that "
+                                  "name's address (SLURMTORCH_FABRIC_HOST_SUFFIX); before *_SOCKET_IFNAME"),
+    "gpu_request": (GPU_REQUESTS, _GPU_REQUEST),
+    "modules": ("strlist", "environment modules to load on this node type, before the site's (an architecture module "
+                           "selects the tree the others come from)"),
     "interfaces": ("strlist", "IP interfaces for NCCL (exact names) and Gloo bootstrap sockets"),
     "rdma": ("bool", "whether RDMA works on the fabric (infiniband, roce; efa, slingshot and gcp-gib always have it)"),
     "gid_index": ("int", "RoCE GID index for NCCL_IB_GID_INDEX (default: NCCL >= 2.21 picks the RoCE v2 GID itself)"),
@@ -69,16 +83,30 @@ PARTITION_SCHEMA: dict[str, Any] = {
     "srun_args": ("srunargs", _SRUN),
     "srun_mpi": ("mpi", _MPI),
     "omp_num_threads": ("threads", _OMP),
+    "gpu_request": (GPU_REQUESTS, _GPU_REQUEST),
+    "modules": ("strlist", "environment modules to load for jobs here, after the node type's and before the site's "
+                           "(IDRIS gpu_p6: [arch/h100], loaded before any other)"),
+    "env": ("envmap", "environment for jobs here; after the node type's, before the preset's; null removes"),
+    "prepend_path": ("pathmap", _PATHS),
+    "append_path": ("pathmap", _APPEND),
+    "refused_options": ("refused", _REFUSED + "; replaces the site's"),
+    "account_suffix": ("str", "the form a job's account must have here, as a suffix (IDRIS gpu_p6: \"@h100\" for "
+                              "-A xyz@h100); checked before sbatch"),
+    "account_pattern": ("regex", "the form a job's account must have here, as a Python regular expression the "
+                                 "whole account matches; checked before sbatch"),
 }
 CONTAINER_SCHEMA: dict[str, Any] = {
     "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image), apptainer exec, podman-hpc run, shifter or "
                                     "cscs-ce (CSCS's Container Engine: srun --environment=EDF, the EDF written "
                                     "into the job folder); the jobs folder and the script's folder are mounted "
                                     "at their own paths"),
-    "image": ("str", "image reference or path"),
+    "image": ("image", "image reference or path; for apptainer a path may hold job-time variables ($NAME or "
+                       "${NAME}, e.g. $SINGULARITY_ALLOWED_DIR/x.sif), expanded on the node"),
     "mounts": ("strlist", "bind mounts SRC:DST"),
     "roles": ("rolemap", "per-role images for role jobs (master, chief, worker, ps, evaluator: image); "
                          "roles not named use `image`"),
+    "command": (APPTAINER_COMMANDS, "apptainer only: the command that runs it, apptainer (default) or singularity "
+                                    "(IDRIS: `singularity exec`)"),
     "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
                       "site's `python` is the one on the host)"),
     "args": ("strlist", "the runtime's own options, e.g. [--module=gpu,nccl-plugin] for shifter, [--nccl] for "
@@ -139,6 +167,8 @@ SITE_SCHEMA: dict[str, Any] = {
     "prepend_path": ("pathmap", _PATHS),
     "append_path": ("pathmap", _APPEND),
     "srun_args": ("srunargs", _SRUN),
+    "gpu_request": (GPU_REQUESTS, _GPU_REQUEST),
+    "refused_options": ("refused", _REFUSED),
     "timeout": ("int", "process-group timeout in seconds"),
     "templates": ("str", "folder with template overrides, relative to this file"),
     "node_types": ({"*": NODE_TYPE_SCHEMA}, "node types by name"),
@@ -189,6 +219,11 @@ def json_schema() -> dict[str, Any]:
                 },
                 "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
                 "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
+                "hcas": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"const": "auto"}]},
+                "image": {"type": "string", "minLength": 1},
+                "regex": {"type": "string", "minLength": 1},
+                "refused": {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9-]*$"},
+                            "additionalProperties": {"type": "string", "minLength": 1}},
                 "pathmap": {
                     "type": "object",
                     "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},

@@ -27,8 +27,14 @@ _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # shell.env_name's pattern; re's cache 
 # `$NAME` or `${NAME}` in a plain env value: exported literally, never expanded (the bug of
 # `LD_LIBRARY_PATH: /opt/plugin/lib:$LD_LIBRARY_PATH`).
 _EXPANSION = re.compile(r"\$\{?[A-Za-z_]")
-REQUIRABLE = ("account", "qos")
+REQUIRABLE = ("account", "qos", "time")
+# A job-time variable in an apptainer image path ($NAME or ${NAME}): expanded on the node
+# (IDRIS: $SINGULARITY_ALLOWED_DIR/x.sif); any other `$` would be shell code.
+JOB_TIME_VAR = shell.JOB_TIME_VAR.pattern
 _LAST = 1 << 30  # sorts after every line
+# Options a job cannot do without (its layout, where it runs, its logs): a site may not refuse them.
+_OURS = frozenset({"nodes", "ntasks", "ntasks-per-node", "cpus-per-task", "partition", "job-name", "output",
+                   "error", "time", "account", "qos", "array", "open-mode", "requeue", "no-requeue"})
 
 
 class Stop(Exception):
@@ -142,7 +148,8 @@ class Validator:
             return v
         if spec == "strlist":
             if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                self.fail(mapping, key, keypath, "expected a list of strings")
+                self.fail(mapping, key, keypath, "expected a list of strings",
+                          f"write it as a list: {key}: [{v}]" if isinstance(v, str) else f"e.g. {key}: [a, b]")
             return tuple(v)
         return getattr(self, spec)(mapping, key, v, keypath)
 
@@ -177,9 +184,57 @@ class Validator:
 
     def required(self, mapping, key, v, keypath):
         if not isinstance(v, list) or not all(x in REQUIRABLE for x in v):
-            self.fail(mapping, key, keypath, f"expected a list of {' and '.join(REQUIRABLE)}, got {v!r}",
-                      "e.g. required: [account], or [account, qos]")
+            self.fail(mapping, key, keypath, f"expected a list of {', '.join(REQUIRABLE)}, got {v!r}",
+                      "e.g. required: [account], or [account, time]")
         return tuple(dict.fromkeys(v))
+
+    def hcas(self, mapping, key, v, keypath):
+        """A list of HCA names, or `auto`: () (NCCL and UCX find the active HCAs themselves)."""
+        if v == "auto":
+            return ()
+        if not isinstance(v, list) or not all(isinstance(x, str) and x and x.isprintable() for x in v):
+            self.fail(mapping, key, keypath, f"expected a list of HCA names or auto, got {v!r}",
+                      "e.g. hcas: [mlx5_0, mlx5_1] (see `ibv_devices`), or hcas: auto to let NCCL find them")
+        return tuple(v)
+
+    def image(self, mapping, key, v, keypath):
+        """An image on one line; `$` only as a job-time variable ($NAME, ${NAME})."""
+        if not isinstance(v, str) or not v or any(c in v for c in "\n\r\x00"):
+            self.fail(mapping, key, keypath, "expected an image reference or path on one line")
+        if "$" in re.sub(JOB_TIME_VAR, "", v):
+            self.fail(mapping, key, keypath, f"{v!r}: a '$' that is not $NAME or ${{NAME}}",
+                      "name a job-time variable as $NAME or ${NAME} (e.g. $SINGULARITY_ALLOWED_DIR/x.sif)")
+        return v
+
+    def regex(self, mapping, key, v, keypath):
+        if not isinstance(v, str) or not v:
+            self.fail(mapping, key, keypath, f"expected a regular expression, got {type_name(v)}")
+        try:
+            re.compile(v)
+        except re.error as exc:
+            self.fail(mapping, key, keypath, f"invalid regular expression {v!r}: {exc}",
+                      "e.g. account_pattern: '[a-z]{3}@h100' (quote it in YAML)")
+        return v
+
+    def refused(self, mapping, key, v, keypath):
+        """refused_options: option name (long, no dashes) -> the centre's reason."""
+        if not isinstance(v, dict):
+            self.fail(mapping, key, keypath, f"expected a mapping OPTION: reason, got {type_name(v)}",
+                      'e.g. refused_options: {mem: "Vista does not accept --mem"}')
+        out = []
+        for name, why in v.items():
+            kp = f"{keypath}.{name}"
+            if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", name):
+                self.note(v, name, kp, "expected a long option name without dashes", "e.g. mem, gres, gpus-per-task")
+            elif name in _OURS:
+                self.note(v, name, kp, f"--{name} is an option slurmtorch sets or needs itself",
+                          "refuse only options a job may pass (mem, gres, exclusive, ...)")
+            elif not isinstance(why, str) or not why.strip() or not why.isprintable():
+                self.note(v, name, kp, "expected the centre's reason, one line of text",
+                          f'e.g. {name}: "the centre does not accept --{name}"')
+            else:
+                out.append((name, why.strip()))
+        return tuple(out)
 
     def envmap(self, mapping, key, v, keypath):
         if not isinstance(v, dict):
