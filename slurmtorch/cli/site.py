@@ -42,12 +42,15 @@ def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
 
 
 @app.command("validate")
-def validate(path: str = typer.Argument(..., metavar="PATH")) -> int:
-    """Load and validate a site file; every problem found, each on its own `error:` line
-    (with its `tip:`), then how many."""
+def validate(path: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
+    """Load and validate a site file, or a site on the search path by name (as --site takes
+    it); every problem found, each on its own `error:` line (with its `tip:`), then how many."""
     from slurmtorch.submit import sites  # lazy: as in list_sites
 
     p = Path(path)
+    if not p.exists() and "/" not in path:
+        p = sites.available_sites().get(path, p)
+        path = str(p)
     problem = file_problem(p)
     if problem:
         raise SiteError(f"site file {path} {problem}")

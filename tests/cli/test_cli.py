@@ -133,6 +133,8 @@ def test_site_list_show_validate_schema(tmp_path):
     assert "NCCL_SOCKET_IFNAME: =ib0" in shown.stdout
     ok = cli(["site", "validate", resources.site_configs_dir() / "cloud.yaml"], tmp_path)
     assert ok.returncode == 0 and ok.stderr.startswith("ok: ")
+    by_name = cli(["site", "validate", "cscs-alps"], tmp_path)  # a site on the search path, as --site names it
+    assert by_name.returncode == 0 and by_name.stderr.startswith("ok: ") and "cscs-alps.yaml" in by_name.stderr
     schema = json.loads(cli(["site", "schema"], tmp_path).stdout)
     assert schema["title"] == "slurmtorch site config"
 
