@@ -26,7 +26,9 @@ ROLES = "SLURMTORCH_ROLES"  # a role job's layout, e.g. master=1,worker=3 (roles
 TRIAL = "SLURMTORCH_TRIAL"  # an array task's trial
 PARAMS = "SLURMTORCH_PARAMS"  # a sweep trial's parameters, as JSON
 SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_var): its value
-SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS)
+CODE = "SLURMTORCH_CODE"  # the snapshot of the code the job runs (CODE_DIR in its folder)
+SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS,
+               CODE)
 
 # Set by the bootstrap for the user's script (and read by the preemption handler).
 JOB_RANK = "SLURMTORCH_JOB_RANK"  # this process's rank in the whole job, ps/evaluator included
@@ -55,6 +57,8 @@ HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
 CHECKPOINTS = "checkpoints"
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
+CODE_DIR = "code"  # the snapshot of the code the job runs (submit.jobfolder.snapshot)
+SNAPSHOT = "snapshot.json"  # what that snapshot is: its tree, commit, dirtiness, files (codestore)
 FLIGHT = "flight"  # NCCL jobs: torch's flight recorder dumps, flight_prefix + rank
 
 

@@ -24,6 +24,7 @@ from slurmtorch.submit.allocation import (account_and_qos, node_count, per_node,
 from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
+from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.launcher import backend_for, choose_launcher, local_rank_form, resolve_containers
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
@@ -105,6 +106,9 @@ class JobSpec:
     sbatch_lines: tuple[str, ...] = ()
     # --local-rank-arg: the spelling of the --local_rank=N argument every rank gets (None: none).
     local_rank_arg: str | None = None
+    # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.
+    # Set by the sbatch verb at its edge (snapshot.locate looks at the file system).
+    snapshot: Snapshot | None = None
 
     @property
     def runs_again(self) -> bool:
