@@ -13,6 +13,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,20 @@ def test_tracked_and_untracked_files_are_taken_and_ignored_ones_never(tmp_path):
     assert listed(tmp_path, root, "train.py") == {"train.py", "notes.py", ".gitignore"}
 
 
+def test_the_named_script_is_copied_even_where_ignored_and_the_starting_folder_always_exists(tmp_path):
+    root = repo(tmp_path / "r", {"train.py": ""}, ignore="scratch/\nruns/\n")
+    (root / "scratch").mkdir()
+    (root / "scratch" / "try.py").write_text("print('trying')\n")
+    (root / "scratch" / "other.py").write_text("")
+    (root / "runs" / "a").mkdir(parents=True)
+    snap = snapshot.locate(str(root / "scratch" / "try.py"), None, str(root / "runs" / "a"))
+    folder, record = take(snap, tmp_path / "home")
+    code = folder / CODE_DIR
+    assert (code / "scratch" / "try.py").read_text() == "print('trying')\n"
+    assert not (code / "scratch" / "other.py").exists() and (code / "runs" / "a").is_dir()
+    assert record["files"] == 3  # train.py, .gitignore and the script
+
+
 def test_names_that_break_shells_are_copied_byte_for_byte(tmp_path):
     names = ["a b.py", "new\nline.py", "q'uote\".py", "$(touch pwned).py", "-dash.py"]
     root = repo(tmp_path / "r", {"train.py": "", **{n: n for n in names}})
@@ -249,3 +264,27 @@ def test_an_unreadable_file_is_named_in_one_line_and_leaves_no_folder(world_read
                           probe], env=env, capture_output=True, text=True, timeout=60, cwd=str(base))
     assert "error: snapshot failed: cannot read " + str(root / "secret.py") + ": Permission denied" in out.stdout, out
     assert out.stdout.strip().endswith("[]"), out.stdout
+
+
+# --------------------------------------------------------------------------- the batch script
+
+
+@pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
+def test_every_launcher_runs_the_copy_by_a_path_bash_reads_back_as_it_was(launcher):
+    from test_render import bash_syntax_ok, check_golden, golden_options
+
+    from slurmtorch.submit import render, sites
+    from slurmtorch.submit.spec import build_spec
+
+    snap = Snapshot(root="/home/user/p q", git=True, script="a b/$x's.py", cwd="a b")
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher=launcher,
+                                                                 script="/home/user/p q/a b/$x's.py"))
+    text = render.render_sbatch(replace(spec, snapshot=snap))
+    bash_syntax_ok(text)
+    # torchrun gives each `$` of a worker's argument to string.Template: doubled, it reads back as one.
+    path = "'a b/$$x'\"'\"'s.py'" if launcher == "torchrun" else "'a b/$x'\"'\"'s.py'"
+    assert f'"$SLURMTORCH_CODE"/{path}' in text
+    assert "SLURMTORCH_CODE=/home/user/.slurmtorch/jobs/\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"/code\n" in text
+    assert "if ! cd \"$SLURMTORCH_CODE\"/'a b'; then" in text
+    if launcher == "srun":
+        check_golden("sbatch-testbed-snapshot.sh", text)

@@ -35,6 +35,10 @@ def list_entries(snap: Snapshot, git: Git, limit: int, home: str) -> list[Entry]
     entries = _git_entries(snap.root, "", git) if snap.git else _walk_entries(snap.root, home)
     if skip is not None:
         entries = [e for e in entries if not snapshot.under(e.path, skip)]
+    if snap.script is not None and all(e.path != snap.script for e in entries):
+        # The script named on the command line runs, even where .gitignore keeps it out (scratch/try.py).
+        named = _make_entry(snap.root, snap.script, _lstat(os.path.join(snap.root, snap.script)))
+        entries += [named] if named is not None else []
     snapshot.check_size(entries, snap.root, limit)
     return entries
 
@@ -102,6 +106,9 @@ def copy(snap: Snapshot, entries: list[Entry], dest: Path) -> list[list]:
     manifest: list[list] = []
     os.mkdir(dest, 0o700)
     made = {""}
+    if snap.cwd:  # the job starts there, even where nothing in it is copied (an ignored outputs/ folder)
+        os.makedirs(dest / snap.cwd, 0o700)
+        made.add(snap.cwd)
     for e in entries:
         parent = posixpath_dirname(e.path)
         if parent not in made:
