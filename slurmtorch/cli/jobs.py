@@ -75,8 +75,7 @@ def _print_job(st: JobStatus, folder) -> None:
     code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
     extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
     shown = st if code is None else replace(st, exit_code=code)
-    print(shown.line(extra))
-    print(f"  {snapshot.summary(codecopy.read_record(folder))}")
+    print(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}")
     for line in restart_lines(folder):
         print(line)
     if st.done:

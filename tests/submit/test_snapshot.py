@@ -128,8 +128,11 @@ def test_the_setting_turns_snapshots_off_and_the_flag_wins_over_it():
 
 def test_status_says_which_commit_ran_and_whether_the_tree_was_dirty():
     record = {"root": "/r", "git": True, "commit": "0123456789abcdef", "dirty": True, "files": 3, "bytes": 2048}
-    assert snapshot.summary(record) == "code: snapshot of /r (git commit 0123456789ab, dirty tree; 3 files, 0.0 MiB)"
-    assert snapshot.summary(None) == "code: run in place (no snapshot)"
+    assert snapshot.summary(record) == "code=0123456789ab-dirty"
+    assert snapshot.summary({**record, "dirty": False}) == "code=0123456789ab"
+    assert snapshot.summary({**record, "commit": None}) == "code=uncommitted"
+    assert snapshot.summary({**record, "git": False}) == "code=folder"
+    assert snapshot.summary(None) == "code=in-place"
 
 
 # --------------------------------------------------------------------------- real trees, real git

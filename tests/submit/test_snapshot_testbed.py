@@ -87,9 +87,10 @@ def test_a_script_edited_right_after_submission_runs_as_submitted(testbed, has_t
 
     status = st(testbed, home, ["status", job]).stdout
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    assert f"code: snapshot of {root} (git commit {commit[:12]}, clean tree; 3 files" in status
+    assert status.startswith(f"job={job} state=COMPLETED exit_code=0 ") and f" code={commit[:12]}\n" in status
     (record,) = json.loads(st(testbed, home, ["status", "--json", job]).stdout)
     assert record["code"]["commit"] == commit.strip() and record["code"]["dirty"] is False
+    assert record["code"]["root"] == str(root) and record["code"]["files"] == 3
 
 
 @pytest.mark.timeout(300)
@@ -113,4 +114,6 @@ def test_a_restart_and_a_requeue_run_the_submitted_code_after_an_edit(testbed, h
     assert "Restarts=1" in testbed.run(["scontrol", "-o", "show", "job", job]).stdout  # the requeue happened
     for line in starts(out):
         assert_ran_the_submitted_code(line, folder)
-    assert "dirty tree; 4 files" in st(testbed, home, ["status", job]).stdout
+    assert st(testbed, home, ["status", job]).stdout.split("\n")[0].endswith("-dirty")
+    (record,) = json.loads(st(testbed, home, ["status", "--json", job]).stdout)
+    assert record["code"]["dirty"] is True and record["code"]["files"] == 4

@@ -191,11 +191,12 @@ def _mib(size: int) -> str:
 
 
 def summary(record: Mapping | None) -> str:
-    """One line for `status`: what the job ran (snapshot.json's record, None: in place)."""
+    """`status`'s word for what the job ran (snapshot.json's record; None: in place), in the
+    style of `git describe --dirty`: code=3f2c1a9e0b1d, code=3f2c1a9e0b1d-dirty,
+    code=uncommitted (a git tree without a commit), code=folder (not git), code=in-place."""
     if not record:
-        return "code: run in place (no snapshot)"
-    what = f"git commit {str(record['commit'])[:12]}" if record.get("commit") else (
-        "git, no commit yet" if record.get("git") else "a folder, not git")
-    if record.get("git"):
-        what += ", dirty tree" if record.get("dirty") else ", clean tree"
-    return f"code: snapshot of {record['root']} ({what}; {record['files']} files, {_mib(record['bytes'])})"
+        return "code=in-place"
+    if not record.get("git"):
+        return "code=folder"
+    what = str(record["commit"])[:12] if record.get("commit") else "uncommitted"
+    return f"code={what}-dirty" if record.get("dirty") and record.get("commit") else f"code={what}"
