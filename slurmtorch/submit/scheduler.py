@@ -71,11 +71,14 @@ def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subp
 
 def git(folder: str, *args: str, timeout: float = 120) -> tuple[int, bytes]:
     """`git -C folder ARGS` for a snapshot (codecopy): its exit code and stdout as bytes
-    (file names need not be UTF-8). No terminal prompt; git's own refusal is read by the caller."""
+    (file names need not be UTF-8). No terminal prompt; git's own refusal is read by the caller.
+    GIT_OPTIONAL_LOCKS=0: `git status` would otherwise take the index lock to refresh it, and a
+    `git commit` the user runs meanwhile would fail on index.lock (git's git.txt, --no-optional-locks;
+    git commit 27344d6 "git: add --no-optional-locks option")."""
     argv = ["git", "-C", folder, *args]
     try:
         proc = subprocess.run(argv, capture_output=True, timeout=timeout, start_new_session=True,
-                              env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+                              env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
     except FileNotFoundError:
         raise SubmitError("git not found on PATH, and the script is in a git work tree",
                           tip="put git on PATH, or --no-snapshot to run the code in place", argv=argv) from None

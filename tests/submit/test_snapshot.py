@@ -85,8 +85,8 @@ def test_a_path_that_only_starts_like_the_root_is_outside_it():
 
 
 def test_gits_listing_is_split_on_nul_once_per_path_with_any_bytes_kept():
-    out = b"a b\0new\nline\0a b\0caf\xe9.py\0"
-    assert snapshot.git_paths(out) == ["a b", "new\nline", os.fsdecode(b"caf\xe9.py")]
+    out = b"a b\0new\nline\0a b\0caf\xe9.py\0vendor/x/\0"
+    assert snapshot.git_paths(out) == ["a b", "new\nline", os.fsdecode(b"caf\xe9.py"), "vendor/x"]
 
 
 def test_links_are_copied_as_links_and_one_leading_out_of_the_tree_keeps_its_place():
@@ -192,6 +192,8 @@ def test_a_checked_out_submodules_files_are_in_the_snapshot(tmp_path):
     git(root, "submodule", "add", "-q", str(lib), "vendor/lib")
     git(root, "commit", "-qm", "submodule")
     assert listed(tmp_path, root, "train.py") >= {"train.py", ".gitmodules", "vendor/lib/helper.py"}
+    repo(root / "nested", {"tool.py": ""})  # a repository inside the tree, not a submodule: its files too
+    assert "nested/tool.py" in listed(tmp_path, root, "train.py")
 
 
 def test_a_folder_outside_git_is_copied_without_slurmtorchs_home_or_caches(tmp_path):

@@ -134,11 +134,12 @@ def locate(script: str | None, module: str | None, cwd: str,
 
 def git_paths(listing: bytes) -> list[str]:
     """`git ls-files -z` output as paths (bytes that are not UTF-8 kept, as os.fsdecode does),
-    each once: a file both tracked and changed, or in a merge conflict, is listed again."""
+    each once: a file both tracked and changed, or in a merge conflict, is listed again; a
+    folder (an untracked repository inside the tree) without its trailing slash."""
     seen: dict[str, None] = {}
     for raw in listing.split(b"\0"):
-        if raw:
-            seen.setdefault(os.fsdecode(raw), None)
+        if raw.rstrip(b"/"):  # an untracked nested repository is listed as its folder, `vendor/x/`
+            seen.setdefault(os.fsdecode(raw.rstrip(b"/")), None)
     return list(seen)
 
 
