@@ -92,7 +92,7 @@ def main() -> None:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"## Snapshot at submission (median of {reps}, alternating order)\n")
-    print(table(["tree", "how", "copied", "median", "slurmtorch / this"], rows))
+    print(table(["tree", "how", "the snapshot holds", "median", "slurmtorch / this"], rows))
 
 
 if __name__ == "__main__":
