@@ -293,3 +293,16 @@ def test_every_launcher_runs_the_copy_by_a_path_bash_reads_back_as_it_was(launch
     assert "if ! cd \"$SLURMTORCH_CODE\"/'a b'; then" in text
     if launcher == "srun":
         check_golden("sbatch-testbed-snapshot.sh", text)
+
+
+@pytest.mark.parametrize("flags, env, copied", [
+    ([], {}, True), (["--no-snapshot"], {}, False), ([], {"SLURMTORCH_SNAPSHOT": "off"}, False),
+    (["--snapshot"], {"SLURMTORCH_SNAPSHOT": "off"}, True)])
+def test_no_snapshot_and_the_setting_run_the_script_in_place(tmp_path, flags, env, copied):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "--dry-run",
+                           *flags, "train.py"], capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env={**os.environ, "SLURMTORCH_HOME": str(tmp_path / "home"), **env})
+    assert proc.returncode == 0, proc.stderr
+    in_place = f"--from slurm {tmp_path / 'train.py'}\n"
+    assert ('"$SLURMTORCH_CODE"/train.py\n' in proc.stdout, in_place in proc.stdout) == (copied, not copied)
