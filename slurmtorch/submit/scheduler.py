@@ -69,9 +69,10 @@ def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subp
     return proc
 
 
-def git(folder: str, *args: str, timeout: float = 120) -> tuple[int, bytes]:
-    """`git -C folder ARGS` for a snapshot (codecopy): its exit code and stdout as bytes
-    (file names need not be UTF-8). No terminal prompt; git's own refusal is read by the caller.
+def git(folder: str, *args: str, timeout: float = 120) -> tuple[int, bytes, str]:
+    """`git -C folder ARGS` for a snapshot (codecopy): its exit code, stdout as bytes (file
+    names need not be UTF-8) and the last line of stderr (git's refusal, which the caller says).
+    No terminal prompt.
     GIT_OPTIONAL_LOCKS=0: `git status` would otherwise take the index lock to refresh it, and a
     `git commit` the user runs meanwhile would fail on index.lock (git's git.txt, --no-optional-locks;
     git commit 27344d6 "git: add --no-optional-locks option")."""
@@ -85,7 +86,8 @@ def git(folder: str, *args: str, timeout: float = 120) -> tuple[int, bytes]:
     except subprocess.TimeoutExpired:
         raise SubmitError(f"git did not answer within {timeout:g} s in {folder}", tip="--no-snapshot runs in place",
                           argv=argv) from None
-    return proc.returncode, proc.stdout
+    said = proc.stderr.decode(errors="replace").strip().splitlines()
+    return proc.returncode, proc.stdout, said[-1] if said else ""
 
 
 def _text(data) -> str:

@@ -236,6 +236,14 @@ def test_a_huge_untracked_file_refuses_the_submission_and_leaves_no_folder(tmp_p
     assert "largest: checkpoint.pt, 200.0 MiB" in err.message
 
 
+def test_a_tree_git_refuses_is_one_line_with_gits_own_words(tmp_path):
+    root = repo(tmp_path / "r", {"train.py": ""})
+    (root / ".git" / "HEAD").write_text("garbage\n")  # no longer a repository git can read
+    err = refused_submission(tmp_path, snapshot.locate(str(root / "train.py"), None, str(root)), 1 << 30)
+    assert err.message.startswith(f"snapshot failed: git could not list the files of {root}: fatal: ")
+    assert "\n" not in err.message and "--no-snapshot" in err.tip
+
+
 @pytest.fixture
 def world_readable_tmp():
     """A folder nobody can reach (pytest's tmp_path is below a 0700 folder of root's)."""

@@ -22,8 +22,8 @@ from slurmtorch.protocol import CODE_DIR, SNAPSHOT
 from slurmtorch.submit.jobfolder import snapshot
 from slurmtorch.submit.jobfolder.snapshot import Entry, Snapshot
 
-# git(folder, *args) -> (exit code, stdout bytes): the scheduler edge's `git`.
-Git = Callable[..., "tuple[int, bytes]"]
+# git(folder, *args) -> (exit code, stdout bytes, stderr's last line): the scheduler edge's `git`.
+Git = Callable[..., "tuple[int, bytes, str]"]
 _LS_FILES = ("ls-files", "--cached", "--others", "--exclude-standard", "-z")
 _CHUNK = 1 << 20
 
@@ -62,10 +62,11 @@ def _make_entry(root: str, rel: str, st: os.stat_result | None) -> Entry | None:
 def _git_entries(root: str, prefix: str, git: Git) -> list[Entry]:
     """git's tracked and untracked-not-ignored files under `root`; a checked-out submodule
     (listed as its folder) with its own files, an empty (not checked-out) one with none."""
-    code, out = git(os.path.join(root, prefix) if prefix else root, *_LS_FILES)
+    folder = os.path.join(root, prefix) if prefix else root
+    code, out, said = git(folder, *_LS_FILES)
     if code != 0:
-        raise SubmitError(f"snapshot failed: git could not list the files of {os.path.join(root, prefix)}",
-                          tip="run `git status` there to see why; " + snapshot.TIP)
+        raise SubmitError(f"snapshot failed: git could not list the files of {folder}: "
+                          f"{said or f'exit {code}'}", tip="run `git status` there; " + snapshot.TIP)
     entries: list[Entry] = []
     for rel in snapshot.git_paths(out):
         rel = f"{prefix}/{rel}" if prefix else rel
@@ -158,9 +159,9 @@ def describe(snap: Snapshot, git: Git, manifest: list[list], size: int) -> dict:
     """snapshot.json's record: the tree, its commit and dirtiness (git), the files."""
     commit, dirty = None, None
     if snap.git:
-        code, out = git(snap.root, "rev-parse", "--verify", "-q", "HEAD")
+        code, out, _ = git(snap.root, "rev-parse", "--verify", "-q", "HEAD")
         commit = out.decode().strip() if code == 0 and out.strip() else None
-        code, out = git(snap.root, "status", "--porcelain", "-z")
+        code, out, _ = git(snap.root, "status", "--porcelain", "-z")
         dirty = code != 0 or bool(out.strip(b"\0"))
     files = [m for m in manifest if m[1] != "link"]
     return {"root": snap.root, "git": snap.git, "commit": commit, "dirty": dirty, "script": snap.script,
