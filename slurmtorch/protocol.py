@@ -29,7 +29,9 @@ SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_v
 # A site's fabric name suffix (JSC: `i`): a node's Slurm name + it resolves to its fabric
 # address, where MASTER_ADDR and torchrun's --local-addr go (rendezvous.site_address).
 FABRIC_HOST_SUFFIX = "SLURMTORCH_FABRIC_HOST_SUFFIX"
-SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS)
+CODE = "SLURMTORCH_CODE"  # the snapshot of the code the job runs (CODE_DIR in its folder)
+SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS,
+               CODE)
 
 # Set by the bootstrap for the user's script (and read by the preemption handler).
 JOB_RANK = "SLURMTORCH_JOB_RANK"  # this process's rank in the whole job, ps/evaluator included
@@ -58,6 +60,8 @@ HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
 CHECKPOINTS = "checkpoints"
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
+CODE_DIR = "code"  # the snapshot of the code the job runs (submit.jobfolder.snapshot)
+SNAPSHOT = "snapshot.json"  # what that snapshot is: its tree, commit, dirtiness, files (codestore)
 FLIGHT = "flight"  # NCCL jobs: torch's flight recorder dumps, flight_prefix + rank
 
 

@@ -15,7 +15,7 @@ from slurmtorch.submit import scheduler
 from slurmtorch.submit.follow import stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.tail import Tail, visible
-from slurmtorch.submit.jobfolder import flightdump, jobdir
+from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
 from slurmtorch.submit.jobfolder.stacks import detail_lines, summary_lines
 
@@ -75,7 +75,7 @@ def _print_job(st: JobStatus, folder) -> None:
     code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
     extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
     shown = st if code is None else replace(st, exit_code=code)
-    print(shown.line(extra))
+    print(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}")
     for line in restart_lines(folder):
         print(line)
     if st.done:
@@ -89,9 +89,15 @@ def _record(st: JobStatus, folder, **more) -> dict:
     record = {"job_id": st.job_id, "state": st.state, "exit_code": code, "step_exit_code": job,
               "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
               "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
-              "failures": failure_lines(folder) if st.done else []}
+              "failures": failure_lines(folder) if st.done else [], "code": _code(folder)}
     record.update(more)
     return record
+
+
+def _code(folder) -> dict | None:
+    """What the job ran: its snapshot (tree, commit, dirty, counts; not the file list), None: in place."""
+    record = codecopy.read_record(folder)
+    return None if record is None else {k: v for k, v in record.items() if k != "manifest"}
 
 
 def _table(root, as_json: bool) -> int:

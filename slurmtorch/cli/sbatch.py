@@ -3,7 +3,9 @@
 # No `from __future__ import annotations` here: typer would eval every option's string
 # annotation on each call (~2% of a dry run's instructions, counted with callgrind).
 
+import os
 import sys
+from dataclasses import replace
 from typing import List, Optional
 
 import typer
@@ -33,6 +35,11 @@ def sbatch(
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --wait: Ctrl-C cancels the job (default: it runs on)"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id (as sbatch --parsable)"),
+    snapshot: Optional[bool] = typer.Option(
+        None, "--snapshot/--no-snapshot", show_default=False,
+        help="run a copy of the code taken now (the script's git work tree: tracked and not-ignored files; "
+             "else its folder), so edits while the job waits or before a requeue change nothing; "
+             "--no-snapshot runs it in place (default: on, unless SLURMTORCH_SNAPSHOT=off)"),
     **given,
 ) -> int:
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
@@ -43,6 +50,7 @@ def sbatch(
     from slurmtorch.submit import render, spec
     from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.submit import sites
+    from slurmtorch.submit.jobfolder import snapshot as snapshots
 
     typed = program_args(ctx, script_and_args)
     script, args = spec.split_script(typed, given["module"])
@@ -50,6 +58,8 @@ def sbatch(
     job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options(
         ctx.params, VERB_ONLY, kind="sbatch", script=script, script_args=args, python=sys.executable,
         job_root=str(root), command=provenance(ctx, "sbatch", len(typed))))
+    tree = snapshots.locate(script, given["module"], os.getcwd()) if snapshots.wanted(snapshot, os.environ) else None
+    job = replace(job, snapshot=tree)
     text = render.render_sbatch(job)
     if dry_run:
         sys.stdout.write(text)
@@ -58,7 +68,8 @@ def sbatch(
 
     # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
     sub = submit.submit(text, root, trials=spec.trials_record(job), job=spec.job_record(job),
-                        announce=_quiet if parsable else _announce)
+                        announce=_quiet if parsable else _announce, snapshot=tree,
+                        snapshot_limit=snapshots.limit_bytes(os.environ))
     if not wait:
         return 0
     from slurmtorch.submit.follow import waiting  # lazy: only --wait follows the job
@@ -81,7 +92,7 @@ def sbatch(
 
 
 # The verb's own parameters, not `Options` fields.
-VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable")
+VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable", "snapshot")
 
 
 def _announce(sub) -> None:

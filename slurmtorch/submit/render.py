@@ -129,9 +129,20 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
         argv += ["--role", role]
     if spec.local_rank_arg is not None:
         argv.append(f"--local-rank-arg={spec.local_rank_arg}")
-    argv += ["-m", spec.module] if spec.module else [spec.script]
+    argv += ["-m", spec.module] if spec.module else [_script_path(spec)]
     argv += list(spec.script_args)
     return argv
+
+
+class InCode(str):
+    """A path inside the job's snapshot: the script prints it as "$SLURMTORCH_CODE"/'path',
+    the snapshot's place (the job folder) known only once the job has an id."""
+
+
+def _script_path(spec: JobSpec) -> str:
+    if spec.snapshot is None or spec.snapshot.script is None:
+        return spec.script or ""
+    return InCode(spec.snapshot.script)
 
 
 def _layout(nodes: int, ntasks: int) -> list[str]:
@@ -174,7 +185,9 @@ def torchrun_literal(args, launcher: str = "torchrun") -> list[str]:
     number: `-- '$$' '${local_rank}'` arrived as `['$', '0']`. Doubling each `$` makes
     the substitution give back exactly what the user typed. Other launchers: as is.
     """
-    return [a.replace("$", "$$") for a in args] if launcher == "torchrun" else list(args)
+    if launcher != "torchrun":
+        return list(args)
+    return [InCode(a.replace("$", "$$")) if isinstance(a, InCode) else a.replace("$", "$$") for a in args]
 
 
 def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
@@ -342,6 +355,8 @@ def script_quote(value: object) -> str:
     """
     if isinstance(value, shell.JobTimeWord):  # a site's image path with $NAME: expanded on the node
         return shell.with_variables(value, what="container image")
+    if isinstance(value, InCode):
+        return f'"${protocol.CODE}"/' + script_quote(str(value))
     text = str(value)
     quoted = shell.quote(text)  # the audited path; refuses NUL
     return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted
@@ -432,7 +447,7 @@ def render_template(name: str, spec: JobSpec) -> str:
                                pick_port_in_bash=PICK_PORT,
                                pick_addr_in_bash=pick_addr(spec.backend, fabric_host_named(spec)),
                                fabric_host=fabric_host_named(spec),
-                               reap_role_steps=REAP_ROLE_STEPS)
+                               reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:

@@ -1,4 +1,4 @@
-"""The edge: the only module that runs `sbatch`, `squeue`, `scontrol`, `scancel`, `bash`.
+"""The edge: the only module that runs `sbatch`, `squeue`, `scontrol`, `scancel`, `bash`, `git`.
 
 Submitting: the job folder (`jobdir`) is made under a temporary name, the job is
 submitted *held* so that it cannot start before its folder exists, then the folder is
@@ -27,7 +27,8 @@ from pathlib import Path
 
 from slurmtorch import protocol
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder import codecopy, jobdir
+from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.interrupts import Forwarding, Interrupted, deferred, on_lasting_thread
 from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, parse_squeue,
                                          scontrol_exit, scontrol_fields)
@@ -66,6 +67,27 @@ def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subp
             argv=argv, returncode=proc.returncode, stdout=proc.stdout, stderr=proc.stderr,
         )
     return proc
+
+
+def git(folder: str, *args: str, timeout: float = 120) -> tuple[int, bytes, str]:
+    """`git -C folder ARGS` for a snapshot (codecopy): its exit code, stdout as bytes (file
+    names need not be UTF-8) and the last line of stderr (git's refusal, which the caller says).
+    No terminal prompt.
+    GIT_OPTIONAL_LOCKS=0: `git status` would otherwise take the index lock to refresh it, and a
+    `git commit` the user runs meanwhile would fail on index.lock (git's git.txt, --no-optional-locks;
+    git commit 27344d6 "git: add --no-optional-locks option")."""
+    argv = ["git", "-C", folder, *args]
+    try:
+        proc = subprocess.run(argv, capture_output=True, timeout=timeout, start_new_session=True,
+                              env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"})
+    except FileNotFoundError:
+        raise SubmitError("git not found on PATH, and the script is in a git work tree",
+                          tip="put git on PATH, or --no-snapshot to run the code in place", argv=argv) from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError(f"git did not answer within {timeout:g} s in {folder}", tip="--no-snapshot runs in place",
+                          argv=argv) from None
+    said = proc.stderr.decode(errors="replace").strip().splitlines()
+    return proc.returncode, proc.stdout, said[-1] if said else ""
 
 
 def _text(data) -> str:
@@ -110,11 +132,13 @@ class Submission:
 
 
 def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None,
-           job: dict | None = None, announce: Callable[[Submission], None] | None = None) -> Submission:
+           job: dict | None = None, announce: Callable[[Submission], None] | None = None,
+           snapshot: Snapshot | None = None, snapshot_limit: int = 0) -> Submission:
     """Write the job folder, submit held, rename the folder to the job id, release.
 
     `job` (spec.job_record) is written as job.json; `trials` (spec.trials_record) makes it
-    an array job's folder: trials.json and trial-K/.
+    an array job's folder: trials.json and trial-K/. `snapshot`: the code is copied into
+    the folder (code/, snapshot.json) before sbatch, at most `snapshot_limit` bytes.
     Nothing in it is world-writable, whatever the umask. A file system error becomes a
     SubmitError naming the path; any failure removes what was made and cancels the job.
     All or nothing under signals too: a TERM/HUP/INT on the way is held until a safe point,
@@ -127,6 +151,8 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
         job_id: str | None = None
         final: Path | None = None
         try:
+            if snapshot is not None:
+                codecopy.take(snapshot, tmp, git, snapshot_limit)
             pending.check()
             warning = sbatch_env_warning(sbatch_env_overrides(os.environ))
             if warning:

@@ -24,6 +24,7 @@ from slurmtorch.submit.allocation import (account_and_qos, check_required_time, 
 from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
+from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launcher, local_rank_form,
                                        resolve_containers, srun_mpi_for)
 from slurmtorch.submit.sites.fabric import fabric_directives
@@ -109,6 +110,9 @@ class JobSpec:
     local_rank_arg: str | None = None
     # How the header asks for the GPUs (sites.model.GPU_REQUESTS): --gpus-per-node=N, --gres=gpu:N, none.
     gpu_request: str = "gpus-per-node"
+    # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.
+    # Set by the sbatch verb at its edge (snapshot.locate looks at the file system).
+    snapshot: Snapshot | None = None
 
     @property
     def runs_again(self) -> bool:

@@ -7,6 +7,7 @@ back by bash, so "as typed" means the argv the ranks get, byte for byte.
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import pytest
@@ -41,8 +42,10 @@ def program_argv(text: str, marker: str) -> list[str]:
     """The argv after `marker` on the launch line, as bash reads it (continuation lines joined)."""
     line = text.replace("\\\n", " ")
     line = next(ln for ln in line.splitlines() if "-m slurmtorch.bootstrap " in ln and not ln.startswith("#"))
+    # sbatch's script is the snapshot's copy, "$SLURMTORCH_CODE"/train.py: here the folder it was copied from.
     words = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + line.split(" \\n")[0].split("bootstrap ", 1)[1]],
-                           capture_output=True, check=True).stdout.split(b"\0")[:-1]
+                           capture_output=True, check=True, env={"SLURMTORCH_CODE": os.path.dirname(marker)},
+                           ).stdout.split(b"\0")[:-1]
     words = [w.decode() for w in words]
     return words[words.index(marker) + 1:]
 

@@ -3,7 +3,8 @@
 `$SLURMTORCH_HOME/jobs/<jobid>/` (default `~/.slurmtorch/jobs`) holds `script.sh` (the
 exact submitted text), `job.json` (its layout: which launcher, how many nodes and ranks),
 `run-token` (random: with the job id, the run id every start of the job exports,
-bootstrap.runid), `batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`) and, once
+bootstrap.runid), `code/` and `snapshot.json` (the copy of the code the job runs and what
+it is: codecopy; absent with --no-snapshot), `batch.out`, `rank-<r>.out|err` (torchrun: `node-<n>.out|err`) and, once
 the launch step ends, `exit-code`; while it runs, `.started-<restart>` says that srun's task 0
 started. A job array (`--array`, `--sweep`) has one folder per array job holding `script.sh`,
 `job.json`, `run-token`, `trials.json` and a `trial-<K>/` folder per array task. The names are
