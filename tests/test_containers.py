@@ -90,3 +90,18 @@ def test_a_charliecloud_job_trains_the_example_in_the_image_with_the_sites_envir
         assert r["MASTER_ADDR"] == head["ib0"], r
     out = (folder / "rank-0.out").read_text()
     assert "trained on 2 ranks across nodes node1,node2" in out, out
+
+
+def test_a_script_folder_the_image_lacks_is_named_with_ch_runs_error_and_the_fix(
+        testbed, charliecloud_image, tmp_path):
+    """ch-run 0.31 binds only onto folders the image has. Red before: `rank 0 on node1: exited
+    with exit code 1 without reporting a cause`, while ch-run's line named the folder."""
+    site, _ = charliecloud_site(tmp_path, charliecloud_image)
+    elsewhere = REPO / "tests" / "submit" / "test_failures.py"  # never runs: its folder is not in the image
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "1", "--time", "2", "--wait", str(elsewhere)],
+              timeout=200)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (f"slurmtorch: failed: rank 0 on node1: ch-run could not start the container: can't mkdir: "
+            f"{charliecloud_image}{elsewhere.parent}: Read-only file system (ch-run binds only onto folders the "
+            "image has") in proc.stderr, proc.stderr
