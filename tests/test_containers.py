@@ -18,6 +18,10 @@ import pytest
 from conftest import REPO, need
 from helpers import st
 
+# The first test may build the image (scripts/image: minutes on a fresh machine, where
+# scripts/setup has not built it already); each job itself takes seconds.
+pytestmark = pytest.mark.timeout(1200)
+
 PROBE = REPO / "tests" / "scripts" / "container_probe.py"
 EXAMPLES = REPO / "examples"
 
