@@ -57,22 +57,29 @@ def charliecloud_site(tmp_path: Path, image: Path) -> tuple[Path, Path]:
     return site, plugin
 
 
+def outputs(folder: Path) -> str:
+    """The ranks' output: rank-R.out under srun, node-N.out (each node's agent and ranks) under torchrun."""
+    return "".join(p.read_text() for p in sorted(folder.glob("*.out")) if p.name.startswith(("rank-", "node-")))
+
+
 def records_in(folder: Path) -> list[dict]:
-    lines = [ln for p in sorted(folder.glob("rank-*.out")) for ln in p.read_text().splitlines()]
+    lines = outputs(folder).splitlines()
     return sorted((json.loads(ln[len("CONTAINER "):]) for ln in lines if ln.startswith("CONTAINER ")),
                   key=lambda r: r["rank"])
 
 
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_charliecloud_job_trains_the_example_in_the_image_with_the_sites_environment_on_the_fabric(
-        testbed, has_torch, charliecloud_image, tmp_path):
+        testbed, has_torch, charliecloud_image, tmp_path, launcher):
     """Red before the fix: the image's LD_LIBRARY_PATH (its /ch/environment, applied by
-    --set-env) replaced the site's, whose plugin folder then never reached the ranks."""
+    --set-env) replaced the site's, whose plugin folder then never reached the ranks. Under
+    torchrun the agent runs in the container too, and starts the ranks there."""
     site, plugin = charliecloud_site(tmp_path, charliecloud_image)
     home = tmp_path / "home"
     proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "2", "--ntasks-per-node", "1", "--time", "5",
-                              "--wait", str(PROBE), "--epochs", "2"], timeout=400)
+                              "--launcher", launcher, "--wait", str(PROBE), "--epochs", "2"], timeout=400)
     folder = home / "jobs" / proc.stdout.split()[0]
-    assert proc.returncode == 0, proc.stdout + proc.stderr + "".join(p.read_text() for p in folder.glob("rank-*"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr + outputs(folder)
     records = records_in(folder)
     assert [r["rank"] for r in records] == [0, 1], records
     assert {r["host"] for r in records} == {"node1", "node2"}, records
@@ -92,7 +99,7 @@ def test_a_charliecloud_job_trains_the_example_in_the_image_with_the_sites_envir
         i = int(r["host"][len("node"):])
         assert (r["eth0"], r["ib0"]) == (f"198.18.0.{10 + i}", f"198.18.0.{138 + i}"), r
         assert r["MASTER_ADDR"] == head["ib0"], r
-    out = (folder / "rank-0.out").read_text()
+    out = outputs(folder)
     assert "trained on 2 ranks across nodes node1,node2" in out, out
 
 
