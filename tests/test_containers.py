@@ -68,16 +68,19 @@ def records_in(folder: Path) -> list[dict]:
                   key=lambda r: r["rank"])
 
 
-@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+@pytest.mark.parametrize("launch", [["--launcher", "srun"], ["--launcher", "torchrun"],
+                                    ["--role", "master=1", "--role", "worker=1"]], ids=["srun", "torchrun", "roles"])
 def test_a_charliecloud_job_trains_the_example_in_the_image_with_the_sites_environment_on_the_fabric(
-        testbed, has_torch, charliecloud_image, tmp_path, launcher):
+        testbed, has_torch, charliecloud_image, tmp_path, launch):
     """Red before the fix: the image's LD_LIBRARY_PATH (its /ch/environment, applied by
     --set-env) replaced the site's, whose plugin folder then never reached the ranks. Under
-    torchrun the agent runs in the container too, and starts the ranks there."""
+    torchrun the agent runs in the container too, and starts the ranks there; a role job runs
+    one step per role, each in the container."""
     site, plugin = charliecloud_site(tmp_path, charliecloud_image)
     home = tmp_path / "home"
-    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "2", "--ntasks-per-node", "1", "--time", "5",
-                              "--launcher", launcher, "--wait", str(PROBE), "--epochs", "2"], timeout=400)
+    layout = [] if "--role" in launch else ["-N", "2", "--ntasks-per-node", "1"]
+    proc = st(testbed, home, ["sbatch", "--site", str(site), *layout, *launch, "--time", "5",
+                              "--wait", str(PROBE), "--epochs", "2"], timeout=400)
     folder = home / "jobs" / proc.stdout.split()[0]
     assert proc.returncode == 0, proc.stdout + proc.stderr + outputs(folder)
     records = records_in(folder)
