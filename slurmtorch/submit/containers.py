@@ -29,6 +29,15 @@ bootstrap's argv, and what goes on srun's line.
   the job's environment sets goes into [env] as its literal value (`$` doubled: CE's own
   escape). The Alps Extended Images' EDF and srun line
   (docs/software/alps-extended-images.md) are a site's `container:` and preset.
+- charliecloud (LANL; Debian's `charliecloud`): `ch-run [-b SRC:DST] IMAGE -- CMD` under srun
+  or mpirun, an unprivileged user and mount namespace over a directory (or SquashFS) image,
+  no daemon, the node's network (ch-run(1), https://hpc.github.io/charliecloud/ch-run.html).
+  The host environment passes in unchanged; the image's own (`/ch/environment`, what its
+  Dockerfile's ENV set) only with `--set-env`, which a site adds to `args`. After those,
+  `--set-env=FILE` sets the job's variables again from a file the batch script writes
+  (CHARLIECLOUD_ENV), so the site's values win over the image's, as with pyxis. The
+  image must hold the bind targets (ch-run 0.31 mounts the image read-only and creates
+  no directories in it); the host's /tmp is the container's /tmp.
 
 Every runtime gets the job folder's root and the script's folder mounted at the same
 path, so the ranks find the script and write their logs, heartbeats and exit notes where
@@ -39,6 +48,7 @@ shifter, `--nccl` for podman-hpc) come after.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from slurmtorch import shell
 from slurmtorch.errors import SpecError
@@ -50,6 +60,23 @@ EDF_END = "SLURMTORCH_EDF"  # the quoted here-document's delimiter: no line of e
 # Names the batch script exports for the ranks besides the job's env (spec.env): podman
 # passes none of them unless named (`-e NAME`, `-e PREFIX*`).
 BATCH_EXPORTS = ("SLURM_*", "SLURMTORCH_*", "MASTER_ADDR", "MASTER_PORT")
+
+
+# The batch script writes the job's variables here for ch-run (--set-env=FILE), in the job folder.
+CHARLIECLOUD_ENV = "container.env"
+
+
+@dataclass(frozen=True)
+class InJobFolder:
+    """An argument naming a file in the job's folder, `PREFIX$SLURMTORCH_JOB_DIR/NAME`: the
+    folder is known only when the job runs, so the batch script's shell expands it
+    (render.script_quote writes the variable, and quotes the rest)."""
+
+    prefix: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.prefix}$SLURMTORCH_JOB_DIR/{self.name}"
 
 
 def job_env_names(spec) -> list[str]:
@@ -77,7 +104,7 @@ def mounts(spec, c) -> list[str]:
     return out
 
 
-def container_args(spec, c) -> tuple[list[str], list[str]]:
+def container_args(spec, c) -> tuple[list, list[str]]:
     """(argv before the rank's python, srun options) that run a rank in container `c` (or None)."""
     if c is None:
         return [], []
@@ -112,6 +139,14 @@ def container_args(spec, c) -> tuple[list[str], list[str]]:
         # The image, mounts and environment are the EDF's (edf_text); srun gets --environment
         # from the template, which knows the job folder only at run time.
         return [], [*c.args]
+    if c.runtime == "charliecloud":
+        words: list[str | InJobFolder] = ["ch-run", *(f"--bind={m}" for m in binds)]
+        words += c.args
+        if spec.kind == "sbatch" and job_env_names(spec):
+            # Literal values: no `$NAME` expansion of what the batch script already expanded.
+            # (ch-run 0.31 reads this flag before any --set-env: the image's file too.)
+            words += ["--env-no-expand", InJobFolder("--set-env=", CHARLIECLOUD_ENV)]
+        return [*words, c.image, "--"], []
     raise AssertionError(c.runtime)  # validated on load and by resolve_containers
 
 

@@ -21,9 +21,9 @@ from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
-from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, pick_addr
+from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, charliecloud_env, pick_addr
 from slurmtorch.submit.jobfolder import ownership
-from slurmtorch.submit.containers import EDF_END, EDF_FILE, container_args, edf_text
+from slurmtorch.submit.containers import EDF_END, EDF_FILE, InJobFolder, container_args, edf_text, job_env_names
 from slurmtorch.submit.sites.model import mpi_option
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var
@@ -108,6 +108,9 @@ class Launch:
     # job's first node, when these are True.
     pick_port: bool = False
     pick_addr: bool = False
+    # Ranks under ch-run (charliecloud): the job's variables the batch script writes for its
+    # --set-env file (containers.CHARLIECLOUD_ENV); empty otherwise.
+    charliecloud_env: tuple[str, ...] = ()
     # A role job: SLURMTORCH_ROLES, and the training roles (the torch world) for its comment.
     roles: str = ""
     training_roles: str = ""
@@ -222,8 +225,10 @@ def launch_plan(spec: JobSpec) -> Launch:
     pick_port, pick_addr = rendezvous_flags(spec, in_container)
     training = ", ".join(f"{role}={count}" for role, count in spec.roles if role in TRAINING_ROLES)
     edf = edf_text(spec, spec.container) if spec.container is not None and spec.container.runtime == "cscs-ce" else ""
+    runtimes = {c.runtime for c in (spec.container, *(c for _, c in spec.role_containers)) if c is not None}
+    ch_env = tuple(job_env_names(spec)) if "charliecloud" in runtimes and spec.kind == "sbatch" else ()
     return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec), edf=edf,
-                   in_container=in_container, pick_port=pick_port, pick_addr=pick_addr,
+                   in_container=in_container, pick_port=pick_port, pick_addr=pick_addr, charliecloud_env=ch_env,
                    roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec))
 
 
@@ -357,6 +362,8 @@ def script_quote(value: object) -> str:
         return shell.with_variables(value, what="container image")
     if isinstance(value, InCode):
         return f'"${protocol.CODE}"/' + script_quote(str(value))
+    if isinstance(value, InJobFolder):  # the one expansion: the job's folder, known when it runs
+        return script_quote(value.prefix) + '"$SLURMTORCH_JOB_DIR"/' + script_quote(value.name)
     text = str(value)
     quoted = shell.quote(text)  # the audited path; refuses NUL
     return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted
@@ -447,6 +454,7 @@ def render_template(name: str, spec: JobSpec) -> str:
                                pick_port_in_bash=PICK_PORT,
                                pick_addr_in_bash=pick_addr(spec.backend, fabric_host_named(spec)),
                                fabric_host=fabric_host_named(spec),
+                               charliecloud_env_in_bash=charliecloud_env(list(launch.charliecloud_env)),
                                reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR)
     except SlurmtorchError:
         raise

@@ -19,7 +19,7 @@ from slurmtorch.submit.spec import build_spec
 
 from test_render import golden_options
 
-RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter")
+RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "charliecloud")
 
 
 def container_site(tmp_path: Path, runtime: str, base: str = "testbed") -> Path:
@@ -73,14 +73,15 @@ def test_the_container_address_picker_reads_the_backends_own_variable_first(tmp_
     assert run_block(pick_addr("gloo"), tmp_path, **both).returncode == 1
 
 
-def srun_words(script: str) -> list[str]:
-    """The first srun line's words, as bash splits them."""
+def srun_words(script: str, job_dir: str = "") -> list[str]:
+    """The first srun line's words, as bash splits them (in the job folder `job_dir`)."""
     start = script.index("\nsrun ") + 1
     end = script.index("\n", start)
     while script[end - 1] == "\\":
         end = script.index("\n", end + 1)
     line = script[start:end].replace("srun ", "printf '%s\\n' ", 1)
-    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30, check=True).stdout
+    out = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=30, check=True,
+                         env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": job_dir}).stdout
     return out.splitlines()
 
 
@@ -95,3 +96,44 @@ def test_pyxis_keeps_the_sites_environment_over_the_images(tmp_path, base):
     assert len(kept) == 1, words
     assert set(kept[0]) == {n for n, _ in spec.env} | {n for n, _, _ in spec.env_paths}
     assert "LD_LIBRARY_PATH" in kept[0] and any(n.startswith(("NCCL_", "FI_")) for n in kept[0])
+
+
+@pytest.mark.parametrize("base", ["aws-p5", "slingshot-nvidia", "testbed"])
+def test_charliecloud_sets_the_jobs_variables_after_the_images_own(tmp_path, base):
+    """ch-run applies the image's /ch/environment (--set-env, from the site's args) over the
+    host's: the job's variables are set again after it from a file the batch script writes,
+    each value exactly as exported (ch-run strips one pair of single quotes, expands nothing)."""
+    site = container_site(tmp_path, "charliecloud", base)
+    site.write_text(site.read_text().replace("image: 'registry.example/pt:1'", "image: /img, args: [--set-env]"))
+    spec = build_spec(sites.load_site(site), golden_options(base, account="m1234"))
+    script = render.render_sbatch(spec)
+    words = srun_words(script, str(tmp_path))
+    ch = words[words.index("ch-run"):]
+    env_file = f"{tmp_path}/container.env"
+    # After the site's --set-env (the image's), before the image; literal values.
+    assert ch[ch.index("--set-env") + 1:ch.index("/img")] == ["--env-no-expand", f"--set-env={env_file}"], ch
+    assert ch[ch.index("/img") + 1] == "--"
+    start = script.index("export USER=")
+    block = script[start:script.index("/container.env\"\n", start) + len("/container.env\"\n")]
+    names = {n for n, _ in spec.env} | {n for n, _, _ in spec.env_paths}
+    assert block.split("for name in ", 1)[1].split(";", 1)[0].split() == list(dict.fromkeys(
+        [*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)]))
+    values = {n: f"'{n}' $HOME:\\x \"q\"" for n in sorted(names)[1:]}  # the first: unset, left to the image
+    proc = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": str(tmp_path), **values})
+    assert proc.returncode == 0, proc.stderr
+    written = (tmp_path / "container.env").read_text().splitlines()
+    assert sorted(written) == sorted(f"{n}='{v}'" for n, v in values.items())
+
+
+def test_charliecloud_refuses_a_value_its_env_file_cannot_carry(tmp_path):
+    site = container_site(tmp_path, "charliecloud")
+    spec = build_spec(sites.load_site(site), golden_options("testbed"))
+    script = render.render_sbatch(spec)
+    block = script[script.index("export USER="):script.index("/container.env\"\n") + len("/container.env\"\n")]
+    proc = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=30,
+                          env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": str(tmp_path),
+                               "GLOO_SOCKET_IFNAME": "ib0\nlo"})
+    assert proc.returncode == 1
+    assert proc.stderr == "slurmtorch: error: GLOO_SOCKET_IFNAME holds a newline, which ch-run --set-env cannot carry\n"
+    assert (tmp_path / "exit-code").read_text() == "1\n"

@@ -364,3 +364,28 @@ def test_a_plain_traceback_is_not_taken_for_torchruns_agent():
     err = "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: no\n"
     got = parse_failures("srun: error: node2: task 1: Exited with exit code 1\n", {1: err})
     assert got[0].cause == "exited with exit code 1 without reporting a cause"
+
+
+# ch-run 0.31's own words when it cannot set the container up (seen on the testbed: a script
+# folder the image has no folder for, which ch-run cannot create in a read-only image).
+CH_RUN_NO_BIND_TARGET = ("ch-run[242]: error: can't mkdir: /srv/images/bookworm/srv/code: Read-only file system "
+                         "(ch_misc.c:409 30)")
+
+
+def test_a_container_that_ch_run_could_not_set_up_is_named_with_its_error_and_the_fix():
+    """Red before: `rank 0 on node1: exited with exit code 1 without reporting a cause`, while
+    ch-run's line said which folder the image lacked."""
+    batch = ("srun: error: node1: task 0: Exited with exit code 1\n"
+             "srun: error: node2: task 1: Exited with exit code 1\n")
+    got = parse_failures(batch, {0: CH_RUN_NO_BIND_TARGET, 1: CH_RUN_NO_BIND_TARGET.replace("242", "57")})
+    assert [(f.rank, f.host, f.primary, f.code) for f in got] == [(0, "node1", True, 1), (1, "node2", True, 1)]
+    assert got[0].cause == (
+        "ch-run could not start the container: can't mkdir: /srv/images/bookworm/srv/code: Read-only file system "
+        "(ch-run binds only onto folders the image has: make that folder in the image, or bind one above it "
+        "with the site's container.mounts)")
+
+
+def test_other_ch_run_errors_are_named_as_ch_run_wrote_them():
+    got = parse_failures("srun: error: node1: task 0: Exited with exit code 1\n",
+                         {0: "ch-run[9962]: error: $USER not set (ch-run.c:122)\n"})
+    assert [(f.rank, f.cause) for f in got] == [(0, "ch-run could not start the container: $USER not set")]

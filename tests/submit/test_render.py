@@ -453,15 +453,15 @@ def container_site(tmp_path, runtime: str, extra: str = "") -> Path:
     return p
 
 
-@pytest.mark.parametrize("runtime", ["podman-hpc", "shifter"])
-def test_podman_hpc_and_shifter_scripts_match_golden(tmp_path, runtime):
+@pytest.mark.parametrize("runtime", ["podman-hpc", "shifter", "charliecloud"])
+def test_podman_hpc_shifter_and_charliecloud_scripts_match_golden(tmp_path, runtime):
     spec = build_spec(sites.load_site(container_site(tmp_path, runtime)), golden_options("testbed"))
     text = render.render_sbatch(spec)
     bash_syntax_ok(text)
     check_golden(f"sbatch-testbed-{runtime}.sh", text)
 
 
-@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman-hpc", "shifter"])
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer", "podman-hpc", "shifter", "charliecloud"])
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_container_job_runs_nothing_of_the_submitting_venv_and_mounts_the_job_and_script_folders(
         tmp_path, runtime, launcher):
@@ -472,11 +472,12 @@ def test_a_container_job_runs_nothing_of_the_submitting_venv_and_mounts_the_job_
     text = render.render_sbatch(spec)
     assert "/opt/venv" not in text and "slurmtorch.bootstrap.rendezvous" not in text
     plan = render.launch_plan(spec)
-    words = " ".join([*plan.srun_args, *plan.torchrun_argv, *plan.rank_argv])
+    words = " ".join(map(str, [*plan.srun_args, *plan.torchrun_argv, *plan.rank_argv]))
     expected = {"pyxis": "--container-mounts=/proj/code:/proj/code,/srv/jobs:/srv/jobs,/data:/data",
                 "apptainer": "--bind /proj/code:/proj/code --bind /srv/jobs:/srv/jobs --bind /data:/data",
                 "podman-hpc": "-v /proj/code:/proj/code -v /srv/jobs:/srv/jobs -v /data:/data",
-                "shifter": "--volume=/proj/code:/proj/code --volume=/srv/jobs:/srv/jobs --volume=/data:/data"}
+                "shifter": "--volume=/proj/code:/proj/code --volume=/srv/jobs:/srv/jobs --volume=/data:/data",
+                "charliecloud": "--bind=/proj/code:/proj/code --bind=/srv/jobs:/srv/jobs --bind=/data:/data"}
     assert expected[runtime] in words, words
 
 

@@ -8,6 +8,9 @@ script (a flag decides whether each is printed); tests run them in a real bash.
 
 from __future__ import annotations
 
+from slurmtorch import shell
+from slurmtorch.submit.containers import CHARLIECLOUD_ENV
+
 # MASTER_PORT for a job whose ranks run in a container: the rendezvous module of the
 # host's python is not there to ask (`python -m slurmtorch.bootstrap.rendezvous --port`).
 PICK_PORT = """\
@@ -74,6 +77,32 @@ if [ -n "$ifnames" ] && [ "${{ifnames#^}}" = "$ifnames" ]; then
     fi
     export MASTER_ADDR
 fi"""
+
+
+def charliecloud_env(names: list[str]) -> str:
+    """The job's variables as ch-run's --set-env file (containers.CHARLIECLOUD_ENV), written by
+    the batch script once the site's environment is exported: ch-run reads it after the
+    image's /ch/environment, so the site's values win where the image sets the same names.
+    ch-run(1)'s syntax: NAME=VALUE a line, single quotes around VALUE stripped (so a value
+    keeps its own quotes); a newline cannot be carried and ends the job with one line. Names
+    that are unset here stay the image's. Also $USER, which ch-run will not start without."""
+    for name in names:
+        shell.env_name(name)
+    return f"""\
+# The ranks run under ch-run: it applies the image's environment where the site asks
+# (--set-env), then this file, so the job's variables keep the values exported above.
+export USER="${{USER:-$(id -un)}}"
+for name in {" ".join(names)}; do
+    [ -n "${{!name+set}}" ] || continue
+    case ${{!name}} in
+    *$'\\n'*)
+        printf 'slurmtorch: error: %s holds a newline, which ch-run --set-env cannot carry\\n' "$name" >&2
+        printf '%s\\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+        exit 1
+        ;;
+    esac
+    printf "%s='%s'\\n" "$name" "${{!name}}"
+done >"$SLURMTORCH_JOB_DIR/{CHARLIECLOUD_ENV}\""""
 
 
 # After a role job's steps started in the background (each `role[$!]=NAME`, and

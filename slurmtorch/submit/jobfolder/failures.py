@@ -48,6 +48,24 @@ _AGENT_FRAME_RE = re.compile(r"torch[/.]distributed[/.](run\.py|elastic[/.])")
 _NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
                  "the image, or set the site's container.python to an interpreter that has it)")
+# charliecloud's ch-run could not set the container up (its words: `ch-run[PID]: error: WHAT (file.c:LINE ...)`,
+# ch-run 0.31); the rank never ran. A bind target the read-only image lacks is the common one.
+_CH_RUN_ERROR_RE = re.compile(r"^ch-run\[\d+\]: error: (?P<what>.+?)(?: \([\w.-]+\.c:\d+[^)]*\))?\s*$", re.MULTILINE)
+_CH_RUN_NO_TARGET = ("ch-run binds only onto folders the image has: make that folder in the image, or bind one "
+                     "above it with the site's container.mounts")
+
+
+def ch_run_error(text: str) -> str | None:
+    """ch-run's reason for not starting a rank's container, with the fix where one is known."""
+    m = _CH_RUN_ERROR_RE.search(text)
+    if m is None:
+        return None
+    what = m["what"]
+    if what.startswith("can't mkdir:") and what.endswith("Read-only file system"):
+        what += f" ({_CH_RUN_NO_TARGET})"
+    return f"ch-run could not start the container: {what}"
+
+
 # mpirun's words (Open MPI 5's prterun, 4's mpirun) for the rank it saw end first, in its own log
 # (a local run's launcher.out) or batch.out. Its messages wrap over lines: read with spaces joined.
 _MPIRUN_SIGNAL_RE = re.compile(r"(?:prterun|mpirun) noticed that process rank (?P<rank>\d+) with PID \d+ on node "
@@ -219,6 +237,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         if rank not in reported and _NO_SLURMTORCH_RE.search(text):
             host = srun[rank][0] if rank in srun else ""
             failures[rank] = RankFailure(rank, host, NO_SLURMTORCH, True, 1)
+        elif rank not in reported and (why := ch_run_error(text)) is not None:  # the container never started
+            host, what = srun.get(rank, ("", ""))
+            failures[rank] = RankFailure(rank, host, why, True, srun_exit_code(what))
     if failures and not any(f.primary for f in failures.values()):
         timed_out = [f for f in failures.values() if _TIMEOUT_RE.search(f.cause)]
         if timed_out:

@@ -25,7 +25,7 @@ MPI_PLUGIN_RE = re.compile(r"[a-z][a-z0-9_]*")
 # An EDF annotation key as CSCS's container-engine docs write them: dotted TOML bare keys
 # (com.hooks.cxi.enabled), so each part is letters, digits, '_' or '-'.
 ANNOTATION_KEY_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce")
+CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce", "charliecloud")
 # Runtimes that start a rank as a command under srun (or srun itself, pyxis and CSCS's
 # Container Engine, `srun --environment=EDF`): not under mpirun.
 SRUN_RUNTIMES = ("pyxis", "podman-hpc", "shifter", "cscs-ce")

@@ -96,10 +96,10 @@ PARTITION_SCHEMA: dict[str, Any] = {
                                  "whole account matches; checked before sbatch"),
 }
 CONTAINER_SCHEMA: dict[str, Any] = {
-    "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image), apptainer exec, podman-hpc run, shifter or "
+    "runtime": (CONTAINER_RUNTIMES, "pyxis (srun --container-image), apptainer exec, podman-hpc run, shifter, "
                                     "cscs-ce (CSCS's Container Engine: srun --environment=EDF, the EDF written "
-                                    "into the job folder); the jobs folder and the script's folder are mounted "
-                                    "at their own paths"),
+                                    "into the job folder) or charliecloud (ch-run IMAGE --); the jobs folder and "
+                                    "the script's folder are mounted at their own paths"),
     "image": ("image", "image reference or path; for apptainer a path may hold job-time variables ($NAME or "
                        "${NAME}, e.g. $SINGULARITY_ALLOWED_DIR/x.sif), expanded on the node"),
     "mounts": ("strlist", "bind mounts SRC:DST"),
@@ -110,7 +110,8 @@ CONTAINER_SCHEMA: dict[str, Any] = {
     "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
                       "site's `python` is the one on the host)"),
     "args": ("strlist", "the runtime's own options, e.g. [--module=gpu,nccl-plugin] for shifter, [--nccl] for "
-                        "podman-hpc, [--writable-tmpfs] for apptainer, [--container-remap-root] for pyxis"),
+                        "podman-hpc, [--writable-tmpfs] for apptainer, [--container-remap-root] for pyxis, "
+                        "[--set-env] for charliecloud (the image's /ch/environment)"),
     "entrypoint": ("bool", "cscs-ce: the EDF's `entrypoint` (run the image's entrypoint; CSCS asks for true with "
                            "its Alps Extended Images)"),
     "writable": ("bool", "cscs-ce: the EDF's `writable` (a writable container filesystem; CE's default: true)"),
