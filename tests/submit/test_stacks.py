@@ -123,6 +123,18 @@ def test_a_rank_blocked_in_a_sleep_writes_its_stack_on_the_signal(rank_process, 
     assert rank_process.poll() is None  # the signal left it running
 
 
+def test_a_request_leaves_the_end_file_the_rank_holds_open(rank_process, tmp_path):
+    """A rank writes its last stacks to rank-R.end.txt as it ends, through a descriptor it
+    opened at its start: a request must not remove that file (it did: the glob rank-*.txt)."""
+    end = tmp_path / protocol.STACKS / protocol.end_stacks_name(0)
+    assert end.exists()
+    stackrequest.ask(tmp_path, 1, lambda: os.kill(rank_process.pid, protocol_signal()), wait_s=60)
+    assert end.exists()
+    rank_process.terminate()
+    rank_process.wait()
+    assert protocol.parse_stacks(end.read_text()).main_thread().frames[0].function == "loader"
+
+
 def test_a_rank_without_an_alive_file_is_awaited_as_not_started(rank_process, tmp_path):
     _, silent, waiting = stackrequest.collect(tmp_path, 2)
     assert silent == [] and waiting == [(0, "nodeX", "no answer (its process lives; the interpreter is held by C code?)"),

@@ -41,16 +41,17 @@ def is_alive(path: Path) -> bool | None:
     return False
 
 
-def clear(folder: Path) -> None:
-    """Remove earlier answers: what is there next is new."""
-    for p in (folder / protocol.STACKS).glob(protocol.stacks_name("*")):
-        p.unlink(missing_ok=True)
+def clear(folder: Path, ranks: int) -> None:
+    """Remove earlier answers: what is there next is new. Only those: a rank's end file
+    (`rank-R.end.txt`) is open in the rank, which writes its last stacks there as it ends."""
+    for rank in range(ranks):
+        (folder / protocol.STACKS / protocol.stacks_name(rank)).unlink(missing_ok=True)
 
 
 def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S
         ) -> tuple[dict[int, RankStacks], list[Silent]]:
     """(the stacks of the ranks that answered, the ranks that did not and why)."""
-    clear(folder)
+    clear(folder, ranks)
     send()
     deadline = time.monotonic() + wait_s
     while True:
