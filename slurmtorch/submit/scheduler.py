@@ -173,6 +173,12 @@ def run_local(script: str, path: Path | None = None) -> int:
         return _run_bash(script, Path(folder) / "mpirun.sh")
 
 
+def run_in_folder(script: Path, exit_code_file: Path, env: dict[str, str]) -> int:
+    """Run a local run's script (written in its folder, `localrun`) here, output straight to
+    the terminal, with `env`; its exit code is left in `exit_code_file`."""
+    return _run_guarded(["bash", str(script)], exit_code_file, env)
+
+
 def _run_bash(script: str, path: Path) -> int:
     try:
         jobdir.write_new(path, script)
@@ -188,12 +194,12 @@ def guarded(argv: Sequence[str], exit_code_file: Path | None = None) -> list[str
     return [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(exit_code_file or "-"), "--", *argv]
 
 
-def _run_guarded(argv: Sequence[str]) -> int:
+def _run_guarded(argv: Sequence[str], exit_code_file: Path | None = None, env: dict[str, str] | None = None) -> int:
     """Run in our process group (a terminal's Ctrl-C and stdin reach mpirun as before); a
     TERM/HUP/INT sent to us alone goes to the guard, and we wait for it a bounded time.
     The CLI's main thread forks the guard (see start_guarded on why that matters)."""
     with Forwarding("stopped mpirun and its ranks") as forwarding:
-        proc = subprocess.Popen(guarded(argv))
+        proc = subprocess.Popen(guarded(argv, exit_code_file), env=env)
         try:
             forwarding.attach(proc.pid)
             return proc.wait()

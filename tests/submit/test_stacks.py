@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap import flightrecorder
+from slurmtorch.bootstrap import flightrecorder, native
 from slurmtorch.errors import SpecError
-from slurmtorch.protocol import Frame, RankStacks, ThreadStack
+from slurmtorch.protocol import Frame, Native, RankStacks, ThreadStack
 from slurmtorch.submit.jobfolder import flightdump
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.preemption import parse_signal
-from slurmtorch.submit.jobfolder.stacks import Silent, detail_lines, ranges, summary, summary_lines
+from slurmtorch.submit.jobfolder.stacks import (Silent, detail_lines, native_notes, ranges, short_name, summary,
+                                                summary_lines)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -105,11 +106,16 @@ RANK = textwrap.dedent('''\
 ''')
 
 
+def start_rank(tmp_path, code: str = RANK, argv0: tuple = (sys.executable,), **env) -> subprocess.Popen:
+    environ = {**os.environ, protocol.JOB_DIR: str(tmp_path), "PYTHONPATH": str(REPO), **env}
+    proc = subprocess.Popen([*argv0, "-c", code], env=environ, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
 @pytest.fixture
 def rank_process(tmp_path):
-    env = {**os.environ, protocol.JOB_DIR: str(tmp_path), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", RANK], env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "ready\n"
+    proc = start_rank(tmp_path)
     yield proc
     proc.kill()
     proc.wait()
@@ -133,6 +139,81 @@ def test_a_request_leaves_the_end_file_the_rank_holds_open(rank_process, tmp_pat
     rank_process.terminate()
     rank_process.wait()
     assert protocol.parse_stacks(end.read_text()).main_thread().frames[0].function == "loader"
+
+
+# --------------------------------------------------------------------------- native frames (py-spy)
+
+def ask_natives(proc, folder):
+    got, _ = stackrequest.ask(folder, 1, lambda: os.kill(proc.pid, protocol_signal()), wait_s=60)
+    natives, late = stackrequest.natives(folder, [0], wait_s=120)
+    assert late == []
+    return got, natives[0]
+
+
+def test_where_py_spy_is_installed_a_rank_adds_its_native_frames(rank_process, tmp_path):
+    # scripts/setup pins py-spy in the test venv, beside sys.executable, where the rank looks first.
+    assert native.find(os.environ)[0] == os.path.join(os.path.dirname(sys.executable), "py-spy")
+    got, mixed = ask_natives(rank_process, tmp_path)
+    assert mixed.why == "" and mixed.pid == rank_process.pid
+    frames = mixed.frames(got[0].main)
+    assert [f.function for f in frames if not f.native][:2] == ["loader", "<module>"]
+    assert frames[0].native  # inside the sleep, below Python: libc's
+    lines = detail_lines(got, native={0: mixed})
+    assert lines[0] == "rank 0 on nodeX, main thread (most recent call last, native frames by py-spy):"
+    assert lines[-1].startswith("  [native] ") and not any("[native] 0x" in ln for ln in lines)
+
+
+def test_without_py_spy_a_rank_says_why_once_and_its_python_stacks_stand(tmp_path):
+    """A python with no py-spy beside it and none on PATH; then one turned off; then one that
+    cannot trace the rank (not dumpable, no CAP_SYS_PTRACE: what Yama's modes 2-3 or a
+    container refuse in the same way)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    cases = [((base,), {"PATH": "/usr/bin:/bin"}, "py-spy is not installed where the ranks run (pip install py-spy)"),
+             ((sys.executable,), {protocol.PY_SPY: "0"}, "turned off (SLURMTORCH_PY_SPY=0)")]
+    if os.geteuid() == 0:
+        cases.append((("setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", sys.executable), {},
+                      "ptrace is not permitted here"))
+    else:
+        cases.append(((sys.executable,), {}, "ptrace is not permitted here"))
+    undumpable = RANK.replace("def loader():", "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE\n"
+                                                "def loader():")
+    for i, (argv0, env, why) in enumerate(cases):
+        folder = tmp_path / str(i)
+        proc = start_rank(folder, undumpable if "ptrace" in why else RANK, argv0, **env)
+        try:
+            got, mixed = ask_natives(proc, folder)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert mixed.threads == () and mixed.why.startswith(why), mixed.why
+        assert detail_lines(got, native={0: mixed})[1:] == detail_lines(got)[1:]  # the Python stack alone
+    notes = native_notes({0: Native(0, 1, why="no py-spy"), 1: Native(1, 2, why="no py-spy"), 3: Native(3, 4)}, [2], 30)
+    assert notes == ["native frames: none from ranks 0-1: no py-spy; Python stacks only",
+                     "native frames: none from rank 2: py-spy had not answered within 30 s (--native-wait-s); "
+                     "Python stacks only"]
+
+
+def test_py_spys_refusals_read_as_one_line():
+    assert native.refusal("Permission Denied: Try running again with elevated permissions\n", 1, 2) == (
+        "ptrace is not permitted here (kernel.yama.ptrace_scope=2): Permission Denied: Try running again with "
+        "elevated permissions")
+    assert native.refusal("\nError: Failed to find python version\n", 1, None) == (
+        "py-spy failed: Error: Failed to find python version")
+    assert native.refusal("", 3, None) == "py-spy failed: exit 3"
+
+
+def test_native_frames_read_back_and_cpp_names_are_cut_to_their_path():
+    dump = ('[{"thread_id": 16, "frames": [{"name": "c10d::Work::wait", "filename": "/v/libtorch_cpu.so", '
+            '"module": "/v/libtorch_cpu.so", "short_filename": "libtorch_cpu.so", "line": 0}, '
+            '{"name": "step", "filename": "/home/u/train.py", "module": null, "line": 42}]}]')
+    n = protocol.parse_native(protocol.native_header(3, 99) + dump)
+    assert n.frames(16) == (Frame("libtorch_cpu.so", 0, "c10d::Work::wait", native=True), Frame("/home/u/train.py", 42, "step"))
+    assert protocol.parse_native(protocol.native_header(3, 99) + "unavailable: no py-spy\n").why == "no py-spy"
+    assert protocol.parse_native(protocol.native_header(3, 99) + "[{").why == "py-spy said something unreadable"
+    assert protocol.parse_native("") is None
+    assert short_name("f<std::vector<int, a<b> >, c>(std::string const&, g<(long)1>)::{lambda(int)#1}::_FUN") == (
+        "f<>()::{lambda()#1}::_FUN")
+    assert short_name("operator<<") == "operator<<"
 
 
 def test_a_rank_without_an_alive_file_is_awaited_as_not_started(rank_process, tmp_path):

@@ -5,23 +5,31 @@ login node or the batch node, `scheduler.signal_job`), then the job folder is re
 every rank has either answered (`stacks/rank-R.txt`, replaced whole by the rank) or is
 known not to (its alive lock free: dead, or exited; `bootstrap.stacks`), or the time is up.
 A live rank answers within milliseconds, so the wait ends as soon as the last one has.
+Its native frames (py-spy's, where installed: bootstrap.native) follow in seconds; `natives`
+waits for those of the ranks that answered.
+
+A local run (`slurmtorch mpirun`, no Slurm to carry a signal) is asked by sending the signal
+to each rank's process on this host, the one its alive file names and whose lock is held.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from slurmtorch import protocol
-from slurmtorch.protocol import RankStacks, parse_alive, parse_stacks
+from slurmtorch.protocol import Native, RankStacks, parse_alive, parse_native, parse_stacks
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits
 from slurmtorch.submit.jobfolder.stacks import Silent, summary_lines
 
 WAIT_S = 3.0  # how long a rank whose process lives gets to answer
+NATIVE_WAIT_S = 30.0  # how long py-spy gets: it reads libtorch's symbols, seconds on a loaded node
+SIGNAL = getattr(signal, f"SIG{protocol.STACKS_SIGNAL}")
 POLL_S = 0.05
 
 
@@ -45,7 +53,8 @@ def clear(folder: Path, ranks: int) -> None:
     """Remove earlier answers: what is there next is new. Only those: a rank's end file
     (`rank-R.end.txt`) is open in the rank, which writes its last stacks there as it ends."""
     for rank in range(ranks):
-        (folder / protocol.STACKS / protocol.stacks_name(rank)).unlink(missing_ok=True)
+        for name in (protocol.stacks_name(rank), protocol.native_name(rank)):
+            (folder / protocol.STACKS / name).unlink(missing_ok=True)
 
 
 def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S
@@ -83,6 +92,35 @@ def collect(folder: Path, ranks: int) -> tuple[dict[int, RankStacks], list[Silen
         else:
             waiting.append((rank, host, "not started (still starting, or never did)"))
     return stacks, silent, waiting
+
+
+def natives(folder: Path, ranks: Iterable[int], wait_s: float = NATIVE_WAIT_S) -> tuple[dict[int, Native], list[int]]:
+    """The native frames of `ranks` (those that answered), each once its file is there, or
+    the time is up: (what came, the ranks still awaited)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        got = {r: n for r in ranks if (n := parse_native(jobdir.read_text(folder / protocol.STACKS / protocol.native_name(r))))}
+        late = [r for r in ranks if r not in got]
+        if not late or time.monotonic() >= deadline:
+            return got, late
+        time.sleep(POLL_S)
+
+
+def signal_here(folder: Path, ranks: int, host: str) -> list[int]:
+    """Send the stacks signal to each rank of a local run living on `host` (its alive file
+    says where; its lock held says it is that process still); the ranks signalled."""
+    sent = []
+    for rank in range(ranks):
+        alive = folder / protocol.STACKS / protocol.alive_name(rank)
+        placed = parse_alive(jobdir.read_text(alive))
+        if placed is None or placed[0] != host or not is_alive(alive):
+            continue
+        try:
+            os.kill(placed[1], SIGNAL)
+        except OSError:
+            continue  # it ended just now: collect() names it
+        sent.append(rank)
+    return sent
 
 
 def summary(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S) -> list[str]:
