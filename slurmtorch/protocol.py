@@ -223,6 +223,9 @@ def end_stacks_name(rank: int | str) -> str:  # "*": the glob of every rank's
     return f"rank-{rank}.end.txt"
 
 
+NATIVE_WANTED = "native-wanted"  # in STACKS, while a request wants native frames (`slurmtorch stacks`, not the supervisor)
+
+
 def native_name(rank: int | str) -> str:  # "*": the glob of every rank's
     """A rank's native frames (bootstrap.native), written after its Python stacks."""
     return f"rank-{rank}.native.txt"

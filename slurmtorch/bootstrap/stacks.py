@@ -7,9 +7,10 @@ while the main thread is blocked inside a collective or a sleep. It writes into 
 daemon thread, blocked in read() until then (nothing runs between requests), copies each
 dump into `stacks/rank-R.txt` under `protocol.stacks_header`, replaced whole, so a reader
 never sees a torn file and the write is flushed at close on a shared filesystem. The write
-end is non-blocking: a dump larger than the pipe is cut short, never a rank held up. Then it
-asks for the native frames (`bootstrap.native`: py-spy, where installed), which follow in
-`stacks/rank-R.native.txt`.
+end is non-blocking: a dump larger than the pipe is cut short, never a rank held up. Then,
+when the request wants them (`stacks/native-wanted` is there: `slurmtorch stacks`, not the
+supervisor about to end the step), it asks for the native frames (`bootstrap.native`:
+py-spy, where installed), which follow in `stacks/rank-R.native.txt`.
 
 The rank also holds `stacks/rank-R.alive` locked (a POSIX lock, which the kernel drops
 with the process however it ends and which forked DataLoader workers do not inherit): a
@@ -133,7 +134,8 @@ def _copy(read: int, path: str, header: str, native_file: tuple) -> None:
             dump += more
         _write(path, header.encode() + dump)
         native_path, native_header, environ = native_file
-        native.request(native_path, native_header, _write, environ)
+        if os.path.exists(os.path.join(os.path.dirname(path), protocol.NATIVE_WANTED)):
+            native.request(native_path, native_header, _write, environ)
 
 
 def _write(path: str, data: bytes) -> None:

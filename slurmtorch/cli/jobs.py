@@ -223,7 +223,7 @@ def stacks(
     native frames too (the gloo or NCCL call a collective waits in).
     """
     folder, ranks, send = _stacks_target(job_id)
-    got, silent = stackrequest.ask(folder, ranks, send, wait_s)
+    got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0)
     for line in summary_lines(got, silent):
         print(visible(line), flush=True)  # before the native frames, which take seconds
     native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])

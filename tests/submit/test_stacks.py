@@ -144,7 +144,7 @@ def test_a_request_leaves_the_end_file_the_rank_holds_open(rank_process, tmp_pat
 # --------------------------------------------------------------------------- native frames (py-spy)
 
 def ask_natives(proc, folder):
-    got, _ = stackrequest.ask(folder, 1, lambda: os.kill(proc.pid, protocol_signal()), wait_s=60)
+    got, _ = stackrequest.ask(folder, 1, lambda: os.kill(proc.pid, protocol_signal()), wait_s=60, native=True)
     natives, late = stackrequest.natives(folder, [0], wait_s=120)
     assert late == []
     return got, natives[0]
@@ -153,6 +153,8 @@ def ask_natives(proc, folder):
 def test_where_py_spy_is_installed_a_rank_adds_its_native_frames(rank_process, tmp_path):
     # scripts/setup pins py-spy in the test venv, beside sys.executable, where the rank looks first.
     assert native.find(os.environ)[0] == os.path.join(os.path.dirname(sys.executable), "py-spy")
+    stackrequest.ask(tmp_path, 1, lambda: os.kill(rank_process.pid, protocol_signal()), wait_s=60)
+    assert stackrequest.natives(tmp_path, [0], wait_s=3) == ({}, [0])  # not asked for (the supervisor's request)
     got, mixed = ask_natives(rank_process, tmp_path)
     assert mixed.why == "" and mixed.pid == rank_process.pid
     frames = mixed.frames(got[0].main)

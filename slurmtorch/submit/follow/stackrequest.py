@@ -57,10 +57,20 @@ def clear(folder: Path, ranks: int) -> None:
             (folder / protocol.STACKS / name).unlink(missing_ok=True)
 
 
-def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S
+def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S, native: bool = False
         ) -> tuple[dict[int, RankStacks], list[Silent]]:
-    """(the stacks of the ranks that answered, the ranks that did not and why)."""
+    """(the stacks of the ranks that answered, the ranks that did not and why). With
+    `native`, the ranks also take their native frames (`natives` collects them); without,
+    they run no py-spy (the supervisor, about to end the step, wants the summary only)."""
     clear(folder, ranks)
+    wanted = folder / protocol.STACKS / protocol.NATIVE_WANTED
+    try:
+        if native:
+            wanted.touch()
+        else:
+            wanted.unlink(missing_ok=True)
+    except OSError:
+        pass  # no stacks/ yet (no rank started), or not writable: the Python stacks still come
     send()
     deadline = time.monotonic() + wait_s
     while True:
