@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from slurmtorch.cli._common import options, program_args, provenance, with_options
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, SubmitError
 
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.
@@ -50,7 +50,12 @@ def mpirun(
     from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real run starts processes
     from slurmtorch.submit.jobfolder import localrun
 
-    folder = localrun.create(text, job.ntasks)
+    try:
+        folder = localrun.create(text, job.ntasks)
+    except SubmitError as exc:  # the run still runs, as it did before runs had folders
+        print(f"slurmtorch: note: this run has no folder, so slurmtorch stacks cannot ask it: {exc.message}",
+              file=sys.stderr, flush=True)
+        return submit.run_local(text)
     print(f"slurmtorch: run {localrun.run_id(folder)} ({job.ntasks} rank{'s' if job.ntasks > 1 else ''}; "
           f"where each stands: slurmtorch stacks {localrun.run_id(folder)})", file=sys.stderr, flush=True)
     try:

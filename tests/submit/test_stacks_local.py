@@ -72,3 +72,15 @@ def test_local_runs_count_up_and_only_the_newest_ended_ones_stay(tmp_path, monke
     assert not folders[0].exists() and folders[1].exists()  # the newest ended one stays; the running one is never touched
     assert localrun.only_live_run(root) == folders[2]
     assert localrun.run_id(localrun.create("", 1, root)) == "local-4"
+
+
+@pytest.mark.mpi
+def test_a_run_whose_folder_cannot_be_made_still_runs_and_says_so(tmp_path, mpi_env):
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    (home / "local").write_text("a file where the local runs' folder goes\n")
+    script = tmp_path / "hello.py"
+    script.write_text("print('hello')\n")
+    out = cli(dict(mpi_env, SLURMTORCH_HOME=str(home)), "mpirun", "-n", "1", str(script), cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout == "hello\n", out.stderr
+    assert out.stderr.startswith("slurmtorch: note: this run has no folder, so slurmtorch stacks cannot ask it: "), out.stderr
