@@ -220,7 +220,8 @@ def stacks(
     Each rank writes its threads' Python stacks to the job folder's stacks/ on a signal
     (scancel --signal=28, SIGWINCH), without a debugger; a rank whose process is gone is named
     dead. Where py-spy is installed beside the ranks' python, each group's stack shows its
-    native frames too (the gloo or NCCL call a collective waits in).
+    native frames too (the C++ a collective waits in, e.g. c10d::Work::wait). A local run
+    (slurmtorch mpirun) is local-N, as it said when it started; no id: the one running.
     """
     folder, ranks, send = _stacks_target(job_id)
     got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0)
