@@ -223,8 +223,8 @@ def stacks(
     native frames too (the C++ a collective waits in, e.g. c10d::Work::wait). A local run
     (slurmtorch mpirun) is local-N, as it said when it started; no id: the one running.
     """
-    folder, ranks, send = _stacks_target(job_id)
-    got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0)
+    folder, ranks, send, resend = _stacks_target(job_id)
+    got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0, resend=resend)
     for line in summary_lines(got, silent):
         print(visible(line), flush=True)  # before the native frames, which take seconds
     native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
@@ -245,7 +245,8 @@ def stacks(
 
 
 def _stacks_target(job_id: str | None):
-    """(the folder, its rank count, how to ask its ranks) for a Slurm job or a local run."""
+    """(the folder, its rank count, how to ask its ranks, how to ask again those the first
+    signal missed) for a Slurm job or a local run."""
     if job_id is None or localrun.is_local_id(job_id):
         folder = localrun.only_live_run() if job_id is None else localrun.run_dir(job_id)
         job = jobdir.read_job(folder)
@@ -257,7 +258,7 @@ def _stacks_target(job_id: str | None):
         if (folder / protocol.EXIT_CODE).exists():
             raise SubmitError(f"local run {name} has ended (exit {jobdir.read_exit_code(folder)}); no rank to ask")
         ranks = int(job["ntasks"])
-        return folder, ranks, lambda: stackrequest.signal_here(folder, ranks, os.uname().nodename)
+        return folder, ranks, lambda: stackrequest.signal_here(folder, ranks, os.uname().nodename), None
     base, _, trial = job_id.partition("_")
     jobdir.check_job_id(base)
     folder = jobdir.trial_dir(base, int(trial)) if trial.isdigit() else jobdir.job_dir(job_id)
@@ -265,4 +266,5 @@ def _stacks_target(job_id: str | None):
     if not folder.is_dir() or not job:
         raise SubmitError(f"no job folder with a job.json at {folder}",
                           tip="was the job submitted by slurmtorch (0.x or later) with this SLURMTORCH_HOME?")
-    return folder, int(job["ntasks"]), lambda: scheduler.signal_stacks(job_id, job.get("launcher") == "mpirun")
+    return (folder, int(job["ntasks"]), lambda: scheduler.signal_stacks(job_id, job.get("launcher") == "mpirun"),
+            lambda pids: scheduler.signal_pids(job_id, pids))

@@ -425,3 +425,15 @@ def send_stacks_signal(job_id: str, batch_step: bool = False, runner: Runner = r
     runner(["scancel", f"--signal={number}", str(job_id)], timeout=20)
     if batch_step:
         runner(["scancel", f"--signal={number}", "--batch", str(job_id)], timeout=20)
+
+
+def signal_pids(job_id: str, pids: dict[str, list[int]], runner: Runner = run) -> None:
+    """Send the stacks signal to these processes on these nodes of a running job, by pid: a
+    one-task step on each node (`srun --overlap`, which shares the job's CPUs with the
+    running step). For ranks the job-wide signal missed: mpirun's ranks on the batch node
+    (scancel --batch reaches the batch shell only, and the ranks are sessions of their own,
+    out of its process group; testbed, Slurm 22.05). A rank gone meanwhile is no error."""
+    number = int(getattr(signal, f"SIG{protocol.STACKS_SIGNAL}"))
+    for host, ids in sorted(pids.items()):
+        runner(["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={host}", "--nodes=1", "--ntasks=1",
+                "--quiet", "kill", f"-{number}", *map(str, ids)], timeout=30, check=False)

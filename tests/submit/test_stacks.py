@@ -323,6 +323,23 @@ def test_the_ranks_are_asked_by_signal_number_and_the_batch_step_only_for_mpirun
     number = str(int(signal.SIGWINCH))
     assert calls == [["scancel", f"--signal={number}", "42"],
                      ["scancel", f"--signal={number}", "43"], ["scancel", f"--signal={number}", "--batch", "43"]]
+    calls.clear()  # the ranks a job-wide signal missed: by pid, one overlapping one-task step per node
+    scheduler.signal_pids("43", {"node2": [7], "node1": [5, 6]}, runner=lambda argv, **kw: calls.append(argv))
+    assert calls == [["srun", "--overlap", "--jobid=43", "--nodelist=node1", "--nodes=1", "--ntasks=1", "--quiet",
+                      "kill", f"-{number}", "5", "6"],
+                     ["srun", "--overlap", "--jobid=43", "--nodelist=node2", "--nodes=1", "--ntasks=1", "--quiet",
+                      "kill", f"-{number}", "7"]]
+
+
+def test_ranks_the_signal_missed_are_signalled_again_by_pid(rank_process, tmp_path):
+    resent = []
+
+    def resend(pids):
+        resent.append(pids)
+        os.kill(pids["nodeX"][0], protocol_signal())
+
+    got, silent = stackrequest.ask(tmp_path, 1, lambda: None, wait_s=60, resend=resend)  # the first signal lost
+    assert resent == [{"nodeX": [rank_process.pid]}] and silent == [] and 0 in got
 
 
 def test_stacks_of_a_bad_job_id_is_one_clear_line(tmp_path):

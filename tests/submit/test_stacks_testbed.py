@@ -36,7 +36,8 @@ def submit(testbed, home: Path, mode: str, *opts: str) -> tuple[str, Path]:
 
 def stuck(folder: Path) -> None:
     """Rank 5 said FAULT and every rank has answered its first requests' worth of steps."""
-    wait_for(lambda: "FAULT" in read(folder / "rank-5.err"), "rank 5's fault")
+    # in rank-5.err, or torchrun's node-2.err
+    wait_for(lambda: "FAULT" in "".join(read(p) for p in folder.glob("*.err")), "rank 5's fault")
     time.sleep(2)  # the others reach the collective that waits for it
 
 
@@ -116,5 +117,24 @@ def test_a_hang_timeout_says_the_grouped_stacks_when_every_rank_waits_in_a_colle
         assert "ending the step" not in batch and "start 0 failed" not in batch  # nobody blamed, nothing ended
         status = st(testbed, tmp_path / "home", ["status", job]).stdout
         assert "RUNNING" in status and "stacks when start 0 hung:" in status and stacks[0] in status, status
+    finally:
+        testbed.run(["scancel", job])
+
+
+@pytest.mark.timeout(GUARD_S + 60)
+@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+def test_stacks_reach_every_rank_whatever_launched_them(testbed, has_torch, tmp_path, launcher):
+    """mpirun's ranks on the batch node sit in the batch step, which scancel --batch reaches
+    only as far as its shell (they are sessions of their own): they are signalled again by pid.
+    torchrun's ranks are children of its agent, in sessions of their own too."""
+    job, folder = submit(testbed, tmp_path / "home", "loader", "--launcher", launcher)
+    try:
+        stuck(folder)
+        out = st(testbed, tmp_path / "home", ["stacks", job, "--native-wait-s", "0"])
+        print(f"\n{launcher}:\n{out.stdout}{out.stderr}")
+        lines = out.stdout.splitlines()
+        assert out.returncode == 0, out.stderr
+        assert re.fullmatch(r"rank 5 on node3: stuck_rank\.py:\d+ __next__\(\)", lines[0]), lines
+        assert re.fullmatch(r"ranks 0-4,6-7 \(7\): all_reduce <- stuck_rank\.py:\d+ step\(\)", lines[1]), lines
     finally:
         testbed.run(["scancel", job])

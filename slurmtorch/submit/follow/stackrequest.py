@@ -28,6 +28,7 @@ from slurmtorch.submit.jobfolder.failures import latest_exits
 from slurmtorch.submit.jobfolder.stacks import Silent, summary_lines
 
 WAIT_S = 3.0  # how long a rank whose process lives gets to answer
+RESEND_S = 0.5  # a rank that the signal reached answers in milliseconds: after this, signal the rest by pid
 NATIVE_WAIT_S = 30.0  # how long py-spy gets: it reads libtorch's symbols, seconds on a loaded node
 SIGNAL = getattr(signal, f"SIG{protocol.STACKS_SIGNAL}")
 POLL_S = 0.05
@@ -57,11 +58,13 @@ def clear(folder: Path, ranks: int) -> None:
             (folder / protocol.STACKS / name).unlink(missing_ok=True)
 
 
-def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S, native: bool = False
-        ) -> tuple[dict[int, RankStacks], list[Silent]]:
+def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S, native: bool = False,
+        resend: Callable[[dict[str, list[int]]], None] | None = None) -> tuple[dict[int, RankStacks], list[Silent]]:
     """(the stacks of the ranks that answered, the ranks that did not and why). With
     `native`, the ranks also take their native frames (`natives` collects them); without,
-    they run no py-spy (the supervisor, about to end the step, wants the summary only)."""
+    they run no py-spy (the supervisor, about to end the step, wants the summary only).
+    `resend` gets, once RESEND_S has passed, the live ranks that have not answered (their
+    pids by node, from their alive files): for a signal that does not reach them all."""
     clear(folder, ranks)
     wanted = folder / protocol.STACKS / protocol.NATIVE_WANTED
     try:
@@ -72,12 +75,28 @@ def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT
     except OSError:
         pass  # no stacks/ yet (no rank started), or not writable: the Python stacks still come
     send()
-    deadline = time.monotonic() + wait_s
+    start = time.monotonic()
     while True:
         stacks, silent, waiting = collect(folder, ranks)
-        if not waiting or time.monotonic() >= deadline:
+        if not waiting or time.monotonic() >= start + wait_s:
             return stacks, silent + [Silent(r, h, why) for r, h, why in waiting]
+        if resend is not None and time.monotonic() >= start + RESEND_S:
+            missed = unanswered(folder, [r for r, _, _ in waiting])
+            if missed:
+                resend(missed)
+            resend = None
         time.sleep(POLL_S)
+
+
+def unanswered(folder: Path, ranks: Iterable[int]) -> dict[str, list[int]]:
+    """The pids of these ranks' live processes, by node (their alive files)."""
+    out: dict[str, list[int]] = {}
+    for rank in ranks:
+        alive = folder / protocol.STACKS / protocol.alive_name(rank)
+        placed = parse_alive(jobdir.read_text(alive))
+        if placed is not None and is_alive(alive):
+            out.setdefault(placed[0], []).append(placed[1])
+    return out
 
 
 def collect(folder: Path, ranks: int) -> tuple[dict[int, RankStacks], list[Silent], list[tuple[int, str, str]]]:
