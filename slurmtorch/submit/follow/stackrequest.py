@@ -81,15 +81,16 @@ def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT
         if not waiting or time.monotonic() >= start + wait_s:
             return stacks, silent + [Silent(r, h, why) for r, h, why in waiting]
         if resend is not None and time.monotonic() >= start + RESEND_S:
-            missed = unanswered(folder, [r for r, _, _ in waiting])
+            missed = live_pids(folder, [r for r, _, _ in waiting])
             if missed:
                 resend(missed)
             resend = None
         time.sleep(POLL_S)
 
 
-def unanswered(folder: Path, ranks: Iterable[int]) -> dict[str, list[int]]:
-    """The pids of these ranks' live processes, by node (their alive files)."""
+def live_pids(folder: Path, ranks: Iterable[int]) -> dict[str, list[int]]:
+    """The pids of these ranks' live processes, by node: the ones their alive files name,
+    whose locks are held (so the pid is that rank's process still, not a reused one)."""
     out: dict[str, list[int]] = {}
     for rank in ranks:
         alive = folder / protocol.STACKS / protocol.alive_name(rank)
@@ -135,21 +136,13 @@ def natives(folder: Path, ranks: Iterable[int], wait_s: float = NATIVE_WAIT_S) -
         time.sleep(POLL_S)
 
 
-def signal_here(folder: Path, ranks: int, host: str) -> list[int]:
-    """Send the stacks signal to each rank of a local run living on `host` (its alive file
-    says where; its lock held says it is that process still); the ranks signalled."""
-    sent = []
-    for rank in range(ranks):
-        alive = folder / protocol.STACKS / protocol.alive_name(rank)
-        placed = parse_alive(jobdir.read_text(alive))
-        if placed is None or placed[0] != host or not is_alive(alive):
-            continue
+def signal_here(folder: Path, ranks: int, host: str) -> None:
+    """Send the stacks signal to each live rank of a local run on `host` (`live_pids`)."""
+    for pid in live_pids(folder, range(ranks)).get(host, []):
         try:
-            os.kill(placed[1], SIGNAL)
+            os.kill(pid, SIGNAL)
         except OSError:
-            continue  # it ended just now: collect() names it
-        sent.append(rank)
-    return sent
+            pass  # it ended just now: collect() names it
 
 
 def summary(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S) -> list[str]:
