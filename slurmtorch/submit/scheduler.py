@@ -434,6 +434,8 @@ def signal_pids(job_id: str, pids: dict[str, list[int]], runner: Runner = run) -
     (scancel --batch reaches the batch shell only, and the ranks are sessions of their own,
     out of its process group; testbed, Slurm 22.05). A rank gone meanwhile is no error."""
     number = int(getattr(signal, f"SIG{protocol.STACKS_SIGNAL}"))
+    if "_" in job_id:  # srun's --jobid takes no array task ("Invalid numeric value"): its own id
+        job_id = runner(["squeue", "-h", "-j", job_id, "-o", "%A"], timeout=20).stdout.strip() or job_id
     for host, ids in sorted(pids.items()):
         runner(["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={host}", "--nodes=1", "--ntasks=1",
                 "--quiet", "kill", f"-{number}", *map(str, ids)], timeout=30, check=False)

@@ -329,6 +329,15 @@ def test_the_ranks_are_asked_by_signal_number_and_the_batch_step_only_for_mpirun
                       "kill", f"-{number}", "5", "6"],
                      ["srun", "--overlap", "--jobid=43", "--nodelist=node2", "--nodes=1", "--ntasks=1", "--quiet",
                       "kill", f"-{number}", "7"]]
+    calls.clear()  # an array task: srun wants its own job id (testbed: 'Invalid numeric value "1_1" for --jobid')
+
+    def runner(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "45\n" if argv[0] == "squeue" else "", "")
+    scheduler.signal_pids("44_1", {"node1": [5]}, runner=runner)
+    assert calls == [["squeue", "-h", "-j", "44_1", "-o", "%A"],
+                     ["srun", "--overlap", "--jobid=45", "--nodelist=node1", "--nodes=1", "--ntasks=1", "--quiet",
+                      "kill", f"-{number}", "5"]]
 
 
 def test_ranks_the_signal_missed_are_signalled_again_by_pid(rank_process, tmp_path):
