@@ -212,7 +212,8 @@ def _run_guarded(argv: Sequence[str], exit_code_file: Path | None = None, env: d
             raise
 
 
-def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path) -> subprocess.Popen:
+def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path, env: dict[str, str] | None = None
+                  ) -> subprocess.Popen:
     """Start `argv` under guard.py in a session of its own, output to `log`, stdin empty:
     a Distributor's local run. The guard ends it when this process dies (its parent-death
     signal), with no signal handler of ours left in the user's process.
@@ -224,7 +225,7 @@ def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path) -> subpr
     def start() -> subprocess.Popen:
         with open(log, "wb") as out:
             return subprocess.Popen(guarded(argv, exit_code_file), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     return start() if threading.current_thread() is threading.main_thread() else on_lasting_thread(start)
 

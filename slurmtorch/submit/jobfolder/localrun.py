@@ -1,7 +1,8 @@
 """A local run's folder: what `slurmtorch mpirun` gives a run without Slurm, so it can be asked where it stands.
 
 `$SLURMTORCH_HOME/local/<N>/`, the run's id `local-N` (N counting up: the first free number
-above the newest folder's). It holds `script.sh` (the script run), `job.json` (launcher
+above the newest folder's). A `Distributor`'s local run is one too: its folder
+`distributor/<run id>/` (`api.runfolder`), its id `local-<run id>`, as its `Job` names it. It holds `script.sh` (the script run), `job.json` (launcher
 mpirun, ntasks: what `slurmtorch stacks` reads, as for a job), the ranks' `stacks/` and exit
 notes (they find the folder in `protocol.LOCAL_RUN_DIR`), and `exit-code` once the run has
 ended. Private as job folders are (0700, `ownership`); the newest KEEP ended ones stay.
@@ -23,6 +24,7 @@ from slurmtorch.submit.jobfolder.pruning import prune_ended
 PREFIX = "local-"
 KEEP = 20  # ended local runs kept, newest first (docs/users-guide.md says so)
 _ID_RE = re.compile(rf"{PREFIX}([0-9]+)")
+_DISTRIBUTOR_ID_RE = re.compile(rf"{PREFIX}([0-9]{{8}}-[0-9]{{6}}-[0-9a-f]{{8}})")  # Distributor.submit's run ids
 
 
 def runs_root(environ=None) -> Path:
@@ -35,15 +37,24 @@ def is_local_id(run_id: str) -> bool:
 
 
 def run_dir(run_id: str, root: Path | None = None) -> Path:
+    root = root or runs_root()
+    distributed = _DISTRIBUTOR_ID_RE.fullmatch(run_id)
+    if distributed:
+        return root.parent / "distributor" / distributed.group(1)
     m = _ID_RE.fullmatch(run_id)
     if not m:
         raise SpecError(f"invalid local run id {run_id!r}", tip=f"a local run's id is {PREFIX}N, e.g. {PREFIX}3, "
                                                                 "as slurmtorch mpirun printed it")
-    return (root or runs_root()) / m.group(1)
+    return root / m.group(1)
 
 
 def run_id(folder: Path) -> str:
     return f"{PREFIX}{folder.name}"
+
+
+def write_record(folder: Path, ntasks: int) -> None:
+    """job.json: what `slurmtorch stacks` reads of a local run (launcher, ntasks), as of a job."""
+    jobdir.write_new(folder / protocol.JOB, json.dumps({"launcher": "mpirun", "ntasks": ntasks, "local": True}))
 
 
 def create(script: str, ntasks: int, root: Path | None = None) -> Path:
@@ -61,7 +72,7 @@ def create(script: str, ntasks: int, root: Path | None = None) -> Path:
             except FileExistsError:  # another run took it first
                 number += 1
         jobdir.write_new(folder / protocol.SCRIPT, script)
-        jobdir.write_new(folder / protocol.JOB, json.dumps({"launcher": "mpirun", "ntasks": ntasks, "local": True}))
+        write_record(folder, ntasks)
     except OSError as exc:
         raise jobdir.folder_error(exc, root, "local run folder") from None
     return folder
@@ -73,12 +84,17 @@ def ended(folder: Path) -> None:
 
 
 def live_runs(root: Path | None = None) -> list[Path]:
-    """The local runs not yet ended (no exit-code), oldest first."""
+    """The local runs not yet ended (no exit-code; job.json says local), oldest first: the
+    CLI's, then the Distributor's."""
     root = root or runs_root()
-    if not root.is_dir():
-        return []
-    return sorted((p for p in root.iterdir() if p.name.isdigit() and p.is_dir() and not (p / protocol.EXIT_CODE).exists()),
-                  key=lambda p: int(p.name))
+    mine = sorted((p for p in _folders(root) if p.name.isdigit()), key=lambda p: int(p.name))
+    distributed = sorted(p for p in _folders(root.parent / "distributor") if _DISTRIBUTOR_ID_RE.fullmatch(run_id(p)))
+    return [p for p in (*mine, *distributed)
+            if not (p / protocol.EXIT_CODE).exists() and (jobdir.read_job(p) or {}).get("local")]
+
+
+def _folders(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
 
 
 def only_live_run(root: Path | None = None) -> Path:
