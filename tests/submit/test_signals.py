@@ -135,7 +135,8 @@ def test_a_signal_to_the_mpirun_cli_ends_prterun_and_every_rank(mpi_env, tmp_pat
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", "-n", "3", str(script),
-                             str(tmp_path)], env=dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home")), cwd=REPO, stdout=subprocess.DEVNULL,
+                             str(tmp_path)], env=dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home")), cwd=REPO,
+                            stdout=subprocess.DEVNULL,
                             stderr=(tmp_path / "stderr").open("w"), start_new_session=True,
                             preexec_fn=default_signals)
     tree: set[int] = set()
