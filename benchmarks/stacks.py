@@ -4,7 +4,11 @@ Same run, alternating: `mpirun -n N python -m slurmtorch.bootstrap` in a job fol
 (SLURMTORCH_JOB_DIR set: the handler, its reader thread and the alive lock installed) vs
 the same with SLURMTORCH_NO_STACKS=1. Time to ready is the launch to one all_reduce and
 teardown (probe.py); a step is a 64x256 @ 256x256 matmul and an all_reduce of its result
-(stacks_step.py, median of 200). Ratios are with / without: 1.00 is free.
+(stacks_step.py, median of 200). Ratios are with / without: 1.00 is free; on a busy
+machine expect noise of +-20 % either way, so measure on a quiet one.
+
+The handler's normal path is the same whether py-spy is installed or not: py-spy is looked
+up and run only when stacks are asked for (bootstrap.native), which this benchmark never does.
 
     .venv/bin/python benchmarks/stacks.py [--ranks 4] [--reps 7]
 """
@@ -23,9 +27,10 @@ STEP = REPO / "benchmarks" / "stacks_step.py"
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ranks", type=int, default=4)
-    ap.add_argument("--reps", type=int, default=7)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=4, help="ranks per mpirun launch, on this host (default 4)")
+    ap.add_argument("--reps", type=int, default=7,
+                    help="launches per case, alternating with and without (default 7; each launch imports torch)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         variants = {"with handler": env(SLURMTORCH_JOB_DIR=folder),

@@ -8,6 +8,7 @@ so the two sides cannot drift apart. Pure; both sides import it, it imports neit
 
 from __future__ import annotations
 
+import json
 import re
 
 from collections.abc import Sequence
@@ -30,6 +31,10 @@ SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_v
 # address, where MASTER_ADDR and torchrun's --local-addr go (rendezvous.site_address).
 FABRIC_HOST_SUFFIX = "SLURMTORCH_FABRIC_HOST_SUFFIX"
 CODE = "SLURMTORCH_CODE"  # the snapshot of the code the job runs (CODE_DIR in its folder)
+# Set by `slurmtorch mpirun` (a run without Slurm): the run's folder, where its ranks answer
+# `slurmtorch stacks local-N` and leave their exit notes. Not JOB_DIR: a local run's
+# checkpoints and run id stay where they were (./checkpoints; none), each run being new.
+LOCAL_RUN_DIR = "SLURMTORCH_LOCAL_RUN_DIR"
 SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS,
                CODE)
 
@@ -45,6 +50,13 @@ RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it 
 TIMINGS = "SLURMTORCH_TIMINGS"  # DIR: each rank writes its start's phases to DIR/timings_name(R)
 CHECKPOINT_DIR = "SLURMTORCH_CHECKPOINT_DIR"  # checkpoints outside a job folder
 NO_STACKS = "SLURMTORCH_NO_STACKS"  # 1: no stacks handler (a script that handles STACKS_SIGNAL itself)
+PY_SPY = "SLURMTORCH_PY_SPY"  # the py-spy that adds native frames to the stacks (a path), or 0: none
+
+
+def rank_folder(environ) -> str | None:
+    """Where a rank leaves what it says about itself (stacks, exit notes): its job's folder,
+    or a local run's; None outside both."""
+    return environ.get(JOB_DIR) or environ.get(LOCAL_RUN_DIR) or None
 
 
 # --------------------------------------------------------------------------- the job folder's files
@@ -218,6 +230,14 @@ def end_stacks_name(rank: int | str) -> str:  # "*": the glob of every rank's
     return f"rank-{rank}.end.txt"
 
 
+NATIVE_WANTED = "native-wanted"  # in STACKS, while a request wants native frames (`slurmtorch stacks`, not the supervisor)
+
+
+def native_name(rank: int | str) -> str:  # "*": the glob of every rank's
+    """A rank's native frames (bootstrap.native), written after its Python stacks."""
+    return f"rank-{rank}.native.txt"
+
+
 def alive_name(rank: int | str) -> str:  # "*": the glob of every rank's
     return f"rank-{rank}.alive"
 
@@ -263,9 +283,10 @@ def stacks_header(rank: int, host: str, pid: int, main: int) -> str:
 
 @dataclass(frozen=True)
 class Frame:
-    file: str
-    line: int  # 0 where faulthandler could not tell
+    file: str  # a native frame's: its library's file name (libtorch_cpu.so)
+    line: int  # 0 where faulthandler could not tell, and for a native frame
     function: str
+    native: bool = False  # C/C++ (py-spy's native frames), not Python
 
 
 @dataclass(frozen=True)
@@ -307,6 +328,56 @@ def parse_stacks(text: str) -> RankStacks | None:
             last = threads[-1]
             threads[-1] = ThreadStack(last.ident, last.current, last.frames + (frame,))
     return RankStacks(int(m["rank"]), m["host"], int(m["pid"]), int(m["main"], 16), tuple(threads))
+
+
+def native_header(rank: int, pid: int) -> str:
+    """A native frames file's first line; py-spy's JSON (`dump --native --json`), or one
+    `unavailable: WHY` line, follows."""
+    return f"slurmtorch native: rank {rank} pid {pid}\n"
+
+
+UNAVAILABLE = "unavailable: "
+
+
+@dataclass(frozen=True)
+class Native:
+    """A rank's native frames: each thread's (`threads`: (ident, frames innermost first)),
+    or why there are none (`why`)."""
+
+    rank: int
+    pid: int
+    threads: tuple = ()  # of (int, tuple of Frame)
+    why: str = ""
+
+    def frames(self, ident: int) -> tuple | None:
+        return next((frames for i, frames in self.threads if i == ident), None)
+
+
+_NATIVE_HEADER_RE = re.compile(r"^slurmtorch native: rank (?P<rank>\d+) pid (?P<pid>\d+)$")
+
+
+def parse_native(text: str) -> Native | None:
+    """A native frames file, or None for anything else (an empty or torn file). py-spy's
+    JSON: a list of threads, each a `thread_id` (what faulthandler prints as the thread's
+    id) and `frames`, innermost first; a frame with a `module` (its library) is native."""
+    head, _, rest = text.partition("\n")
+    m = _NATIVE_HEADER_RE.match(head)
+    if not m:
+        return None
+    rank, pid = int(m["rank"]), int(m["pid"])
+    if rest.startswith(UNAVAILABLE):
+        return Native(rank, pid, why=rest[len(UNAVAILABLE):].strip())
+    try:
+        threads = [(int(t["thread_id"]), tuple(_py_spy_frame(f) for f in t["frames"])) for t in json.loads(rest)]
+    except (ValueError, TypeError, KeyError):
+        return Native(rank, pid, why="py-spy said something unreadable")
+    return Native(rank, pid, tuple(threads))
+
+
+def _py_spy_frame(f: dict) -> Frame:
+    if f.get("module"):
+        return Frame(str(f.get("short_filename") or f["module"]), 0, str(f["name"]), native=True)
+    return Frame(str(f["filename"]), int(f.get("line") or 0), str(f["name"]))
 
 
 # --------------------------------------------------------------------------- the restart line

@@ -79,7 +79,9 @@ def test_what_both_sides_share_imports_neither():
 # subprocess has three edges: the login node's (scheduler: sbatch, squeue, scancel, a local
 # mpirun), the batch node's (supervisor: a --max-restarts job's srun steps) and the job's
 # own requeue (requeue: scontrol, for a preempted rank and the supervisor alike).
-@pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.requeue", "slurmtorch.submit.scheduler",
+# A rank has one: py-spy reading the rank itself for its native frames (bootstrap.native).
+@pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.bootstrap.native", "slurmtorch.requeue",
+                                                             "slurmtorch.submit.scheduler",
                                                              "slurmtorch.submit.supervisor"]),
                                              ("mpi4py", ["slurmtorch.bootstrap.mpi"])])
 def test_one_module_owns_each_side_effect(library, owners):

@@ -163,7 +163,7 @@ class Distributor:
             except OSError as exc:
                 raise run_folder_error(exc, workdir) from None
             if self.local_mode:
-                handle: Handle = LocalHandle.start(text, workdir, run_id)
+                handle: Handle = LocalHandle.start(text, workdir, run_id, spec.ntasks)
             else:
                 record = job_record(spec)
                 s = sub.submit(text, jobdir.jobs_root(), job=record)

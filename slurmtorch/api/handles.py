@@ -20,7 +20,7 @@ from slurmtorch.errors import SlurmtorchError, SubmitError
 from slurmtorch.submit import scheduler as sub
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
-from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit.jobfolder.failures import RankFailure
 from slurmtorch.submit.jobfolder.report import failure_report
 
@@ -109,14 +109,18 @@ class LocalHandle(Handle):
         self.process = process  # the guard's Popen, kept so that it is reaped
 
     @classmethod
-    def start(cls, script: str, workdir: Path, run_id: str) -> LocalHandle:
+    def start(cls, script: str, workdir: Path, run_id: str, ntasks: int = 0) -> LocalHandle:
         # The script is a file (one argument is limited to 128 KiB); guard.py runs it in
         # a session of its own, records its exit code (tmp + rename) and ends it with us:
-        # a SIGTERM or SIGKILL to this (the user's) process leaves no rank behind.
+        # a SIGTERM or SIGKILL to this (the user's) process leaves no rank behind. With
+        # `ntasks`, the run folder is a local run's for `slurmtorch stacks local-<run id>`
+        # (localrun): its job.json, and the ranks answer in it.
         try:
             jobdir.write_new(workdir / "mpirun.sh", script)
+            if ntasks:
+                localrun.write_record(workdir, ntasks)
             process = sub.start_guarded(["bash", str(workdir / "mpirun.sh")], workdir / LAUNCHER_LOG,
-                                        workdir / "exit-code")
+                                        workdir / "exit-code", localrun.environment(workdir) if ntasks else None)
             jobdir.write_new(workdir / "launcher.pid", f"{process.pid}\n")
         except OSError as exc:
             raise runfolder.run_folder_error(exc, workdir) from None

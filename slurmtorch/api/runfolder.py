@@ -13,17 +13,17 @@ never touched.
 from __future__ import annotations
 
 import os
-import shutil
-import stat
 from pathlib import Path
 
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder import ownership
+from slurmtorch.submit.jobfolder.pruning import prune_ended
+
+__all__ = ["ENDED", "KEEP_RUNS", "close_run_folder", "create_run_folder", "prune_ended", "run_folder_error"]
 
 ENDED = "ended"  # in a run folder: its answer was read; holds `completed` or `failed: <the error's first line>`
 KEEP_RUNS = 20  # ended run folders kept, newest first (docs/python-api.md says so)
-_PRUNING = ".pruning-"  # a folder being removed: renamed first, so nobody reads half of one
 
 
 def create_run_folder(workdir: Path) -> None:
@@ -51,33 +51,4 @@ def close_run_folder(workdir: Path, succeeded: bool, why: str = "") -> None:
             f.write(line + "\n")
     except OSError:
         return
-    prune_ended(workdir.parent, KEEP_RUNS)
-
-
-def prune_ended(runs: Path, keep: int) -> list[Path]:
-    """Remove the ended run folders under `runs` but the newest `keep` (by when they were
-    marked); returns those removed. Only folders of its own (no links followed) marked
-    ended; each is renamed away before it is removed, so two pruners never both remove one
-    and `Job.logs` of a pruned run finds no folder rather than half of one."""
-    marked = []
-    for folder in runs.iterdir() if runs.is_dir() else ():
-        if folder.name.startswith(_PRUNING):  # a pruner stopped half way: finish its work
-            shutil.rmtree(folder, ignore_errors=True)
-            continue
-        try:
-            if not stat.S_ISDIR(os.lstat(folder).st_mode):
-                continue
-            marked.append((os.lstat(folder / ENDED).st_mtime, folder.name, folder))
-        except OSError:
-            continue  # not ended (running, or an answer nobody asked for), or not ours
-    marked.sort(reverse=True)
-    removed = []
-    for _, name, folder in marked[keep:]:
-        doomed = runs / f"{_PRUNING}{name}"
-        try:
-            os.rename(folder, doomed)
-        except OSError:
-            continue  # another process pruned it first
-        shutil.rmtree(doomed, ignore_errors=True)
-        removed.append(folder)
-    return removed
+    prune_ended(workdir.parent, KEEP_RUNS, ENDED)

@@ -88,12 +88,12 @@ def interrupted() -> None:
 
 
 def note_exit(code: int, environ=os.environ) -> None:
-    """Leave `rank-R.exit` in $SLURMTORCH_JOB_DIR: `rank R on HOST exited CODE restart N`
+    """Leave `rank-R.exit` in $SLURMTORCH_JOB_DIR (or a local run's folder): `rank R on HOST exited CODE restart N`
     (protocol.exit_line; submit.failures reads it). Best effort and cheap (one small
     write, nothing imported): a folder this rank cannot write (a container without it, a
     full disk) leaves no file and never fails the rank.
     """
-    folder, info = environ.get(protocol.JOB_DIR), STATE.info
+    folder, info = protocol.rank_folder(environ), STATE.info
     if not folder or info is None:
         return
     from slurmtorch.bootstrap.preempt import restart_count  # lazy: at the rank's end only

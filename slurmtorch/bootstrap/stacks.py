@@ -1,12 +1,16 @@
 """A rank's stacks on request: every thread's Python stack, written to the job folder on a signal.
 
-Installed by every rank in a job folder (`$SLURMTORCH_JOB_DIR`), unless SLURMTORCH_NO_STACKS=1. On `protocol.STACKS_SIGNAL`
+Installed by every rank in a job folder (`$SLURMTORCH_JOB_DIR`, or a local run's:
+protocol.rank_folder), unless SLURMTORCH_NO_STACKS=1. On `protocol.STACKS_SIGNAL`
 faulthandler's C handler dumps every thread's stack, with no GIL and no debugger, even
 while the main thread is blocked inside a collective or a sleep. It writes into a pipe; a
 daemon thread, blocked in read() until then (nothing runs between requests), copies each
 dump into `stacks/rank-R.txt` under `protocol.stacks_header`, replaced whole, so a reader
 never sees a torn file and the write is flushed at close on a shared filesystem. The write
-end is non-blocking: a dump larger than the pipe is cut short, never a rank held up.
+end is non-blocking: a dump larger than the pipe is cut short, never a rank held up. Then,
+when the request wants them (`stacks/native-wanted` is there: `slurmtorch stacks`, not the
+supervisor about to end the step), it asks for the native frames (`bootstrap.native`:
+py-spy, where installed), which follow in `stacks/rank-R.native.txt`.
 
 The rank also holds `stacks/rank-R.alive` locked (a POSIX lock, which the kernel drops
 with the process however it ends and which forked DataLoader workers do not inherit): a
@@ -32,6 +36,7 @@ import signal
 import threading
 
 from slurmtorch import protocol
+from slurmtorch.bootstrap import native
 
 SIGNAL = getattr(signal, f"SIG{protocol.STACKS_SIGNAL}")
 PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size: room for ~100 threads of deep stacks
@@ -42,7 +47,7 @@ BURST_S = 1.0  # a write after a pause shorter than this belongs to the same dum
 def install(rank: int, host: str, environ=os.environ) -> bool:
     """Install the handler and hold the alive lock; False (and nothing installed) where the
     job folder cannot be written: no stacks, never a failed rank."""
-    folder = environ.get(protocol.JOB_DIR)
+    folder = protocol.rank_folder(environ)
     if not folder or environ.get(protocol.NO_STACKS) == "1":
         return False
     where = os.path.join(folder, protocol.STACKS)
@@ -68,7 +73,8 @@ def install(rank: int, host: str, environ=os.environ) -> bool:
         _HELD.append(ending)
         _END[:] = [end, header]
         faulthandler.register(signal.SIGTERM, file=ending, all_threads=True, chain=True)
-    threading.Thread(target=_copy, args=(read, os.path.join(where, protocol.stacks_name(rank)), header),
+    native_file = (os.path.join(where, protocol.native_name(rank)), protocol.native_header(rank, os.getpid()), environ)
+    threading.Thread(target=_copy, args=(read, os.path.join(where, protocol.stacks_name(rank)), header, native_file),
                      name="slurmtorch-stacks", daemon=True).start()
     faulthandler.register(SIGNAL, file=write, all_threads=True, chain=False)
     return True
@@ -108,8 +114,9 @@ def hold_alive(path: str, line: str) -> None:
     _HELD.append(fd)
 
 
-def _copy(read: int, path: str, header: str) -> None:
-    """Each dump that comes down the pipe, into `path` (replaced whole)."""
+def _copy(read: int, path: str, header: str, native_file: tuple) -> None:
+    """Each dump that comes down the pipe, into `path` (replaced whole); then the native
+    frames are asked for (`native_file`: their path, header and the environment)."""
     dump = b""
     while True:
         ready = select.select([read], [], [], BURST_S if dump else None)[0]
@@ -126,6 +133,9 @@ def _copy(read: int, path: str, header: str) -> None:
                 break
             dump += more
         _write(path, header.encode() + dump)
+        native_path, native_header, environ = native_file
+        if os.path.exists(os.path.join(os.path.dirname(path), protocol.NATIVE_WANTED)):
+            native.request(native_path, native_header, _write, environ)
 
 
 def _write(path: str, data: bytes) -> None:

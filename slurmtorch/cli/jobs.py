@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import replace
 from typing import List, Optional
@@ -15,9 +16,9 @@ from slurmtorch.submit import scheduler
 from slurmtorch.submit.follow import stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.tail import Tail, visible
-from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
+from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, localrun, snapshot
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
-from slurmtorch.submit.jobfolder.stacks import detail_lines, summary_lines
+from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
 
 # `status` without ids: the jobs the controller still knows, then this many more from folders.
 RECENT = 10
@@ -211,16 +212,59 @@ def cancel(job_ids: List[str] = typer.Argument(..., metavar="JOBID...", show_def
 
 
 def stacks(
-    job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="a running job (JOBID_K: a trial)"),
+    job_id: Optional[str] = typer.Argument(None, metavar="[JOBID]", show_default=False,
+                                           help="a running job (JOBID_K: a trial), or a local run (local-N); "
+                                                "default: the one local run running"),
     all_threads: bool = typer.Option(False, "--all-threads", help="every thread's stack, not only the main one's"),
     wait_s: float = typer.Option(stackrequest.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
+    native_wait_s: float = typer.Option(stackrequest.NATIVE_WAIT_S, "--native-wait-s",
+                                        help="how long py-spy gets for the native frames (0: none)"),
 ) -> int:
     """Print where every rank of a running job stands: ranks on the same stack together, the
     odd ones out first, then each group's stack (and torch's NCCL flight recorder, if it dumped).
 
     Each rank writes its threads' Python stacks to the job folder's stacks/ on a signal
-    (scancel --signal=28, SIGWINCH), without a debugger; a rank whose process is gone is named dead.
+    (scancel --signal=28, SIGWINCH), without a debugger; a rank whose process is gone is named
+    dead. Where py-spy is installed beside the ranks' python, each group's stack shows its
+    native frames too (the C++ a collective waits in, e.g. c10d::Work::wait). A local run
+    (slurmtorch mpirun) is local-N, as it said when it started; no id: the one running.
     """
+    folder, ranks, send, resend = _stacks_target(job_id)
+    got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0, resend=resend)
+    for line in summary_lines(got, silent):
+        print(visible(line), flush=True)  # before the native frames, which take seconds
+    native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
+    details = detail_lines(got, all_threads, native)
+    if details:
+        print()
+        for line in details:
+            print(visible(line))
+    flight = flightdump.summary_lines(flightdump.load_folder(folder), ranks)
+    if flight:
+        print()
+        for line in flight:
+            print(visible(line))
+    for line in native_notes(native, late, native_wait_s):
+        print(visible(line), file=sys.stderr)
+    print(f"(the ranks' own files: {folder / protocol.STACKS})", file=sys.stderr)
+    return 0 if got else 1
+
+
+def _stacks_target(job_id: str | None):
+    """(the folder, its rank count, how to ask its ranks, how to ask again those the first
+    signal missed) for a Slurm job or a local run."""
+    if job_id is None or localrun.is_local_id(job_id):
+        folder = localrun.only_live_run() if job_id is None else localrun.run_dir(job_id)
+        job = jobdir.read_job(folder)
+        if not job:
+            raise SubmitError(f"no local run {job_id} (no {folder / protocol.JOB})",
+                              tip="its id is the one slurmtorch mpirun printed; the newest "
+                                  f"{localrun.KEEP} ended runs are kept")
+        name = localrun.run_id(folder)
+        if (folder / protocol.EXIT_CODE).exists():
+            raise SubmitError(f"local run {name} has ended (exit {jobdir.read_exit_code(folder)}); no rank to ask")
+        ranks = int(job["ntasks"])
+        return folder, ranks, lambda: stackrequest.signal_here(folder, ranks, os.uname().nodename), None
     base, _, trial = job_id.partition("_")
     jobdir.check_job_id(base)
     folder = jobdir.trial_dir(base, int(trial)) if trial.isdigit() else jobdir.job_dir(job_id)
@@ -228,19 +272,5 @@ def stacks(
     if not folder.is_dir() or not job:
         raise SubmitError(f"no job folder with a job.json at {folder}",
                           tip="was the job submitted by slurmtorch (0.x or later) with this SLURMTORCH_HOME?")
-    got, silent = stackrequest.ask(folder, int(job["ntasks"]), lambda: scheduler.signal_stacks(job_id, job.get("launcher") == "mpirun"), wait_s)
-    lines = summary_lines(got, silent)
-    for line in lines:
-        print(visible(line))
-    details = detail_lines(got, all_threads)
-    if details:
-        print()
-        for line in details:
-            print(visible(line))
-    flight = flightdump.summary_lines(flightdump.load_folder(folder), int(job["ntasks"]))
-    if flight:
-        print()
-        for line in flight:
-            print(visible(line))
-    print(f"(the ranks' own files: {folder / protocol.STACKS})", file=sys.stderr)
-    return 0 if got else 1
+    return (folder, int(job["ntasks"]), lambda: scheduler.signal_stacks(job_id, job.get("launcher") == "mpirun"),
+            lambda pids: scheduler.signal_pids(job_id, pids))

@@ -9,7 +9,7 @@ from typing import List, Optional
 import typer
 
 from slurmtorch.cli._common import options, program_args, provenance, with_options
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, SubmitError
 
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.
@@ -24,6 +24,8 @@ def mpirun(
     """Run SCRIPT (or -m MODULE) on N ranks with mpirun; exits with its code.
 
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with mpirun and torchrun.
+    The run gets a folder and an id (local-N, said on stderr): `slurmtorch stacks local-N`
+    shows where each of its ranks stands.
     """
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
     from slurmtorch.submit import render, spec
@@ -46,5 +48,17 @@ def mpirun(
         sys.stdout.write(text)
         return 0
     from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real run starts processes
+    from slurmtorch.submit.jobfolder import localrun
 
-    return submit.run_local(text)
+    try:
+        folder = localrun.create(text, job.ntasks)
+    except SubmitError as exc:  # the run still runs, as it did before runs had folders
+        print(f"slurmtorch: note: this run has no folder, so slurmtorch stacks cannot ask it: {exc.message}",
+              file=sys.stderr, flush=True)
+        return submit.run_local(text)
+    print(f"slurmtorch: run {localrun.run_id(folder)} ({job.ntasks} rank{'s' if job.ntasks > 1 else ''}; "
+          f"where each stands: slurmtorch stacks {localrun.run_id(folder)})", file=sys.stderr, flush=True)
+    try:
+        return submit.run_in_folder(folder / jobdir.SCRIPT, folder / jobdir.EXIT_CODE, localrun.environment(folder))
+    finally:
+        localrun.ended(folder)

@@ -199,6 +199,12 @@ def run_local(script: str, path: Path | None = None) -> int:
         return _run_bash(script, Path(folder) / "mpirun.sh")
 
 
+def run_in_folder(script: Path, exit_code_file: Path, env: dict[str, str]) -> int:
+    """Run a local run's script (written in its folder, `localrun`) here, output straight to
+    the terminal, with `env`; its exit code is left in `exit_code_file`."""
+    return _run_guarded(["bash", str(script)], exit_code_file, env)
+
+
 def _run_bash(script: str, path: Path) -> int:
     try:
         jobdir.write_new(path, script)
@@ -214,12 +220,12 @@ def guarded(argv: Sequence[str], exit_code_file: Path | None = None) -> list[str
     return [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(exit_code_file or "-"), "--", *argv]
 
 
-def _run_guarded(argv: Sequence[str]) -> int:
+def _run_guarded(argv: Sequence[str], exit_code_file: Path | None = None, env: dict[str, str] | None = None) -> int:
     """Run in our process group (a terminal's Ctrl-C and stdin reach mpirun as before); a
     TERM/HUP/INT sent to us alone goes to the guard, and we wait for it a bounded time.
     The CLI's main thread forks the guard (see start_guarded on why that matters)."""
     with Forwarding("stopped mpirun and its ranks") as forwarding:
-        proc = subprocess.Popen(guarded(argv))
+        proc = subprocess.Popen(guarded(argv, exit_code_file), env=env)
         try:
             forwarding.attach(proc.pid)
             return proc.wait()
@@ -232,7 +238,8 @@ def _run_guarded(argv: Sequence[str]) -> int:
             raise
 
 
-def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path) -> subprocess.Popen:
+def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path, env: dict[str, str] | None = None
+                  ) -> subprocess.Popen:
     """Start `argv` under guard.py in a session of its own, output to `log`, stdin empty:
     a Distributor's local run. The guard ends it when this process dies (its parent-death
     signal), with no signal handler of ours left in the user's process.
@@ -244,7 +251,7 @@ def start_guarded(argv: Sequence[str], log: Path, exit_code_file: Path) -> subpr
     def start() -> subprocess.Popen:
         with open(log, "wb") as out:
             return subprocess.Popen(guarded(argv, exit_code_file), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+                                    stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
     return start() if threading.current_thread() is threading.main_thread() else on_lasting_thread(start)
 
@@ -445,3 +452,17 @@ def send_stacks_signal(job_id: str, batch_step: bool = False, runner: Runner = r
     runner(["scancel", f"--signal={number}", str(job_id)], timeout=20)
     if batch_step:
         runner(["scancel", f"--signal={number}", "--batch", str(job_id)], timeout=20)
+
+
+def signal_pids(job_id: str, pids: dict[str, list[int]], runner: Runner = run) -> None:
+    """Send the stacks signal to these processes on these nodes of a running job, by pid: a
+    one-task step on each node (`srun --overlap`, which shares the job's CPUs with the
+    running step). For ranks the job-wide signal missed: mpirun's ranks on the batch node
+    (scancel --batch reaches the batch shell only, and the ranks are sessions of their own,
+    out of its process group; testbed, Slurm 22.05). A rank gone meanwhile is no error."""
+    number = int(getattr(signal, f"SIG{protocol.STACKS_SIGNAL}"))
+    if "_" in job_id:  # srun's --jobid takes no array task ("Invalid numeric value"): its own id
+        job_id = runner(["squeue", "-h", "-j", job_id, "-o", "%A"], timeout=20).stdout.strip() or job_id
+    for host, ids in sorted(pids.items()):
+        runner(["srun", "--overlap", f"--jobid={job_id}", f"--nodelist={host}", "--nodes=1", "--ntasks=1",
+                "--quiet", "kill", f"-{number}", *map(str, ids)], timeout=30, check=False)

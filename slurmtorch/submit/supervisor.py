@@ -11,7 +11,9 @@ runs on `--nodes` of the job's nodes that are not excluded (the job holds K more
 spares), with its own MASTER_PORT (and MASTER_ADDR on the site's interface) picked on
 the start's first node and `restart_count()` telling the ranks which start this is. While
 the step runs, with `--hang-timeout`, the ranks' heartbeats are watched
-(`heartbeats.hung_ranks`) and a step with a stopped or hung rank is ended at once.
+(`heartbeats.hung_ranks`) and a step with a stopped or hung rank is ended at once; when
+every rank stands still inside torch instead (`heartbeats.all_waiting`: nobody to blame),
+their stacks are taken and said once and the step goes on until the group's timeout.
 
 After a failure, `restarts.blame` names the cause and the suspect nodes from what the
 step left (its part of batch.out, the ranks' new stderr, their exit notes, the hung
@@ -47,7 +49,7 @@ from slurmtorch.submit.batchnode.restarts import RestartState, blame, dead_nodes
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
-from slurmtorch.submit.jobfolder.heartbeats import hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.jobfolder.heartbeats import all_waiting, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.scheduler import send_stacks_signal
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
@@ -238,19 +240,29 @@ def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: f
     proc = subprocess.Popen(argv, env=env)
     poll = interval_for(hang_timeout) if hang_timeout else 1.0
     hung: list[tuple[int, str, str]] = []
+    said_waiting = False
     while True:
         try:
             return proc.wait(timeout=poll), hung
         except subprocess.TimeoutExpired:
             pass
         if hang_timeout:
-            hung = hung_ranks(_beats(folder), time.time(), hang_timeout)
+            beats, now = _beats(folder), time.time()
+            hung = hung_ranks(beats, now, hang_timeout)
             if hung:
                 for rank, host, why in hung:
                     say(f"rank {rank} on {host}: {why}; ending the step")
                 take_stacks(folder, ntasks, start)
                 _end(proc)
                 return proc.returncode, hung
+            waited = all_waiting(beats, ntasks, now, hang_timeout) if not said_waiting else None
+            if waited is not None:
+                # No rank to blame and none to restart: say where they all stand, and let the
+                # group's timeout end them (its report then says where each stood as it ended).
+                say(f"all {ntasks} ranks have stood still in torch for {waited:.0f} s (a collective some rank "
+                    "never joins, or one they disagree on); the step goes on until the group's timeout")
+                take_stacks(folder, ntasks, start)
+                said_waiting = True
 
 
 # --------------------------------------------------------------------------- after a start

@@ -18,6 +18,8 @@ import re
 import socket
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -320,20 +322,40 @@ def test_local_mode_runs_a_file_with_arguments(local, capsys):
                      "name": "__main__", "host": socket.gethostname()}
 
 
+@pytest.fixture
+def sleeping(local):
+    """A local job of 2 ranks asleep in `sleeper`, cancelled at the test's end."""
+    job = Distributor(num_processes=2, local_mode=True, progress=False).submit(sleeper)
+    with cancelled_at_exit(job):
+        wait_for(lambda: all("started" in job.logs(r, "out") for r in (0, 1)), 60, "the ranks to start")
+        yield job
+
+
 @pytest.mark.mpi
 @pytest.mark.torch
 @pytest.mark.timeout(120)
-def test_local_mode_cancel_ends_every_process(local):
-    job = Distributor(num_processes=2, local_mode=True, progress=False).submit(sleeper)
-    with cancelled_at_exit(job):
-        wait_for(lambda: "started" in job.logs(0, "out"), 60, "rank 0 to start")
-        assert job.state() == "RUNNING"
-        job.cancel()
-        assert job.state() == "CANCELLED"
-        assert not group_alive(job._handle.pgid)
-        with pytest.raises(JobFailed, match="was cancelled") as e:
-            job.result(timeout=10)
-        assert e.value.state == "CANCELLED" and not isinstance(e.value, RemoteError)
+def test_local_mode_cancel_ends_every_process(sleeping):
+    job = sleeping
+    assert job.state() == "RUNNING"
+    job.cancel()
+    assert job.state() == "CANCELLED"
+    assert not group_alive(job._handle.pgid)
+    with pytest.raises(JobFailed, match="was cancelled") as e:
+        job.result(timeout=10)
+    assert e.value.state == "CANCELLED" and not isinstance(e.value, RemoteError)
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(180)
+def test_slurmtorch_stacks_asks_a_local_job_by_its_id(sleeping):
+    """A local Distributor run is a local run: `slurmtorch stacks <job id>` (or no id) shows its ranks."""
+    for ids in ([sleeping.job_id], []):
+        out = subprocess.run([sys.executable, "-m", "slurmtorch", "stacks", *ids, "--native-wait-s", "0"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        line = sleeper.__code__.co_firstlineno + 2  # its time.sleep
+        assert out.stdout.splitlines()[0] == f"ranks 0-1 (2): test_distributor.py:{line} sleeper()", out.stdout
 
 
 @pytest.mark.mpi

@@ -88,7 +88,8 @@ def test_slurmtorch_mpirun_leaves_no_process_of_its_own(mpi_env, has_torch, tmp_
                       "from test_local_run_leftovers import spawn_leftovers\nspawn_leftovers(sys.argv[1])\n")
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", "-n", "2",
-                           str(script), str(tmp_path)], env=mpi_env, cwd=REPO, capture_output=True, text=True,
+                           str(script), str(tmp_path)], env=dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home")),
+                          cwd=REPO, capture_output=True, text=True,
                           timeout=90)
     assert proc.returncode == 0, proc.stderr
     leftovers = left(tmp_path, 2)

@@ -12,7 +12,7 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.batchnode.batchwatch import batch_host_gone
 from slurmtorch.submit.batchnode.batchwatch import parse_args as watch_args
 from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, parse_failures, step_refusal
-from slurmtorch.submit.jobfolder.heartbeats import Beat, hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.jobfolder.heartbeats import Beat, all_waiting, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import resolve_restarts
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
@@ -163,6 +163,18 @@ def test_ranks_all_busy_in_their_own_code_are_not_hung():
 def test_a_heartbeat_no_longer_written_is_a_rank_that_stopped():
     beats = {0: beat(0, 100, 99, "torch"), 1: beat(1, 80, 79, "torch")}
     assert hung_ranks(beats, 100.5, 15) == [(1, "node2", "stopped answering (no heartbeat for 20 s)")]
+
+
+def test_every_rank_standing_still_in_torch_names_nobody_but_is_said():
+    """A collective some rank never joins: nobody is in its own code to blame (no restart),
+    but the supervisor says where they all stand (their stacks) long before the group's timeout."""
+    beats = {0: beat(0, 100, 80, "torch"), 1: beat(1, 100, 82, "torch")}
+    assert hung_ranks(beats, 100.5, 15) == []
+    assert all_waiting(beats, 2, 100.5, 15) == 18.5  # since the last of them stood still
+    assert all_waiting(beats, 3, 100.5, 15) is None  # a rank without a heartbeat yet
+    assert all_waiting({**beats, 1: beat(1, 100, 90, "torch")}, 2, 100.5, 15) is None  # one moved lately
+    assert all_waiting({**beats, 1: beat(1, 100, 80, "own")}, 2, 100.5, 15) is None  # hung_ranks' case
+    assert all_waiting({**beats, 1: beat(1, 70, 60, "torch")}, 2, 100.5, 15) is None  # stopped: hung_ranks'
 
 
 def test_healthy_ranks_that_move_are_not_named():

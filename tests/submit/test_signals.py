@@ -135,7 +135,8 @@ def test_a_signal_to_the_mpirun_cli_ends_prterun_and_every_rank(mpi_env, tmp_pat
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", "-n", "3", str(script),
-                             str(tmp_path)], env=mpi_env, cwd=REPO, stdout=subprocess.DEVNULL,
+                             str(tmp_path)], env=dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home")), cwd=REPO,
+                            stdout=subprocess.DEVNULL,
                             stderr=(tmp_path / "stderr").open("w"), start_new_session=True,
                             preexec_fn=default_signals)
     tree: set[int] = set()
@@ -211,10 +212,11 @@ def test_ctrl_c_to_the_mpirun_cli_exits_130_with_one_line(mpi_env, tmp_path):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     code, _, err = ctrl_c([sys.executable, "-m", "slurmtorch.cli.main", "mpirun", "-n", "2", str(script),
-                           str(tmp_path)], mpi_env, tmp_path, 2)
+                           str(tmp_path)], dict(mpi_env, SLURMTORCH_HOME=str(tmp_path / "home")), tmp_path, 2)
     # torch's own C++ warnings (`[W1125 ...] [c10d] ...`, where a host name does not resolve) are the host's
     ours = [ln for ln in err.splitlines() if not re.match(r"\[W\d{4} ", ln)]
-    assert (code, ours) == (130, ["error: interrupted (Ctrl-C): stopped mpirun and its ranks"]), err
+    started = "slurmtorch: run local-1 (2 ranks; where each stands: slurmtorch stacks local-1)"  # said at the start
+    assert (code, ours) == (130, [started, "error: interrupted (Ctrl-C): stopped mpirun and its ranks"]), err
 
 
 @pytest.mark.timeout(150)

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap import flightrecorder
+from slurmtorch.bootstrap import flightrecorder, native
 from slurmtorch.errors import SpecError
-from slurmtorch.protocol import Frame, RankStacks, ThreadStack
+from slurmtorch.protocol import Frame, Native, RankStacks, ThreadStack
 from slurmtorch.submit.jobfolder import flightdump
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.preemption import parse_signal
-from slurmtorch.submit.jobfolder.stacks import Silent, detail_lines, ranges, summary, summary_lines
+from slurmtorch.submit.jobfolder.stacks import (Silent, detail_lines, native_notes, ranges, short_name, summary,
+                                                summary_lines)
 
 REPO = Path(__file__).resolve().parent.parent.parent
 TORCH = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
@@ -105,11 +106,16 @@ RANK = textwrap.dedent('''\
 ''')
 
 
+def start_rank(tmp_path, code: str = RANK, argv0: tuple = (sys.executable,), **env) -> subprocess.Popen:
+    environ = {**os.environ, protocol.JOB_DIR: str(tmp_path), "PYTHONPATH": str(REPO), **env}
+    proc = subprocess.Popen([*argv0, "-c", code], env=environ, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    return proc
+
+
 @pytest.fixture
 def rank_process(tmp_path):
-    env = {**os.environ, protocol.JOB_DIR: str(tmp_path), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", RANK], env=env, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "ready\n"
+    proc = start_rank(tmp_path)
     yield proc
     proc.kill()
     proc.wait()
@@ -121,6 +127,95 @@ def test_a_rank_blocked_in_a_sleep_writes_its_stack_on_the_signal(rank_process, 
     assert silent == [] and got[0].host == "nodeX" and got[0].pid == rank_process.pid
     assert [f.function for f in got[0].main_thread().frames] == ["loader", "<module>"]  # in loader from "ready" on
     assert rank_process.poll() is None  # the signal left it running
+
+
+def test_a_request_leaves_the_end_file_the_rank_holds_open(rank_process, tmp_path):
+    """A rank writes its last stacks to rank-R.end.txt as it ends, through a descriptor it
+    opened at its start: a request must not remove that file (it did: the glob rank-*.txt)."""
+    end = tmp_path / protocol.STACKS / protocol.end_stacks_name(0)
+    assert end.exists()
+    stackrequest.ask(tmp_path, 1, lambda: os.kill(rank_process.pid, protocol_signal()), wait_s=60)
+    assert end.exists()
+    rank_process.terminate()
+    rank_process.wait()
+    assert protocol.parse_stacks(end.read_text()).main_thread().frames[0].function == "loader"
+
+
+# --------------------------------------------------------------------------- native frames (py-spy)
+
+def ask_natives(proc, folder):
+    got, _ = stackrequest.ask(folder, 1, lambda: os.kill(proc.pid, protocol_signal()), wait_s=60, native=True)
+    natives, late = stackrequest.natives(folder, [0], wait_s=120)
+    assert late == []
+    return got, natives[0]
+
+
+def test_where_py_spy_is_installed_a_rank_adds_its_native_frames(rank_process, tmp_path):
+    # scripts/setup pins py-spy in the test venv, beside sys.executable, where the rank looks first.
+    assert native.find(os.environ)[0] == os.path.join(os.path.dirname(sys.executable), "py-spy")
+    stackrequest.ask(tmp_path, 1, lambda: os.kill(rank_process.pid, protocol_signal()), wait_s=60)
+    assert stackrequest.natives(tmp_path, [0], wait_s=3) == ({}, [0])  # not asked for (the supervisor's request)
+    got, mixed = ask_natives(rank_process, tmp_path)
+    assert mixed.why == "" and mixed.pid == rank_process.pid
+    frames = mixed.frames(got[0].main)
+    assert [f.function for f in frames if not f.native][:2] == ["loader", "<module>"]
+    assert frames[0].native  # inside the sleep, below Python: libc's
+    lines = detail_lines(got, native={0: mixed})
+    assert lines[0] == "rank 0 on nodeX, main thread (most recent call last, native frames by py-spy):"
+    assert lines[-1].startswith("  [native] ") and not any("[native] 0x" in ln for ln in lines)
+
+
+def test_without_py_spy_a_rank_says_why_once_and_its_python_stacks_stand(tmp_path):
+    """A python with no py-spy beside it and none on PATH; then one turned off; then one that
+    cannot trace the rank (not dumpable, no CAP_SYS_PTRACE: what Yama's modes 2-3 or a
+    container refuse in the same way)."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    cases = [((base,), {"PATH": "/usr/bin:/bin"}, "py-spy is not installed where the ranks run (pip install py-spy)"),
+             ((sys.executable,), {protocol.PY_SPY: "0"}, "turned off (SLURMTORCH_PY_SPY=0)")]
+    if os.geteuid() == 0:
+        cases.append((("setpriv", "--bounding-set", "-sys_ptrace", "--inh-caps", "-sys_ptrace", sys.executable), {},
+                      "ptrace is not permitted here"))
+    else:
+        cases.append(((sys.executable,), {}, "ptrace is not permitted here"))
+    undumpable = RANK.replace("def loader():", "import ctypes\nctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE\n"
+                                                "def loader():")
+    for i, (argv0, env, why) in enumerate(cases):
+        folder = tmp_path / str(i)
+        proc = start_rank(folder, undumpable if "ptrace" in why else RANK, argv0, **env)
+        try:
+            got, mixed = ask_natives(proc, folder)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert mixed.threads == () and mixed.why.startswith(why), mixed.why
+        assert detail_lines(got, native={0: mixed})[1:] == detail_lines(got)[1:]  # the Python stack alone
+    notes = native_notes({0: Native(0, 1, why="no py-spy"), 1: Native(1, 2, why="no py-spy"), 3: Native(3, 4)}, [2], 30)
+    assert notes == ["native frames: none from ranks 0-1: no py-spy; Python stacks only",
+                     "native frames: none from rank 2: py-spy had not answered within 30 s (--native-wait-s); "
+                     "Python stacks only"]
+
+
+def test_py_spys_refusals_read_as_one_line():
+    assert native.refusal("Permission Denied: Try running again with elevated permissions\n", 1, 2) == (
+        "ptrace is not permitted here (kernel.yama.ptrace_scope=2): Permission Denied: Try running again with "
+        "elevated permissions")
+    assert native.refusal("\nError: Failed to find python version\n", 1, None) == (
+        "py-spy failed: Error: Failed to find python version")
+    assert native.refusal("", 3, None) == "py-spy failed: exit 3"
+
+
+def test_native_frames_read_back_and_cpp_names_are_cut_to_their_path():
+    dump = ('[{"thread_id": 16, "frames": [{"name": "c10d::Work::wait", "filename": "/v/libtorch_cpu.so", '
+            '"module": "/v/libtorch_cpu.so", "short_filename": "libtorch_cpu.so", "line": 0}, '
+            '{"name": "step", "filename": "/home/u/train.py", "module": null, "line": 42}]}]')
+    n = protocol.parse_native(protocol.native_header(3, 99) + dump)
+    assert n.frames(16) == (Frame("libtorch_cpu.so", 0, "c10d::Work::wait", native=True), Frame("/home/u/train.py", 42, "step"))
+    assert protocol.parse_native(protocol.native_header(3, 99) + "unavailable: no py-spy\n").why == "no py-spy"
+    assert protocol.parse_native(protocol.native_header(3, 99) + "[{").why == "py-spy said something unreadable"
+    assert protocol.parse_native("") is None
+    assert short_name("f<std::vector<int, a<b> >, c>(std::string const&, g<(long)1>)::{lambda(int)#1}::_FUN") == (
+        "f<>()::{lambda()#1}::_FUN")
+    assert short_name("operator<<") == "operator<<"
 
 
 def test_a_rank_without_an_alive_file_is_awaited_as_not_started(rank_process, tmp_path):
@@ -228,6 +323,32 @@ def test_the_ranks_are_asked_by_signal_number_and_the_batch_step_only_for_mpirun
     number = str(int(signal.SIGWINCH))
     assert calls == [["scancel", f"--signal={number}", "42"],
                      ["scancel", f"--signal={number}", "43"], ["scancel", f"--signal={number}", "--batch", "43"]]
+    calls.clear()  # the ranks a job-wide signal missed: by pid, one overlapping one-task step per node
+    scheduler.signal_pids("43", {"node2": [7], "node1": [5, 6]}, runner=lambda argv, **kw: calls.append(argv))
+    assert calls == [["srun", "--overlap", "--jobid=43", "--nodelist=node1", "--nodes=1", "--ntasks=1", "--quiet",
+                      "kill", f"-{number}", "5", "6"],
+                     ["srun", "--overlap", "--jobid=43", "--nodelist=node2", "--nodes=1", "--ntasks=1", "--quiet",
+                      "kill", f"-{number}", "7"]]
+    calls.clear()  # an array task: srun wants its own job id (testbed: 'Invalid numeric value "1_1" for --jobid')
+
+    def runner(argv, **kw):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, "45\n" if argv[0] == "squeue" else "", "")
+    scheduler.signal_pids("44_1", {"node1": [5]}, runner=runner)
+    assert calls == [["squeue", "-h", "-j", "44_1", "-o", "%A"],
+                     ["srun", "--overlap", "--jobid=45", "--nodelist=node1", "--nodes=1", "--ntasks=1", "--quiet",
+                      "kill", f"-{number}", "5"]]
+
+
+def test_ranks_the_signal_missed_are_signalled_again_by_pid(rank_process, tmp_path):
+    resent = []
+
+    def resend(pids):
+        resent.append(pids)
+        os.kill(pids["nodeX"][0], protocol_signal())
+
+    got, silent = stackrequest.ask(tmp_path, 1, lambda: None, wait_s=60, resend=resend)  # the first signal lost
+    assert resent == [{"nodeX": [rank_process.pid]}] and silent == [] and 0 in got
 
 
 def test_stacks_of_a_bad_job_id_is_one_clear_line(tmp_path):

@@ -5,23 +5,32 @@ login node or the batch node, `scheduler.signal_job`), then the job folder is re
 every rank has either answered (`stacks/rank-R.txt`, replaced whole by the rank) or is
 known not to (its alive lock free: dead, or exited; `bootstrap.stacks`), or the time is up.
 A live rank answers within milliseconds, so the wait ends as soon as the last one has.
+Its native frames (py-spy's, where installed: bootstrap.native) follow in seconds; `natives`
+waits for those of the ranks that answered.
+
+A local run (`slurmtorch mpirun`, no Slurm to carry a signal) is asked by sending the signal
+to each rank's process on this host, the one its alive file names and whose lock is held.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from slurmtorch import protocol
-from slurmtorch.protocol import RankStacks, parse_alive, parse_stacks
+from slurmtorch.protocol import Native, RankStacks, parse_alive, parse_native, parse_stacks
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits
 from slurmtorch.submit.jobfolder.stacks import Silent, summary_lines
 
 WAIT_S = 3.0  # how long a rank whose process lives gets to answer
+RESEND_S = 0.5  # a rank that the signal reached answers in milliseconds: after this, signal the rest by pid
+NATIVE_WAIT_S = 30.0  # how long py-spy gets: it reads libtorch's symbols, seconds on a loaded node
+SIGNAL = getattr(signal, f"SIG{protocol.STACKS_SIGNAL}")
 POLL_S = 0.05
 
 
@@ -41,23 +50,54 @@ def is_alive(path: Path) -> bool | None:
     return False
 
 
-def clear(folder: Path) -> None:
-    """Remove earlier answers: what is there next is new."""
-    for p in (folder / protocol.STACKS).glob(protocol.stacks_name("*")):
-        p.unlink(missing_ok=True)
+def clear(folder: Path, ranks: int) -> None:
+    """Remove earlier answers: what is there next is new. Only those: a rank's end file
+    (`rank-R.end.txt`) is open in the rank, which writes its last stacks there as it ends."""
+    for rank in range(ranks):
+        for name in (protocol.stacks_name(rank), protocol.native_name(rank)):
+            (folder / protocol.STACKS / name).unlink(missing_ok=True)
 
 
-def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S
-        ) -> tuple[dict[int, RankStacks], list[Silent]]:
-    """(the stacks of the ranks that answered, the ranks that did not and why)."""
-    clear(folder)
+def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S, native: bool = False,
+        resend: Callable[[dict[str, list[int]]], None] | None = None) -> tuple[dict[int, RankStacks], list[Silent]]:
+    """(the stacks of the ranks that answered, the ranks that did not and why). With
+    `native`, the ranks also take their native frames (`natives` collects them); without,
+    they run no py-spy (the supervisor, about to end the step, wants the summary only).
+    `resend` gets, once RESEND_S has passed, the live ranks that have not answered (their
+    pids by node, from their alive files): for a signal that does not reach them all."""
+    clear(folder, ranks)
+    wanted = folder / protocol.STACKS / protocol.NATIVE_WANTED
+    try:
+        if native:
+            wanted.touch()
+        else:
+            wanted.unlink(missing_ok=True)
+    except OSError:
+        pass  # no stacks/ yet (no rank started), or not writable: the Python stacks still come
     send()
-    deadline = time.monotonic() + wait_s
+    start = time.monotonic()
     while True:
         stacks, silent, waiting = collect(folder, ranks)
-        if not waiting or time.monotonic() >= deadline:
+        if not waiting or time.monotonic() >= start + wait_s:
             return stacks, silent + [Silent(r, h, why) for r, h, why in waiting]
+        if resend is not None and time.monotonic() >= start + RESEND_S:
+            missed = live_pids(folder, [r for r, _, _ in waiting])
+            if missed:
+                resend(missed)
+            resend = None
         time.sleep(POLL_S)
+
+
+def live_pids(folder: Path, ranks: Iterable[int]) -> dict[str, list[int]]:
+    """The pids of these ranks' live processes, by node: the ones their alive files name,
+    whose locks are held (so the pid is that rank's process still, not a reused one)."""
+    out: dict[str, list[int]] = {}
+    for rank in ranks:
+        alive = folder / protocol.STACKS / protocol.alive_name(rank)
+        placed = parse_alive(jobdir.read_text(alive))
+        if placed is not None and is_alive(alive):
+            out.setdefault(placed[0], []).append(placed[1])
+    return out
 
 
 def collect(folder: Path, ranks: int) -> tuple[dict[int, RankStacks], list[Silent], list[tuple[int, str, str]]]:
@@ -82,6 +122,27 @@ def collect(folder: Path, ranks: int) -> tuple[dict[int, RankStacks], list[Silen
         else:
             waiting.append((rank, host, "not started (still starting, or never did)"))
     return stacks, silent, waiting
+
+
+def natives(folder: Path, ranks: Iterable[int], wait_s: float = NATIVE_WAIT_S) -> tuple[dict[int, Native], list[int]]:
+    """The native frames of `ranks` (those that answered), each once its file is there, or
+    the time is up: (what came, the ranks still awaited)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        got = {r: n for r in ranks if (n := parse_native(jobdir.read_text(folder / protocol.STACKS / protocol.native_name(r))))}
+        late = [r for r in ranks if r not in got]
+        if not late or time.monotonic() >= deadline:
+            return got, late
+        time.sleep(POLL_S)
+
+
+def signal_here(folder: Path, ranks: int, host: str) -> None:
+    """Send the stacks signal to each live rank of a local run on `host` (`live_pids`)."""
+    for pid in live_pids(folder, range(ranks)).get(host, []):
+        try:
+            os.kill(pid, SIGNAL)
+        except OSError:
+            pass  # it ended just now: collect() names it
 
 
 def summary(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S) -> list[str]:

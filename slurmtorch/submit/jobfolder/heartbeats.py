@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from slurmtorch.protocol import Beat, parse_beat
 
-__all__ = ["Beat", "parse_beat", "interval_for", "hung_ranks"]
+__all__ = ["Beat", "parse_beat", "interval_for", "hung_ranks", "all_waiting"]
 
 
 def interval_for(timeout: float) -> float:
@@ -38,3 +38,15 @@ def hung_ranks(beats: Mapping[int, Beat], now: float, timeout: float) -> list[tu
                  + (f" while {who} for it" if who else ""))
                 for b in stuck if b.place == "own"]
     return sorted(stopped + hung)
+
+
+def all_waiting(beats: Mapping[int, Beat], ranks: int, now: float, timeout: float) -> float | None:
+    """How long every one of `ranks` has stood still inside torch (a collective some rank
+    never joins, or one they disagree on: nobody is in its own code to be named), once that
+    is longer than `timeout`; else None."""
+    stale = max(timeout, 3 * interval_for(timeout))
+    if len(beats) < ranks or not beats:
+        return None
+    if any(now - b.written > stale or b.place != "torch" or now - b.unmoved_since <= timeout for b in beats.values()):
+        return None
+    return now - max(b.unmoved_since for b in beats.values())

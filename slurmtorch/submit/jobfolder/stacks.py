@@ -9,6 +9,10 @@ exited; no answer; not started) and comes before them all.
 A stack reads as the innermost frame where it stands, then the innermost frame of the
 user's own code that led there (not torch, the standard library, site-packages or our
 bootstrap), which is the line a person looks at.
+
+Where a rank's native frames came (py-spy's, `bootstrap.native`), its group's stack is shown
+with them, C++ names cut to their path (`c10d::ProcessGroupGloo::AsyncWork::wait`); where
+none came, one line per reason says why, the Python stacks standing alone.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
-from slurmtorch.protocol import Frame, RankStacks
+import re
 from dataclasses import dataclass
+
+from slurmtorch.protocol import Frame, Native, RankStacks
 
 # Where a frame is somebody else's code: an installed package, the standard library, our bootstrap.
 LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", f"{os.sep}slurmtorch{os.sep}bootstrap{os.sep}")
@@ -88,16 +94,60 @@ def summary_lines(stacks: Mapping[int, RankStacks], silent: Iterable[Silent] = (
     return lines
 
 
-def detail_lines(stacks: Mapping[int, RankStacks], all_threads: bool = False) -> list[str]:
+def detail_lines(stacks: Mapping[int, RankStacks], all_threads: bool = False,
+                 native: Mapping[int, Native] | None = None) -> list[str]:
     """Each group's main-thread stack as Python prints a traceback (most recent call last);
-    with `all_threads`, every thread of each group's first rank."""
+    with `all_threads`, every thread of each group's first rank; with that rank's native
+    frames where `native` has them."""
     lines: list[str] = []
     for ranks, one in groups(stacks):
         head = f"rank {ranks[0]} on {one.host}" if len(ranks) == 1 else f"ranks {ranges(ranks)}"
         main = one.main_thread()
         threads = one.threads if all_threads else ((main,) if main else ())
+        mixed = (native or {}).get(ranks[0])
         for thread in threads:
             name = "main thread" if thread.ident == one.main else f"thread 0x{thread.ident:x}"
-            lines.append(f"{head}, {name} (most recent call last):")
-            lines += [f'  File "{f.file}", line {f.line}, in {f.function}' for f in reversed(thread.frames)]
+            frames = shown(mixed.frames(thread.ident) if mixed else None) or thread.frames
+            note = ", native frames by py-spy" if any(f.native for f in frames) else ""
+            lines.append(f"{head}, {name} (most recent call last{note}):")
+            lines += [frame_line(f) for f in reversed(frames)]
     return lines
+
+
+def shown(frames: tuple | None) -> tuple:
+    """py-spy's frames worth reading: from the innermost on, up to the outermost Python
+    frame (beyond it only the C runtime's start), named ones only (a bare address says nothing)."""
+    if not frames:
+        return ()
+    outermost = max((i for i, f in enumerate(frames) if not f.native), default=len(frames) - 1)
+    return tuple(f for f in frames[:outermost + 1] if not (f.native and f.function.startswith("0x")))
+
+
+def frame_line(frame: Frame) -> str:
+    if frame.native:
+        return f"  [native] {short_name(frame.function)} ({frame.file})"
+    return f'  File "{frame.file}", line {frame.line}, in {frame.function}'
+
+
+def short_name(name: str) -> str:
+    """A C++ name without its template arguments and parameter lists: pybind11's run to pages
+    (`initialize<...>(...)::{lambda(...)#1}::_FUN` -> `initialize<>()::{lambda()#1}::_FUN`)."""
+    while True:  # innermost first, each pair marked by a character no name holds
+        shorter = re.sub(r"<[^<>]*>", "\x01", re.sub(r"\([^()]*\)", "\x02", name))
+        if shorter == name:
+            return name.replace("\x01", "<>").replace("\x02", "()")
+        name = shorter
+
+
+def native_notes(native: Mapping[int, Native], late: Iterable[int], wait_s: float) -> list[str]:
+    """Once per reason, why ranks gave no native frames (`native frames: none from ranks
+    0-7: py-spy is not installed ...`); [] where every rank gave them."""
+    by_why: dict[str, list[int]] = {}
+    for rank, n in native.items():
+        if n.why:
+            by_why.setdefault(n.why, []).append(rank)
+    late = sorted(late)
+    if late:
+        by_why.setdefault(f"py-spy had not answered within {wait_s:g} s (--native-wait-s)", []).extend(late)
+    return [f"native frames: none from rank{'s' if len(r) > 1 else ''} {ranges(r)}: {why}; Python stacks only"
+            for why, r in sorted(by_why.items(), key=lambda item: min(item[1]))]
