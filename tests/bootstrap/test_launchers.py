@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -331,6 +332,32 @@ def test_mpich_self_check_names_the_launcher(mpich_env):
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.splitlines() if line.startswith("slurmtorch: rank")]
     assert len(lines) == 2 and all("all_reduce 3 (expected 3) ok" in line for line in lines)
+
+
+def test_an_mpi_init_that_never_returns_ends_the_rank_at_the_deadline_naming_the_fix(mpich_env, tmp_path):
+    """MPI_Init holds the GIL while it waits for its process manager, so only a watcher
+    outside the interpreter can end it. Here the PMI server accepts and never answers, as
+    srun --mpi=pmi2 on Slurm 24.11 left MPICH waiting; without the deadline the rank hung
+    until the step's time limit (this test's 60 s)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    noop = tmp_path / "noop.py"
+    noop.write_text("print('ran')\n")
+    env = {**mpich_env, "PMI_PORT": f"127.0.0.1:{silent.getsockname()[1]}", "PMI_RANK": "1", "PMI_SIZE": "2",
+           "PMI_ID": "1", "SLURM_MPI_TYPE": "pmi2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+           "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}
+    try:
+        result = subprocess.run([str(MPICH / "python"), "-m", "slurmtorch.bootstrap", "--timeout", "5", noop],
+                                env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    finally:
+        silent.close()
+    assert result.returncode == -9 and "ran" not in result.stdout, result
+    header, line = result.stderr.strip().splitlines()[-2:]
+    assert header.startswith("rank ?(PMI_RANK=1) on ") and header.endswith(" failed:")
+    assert line.startswith("error: MPI_Init did not return within 5 s (the bootstrap's --timeout) under srun "
+                           "--mpi=pmi2: MPICH hangs there on Slurm 24.11"), line
+    assert "fix: launch with srun --mpi=pmix and an MPI built with PMIx, or with MPICH's own mpiexec" in line
 
 
 def test_a_rank_that_raises_under_mpich_ends_the_job_and_is_named(mpich_env):
