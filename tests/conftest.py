@@ -7,6 +7,7 @@ In CI (CI=true) a missing piece is a failure, never a skip: the fixtures call
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,9 @@ class Testbed:
     nodes: list[str]
     state_dir: Path
     python: str = field(default_factory=lambda: sys.executable)
+    # Slurm's (major, minor), e.g. (22, 5) or (24, 11): where the versions differ, a test
+    # checks the product's behaviour on each (SLURMTORCH_SLURM picks it: scripts/test).
+    slurm: tuple[int, int] = (0, 0)
 
     def run(self, argv, *, timeout=120, check=False, env=None, **kw) -> subprocess.CompletedProcess:
         merged = dict(self.env)
@@ -91,7 +95,12 @@ def testbed() -> Testbed:
     # Clients and jobs use this interpreter's venv first.
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     nodes = exports.get("SLURMTORCH_TESTBED_NODES", "").split(",")
-    return Testbed(env=env, nodes=[n for n in nodes if n], state_dir=Path(exports["SLURMTORCH_TESTBED_DIR"]))
+    version = subprocess.run(["sinfo", "--version"], env=env, capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"(\d+)\.(\d+)", version)
+    if m is None:
+        pytest.fail(f"cannot read Slurm's version from `sinfo --version`: {version!r}", pytrace=False)
+    return Testbed(env=env, nodes=[n for n in nodes if n], state_dir=Path(exports["SLURMTORCH_TESTBED_DIR"]),
+                   slurm=(int(m.group(1)), int(m.group(2))))
 
 
 @pytest.fixture(scope="session")

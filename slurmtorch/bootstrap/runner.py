@@ -46,7 +46,7 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     if problem:
         raise BootstrapError(f"timeout={timeout!r} {problem}", tip="e.g. timeout=600 (seconds)")
     STATE.timeout = float(timeout)
-    info, reservation = derive(source, backend, role=role)
+    info, reservation = derive(source, backend, role=role, timeout=STATE.timeout)
     if STATE.main:
         # After MPI's collectives, not before: Open MPI waits in them by yielding the CPU,
         # which yields to nothing in a session of one (~2x our CPU at 8-16 ranks on 2 cores).

@@ -17,8 +17,11 @@ from slurmtorch.errors import BootstrapError
 
 
 def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str | None = None,
-           role: str | None = None):
-    """The world and (on the master) the held MASTER_PORT; the side-effecting edge of `launchers`."""
+           role: str | None = None, timeout: float = 0.0):
+    """The world and (on the master) the held MASTER_PORT; the side-effecting edge of `launchers`.
+
+    `timeout` (seconds, 0 for none) also bounds MPI_Init: a world that never comes up ends the
+    rank at that deadline instead of at the job's time limit."""
     environ = os.environ if env is None else env
     hostname = hostname or os.uname().nodename  # gethostname(2)
     if role is not None:
@@ -36,7 +39,7 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
         from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms, for MPI worlds only
 
         mpi.apply_mca_defaults(environ, backend)
-        info, reservation = mpi.from_comm(dict(environ), hostname, backend_hint)
+        info, reservation = mpi.from_comm(dict(environ), hostname, backend_hint, init_deadline=timeout)
     elif src == "slurm":
         info = fromenv.from_env(environ, hostname, "slurm")
         if info.rank == 0:

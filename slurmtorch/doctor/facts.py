@@ -98,6 +98,7 @@ class NodeFacts:
     host_address: str | None = None  # what the host name resolves to
     srun_plugins: tuple[str, ...] | None = None  # `srun --mpi=list`; None: no srun here
     srun_error: str = ""
+    slurm_version: tuple[int, int] | None = None  # `srun --version`: (major, minor), e.g. (24, 11)
     environ: tuple[tuple[str, str], ...] = ()  # the current environment (for "already set")
     rdma: RdmaFacts = RdmaFacts()
 
@@ -169,6 +170,12 @@ def parse_srun_plugins(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def parse_slurm_version(text: str) -> tuple[int, int] | None:
+    """(24, 11) from `srun --version` ("slurm 24.11.5", Debian's "slurm-wlm 24.11.5")."""
+    m = re.search(r"\bslurm(?:-wlm)?\s+(\d+)\.(\d+)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     return lines[-1] if lines else ""
@@ -220,6 +227,15 @@ def srun_plugins() -> tuple[tuple[str, ...] | None, str]:
     if proc.returncode != 0:
         return None, f"srun --mpi=list exit {proc.returncode}: {_last_line(text)}"
     return parse_srun_plugins(text), ""
+
+
+def slurm_version() -> tuple[int, int] | None:
+    """This srun's Slurm version, or None without a usable srun."""
+    try:
+        proc = scheduler.run(["srun", "--version"], timeout=30, check=False)
+    except SubmitError:
+        return None
+    return parse_slurm_version(proc.stdout + proc.stderr) if proc.returncode == 0 else None
 
 
 def _ports() -> tuple[Port, ...]:
@@ -285,4 +301,5 @@ def gather_node_facts(python: str, env: Mapping[str, str], timeout: float = 60) 
     return NodeFacts(hostname=hostname, python=python, python_error=python_error, torch=torch, mpi=mpi,
                      gpu_devices=gpu_devices, amd_gpus=_amd_gpus(), ib_devices=ib, interfaces=gather_interfaces(),
                      host_address=host_address, srun_plugins=plugins, srun_error=srun_error,
+                     slurm_version=slurm_version() if plugins is not None else None,
                      environ=tuple(os.environ.items()), rdma=gather_rdma(env))

@@ -180,6 +180,19 @@ def _plugin_available(plugin: str, plugins: Sequence[str]) -> bool:
     return any(p == plugin or p.startswith(plugin + "_") for p in plugins)
 
 
+def mpich_pmi2_check(version) -> Check:
+    """MPICH under srun --mpi=pmi2 from Slurm 24.11 on: seen with PyPI's MPICH 5.0.2 on Slurm 24.11.5,
+    its MPI_Init hung (or aborted) once torch was imported, slurmstepd logging `mpi/pmi2: invalid
+    client request` (the request was memory garbage); the same wheels on 22.05 came up every time.
+    Rendered srun jobs take their world from Slurm and never call MPI_Init; a user's own
+    `srun --mpi=pmi2 ... python -m slurmtorch.bootstrap`, or a script using MPI, does."""
+    return Check(WARN, f"MPICH under srun --mpi=pmi2 on Slurm {version[0]}.{version[1]}: MPI_Init can hang or abort "
+                       "once torch is imported (slurmstepd: `mpi/pmi2: invalid client request`); the bootstrap "
+                       "ends such a rank at its --timeout",
+                 "launch MPI ranks with MPICH's own mpiexec inside the allocation (launcher: mpirun), or use an MPI "
+                 "built with PMIx and mpi_plugin: pmix")
+
+
 def check_srun(facts: NodeFacts, site) -> list[Check]:
     """srun exists where the site launches with it, and offers the site's --mpi plugin (PMIx)."""
     plugins = facts.srun_plugins
@@ -209,6 +222,8 @@ def check_srun(facts: NodeFacts, site) -> list[Check]:
                              f"Open MPI {major} under srun --mpi={plugin}: every MPI rank comes up as a "
                              "singleton of size 1",
                              "set srun_mpi: pmix in the site config (Open MPI 5 speaks only PMIx)"))
+        if vendor == "MPICH" and plugin.startswith("pmi2") and (facts.slurm_version or (0, 0)) >= (24, 11):
+            out.append(mpich_pmi2_check(facts.slurm_version))
         if "pmix" in plugin and not _plugin_available("pmix", plugins) and vendor == "Open MPI":
             out.append(Check(WARN, "Open MPI needs PMIx under srun, and this srun has no pmix plugin",
                              "launch with mpirun inside the allocation (launcher: mpirun)"))

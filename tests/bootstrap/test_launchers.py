@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -333,6 +334,32 @@ def test_mpich_self_check_names_the_launcher(mpich_env):
     assert len(lines) == 2 and all("all_reduce 3 (expected 3) ok" in line for line in lines)
 
 
+def test_an_mpi_init_that_never_returns_ends_the_rank_at_the_deadline_naming_the_fix(mpich_env, tmp_path):
+    """MPI_Init holds the GIL while it waits for its process manager, so only a watcher
+    outside the interpreter can end it. Here the PMI server accepts and never answers, as
+    srun --mpi=pmi2 on Slurm 24.11 left MPICH waiting; without the deadline the rank hung
+    until the step's time limit (this test's 60 s)."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    noop = tmp_path / "noop.py"
+    noop.write_text("print('ran')\n")
+    env = {**mpich_env, "PMI_PORT": f"127.0.0.1:{silent.getsockname()[1]}", "PMI_RANK": "1", "PMI_SIZE": "2",
+           "PMI_ID": "1", "SLURM_MPI_TYPE": "pmi2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "1",
+           "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}
+    try:
+        result = subprocess.run([str(MPICH / "python"), "-m", "slurmtorch.bootstrap", "--timeout", "5", noop],
+                                env=env, cwd=REPO, capture_output=True, text=True, timeout=60)
+    finally:
+        silent.close()
+    assert result.returncode == -9 and "ran" not in result.stdout, result
+    header, line = result.stderr.strip().splitlines()[-2:]
+    assert header.startswith("rank ?(PMI_RANK=1) on ") and header.endswith(" failed:")
+    assert line.startswith("error: MPI_Init did not return within 5 s (the bootstrap's --timeout) under srun "
+                           "--mpi=pmi2: MPICH hangs there on Slurm 24.11"), line
+    assert "fix: launch with srun --mpi=pmix and an MPI built with PMIx, or with MPICH's own mpiexec" in line
+
+
 def test_a_rank_that_raises_under_mpich_ends_the_job_and_is_named(mpich_env):
     shm = Path("/dev/shm")
     before = set(shm.glob("mpich_shm_*"))
@@ -391,6 +418,26 @@ def srun(bed, *argv, timeout=120):
               file=sys.stderr)
 
 
+# PyPI's MPICH under srun --mpi=pmi2 on Slurm 24.11: MPI_Init failed once torch was imported,
+# as memory garbage in the PMI request let it (slurmstepd: `mpi/pmi2: invalid client request`;
+# seen as an abort in MPI_Init in 2 of 3 launches here, and as a hang, which the bootstrap's
+# deadline ends: test_an_mpi_init_that_never_returns_...). The same wheels on 22.05 came up
+# every time. Upstream, and not ours to pin either way: from 24.11 the steps that need an MPI
+# world stand on Open MPI (pmix, with the race retry above), and the MPICH-only cases skip.
+MPICH_UNDER_PMI2_FROM = (24, 11)
+
+
+def mpi_for(bed, mpi):
+    """`mpi`, or on a Slurm where MPICH cannot come up under srun, Open MPI."""
+    return "openmpi" if mpi == "mpich" and bed.slurm >= MPICH_UNDER_PMI2_FROM else mpi
+
+
+def skip_mpich_on(bed, mpi):
+    if mpi == "mpich" and bed.slurm >= MPICH_UNDER_PMI2_FROM:
+        pytest.skip(f"PyPI's MPICH under srun --mpi=pmi2 fails in MPI_Init on Slurm {bed.slurm[0]}.{bed.slurm[1]} "
+                    "(upstream); the Open MPI case covers this layout")
+
+
 def srun_mpi(bed, mpi, *argv, timeout=120):
     """A step whose ranks run the bootstrap under `mpi` (MPI_Init through srun's PMI plugin)."""
     boot, plugin = MPIS[mpi]
@@ -444,6 +491,7 @@ def check(records, per_node: list[int], source: str, master: str):
 
 @pytest.mark.parametrize("mpi, per_node", [("mpich", 1), ("mpich", 2), ("openmpi", 2)])
 def test_srun_with_mpi_gives_every_rank_its_world(bed, mpi, per_node):
+    skip_mpich_on(bed, mpi)
     result = srun_mpi(bed, mpi, "-N4", f"--ntasks-per-node={per_node}", PROBE)
     assert result.returncode == 0, result.stderr
     # MASTER_ADDR is node1's address on eth0 (GLOO_SOCKET_IFNAME), chosen by rank 0.
@@ -464,13 +512,14 @@ def test_uneven_five_tasks_on_four_nodes(bed):
 
 @pytest.mark.parametrize("mpi", ["mpich", "openmpi"])
 def test_uneven_layout_under_mpi_matches_mpis_local_ranks(bed, mpi):
+    skip_mpich_on(bed, mpi)
     result = srun_mpi(bed, mpi, "-N4", "-n5", PROBE)
     assert result.returncode == 0, result.stderr
     check(probes(result.stdout), [2, 1, 1, 1], "mpi", "198.18.0.11")
 
 
 def test_ddp_example_trains_across_four_nodes(bed):
-    result = srun_mpi(bed, "mpich", "-N4", "--ntasks-per-node=1", TRAIN, "--epochs", "2")
+    result = srun_mpi(bed, mpi_for(bed, "mpich"), "-N4", "--ntasks-per-node=1", TRAIN, "--epochs", "2")
     assert result.returncode == 0, result.stderr
     assert "trained on 4 ranks across nodes node1,node2,node3,node4 final loss" in result.stdout
 
@@ -484,6 +533,6 @@ def test_srun_pmi2_singleton_trap_is_an_error_naming_pmix(bed):
 
 
 def test_exception_on_one_node_ends_the_step(bed):
-    result = srun_mpi(bed, "mpich", "-N4", "--ntasks-per-node=1", PROBE, "--fail-rank", "2", timeout=60)
+    result = srun_mpi(bed, mpi_for(bed, "mpich"), "-N4", "--ntasks-per-node=1", PROBE, "--fail-rank", "2", timeout=60)
     assert result.returncode != 0
     assert "rank 2 on node3 failed:" in result.stderr and "probe told to fail on rank 2" in result.stderr

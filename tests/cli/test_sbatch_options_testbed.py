@@ -117,11 +117,15 @@ def test_srun_args_reach_the_ranks_step(testbed, has_torch, home, place):
 
 
 def test_rank_0_off_the_first_node_says_how_to_fix_the_hostfile(testbed, tmp_path):
-    """srun --distribution=arbitrary with SLURM_HOSTFILE listing node2 first puts task 0 there."""
+    """srun --distribution=arbitrary with SLURM_HOSTFILE listing node2 first puts task 0 there.
+
+    Slurm 24.11 refuses -N with it ("--nodes is incompatible with --distribution=arbitrary"):
+    the hostfile alone names the nodes there; 22.05 takes both."""
     hosts, noop = tmp_path / "hosts", tmp_path / "noop.py"
     hosts.write_text("node2\nnode1\n")
     noop.write_text("")
-    proc = testbed.run(["srun", "-N", "2", "-n", "2", "--distribution=arbitrary", "--kill-on-bad-exit=1",
+    nodes = ["-N", "2"] if testbed.slurm < (24, 11) else []
+    proc = testbed.run(["srun", *nodes, "-n", "2", "--distribution=arbitrary", "--kill-on-bad-exit=1",
                         testbed.python, "-m", "slurmtorch.bootstrap", "--from", "slurm", "--no-init", noop],
                        env={"SLURM_HOSTFILE": str(hosts)}, timeout=120)
     assert proc.returncode != 0

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.doctor.bandwidth import Sample, bandwidth_table, check_bandwidth
-from slurmtorch.doctor.facts import Interface, MpiFacts, NodeFacts, TorchFacts, parse_probe, probe_interpreter
+from slurmtorch.doctor.facts import (Interface, MpiFacts, NodeFacts, TorchFacts, parse_probe, parse_slurm_version,
+                                     probe_interpreter)
 from slurmtorch.doctor.consistency import RankRecord, check_layout, layout_table
 from slurmtorch.doctor.node import (check_env, check_gpus, check_infiniband, check_interfaces, check_mpi, check_srun,
                                     check_torch, mpi_vendor, node_checks)
@@ -121,6 +122,27 @@ def test_srun_without_the_sites_plugin_or_missing_fails_where_the_site_uses_srun
     no_pmix = check_srun(facts(srun_plugins=("none", "pmi2")), site)
     assert no_pmix[0].status == "fail" and "libpmix" in no_pmix[0].fix
     assert check_srun(facts(srun_plugins=None), sites.load_site("local"))[0].status == "ok"
+
+
+@pytest.mark.parametrize("version, warned", [((24, 11), True), ((25, 5), True), ((24, 5), False), ((22, 5), False),
+                                             (None, False)])
+def test_mpich_under_pmi2_is_warned_from_slurm_24_11(version, warned):
+    """PyPI's MPICH under srun --mpi=pmi2 hung in MPI_Init on Slurm 24.11 once torch was imported; fine on 22.05."""
+    site = sites.load_site("ethernet")  # mpi_plugin: pmi2
+    mpich = MpiFacts(library="MPICH Version:      5.0.2\nMPICH Release date: ...", mpi4py="4.1.2")
+    checks = [c for c in check_srun(facts(mpi=mpich, slurm_version=version), site) if "MPICH under" in c.what]
+    assert bool(checks) == warned
+    if warned:
+        assert checks[0].status == "warn" and "invalid client request" in checks[0].what
+        assert "mpiexec" in checks[0].fix and "pmix" in checks[0].fix
+    assert not [c for c in check_srun(facts(mpi=mpich, slurm_version=version), sites.load_site("testbed"))
+                if "MPICH under" in c.what]  # testbed: mpi_plugin pmix
+
+
+def test_slurm_version_is_read_from_srun_version():
+    assert parse_slurm_version("slurm-wlm 24.11.5\n") == (24, 11)
+    assert parse_slurm_version("slurm 22.05.8") == (22, 5)
+    assert parse_slurm_version("srun: command not found") is None
 
 
 def test_open_mpi_5_under_pmi2_is_the_singleton_trap():
