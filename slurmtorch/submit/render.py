@@ -45,6 +45,9 @@ def _role_log_wrapper(op: str) -> str:
 
 
 RANK_LOG_WRAPPER = _rank_log_wrapper(">")
+# In `slurmtorch alloc`'s shell a rank's output stays on the terminal: the folder argument
+# is dropped and the rank runs as it is.
+TERMINAL_WRAPPER = 'shift; exec "$@"'
 ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
@@ -107,6 +110,10 @@ class Launch:
     # job's first node, when these are True.
     pick_port: bool = False
     pick_addr: bool = False
+    # Where the script picks them: here (a batch script runs on the job's first node), or
+    # from `slurmtorch alloc`'s shell, which runs where salloc ran (the login host on Slurm
+    # 22.05), through this srun prefix on the allocation's first node (FIRST_NODE).
+    first_node: tuple[str, ...] = ()
     # A role job: SLURMTORCH_ROLES, and the training roles (the torch world) for its comment.
     roles: str = ""
     training_roles: str = ""
@@ -137,6 +144,25 @@ def _layout(nodes: int, ntasks: int) -> list[str]:
 def _append(spec: JobSpec) -> list[str]:
     # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
     return ["--open-mode=append"] if spec.runs_again else []
+
+
+# `slurmtorch alloc`'s shell reaches the allocation's first node with this step (one
+# task there; the template adds --nodelist="$first_node"), to pick MASTER_PORT/ADDR where
+# rank 0 runs: salloc's shell is not on it. Not --relative=0: Slurm only begins its search
+# there, and while the step before still held node 1's CPUs the address step ran on node 2,
+# whose address the ranks then waited at (1 run in 7 on the testbed). --overlap: the
+# step needs no CPUs of its own, so it never waits for another step to let them go.
+FIRST_NODE = ("srun", "--nodes=1", "--ntasks=1", "--overlap", "--mpi=none", "--quiet")
+
+
+def _outputs(spec: JobSpec, logs: str) -> list[str]:
+    """srun's options for where the ranks' output goes: each rank's log in the job folder;
+    from `slurmtorch alloc`'s shell, the terminal (srun's own), and one Ctrl-C ends the
+    step at once (--quit-on-interrupt; without it srun's first only prints the tasks'
+    states: srun(1), SIGNALS AND ESCAPE SEQUENCES)."""
+    if spec.interactive:
+        return ["--quit-on-interrupt"]
+    return [f"--output={logs}.out", f"--error={logs}.err", *_append(spec)]
 
 
 def _redirect(spec: JobSpec) -> str:
@@ -204,6 +230,7 @@ def launch_plan(spec: JobSpec) -> Launch:
     training = ", ".join(f"{role}={count}" for role, count in spec.roles if role in TRAINING_ROLES)
     return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec),
                    in_container=in_container, pick_port=pick_port, pick_addr=pick_addr,
+                   first_node=FIRST_NODE if spec.interactive else (),
                    roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec))
 
 
@@ -258,7 +285,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
         srun = [*_layout(spec.nodes, spec.nodes), "--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
+                *_outputs(spec, logs), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
                       started_check=started_check)
 
@@ -270,7 +297,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         layout = [] if spec.max_restarts is not None else _layout(spec.nodes, spec.ntasks)
         srun = [*layout, "--kill-on-bad-exit=1", f"--mpi={spec.mpi_plugin}",
                 f"--cpus-per-task={spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
+                *_outputs(spec, logs), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check,
                       supervisor_args=supervisor_args(spec))
 
@@ -286,7 +313,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         for name in (*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)):
             mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
-                  rank_log_wrapper=_rank_log_wrapper(_redirect(spec)))
+                  rank_log_wrapper=TERMINAL_WRAPPER if spec.interactive else _rank_log_wrapper(_redirect(spec)))
 
 
 def mpirun_binding(spec: JobSpec) -> list[str]:
@@ -410,13 +437,14 @@ def composed_path(edit: tuple[str, tuple[str, ...], tuple[str, ...]]) -> str:
     return text
 
 
-def render_template(name: str, spec: JobSpec) -> str:
+def render_template(name: str, spec: JobSpec, **extra: object) -> str:
+    """Template `name` with the spec, its launch plan and `extra` values."""
     launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
         return template.render(spec=spec, launch=launch, inherited_world=INHERITED_WORLD,
                                pick_port_in_bash=PICK_PORT, pick_addr_in_bash=pick_addr(spec.backend),
-                               reap_role_steps=REAP_ROLE_STEPS)
+                               reap_role_steps=REAP_ROLE_STEPS, **extra)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:
