@@ -1,4 +1,4 @@
-"""The edge: the only module that runs `sbatch`, `squeue`, `scontrol`, `scancel`, `bash`.
+"""The edge: the only module that runs `sbatch`, `salloc`, `squeue`, `scontrol`, `scancel`, `bash`.
 
 Submitting: the job folder (`jobdir`) is made under a temporary name, the job is
 submitted *held* so that it cannot start before its folder exists, then the folder is
@@ -182,17 +182,54 @@ def _run_bash(script: str, path: Path) -> int:
     return _run_guarded(["bash", str(path)])
 
 
+def run_in_allocation(script: str, folder: Path) -> int:
+    """Run a launch script from `slurmtorch alloc`'s shell (its script.sh in `folder`), output
+    to the terminal; under the guard, as a local mpirun run: Ctrl-C (or our end) ends the run's
+    srun and its ranks, never the allocation, which the shell's salloc holds."""
+    return _run_guarded(["bash", str(folder / jobdir.SCRIPT)], "stopped this run's srun and its ranks; the "
+                                                                "allocation stays")
+
+
+def allocate(setup: str, argv_for: Callable[[str], list[str]]) -> int:
+    """`salloc ... bash --rcfile SETUP -i` in the foreground (`argv_for(SETUP)`, SETUP a private
+    temporary file holding `setup`); the shell's exit code, which salloc returns.
+
+    salloc owns the terminal: it makes the shell the foreground process group, so a Ctrl-C
+    in the shell never reaches us. One while the request waits reaches salloc itself, which
+    withdraws it; a TERM/HUP to us goes to salloc, which ends the shell and gives the
+    allocation back (salloc(1), SIGNALS). When the shell exits, salloc relinquishes the
+    allocation, and Slurm ends every step still running in it.
+    """
+    with tempfile.TemporaryDirectory(prefix="slurmtorch-alloc-") as folder:
+        path = Path(folder) / "setup.sh"
+        jobdir.write_new(path, setup)
+        argv = argv_for(str(path))
+        with Forwarding("salloc withdrew the request, or ended the shell and gave the allocation back") as forwarding:
+            try:
+                proc = subprocess.Popen(argv)
+            except FileNotFoundError:
+                raise SubmitError(f"{argv[0]} not found on PATH",
+                                  tip="run slurmtorch alloc on a Slurm login node; --dry-run prints the command",
+                                  argv=argv) from None
+            try:
+                forwarding.attach(proc.pid)
+                return proc.wait()
+            except Interrupted:
+                proc.wait()  # salloc ends what it started before it exits
+                raise
+
+
 def guarded(argv: Sequence[str], exit_code_file: Path | None = None) -> list[str]:
     """`argv` under guard.py, which ends it with everything it started when this process
     dies or sends it TERM/HUP/INT, and writes its exit code to `exit_code_file`."""
     return [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(exit_code_file or "-"), "--", *argv]
 
 
-def _run_guarded(argv: Sequence[str]) -> int:
+def _run_guarded(argv: Sequence[str], what: str = "stopped mpirun and its ranks") -> int:
     """Run in our process group (a terminal's Ctrl-C and stdin reach mpirun as before); a
     TERM/HUP/INT sent to us alone goes to the guard, and we wait for it a bounded time.
     The CLI's main thread forks the guard (see start_guarded on why that matters)."""
-    with Forwarding("stopped mpirun and its ranks") as forwarding:
+    with Forwarding(what) as forwarding:
         proc = subprocess.Popen(guarded(argv))
         try:
             forwarding.attach(proc.pid)
