@@ -3,7 +3,10 @@ shell's set-up; and what `slurmtorch run` in that shell reads back.
 
 salloc obtains the allocation and runs the command it is given where salloc itself runs: on
 Slurm 22.05 that is the login host, even with `LaunchParameters=use_interactive_step`, which
-only applies when salloc is given no command (slurm.conf(5), LaunchParameters). So the shell
+"does not affect salloc called with a command as an argument. These jobs will continue to be
+executed as the calling user on the calling host" (slurm.conf(5) of 22.05.8, Debian's
+slurm-client; salloc(1): "when the user specified command is complete, salloc relinquishes
+the job allocation"). So the shell
 is never on a node: every rank, and the one task that picks MASTER_PORT/ADDR on the first
 node, starts with srun from there (render.FIRST_NODE), driven by the SLURM_JOB_ID,
 SLURM_JOB_NODELIST, ... that salloc exports. When the shell exits, salloc relinquishes the

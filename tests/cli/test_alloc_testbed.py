@@ -22,8 +22,9 @@ import pytest
 from helpers import wait_for
 
 PROBE = """\
-import socket, torch.distributed as dist
-print(f"probe {VERSION} rank {dist.get_rank()} world {dist.get_world_size()} host {socket.gethostname()}", flush=True)
+import os, socket, torch.distributed as dist
+print(f"probe {VERSION} rank {dist.get_rank()} world {dist.get_world_size()} host {socket.gethostname()} "
+      f"run {os.environ['SLURMTORCH_RUN_ID']}", flush=True)
 """
 SLEEPER = """\
 import socket, time, torch.distributed as dist
@@ -98,6 +99,21 @@ class Terminal:
         os.kill(self.pid, signal.SIGKILL)
         pytest.fail("slurmtorch alloc did not end after `exit`", pytrace=False)
 
+    def close(self) -> None:
+        """After a failure: hang up, as a closed terminal does (salloc then gives the
+        allocation back), so that the next test finds the testbed empty."""
+        try:
+            os.kill(self.pid, signal.SIGHUP)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.2)
+        os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
 
 def processes_mentioning(*words: str) -> list[str]:
     """Command lines of the processes (ours, the nodes' slurmstepd and ranks) naming any of `words`."""
@@ -126,13 +142,22 @@ def test_an_allocation_shell_runs_ranks_again_after_an_edit_and_exit_leaves_noth
     env = dict(testbed.env, SLURMTORCH_HOME=str(tmp_path / "home"), HOME=str(tmp_path), TERM="dumb")
     slurmtorch = os.path.join(os.path.dirname(sys.executable), "slurmtorch")
     term = Terminal([slurmtorch, "alloc", "--site", "testbed", "--nodes", "2", "--time", "10"], env, str(work))
+    try:
+        check_the_session(testbed, term, probe, sleeper, work)
+    except BaseException:
+        term.close()
+        raise
+
+
+def check_the_session(testbed, term: Terminal, probe, sleeper, work) -> None:
 
     job_id = term.expect(r"slurmtorch: allocation (\d+): 2 node\(s\), node\[1-2\]", 120).group(1)
     term.expect(r"slurmtorch run SCRIPT \[ARGS\] starts the ranks", 10)
     term.command(RUN.format("probe.py"))
     assert ran(term) == 0
     assert sorted(re.findall(r"probe (v\d) rank (\d) world (\d) host (\S+)", term.before)) == \
-        [("v1", "0", "2", "node1"), ("v1", "1", "2", "node2")], first
+        [("v1", "0", "2", "node1"), ("v1", "1", "2", "node2")], term.before
+    first_run = set(re.findall(r" run (\d+-\w+)", term.before))
 
     # Ctrl-C in a run: its ranks end, the allocation stays.
     term.command(RUN.format("sleeper.py"))
@@ -153,6 +178,8 @@ def test_an_allocation_shell_runs_ranks_again_after_an_edit_and_exit_leaves_noth
     assert ran(term) == 0
     assert sorted(re.findall(r"probe (v\d) rank (\d) world (\d) host (\S+)", term.before)) == \
         [("v2", "0", "2", "node1"), ("v2", "1", "2", "node2")]
+    second_run = set(re.findall(r" run (\d+-\w+)", term.before))
+    assert len(first_run) == len(second_run) == 1 and first_run != second_run  # one id per run, one per ranks
 
     term.command("exit 7")
     assert term.exit_code(60) == 7  # the shell's, through salloc and slurmtorch
@@ -168,10 +195,12 @@ def test_an_allocation_shell_runs_ranks_again_after_an_edit_and_exit_leaves_noth
     (["--site", "testbed", "--nodes", "2", "--exclude", "node[1-3]"], "salloc: error: "),
 ])
 def test_an_allocation_that_cannot_be_had_is_refused_and_nothing_is_obtained(testbed, tmp_path, args, says):
+    before = testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split()
     proc = testbed.run([sys.executable, "-m", "slurmtorch", "alloc", *args], timeout=120,
                        env={"SLURMTORCH_HOME": str(tmp_path / "home")}, stdin=subprocess.DEVNULL)
     assert proc.returncode != 0
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert lines[0].startswith(says) and len([ln for ln in lines if "error" in ln]) == 1, proc.stderr
-    assert testbed.run(["squeue", "-h"]).stdout.strip() == ""
+    # One error line. salloc may say first that the job it asked for was revoked (1 run in 4).
+    errors = [ln for ln in proc.stderr.splitlines() if "error" in ln]
+    assert len(errors) == 1 and errors[0].startswith(says), proc.stderr
+    assert set(testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split()) <= set(before)
     assert not processes_mentioning("salloc")
