@@ -130,7 +130,10 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
         argv += ["--role", role]
     if spec.local_rank_arg is not None:
         argv.append(f"--local-rank-arg={spec.local_rank_arg}")
-    argv += ["-m", spec.module] if spec.module else [spec.script]
+    if spec.module:
+        argv += ["-m", spec.module]
+    elif spec.script is not None:  # None: `slurmtorch alloc`'s spec, whose program comes with each run
+        argv.append(spec.script)
     argv += list(spec.script_args)
     return argv
 

@@ -133,15 +133,21 @@ def ran(terminal: Terminal, timeout: float = 180) -> int:
     return int(terminal.expect(r"run-ended rc=(\d+)", timeout).group(1))
 
 
+def start_alloc(testbed, tmp_path, *options: str) -> Terminal:
+    """`slurmtorch alloc --site testbed --nodes 2 OPTIONS` on a terminal, in tmp_path/work."""
+    env = dict(testbed.env, SLURMTORCH_HOME=str(tmp_path / "home"), HOME=str(tmp_path), TERM="dumb")
+    slurmtorch = os.path.join(os.path.dirname(sys.executable), "slurmtorch")
+    return Terminal([slurmtorch, "alloc", "--site", "testbed", "--nodes", "2", "--time", "10", *options], env,
+                    str(tmp_path / "work"))
+
+
 def test_an_allocation_shell_runs_ranks_again_after_an_edit_and_exit_leaves_nothing(testbed, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     probe, sleeper = work / "probe.py", work / "sleeper.py"
     probe.write_text(PROBE.replace("{VERSION}", "v1"))
     sleeper.write_text(SLEEPER)
-    env = dict(testbed.env, SLURMTORCH_HOME=str(tmp_path / "home"), HOME=str(tmp_path), TERM="dumb")
-    slurmtorch = os.path.join(os.path.dirname(sys.executable), "slurmtorch")
-    term = Terminal([slurmtorch, "alloc", "--site", "testbed", "--nodes", "2", "--time", "10"], env, str(work))
+    term = start_alloc(testbed, tmp_path)
     try:
         check_the_session(testbed, term, probe, sleeper, work)
     except BaseException:
@@ -185,6 +191,29 @@ def check_the_session(testbed, term: Terminal, probe, sleeper, work) -> None:
     assert term.exit_code(60) == 7  # the shell's, through salloc and slurmtorch
     wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip() == "", "the job to be gone", 60)
     assert testbed.run(["squeue", "-h"]).stdout.strip() == ""
+    wait_for(lambda: not processes_mentioning(str(work), "salloc"), "no process of the allocation left", 30)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
+def test_the_shell_starts_the_ranks_with_the_sites_other_launchers(testbed, tmp_path, launcher):
+    """torchrun's agents and Open MPI's mpirun, started from the login host's shell, as the
+    batch script starts them: the ranks on node1 and node2, one world."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "probe.py").write_text(PROBE.replace("{VERSION}", launcher))
+    term = start_alloc(testbed, tmp_path, "--launcher", launcher)
+    try:
+        job_id = term.expect(r"slurmtorch: allocation (\d+): 2 node\(s\)", 120).group(1)
+        term.command(RUN.format("probe.py"))
+        assert ran(term) == 0, term.before
+        assert sorted(re.findall(r"probe (\w+) rank (\d) world (\d) host (\S+)", term.before)) == \
+            [(launcher, "0", "2", "node1"), (launcher, "1", "2", "node2")], term.before
+        term.command("exit")
+        assert term.exit_code(60) == 0
+    except BaseException:
+        term.close()
+        raise
+    wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip() == "", "the job to be gone", 60)
     wait_for(lambda: not processes_mentioning(str(work), "salloc"), "no process of the allocation left", 30)
 
 

@@ -43,6 +43,13 @@ def test_salloc_asks_for_what_the_batch_job_would_less_its_batch_only_lines():
     assert not any(a.startswith(("--output", "--no-requeue", "--open-mode")) for a in argv)
 
 
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+def test_alloc_renders_for_every_launcher_before_there_is_a_program(launcher):
+    spec = alloc_spec(nodes=2, launcher=launcher)
+    assert interactive.salloc_argv(spec, "S")[0] == "salloc"
+    assert interactive.render_setup(spec, "{}", ["python3"])
+
+
 def test_salloc_passes_sbatch_options_and_flags_on():
     spec = alloc_spec(nodes=1, exclusive=True, constraint="cpu&testbed", sbatch_args=("--licenses=fs:1",))
     argv = interactive.salloc_argv(spec, "S")
