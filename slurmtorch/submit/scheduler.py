@@ -194,11 +194,12 @@ def allocate(setup: str, argv_for: Callable[[str], list[str]]) -> int:
     """`salloc ... bash --rcfile SETUP -i` in the foreground (`argv_for(SETUP)`, SETUP a private
     temporary file holding `setup`); the shell's exit code, which salloc returns.
 
-    salloc owns the terminal: it makes the shell the foreground process group, so a Ctrl-C
-    in the shell never reaches us. One while the request waits reaches salloc itself, which
-    withdraws it; a TERM/HUP to us goes to salloc, which ends the shell and gives the
-    allocation back (salloc(1), SIGNALS). When the shell exits, salloc relinquishes the
-    allocation, and Slurm ends every step still running in it.
+    salloc owns the terminal: it makes itself, then the shell, the foreground process group,
+    so no Ctrl-C reaches us. One while the request waits is salloc's alone: it withdraws the
+    request ("Job aborted due to signal") and exits 1 (tested on the testbed). A
+    TERM/HUP to us goes to salloc, which ends the shell and gives the allocation back. When
+    the shell exits, salloc relinquishes the allocation (salloc(1)), and Slurm ends every
+    step still running in it.
     """
     with tempfile.TemporaryDirectory(prefix="slurmtorch-alloc-") as folder:
         path = Path(folder) / "setup.sh"

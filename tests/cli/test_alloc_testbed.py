@@ -87,9 +87,9 @@ class Terminal:
     def exit_code(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:  # keep draining, so that nothing blocks on a full terminal
+            try:  # keep reading (into `seen`), so that nothing blocks on a full terminal
                 if select.select([self.fd], [], [], 0.2)[0]:
-                    os.read(self.fd, 65536)
+                    self.seen += os.read(self.fd, 65536).decode(errors="replace").replace("\r\n", "\n")
             except OSError:
                 pass
             pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -233,3 +233,27 @@ def test_an_allocation_that_cannot_be_had_is_refused_and_nothing_is_obtained(tes
     assert len(errors) == 1 and errors[0].startswith(says), proc.stderr
     assert set(testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split()) <= set(before)
     assert not processes_mentioning("salloc")
+
+
+def test_ctrl_c_while_the_allocation_waits_withdraws_the_request(testbed, tmp_path):
+    """All four nodes busy: the request waits; Ctrl-C then leaves no job of ours queued."""
+    (tmp_path / "work").mkdir()
+    blocker = testbed.run(["sbatch", "--parsable", "--nodes=4", "--job-name=blocker", "--output=/dev/null",
+                           "--wrap", "sleep 300"], check=True).stdout.strip()
+    term = start_alloc(testbed, tmp_path)
+    try:
+        job_id = term.expect(r"salloc: Pending job allocation (\d+)", 60).group(1)
+        term.send("\x03")
+        # salloc holds the terminal's foreground while it waits: the Ctrl-C is its alone; it
+        # withdraws the request, says so (its words vary) and exits 1, and slurmtorch with it.
+        assert term.exit_code(60) == 1
+        assert re.search(r"has been revoked|Job aborted due to signal", term.before + term.seen)
+        wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip() == "", "the request to go", 60)
+        assert testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split() == [blocker]
+        wait_for(lambda: not processes_mentioning("salloc"), "salloc to end", 30)
+    except BaseException:
+        term.close()
+        raise
+    finally:
+        testbed.run(["scancel", blocker])
+        wait_for(lambda: testbed.run(["squeue", "-h"]).stdout.strip() == "", "the blocker to end", 60)
