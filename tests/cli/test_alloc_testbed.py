@@ -84,7 +84,9 @@ class Terminal:
                     pytest.fail(f"the terminal closed before {regex!r}:\n{self.seen}", pytrace=False)
                 self.seen += chunk.decode(errors="replace").replace("\r\n", "\n")
 
-    def exit_code(self, timeout: float) -> int:
+    def exit_code(self, timeout: float, give_up: bool = True) -> int | None:
+        """The program's exit code once it ends within `timeout` s; else a failed test, or
+        None if not `give_up`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:  # keep reading (into `seen`), so that nothing blocks on a full terminal
@@ -96,8 +98,10 @@ class Terminal:
             if pid:
                 os.close(self.fd)
                 return os.waitstatus_to_exitcode(status)
+        if not give_up:
+            return None
         os.kill(self.pid, signal.SIGKILL)
-        pytest.fail("slurmtorch alloc did not end after `exit`", pytrace=False)
+        pytest.fail(f"slurmtorch alloc did not end; the terminal showed:\n{self.before}{self.seen}", pytrace=False)
 
     def close(self) -> None:
         """After a failure: hang up, as a closed terminal does (salloc then gives the
@@ -191,7 +195,8 @@ def check_the_session(testbed, term: Terminal, probe, sleeper, work) -> None:
     assert term.exit_code(60) == 7  # the shell's, through salloc and slurmtorch
     wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip() == "", "the job to be gone", 60)
     assert testbed.run(["squeue", "-h"]).stdout.strip() == ""
-    wait_for(lambda: not processes_mentioning(str(work), "salloc"), "no process of the allocation left", 30)
+    wait_for(lambda: not processes_mentioning(str(work), "salloc", f"slurmstepd: [{job_id}."),
+             "no process of the allocation left (ours, its steps' or its ranks')", 30)
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "mpirun"])
@@ -243,10 +248,16 @@ def test_ctrl_c_while_the_allocation_waits_withdraws_the_request(testbed, tmp_pa
     term = start_alloc(testbed, tmp_path)
     try:
         job_id = term.expect(r"salloc: Pending job allocation (\d+)", 60).group(1)
-        term.send("\x03")
+        term.expect(r"queued and waiting for resources", 30)
         # salloc holds the terminal's foreground while it waits: the Ctrl-C is its alone; it
         # withdraws the request, says so (its words vary) and exits 1, and slurmtorch with it.
-        assert term.exit_code(60) == 1
+        # Once in about six runs salloc lets the first Ctrl-C pass; a user presses it again.
+        term.send("\x03")
+        code = term.exit_code(15, give_up=False)
+        if code is None:
+            term.send("\x03")
+            code = term.exit_code(45)
+        assert code == 1
         assert re.search(r"has been revoked|Job aborted due to signal", term.before + term.seen)
         wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip() == "", "the request to go", 60)
         assert testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split() == [blocker]
