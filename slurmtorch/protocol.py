@@ -46,6 +46,9 @@ SOURCE = "SLURMTORCH_SOURCE"  # where the world came from: mpi, slurm, env, role
 OMITTED = "SLURMTORCH_OMITTED"  # contract maps left out as too large for one variable
 RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it (bootstrap.runid)
 
+# Set by `slurmtorch alloc`'s shell for `slurmtorch run`: the allocation's site and options, as JSON.
+ALLOC = "SLURMTORCH_ALLOC"
+
 # Set by the user for the ranks.
 TIMINGS = "SLURMTORCH_TIMINGS"  # DIR: each rank writes its start's phases to DIR/timings_name(R)
 CHECKPOINT_DIR = "SLURMTORCH_CHECKPOINT_DIR"  # checkpoints outside a job folder

@@ -1,4 +1,4 @@
-"""README.md and docs/ stay right: every `slurmtorch sbatch` and `slurmtorch mpirun` line renders
+"""README.md and docs/ stay right: every `slurmtorch sbatch`, `mpirun` and `alloc` line renders
 (`--dry-run`, no cluster needed), every Python block parses, and every relative link leads to a
 file and heading that exist, so a renamed option, site or section cannot leave them wrong.
 README's main testbed job runs for real in tests/cli/test_main_job.py; the site admins' guide's
@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-VERBS = ("sbatch", "mpirun")
+VERBS = ("sbatch", "mpirun", "alloc")
 
 
 def shell_commands(text: str) -> list[list[str]]:
@@ -67,7 +67,8 @@ def test_documented_launch_command_renders(label, argv, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "slurmtorch.cli.main", *args], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=60)
     assert proc.returncode == 0, f"{label}\n{proc.stderr}"
-    assert proc.stdout.startswith("#!"), proc.stdout[:200]
+    # alloc's dry run: the salloc command, then the shell's set-up
+    assert proc.stdout.startswith("# slurmtorch alloc --dry-run" if argv[1] == "alloc" else "#!"), proc.stdout[:200]
 
 
 @pytest.mark.parametrize("path", DOCS, ids=[str(p.relative_to(REPO)) for p in DOCS])

@@ -43,6 +43,8 @@ typer.core.HAS_RICH = False
 _VERBS = {
     "sbatch": ("sbatch", "sbatch", True),
     "mpirun": ("mpirun", "mpirun", True),
+    "alloc": ("alloc", "alloc", False),
+    "run": ("alloc", "run", True),
     "status": ("jobs", "status", False),
     "logs": ("jobs", "logs", False),
     "cancel": ("jobs", "cancel", False),

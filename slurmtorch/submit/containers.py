@@ -70,7 +70,7 @@ CHARLIECLOUD_ENV = "container.env"
 class InJobFolder:
     """An argument naming a file in the job's folder, `PREFIX$SLURMTORCH_JOB_DIR/NAME`: the
     folder is known only when the job runs, so the batch script's shell expands it
-    (render.script_quote writes the variable, and quotes the rest)."""
+    (scripttext.script_quote writes the variable, and quotes the rest)."""
 
     prefix: str
     name: str

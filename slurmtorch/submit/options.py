@@ -60,6 +60,9 @@ class Options:
     python: str = "python3"  # the submitting interpreter; the site's `python` wins
     job_root: str = "~/.slurmtorch/jobs"  # absolute in practice; the CLI resolves it
     command: tuple[str, ...] = ()  # argv that made this, for the provenance header
+    # `slurmtorch alloc` and its `slurmtorch run`: the ranks start from a shell in an
+    # salloc allocation, not from a batch script (submit/interactive.py).
+    interactive: bool = False
     roles: tuple[str, ...] = _flag(  # raw ROLE=COUNT strings
         "--role", metavar="ROLE=NODES", default=(),
         help="a role job: master|chief=1, worker=N, ps=N, evaluator=N (counts in NODES, one task each; "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import traceback
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -23,7 +22,8 @@ from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
 from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, charliecloud_env, pick_addr
 from slurmtorch.submit.jobfolder import ownership
-from slurmtorch.submit.containers import EDF_END, EDF_FILE, InJobFolder, container_args, edf_text, job_env_names
+from slurmtorch.submit.containers import EDF_END, EDF_FILE, container_args, edf_text, job_env_names
+from slurmtorch.submit.scripttext import InCode, comment_quote, composed_path, script_join, script_quote
 from slurmtorch.submit.sites.model import mpi_option
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var
@@ -46,6 +46,9 @@ def _role_log_wrapper(op: str) -> str:
 
 
 RANK_LOG_WRAPPER = _rank_log_wrapper(">")
+# In `slurmtorch alloc`'s shell a rank's output stays on the terminal: the folder argument
+# is dropped and the rank runs as it is.
+TERMINAL_WRAPPER = 'shift; exec "$@"'
 ROLE_LOG_WRAPPER = _role_log_wrapper(">")
 
 _FROM = {"srun": "slurm", "mpirun": "mpi", "torchrun": "env"}
@@ -111,6 +114,10 @@ class Launch:
     # Ranks under ch-run (charliecloud): the job's variables the batch script writes for its
     # --set-env file (containers.CHARLIECLOUD_ENV); empty otherwise.
     charliecloud_env: tuple[str, ...] = ()
+    # Where the script picks them: here (a batch script runs on the job's first node), or
+    # from `slurmtorch alloc`'s shell, which runs where salloc ran (the login host on Slurm
+    # 22.05), through this srun prefix on the allocation's first node (FIRST_NODE).
+    first_node: tuple[str, ...] = ()
     # A role job: SLURMTORCH_ROLES, and the training roles (the torch world) for its comment.
     roles: str = ""
     training_roles: str = ""
@@ -132,14 +139,12 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
         argv += ["--role", role]
     if spec.local_rank_arg is not None:
         argv.append(f"--local-rank-arg={spec.local_rank_arg}")
-    argv += ["-m", spec.module] if spec.module else [_script_path(spec)]
+    if spec.module:
+        argv += ["-m", spec.module]
+    elif spec.script is not None:  # None: `slurmtorch alloc`'s spec, whose program comes with each run
+        argv.append(_script_path(spec))
     argv += list(spec.script_args)
     return argv
-
-
-class InCode(str):
-    """A path inside the job's snapshot: the script prints it as "$SLURMTORCH_CODE"/'path',
-    the snapshot's place (the job folder) known only once the job has an id."""
 
 
 def _script_path(spec: JobSpec) -> str:
@@ -157,6 +162,25 @@ def _layout(nodes: int, ntasks: int) -> list[str]:
 def _append(spec: JobSpec) -> list[str]:
     # A requeued job starts again in the same folder: keep the earlier runs' rank logs.
     return ["--open-mode=append"] if spec.runs_again else []
+
+
+# `slurmtorch alloc`'s shell reaches the allocation's first node with this step (one
+# task there; the template adds --nodelist="$first_node"), to pick MASTER_PORT/ADDR where
+# rank 0 runs: salloc's shell is not on it. Not --relative=0: Slurm only begins its search
+# there, and while the step before still held node 1's CPUs the address step ran on node 2,
+# whose address the ranks then waited at (1 run in 7 on the testbed). --overlap: the
+# step needs no CPUs of its own, so it never waits for another step to let them go.
+FIRST_NODE = ("srun", "--nodes=1", "--ntasks=1", "--overlap", "--mpi=none", "--quiet")
+
+
+def _outputs(spec: JobSpec, logs: str) -> list[str]:
+    """srun's options for where the ranks' output goes: each rank's log in the job folder;
+    from `slurmtorch alloc`'s shell, the terminal (srun's own), and one Ctrl-C ends the
+    step at once (--quit-on-interrupt; without it srun's first only prints the tasks'
+    states: srun(1), SIGNALS AND ESCAPE SEQUENCES)."""
+    if spec.interactive:
+        return ["--quit-on-interrupt"]
+    return [f"--output={logs}.out", f"--error={logs}.err", *_append(spec)]
 
 
 def _redirect(spec: JobSpec) -> str:
@@ -229,6 +253,7 @@ def launch_plan(spec: JobSpec) -> Launch:
     ch_env = tuple(job_env_names(spec)) if "charliecloud" in runtimes and spec.kind == "sbatch" else ()
     return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec), edf=edf,
                    in_container=in_container, pick_port=pick_port, pick_addr=pick_addr, charliecloud_env=ch_env,
+                   first_node=FIRST_NODE if spec.interactive else (),
                    roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec))
 
 
@@ -283,7 +308,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         logs = slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/node-%t"
         srun = [*_layout(spec.nodes, spec.nodes), "--kill-on-bad-exit=1", "--mpi=none", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.ntasks_per_node * spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
+                *_outputs(spec, logs), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), torchrun_argv=tuple(torchrun),
                       started_check=started_check)
 
@@ -295,7 +320,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         layout = [] if spec.max_restarts is not None else _layout(spec.nodes, spec.ntasks)
         srun = [*layout, "--kill-on-bad-exit=1", *mpi_option(spec.srun_mpi),
                 f"--cpus-per-task={spec.cpus_per_task}",
-                f"--output={logs}.out", f"--error={logs}.err", *_append(spec), *pyxis, *spec.srun_args]
+                *_outputs(spec, logs), *pyxis, *spec.srun_args]
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check,
                       supervisor_args=supervisor_args(spec))
 
@@ -311,7 +336,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
         for name in (*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)):
             mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
-                  rank_log_wrapper=_rank_log_wrapper(_redirect(spec)))
+                  rank_log_wrapper=TERMINAL_WRAPPER if spec.interactive else _rank_log_wrapper(_redirect(spec)))
 
 
 def mpirun_binding(spec: JobSpec) -> list[str]:
@@ -331,55 +356,6 @@ def mpirun_binding(spec: JobSpec) -> list[str]:
     if spec.kind == "mpirun":
         return ["--bind-to", "none"]
     return ["--map-by", f"slot:PE={spec.cpus_per_task}:HWTCPUS", "--bind-to", "hwthread"]
-
-
-def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
-    """Quote argv (or one word) for a comment: copy-pasteable, and never a second line.
-
-    shell.quote keeps a newline literally, which inside a comment would end it and
-    turn the rest into a script line; such arguments use bash's $'...' instead.
-    """
-    if isinstance(argv, str):
-        argv = [argv]
-    parts = []
-    for arg in argv:
-        quoted = shell.quote(arg)  # the audited path: refuses NUL and text that is not UTF-8
-        if re.search(r"[\x00-\x1f\x7f]", arg):
-            parts.append("$'" + "".join(_ansi_c_char(c) for c in arg) + "'")
-        else:
-            parts.append(quoted)
-    return " ".join(parts)
-
-
-def script_quote(value: object) -> str:
-    """`shell.quote`, except that a value with control characters uses bash's `$'...'`.
-
-    A raw CR before a newline makes sbatch refuse the whole script ("DOS line breaks"),
-    and a raw ESC or newline in a script is a trap for whoever reads it; `$'...'` keeps
-    every command on one line and reads back byte for byte. Our scripts are bash.
-    """
-    if isinstance(value, shell.JobTimeWord):  # a site's image path with $NAME: expanded on the node
-        return shell.with_variables(value, what="container image")
-    if isinstance(value, InCode):
-        return f'"${protocol.CODE}"/' + script_quote(str(value))
-    if isinstance(value, InJobFolder):  # the one expansion: the job's folder, known when it runs
-        return script_quote(value.prefix) + '"$SLURMTORCH_JOB_DIR"/' + script_quote(value.name)
-    text = str(value)
-    quoted = shell.quote(text)  # the audited path; refuses NUL
-    return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted
-
-
-def script_join(argv) -> str:
-    return " ".join(script_quote(a) for a in argv)
-
-
-def _ansi_c_char(c: str) -> str:
-    special = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
-    if c in special:
-        return special[c]
-    if ord(c) < 0x20 or ord(c) == 0x7F:
-        return f"\\x{ord(c):02x}"
-    return c
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
@@ -422,31 +398,13 @@ def environment(site_templates: str | None = None) -> jinja2.Environment:
     return env
 
 
-def composed_path(edit: tuple[str, tuple[str, ...], tuple[str, ...]]) -> str:
-    """The value of `export NAME=...` for a path composition that keeps NAME's value.
-
-    `front:$NAME:back`, the ':' beside $NAME only when NAME is set and not empty. The folders
-    (admin text) are quoted by the one quoting path; the expansion is ours, written from the
-    checked name alone, and double-quoted so that no shell splits or globs it.
-    """
-    name, front, back = edit
-    shell.env_name(name)
-    text = script_quote(":".join(front)) if front else ""
-    if front:
-        text += f'"${{{name}:+:${name}}}"'
-    else:
-        text += f'"${{{name}:+${name}:}}"'
-    if back:
-        text += script_quote((":" if front else "") + ":".join(back))
-    return text
-
-
 def fabric_host_named(spec: JobSpec) -> bool:
     """Whether the job's environment names the nodes' fabric host suffix (JSC's `i`)."""
     return any(name == protocol.FABRIC_HOST_SUFFIX for name, _ in spec.env)
 
 
-def render_template(name: str, spec: JobSpec) -> str:
+def render_template(name: str, spec: JobSpec, **extra: object) -> str:
+    """Template `name` with the spec, its launch plan and `extra` values."""
     launch = launch_plan(spec)  # outside the net below: a bug here is ours, not a template's
     try:
         template = environment(spec.templates).get_template(name)
@@ -455,7 +413,7 @@ def render_template(name: str, spec: JobSpec) -> str:
                                pick_addr_in_bash=pick_addr(spec.backend, fabric_host_named(spec)),
                                fabric_host=fabric_host_named(spec),
                                charliecloud_env_in_bash=charliecloud_env(list(launch.charliecloud_env)),
-                               reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR)
+                               reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR, **extra)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:

@@ -1,4 +1,4 @@
-"""The edge: the only module that runs `sbatch`, `squeue`, `scontrol`, `scancel`, `bash`, `git`.
+"""The edge: the only module that runs `sbatch`, `salloc`, `squeue`, `scontrol`, `scancel`, `bash`, `git`.
 
 Submitting: the job folder (`jobdir`) is made under a temporary name, the job is
 submitted *held* so that it cannot start before its folder exists, then the folder is
@@ -30,8 +30,8 @@ from slurmtorch.errors import SubmitError
 from slurmtorch.submit.jobfolder import codecopy, jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.interrupts import Forwarding, Interrupted, deferred, on_lasting_thread
-from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, parse_squeue,
-                                         scontrol_exit, scontrol_fields)
+from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, TrialStatus,
+                                         parse_squeue, scontrol_exit, scontrol_fields)
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
@@ -214,17 +214,56 @@ def _run_bash(script: str, path: Path) -> int:
     return _run_guarded(["bash", str(path)])
 
 
+def run_in_allocation(script: str, folder: Path) -> int:
+    """Run a launch script from `slurmtorch alloc`'s shell (its script.sh in `folder`), output
+    to the terminal; under the guard, as a local mpirun run: Ctrl-C (or our end) ends the run's
+    srun and its ranks, never the allocation, which the shell's salloc holds."""
+    return _run_guarded(["bash", str(folder / jobdir.SCRIPT)],
+                        what="stopped this run's srun and its ranks; the allocation stays")
+
+
+def allocate(setup: str, argv_for: Callable[[str], list[str]]) -> int:
+    """`salloc ... bash --rcfile SETUP -i` in the foreground (`argv_for(SETUP)`, SETUP a private
+    temporary file holding `setup`); the shell's exit code, which salloc returns.
+
+    salloc owns the terminal: it makes itself, then the shell, the foreground process group,
+    so no Ctrl-C reaches us. One while the request waits is salloc's alone: it withdraws the
+    request ("Job aborted due to signal") and exits 1 (tested on the testbed). A
+    TERM/HUP to us goes to salloc, which ends the shell and gives the allocation back. When
+    the shell exits, salloc relinquishes the allocation (salloc(1)), and Slurm ends every
+    step still running in it.
+    """
+    with tempfile.TemporaryDirectory(prefix="slurmtorch-alloc-") as folder:
+        path = Path(folder) / "setup.sh"
+        jobdir.write_new(path, setup)
+        argv = argv_for(str(path))
+        with Forwarding("salloc withdrew the request, or ended the shell and gave the allocation back") as forwarding:
+            try:
+                proc = subprocess.Popen(argv)
+            except FileNotFoundError:
+                raise SubmitError(f"{argv[0]} not found on PATH",
+                                  tip="run slurmtorch alloc on a Slurm login node; --dry-run prints the command",
+                                  argv=argv) from None
+            try:
+                forwarding.attach(proc.pid)
+                return proc.wait()
+            except Interrupted:
+                proc.wait()  # salloc ends what it started before it exits
+                raise
+
+
 def guarded(argv: Sequence[str], exit_code_file: Path | None = None) -> list[str]:
     """`argv` under guard.py, which ends it with everything it started when this process
     dies or sends it TERM/HUP/INT, and writes its exit code to `exit_code_file`."""
     return [sys.executable, "-I", "-S", str(GUARD), str(os.getpid()), str(exit_code_file or "-"), "--", *argv]
 
 
-def _run_guarded(argv: Sequence[str], exit_code_file: Path | None = None, env: dict[str, str] | None = None) -> int:
+def _run_guarded(argv: Sequence[str], exit_code_file: Path | None = None, env: dict[str, str] | None = None,
+                 what: str = "stopped mpirun and its ranks") -> int:
     """Run in our process group (a terminal's Ctrl-C and stdin reach mpirun as before); a
     TERM/HUP/INT sent to us alone goes to the guard, and we wait for it a bounded time.
     The CLI's main thread forks the guard (see start_guarded on why that matters)."""
-    with Forwarding("stopped mpirun and its ranks") as forwarding:
+    with Forwarding(what) as forwarding:
         proc = subprocess.Popen(guarded(argv, exit_code_file), env=env)
         try:
             forwarding.attach(proc.pid)
@@ -348,27 +387,6 @@ def my_jobs(runner: Runner = run) -> dict[str, JobStatus]:
 
 
 # --------------------------------------------------------------------------- arrays
-
-
-@dataclass(frozen=True)
-class TrialStatus:
-    trial: int
-    params: dict
-    status: JobStatus
-
-    def line(self) -> str:
-        s = self.status
-        parts = [f"trial={self.trial}", f"job={s.job_id}", f"state={s.state}"]
-        if s.exit_code is not None:
-            parts.append(f"exit_code={s.exit_code}")
-        if s.nodes:
-            parts.append(f"nodes={s.nodes}")
-        if s.why:
-            parts.append(f"reason={s.why}")
-        if self.params:
-            parts.append("params=" + ",".join(f"{k}={v}" for k, v in self.params.items()))
-        parts.append(f"source={s.source}")
-        return " ".join(parts)
 
 
 def array_status(job_id: str, root: Path | None = None, *, runner: Runner = run,

@@ -113,6 +113,10 @@ class JobSpec:
     # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.
     # Set by the sbatch verb at its edge (snapshot.locate looks at the file system).
     snapshot: Snapshot | None = None
+    # Run from `slurmtorch alloc`'s shell (`slurmtorch run`), not as a batch job: the shell
+    # has the modules and environment, the ranks' output goes to the terminal, and the
+    # first node is reached with srun (render.launch_plan; submit/interactive.py).
+    interactive: bool = False
 
     @property
     def runs_again(self) -> bool:
@@ -208,6 +212,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
         local_rank_arg=local_rank_form(o, preset),
+        interactive=o.interactive,
     )
     return _site_parts(job, site, node, partition, preset, asked)
 
@@ -330,7 +335,9 @@ def check_program(o: Options) -> None:
     """The job kind, exactly one of SCRIPT or MODULE, and text a script can carry."""
     if o.kind not in KINDS:
         raise SpecError(f"unknown job kind {o.kind!r}")
-    if (o.script is None) == (o.module is None):
+    if o.interactive and o.script is None and o.module is None:
+        pass  # `slurmtorch alloc` itself: the program comes later, with each `slurmtorch run`
+    elif (o.script is None) == (o.module is None):
         raise SpecError("give exactly one of SCRIPT or -m MODULE", tip="e.g. slurmtorch sbatch train.py, or -m pkg.train")
     if o.module is not None and not re.match(_MODULE_RE, o.module):
         raise SpecError(f"invalid module name {o.module!r}", tip="a dotted Python module path, e.g. pkg.train")

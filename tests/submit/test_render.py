@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import __version__
-from slurmtorch.submit import render
+from slurmtorch.submit import render, scripttext
 from slurmtorch import resources
 from slurmtorch import shell
 from slurmtorch.submit import sites
@@ -238,12 +238,12 @@ def test_site_and_preset_names_stay_inside_the_provenance_comment(tmp_path):
 
 
 def test_every_quoting_path_refuses_a_lone_surrogate():
-    for quote in (shell.quote, shell.directive_value, render.script_quote, render.comment_quote):
+    for quote in (shell.quote, shell.directive_value, scripttext.script_quote, scripttext.comment_quote):
         with pytest.raises(ShellSafetyError, match="is not UTF-8 text"):
             quote("a\udcffb")
     with pytest.raises(ShellSafetyError, match="^job name 'x\\\\udcff' is not UTF-8 text"):
         shell.quote("x\udcff", what="job name")
-    assert render.comment_quote(["a\nb", "c d"]) == "$'a\\nb' 'c d'"  # unchanged for UTF-8 text
+    assert scripttext.comment_quote(["a\nb", "c d"]) == "$'a\\nb' 'c d'"  # unchanged for UTF-8 text
 
 
 @pytest.mark.parametrize("kind", ["sbatch", "mpirun"])
@@ -408,15 +408,21 @@ def test_a_site_templates_runtime_error_is_one_line_naming_file_and_line(tmp_pat
     assert message in e.value.message and "\n" not in e.value.message
 
 
-def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
+@pytest.mark.parametrize("verb, args, shown", [
+    ("sbatch", ["--site", "hdr-ib", "--dry-run", "-N", "2", "SCRIPT"], "#SBATCH --nodes=2"),
+    ("alloc", ["--site", "hdr-ib", "--dry-run", "-N", "2"], "salloc --cpus-per-task="),
+    ("run", ["--dry-run", "SCRIPT"], "--quit-on-interrupt"),
+])
+def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path, verb, args, shown):
     """Run the CLI's dry run in a fresh interpreter and look at what got imported."""
     script = tmp_path / "train.py"
     script.write_text("print('hi')\n")
+    argv = [verb, *(str(script) if a == "SCRIPT" else a for a in args)]
     code = (
         "import sys\n"
         "from slurmtorch.cli.main import main\n"
         "try:\n"
-        f"    main(['sbatch', '--site', 'hdr-ib', '--dry-run', '-N', '2', {str(script)!r}])\n"
+        f"    main({argv!r})\n"
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy')"
@@ -426,10 +432,12 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path):
         "print('BAD', bad, file=sys.stderr)\n"
         "sys.exit(1 if bad else 0)\n"
     )
+    # `run` renders in an allocation's shell: the options `alloc` stored there.
+    shell = {"SLURMTORCH_ALLOC": '{"site":"hdr-ib","options":{"nodes":2}}', "SLURM_JOB_ID": "1"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=dict(os.environ, SLURMTORCH_HOME=str(tmp_path)))
+                          env=dict(os.environ, SLURMTORCH_HOME=str(tmp_path), **shell))
     assert proc.returncode == 0, proc.stderr
-    assert "#SBATCH --nodes=2" in proc.stdout
+    assert shown in proc.stdout
     assert "BAD []" in proc.stderr
 
 

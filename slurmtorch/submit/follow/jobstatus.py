@@ -148,3 +148,24 @@ def exit_code_of(status: JobStatus) -> int:
     if status.exit_code is not None:
         return status.exit_code
     return 0 if status.state == "COMPLETED" else 1
+
+
+@dataclass(frozen=True)
+class TrialStatus:
+    trial: int
+    params: dict
+    status: JobStatus
+
+    def line(self) -> str:
+        s = self.status
+        parts = [f"trial={self.trial}", f"job={s.job_id}", f"state={s.state}"]
+        if s.exit_code is not None:
+            parts.append(f"exit_code={s.exit_code}")
+        if s.nodes:
+            parts.append(f"nodes={s.nodes}")
+        if s.why:
+            parts.append(f"reason={s.why}")
+        if self.params:
+            parts.append("params=" + ",".join(f"{k}={v}" for k, v in self.params.items()))
+        parts.append(f"source={s.source}")
+        return " ".join(parts)

@@ -145,6 +145,25 @@ def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | N
     return tmp
 
 
+def allocation_run(root: Path, job_id: str, script: str, job: dict) -> Path:
+    """An interactive allocation's folder (`slurmtorch alloc`), for one `slurmtorch run`: made
+    privately on the first run, then script.sh, job.json and a new run-token (each run is a
+    run of its own, for the trackers) replaced whole. Returns the folder."""
+    folder = root / check_job_id(job_id)
+    try:
+        _ensure_root(root)
+        try:
+            private_folder(folder)
+        except FileExistsError:
+            pass
+        replace_private(folder / SCRIPT, script)
+        replace_private(folder / JOB, json.dumps(job, indent=1) + "\n")
+        replace_private(folder / RUN_TOKEN, run_token() + "\n")
+    except OSError as exc:
+        raise folder_error(exc, root) from None
+    return folder
+
+
 def move_into_place(tmp: Path, root: Path, job_id: str) -> Path:
     """Rename the temporary folder to the job id; an older folder of that id is kept aside
     (job ids restart when a cluster's state is reset). Returns the job's folder."""

@@ -1,0 +1,85 @@
+"""`slurmtorch alloc`: an interactive allocation (salloc) and a shell in it; `slurmtorch run`
+in that shell starts the ranks on it, as the batch script would."""
+
+# No `from __future__ import annotations`: typer would eval each string annotation per call.
+
+import os
+import sys
+from typing import List, Optional
+
+import typer
+
+from slurmtorch.cli._common import options, program_args, provenance, with_options
+from slurmtorch.cli.sbatch import SBATCH_OPTIONS
+
+# sbatch's options less those only a batch job has (requeueing, arrays and sweeps, the
+# restart supervisor, roles' separate steps, containers) and the program (`slurmtorch run`'s).
+BATCH_ONLY = ("module", "requeue", "signal", "roles", "container_image", "container_runtime", "role_images",
+              "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout")
+ALLOC_OPTIONS = tuple(name for name in SBATCH_OPTIONS if name not in BATCH_ONLY)
+
+
+@with_options(*ALLOC_OPTIONS)
+def alloc(
+    ctx: typer.Context,
+    site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the salloc command and the shell's set-up; "
+                                                          "obtain nothing"),
+    **given,
+) -> int:
+    """Obtain an allocation with salloc and open a shell in it; exits with the shell's code.
+
+    The options are sbatch's. In the shell, `slurmtorch run SCRIPT [ARGS]` starts the ranks
+    on the allocation (again after each edit); `exit` gives the allocation back.
+    """
+    # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
+    from slurmtorch.submit import interactive, sites, spec
+    from slurmtorch.submit.jobfolder import jobdir
+
+    ref = interactive.site_for_later(sites.site_ref(site, None))
+    own = ("site", "dry_run")
+    job = spec.build_spec(sites.load_site(ref), options(
+        ctx.params, own, kind="sbatch", interactive=True, python=sys.executable,
+        job_name=given["job_name"] or interactive.DEFAULT_JOB_NAME, job_root=str(jobdir.jobs_root()),
+        command=provenance(ctx, "alloc")))
+    interactive.check(job)
+    stored = interactive.stored(ref, {k: v for k, v in ctx.params.items() if k not in own})
+    setup = interactive.render_setup(job, stored, [sys.executable, "-m", "slurmtorch"])
+    if dry_run:
+        sys.stdout.write(interactive.dry_run_text(job, setup))
+        return 0
+    from slurmtorch.submit import scheduler  # lazy: the edge, only a real allocation starts processes
+
+    return scheduler.allocate(setup, lambda path: interactive.salloc_argv(job, path))
+
+
+@with_options("module")
+def run(
+    ctx: typer.Context,
+    script_and_args: Optional[List[str]] = typer.Argument(None, metavar="SCRIPT [ARGS]...", show_default=False),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the launch script, run nothing"),
+    **given,
+) -> int:
+    """In `slurmtorch alloc`'s shell: start SCRIPT (or -m MODULE) on the allocation's ranks.
+
+    The launch line is the batch script's (srun, torchrun or mpirun, as the site says), with
+    the allocation's options; the ranks' output comes here. Ctrl-C ends this run, not the
+    allocation. Everything after SCRIPT (or -m MODULE) goes to it as typed.
+    """
+    from slurmtorch.submit import interactive, render, sites, spec
+    from slurmtorch.submit.jobfolder import jobdir
+
+    job_id, ref, stored = interactive.read_stored(os.environ)
+    typed = program_args(ctx, script_and_args)
+    script, args = spec.split_script(typed, given["module"])
+    root = jobdir.jobs_root()
+    job = spec.build_spec(sites.load_site(ref), options(
+        {**stored, "module": given["module"]}, (), kind="sbatch", interactive=True, script=script,
+        script_args=args, python=sys.executable, job_root=str(root), command=provenance(ctx, "run", len(typed))))
+    text = render.render_sbatch(job)
+    if dry_run:
+        sys.stdout.write(text)
+        return 0
+    from slurmtorch.submit import scheduler  # lazy: the edge
+
+    return scheduler.run_in_allocation(text, jobdir.allocation_run(root, job_id, text, spec.job_record(job)))
