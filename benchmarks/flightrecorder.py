@@ -30,7 +30,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import PY, REPO, alternate, env, med, mpirun, ms, needs_mpi_and_torch, python_can, run, table, timed
+from _common import PY, REPO, alternate, env, med, mpirun, ms, run, table, timed
+from nccl import missing  # the same need: a GPU with NCCL, mpirun and mpi4py
 
 PROBE = REPO / "benchmarks" / "probe.py"
 HERE = Path(__file__).resolve().parent
@@ -71,16 +72,6 @@ for _ in range(5):
     times.append((time.perf_counter() - t) / steps)
 print(f"step_s {statistics.median(times):.9f}")
 """
-
-
-def missing() -> str | None:
-    reason = needs_mpi_and_torch()
-    if reason:
-        return reason
-    if not python_can("import sys, torch, torch.distributed as d; "
-                      "sys.exit(0 if torch.cuda.is_available() and d.is_nccl_available() else 1)"):
-        return "no GPU with NCCL (torch.cuda.is_available() and NCCL built in)"
-    return None
 
 
 def real_dump(folder: Path) -> str:
