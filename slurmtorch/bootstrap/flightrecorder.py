@@ -18,8 +18,9 @@ BUFFER_ENTRIES = "2000"  # torch 2.13's own default; older torch records nothing
 
 
 def env_for(backend: str, environ: Mapping[str, str]) -> dict[str, str]:
-    """The recorder's variables for a group of `backend` in a job folder, less those set (pure)."""
-    folder = environ.get(protocol.JOB_DIR)
+    """The recorder's variables for a group of `backend` in a job folder (or a local run's, which
+    `slurmtorch stacks local-N` reads alike), less those set (pure)."""
+    folder = protocol.rank_folder(environ)
     if not folder or "nccl" not in str(backend).lower():
         return {}
     prefix = protocol.flight_prefix(folder)
@@ -41,6 +42,6 @@ def enable(backend: str, environ=os.environ) -> None:
         return
     environ.update(env)
     try:
-        os.makedirs(os.path.join(environ[protocol.JOB_DIR], protocol.FLIGHT), exist_ok=True)
+        os.makedirs(os.path.join(str(protocol.rank_folder(environ)), protocol.FLIGHT), exist_ok=True)
     except OSError:
         pass  # torch then says it could not write the dump; the job runs on

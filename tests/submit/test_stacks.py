@@ -257,6 +257,11 @@ def test_nccl_jobs_get_the_flight_recorder_dumping_into_the_job_folder():
     assert flightrecorder.env_for("cpu:gloo,cuda:nccl", {protocol.JOB_DIR: "/j"})["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
 
 
+def test_a_local_runs_nccl_ranks_dump_into_its_folder_where_slurmtorch_stacks_reads_them():
+    env = flightrecorder.env_for("nccl", {protocol.LOCAL_RUN_DIR: "/home/u/.slurmtorch/local/3"})
+    assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/home/u/.slurmtorch/local/3/flight/rank-"
+
+
 def test_the_flight_recorder_keeps_what_the_user_set_and_stays_off_gloo_and_outside_jobs():
     env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
                                           "TORCH_FR_BUFFER_SIZE": "500"})
