@@ -113,8 +113,9 @@ def test_a_script_folder_the_image_lacks_is_named_with_ch_runs_error_and_the_fix
     site, _ = charliecloud_site(tmp_path, charliecloud_image)
     elsewhere = REPO / "tests" / "submit" / "test_failures.py"  # never runs: its folder is not in the image
     home = tmp_path / "home"
-    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "1", "--time", "2", "--wait", str(elsewhere)],
-              timeout=200)
+    # In place (--no-snapshot): a snapshot would run the copy in the job folder, which is bound.
+    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "1", "--time", "2", "--no-snapshot", "--wait",
+                              str(elsewhere)], timeout=200)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (f"slurmtorch: failed: rank 0 on node1: ch-run could not start the container: can't mkdir: "
             f"{charliecloud_image}{elsewhere.parent}: Read-only file system (ch-run binds only onto folders the "

@@ -249,16 +249,20 @@ def test_ctrl_c_while_the_allocation_waits_withdraws_the_request(testbed, tmp_pa
     try:
         job_id = term.expect(r"salloc: Pending job allocation (\d+)", 60).group(1)
         term.expect(r"queued and waiting for resources", 30)
-        # salloc holds the terminal's foreground while it waits: the Ctrl-C is its alone; it
-        # withdraws the request, says so (its words vary) and exits 1, and slurmtorch with it.
-        # Once in about six runs salloc lets the first Ctrl-C pass; a user presses it again.
+        # Usually salloc holds the terminal's foreground while it waits and the Ctrl-C is its
+        # alone: it withdraws the request, says so (its words vary) and exits 1, and slurmtorch
+        # with it. Under load the Ctrl-C can also reach slurmtorch (one CI run in the suite),
+        # which forwards it to salloc, waits for it and exits 130. Either way the request
+        # must be gone. Once in about six runs salloc lets the first Ctrl-C pass; a user
+        # presses it again.
         term.send("\x03")
         code = term.exit_code(15, give_up=False)
         if code is None:
             term.send("\x03")
             code = term.exit_code(45)
-        assert code == 1
-        assert re.search(r"has been revoked|Job aborted due to signal", term.before + term.seen)
+        assert code in (1, 130)
+        assert re.search(r"has been revoked|Job aborted due to signal|salloc withdrew the request",
+                         term.before + term.seen)
         wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id]).stdout.strip() == "", "the request to go", 60)
         assert testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split() == [blocker]
         wait_for(lambda: not processes_mentioning("salloc"), "salloc to end", 30)
