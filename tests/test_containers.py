@@ -27,8 +27,14 @@ EXAMPLES = REPO / "examples"
 
 
 @pytest.fixture(scope="session")
-def charliecloud_image() -> Path:
+def charliecloud_image(testbed) -> Path:
     """The image's folder, built (or brought up to date) by scripts/image."""
+    if testbed.slurm >= (24, 11):
+        # Not a missing piece but a wall: that testbed runs chrooted (scripts/slurm-root), and
+        # the kernel refuses a new user namespace to a chrooted process, which ch-run needs
+        # ("can't init user+mount namespaces: Operation not permitted"). What these tests pin
+        # does not depend on Slurm's version; they run on the 22.05 testbed.
+        pytest.skip("ch-run cannot make its user namespace inside the chrooted Slurm 24.11 testbed")
     need(shutil.which("ch-run") is not None, "charliecloud's ch-run is not installed (scripts/setup installs it)")
     need(shutil.which("debootstrap") is not None, "debootstrap is not installed (scripts/setup installs it)")
     # The probe's folder and the example's: ch-run 0.31 binds only onto folders the image has.

@@ -194,7 +194,8 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
     for role, count in spec.roles:
         prefix, pyxis = container_args(spec, containers.get(role))
         # --mpi=none: the ranks take their world from SLURM_* and SLURMTORCH_ROLES, not MPI.
-        srun = ["--kill-on-bad-exit=1", "--mpi=none", f"--relative={offset}",
+        # Its nodes: the template adds --nodelist (nodes offset..offset+count-1 of the job's).
+        srun = ["--kill-on-bad-exit=1", "--mpi=none",
                 f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
                 f"--cpus-per-task={spec.cpus_per_task}", *pyxis, *spec.srun_args]
         argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]

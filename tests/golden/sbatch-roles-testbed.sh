@@ -62,19 +62,23 @@ SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
 export SLURMTORCH_STARTED
 rm -f "$SLURMTORCH_STARTED"
 
-# Launch: one srun step per role, each on its own nodes (--relative), all at once.
+# Launch: one srun step per role, each on its own nodes, all at once.
 # The torch world is the training roles (master=1, worker=2);
 # every rank finds its place from SLURMTORCH_ROLES. Rank logs go to $SLURMTORCH_JOB_DIR.
+# Each step is pinned to its nodes by name: --relative=K only says where Slurm begins to
+# look, and a step started while another still held node K's CPUs ran elsewhere (the master
+# on node 3, away from the MASTER_ADDR picked for it on node 1: Slurm 24.11 on the testbed).
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 \
+mapfile -t role_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:0:1}")" \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &
 role[$!]=master training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 \
+srun --kill-on-bad-exit=1 --mpi=none --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:1:2}")" \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 &
 role[$!]=worker training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --relative=3 --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 \
+srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:3:1}")" \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 &
 role[$!]=ps
