@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -117,11 +118,18 @@ def test_a_script_folder_the_image_lacks_is_named_with_ch_runs_error_and_the_fix
     """ch-run 0.31 binds only onto folders the image has. Red before: `rank 0 on node1: exited
     with exit code 1 without reporting a cause`, while ch-run's line named the folder."""
     site, _ = charliecloud_site(tmp_path, charliecloud_image)
-    elsewhere = REPO / "tests" / "submit" / "test_failures.py"  # never runs: its folder is not in the image
+    # A folder the image lacks wherever the checkout is: not under /tmp, which ch-run shares
+    # with the host (a checkout there is seen inside), nor one scripts/image made.
+    folder = Path(tempfile.mkdtemp(prefix="slurmtorch-not-in-image-", dir="/var/tmp"))
+    elsewhere = folder / "train.py"  # never runs: its folder is not in the image
+    elsewhere.write_text("print('ran')\n")
     home = tmp_path / "home"
     # In place (--no-snapshot): a snapshot would run the copy in the job folder, which is bound.
-    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "1", "--time", "2", "--no-snapshot", "--wait",
-                              str(elsewhere)], timeout=200)
+    try:
+        proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "1", "--time", "2", "--no-snapshot",
+                                  "--wait", str(elsewhere)], timeout=200)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert (f"slurmtorch: failed: rank 0 on node1: ch-run could not start the container: can't mkdir: "
             f"{charliecloud_image}{elsewhere.parent}: Read-only file system (ch-run binds only onto folders the "
