@@ -76,7 +76,7 @@ CHECKPOINTS = "checkpoints"
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
 CODE_DIR = "code"  # the snapshot of the code the job runs (submit.jobfolder.snapshot)
-SNAPSHOT = "snapshot.json"  # what that snapshot is: its tree, commit, dirtiness, files (codestore)
+SNAPSHOT = "snapshot.json"  # what that snapshot is: its tree, commit, dirtiness, files (codecopy)
 FLIGHT = "flight"  # NCCL jobs: torch's flight recorder dumps, flight_prefix + rank
 
 

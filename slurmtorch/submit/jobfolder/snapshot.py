@@ -7,7 +7,7 @@ TorchX's workspaces and NeMo-Run's packagers do the same). The tree is the git w
 holding the script, found as git finds it (the nearest `.git` above), whose tracked and
 untracked-but-not-ignored files are taken (git's own listing, so what `.gitignore` keeps
 out, secrets and data, stays out); outside git, the script's folder. Pure: the listing and
-the copy are `codestore`'s, the git calls the scheduler edge's.
+the copy are `codecopy`'s, the git calls the scheduler edge's.
 """
 
 from __future__ import annotations
