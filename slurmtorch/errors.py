@@ -85,3 +85,10 @@ class BootstrapError(SlurmtorchError):
     """The in-rank world could not be derived or the process group not set up."""
 
     exit_code = 1
+
+
+class ClusterError(SlurmtorchError):
+    """A remote cluster (`--cluster NAME`) that is not configured right or cannot be reached:
+    the clusters file, the SSH connection, the slurmtorch on the other side."""
+
+    exit_code = 2

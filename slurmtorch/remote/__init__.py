@@ -1,0 +1,3 @@
+"""Working from a laptop: a command given `--cluster NAME` runs on that cluster's login host
+over SSH (`clusters` names the clusters, `ssh` is the connection, `sync` sends the code,
+`forward` hands a verb over, `serve` receives it on the cluster side)."""
