@@ -127,6 +127,25 @@ def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[
     return items
 
 
+def cluster_option() -> Any:
+    """`--cluster NAME`: the verb runs on that cluster of the clusters file, over SSH."""
+    return typer.Option(None, "--cluster", envvar="SLURMTORCH_CLUSTER", metavar="NAME", show_envvar=False,
+                        help="run this on cluster NAME of ~/.config/slurmtorch/clusters.yaml, over SSH "
+                             "(default: $SLURMTORCH_CLUSTER)")
+
+
+def on_cluster(ctx: typer.Context, cluster: str | None, **kw: Any) -> int | None:
+    """The verb's exit code once it ran on `cluster` over SSH; None where it runs here (no
+    cluster given, or this process is that cluster's side of it)."""
+    if not cluster:
+        return None
+    from slurmtorch.remote import forward  # lazy: only --cluster needs ssh's edge
+
+    if not forward.elsewhere(cluster):
+        return None
+    return forward.verb(cluster, list((ctx.obj or {}).get("argv") or []), **kw)
+
+
 def provenance(ctx: typer.Context, verb: str, program: int = 0) -> tuple[str, ...]:
     """`slurmtorch VERB ...` as typed, less the flags that change nothing submitted; the
     last `program` words (SCRIPT and its arguments) are kept as they are."""

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from slurmtorch.cli._common import options, program_args, provenance, with_options
+from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
 from slurmtorch.cli.sbatch import SBATCH_OPTIONS
 
 # sbatch's options less those only a batch job has (requeueing, arrays and sweeps, the
@@ -25,19 +25,27 @@ def alloc(
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the salloc command and the shell's set-up; "
                                                           "obtain nothing"),
+    cluster: Optional[str] = cluster_option(),
     **given,
 ) -> int:
     """Obtain an allocation with salloc and open a shell in it; exits with the shell's code.
 
     The options are sbatch's. In the shell, `slurmtorch run SCRIPT [ARGS]` starts the ranks
-    on the allocation (again after each edit); `exit` gives the allocation back.
+    on the allocation (again after each edit); `exit` gives the allocation back. With
+    --cluster: this folder's git work tree is synced there first and the shell opens in its
+    copy, over `ssh -t`.
     """
+    if cluster:
+        from slurmtorch.remote import forward  # lazy: only --cluster needs ssh's edge
+
+        if forward.elsewhere(cluster):
+            return forward.submit(cluster, ctx.obj["argv"], [], None, None, tty=True)
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
     from slurmtorch.submit import interactive, sites, spec
     from slurmtorch.submit.jobfolder import jobdir
 
     ref = interactive.site_for_later(sites.site_ref(site, None))
-    own = ("site", "dry_run")
+    own = ("site", "dry_run", "cluster")
     job = spec.build_spec(sites.load_site(ref), options(
         ctx.params, own, kind="sbatch", interactive=True, python=sys.executable,
         job_name=given["job_name"] or interactive.DEFAULT_JOB_NAME, job_root=str(jobdir.jobs_root()),

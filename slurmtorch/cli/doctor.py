@@ -8,11 +8,13 @@ from typing import Optional
 
 import typer
 
+from slurmtorch.cli._common import cluster_option, on_cluster
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError
 from slurmtorch.submit.options import Options
 
 
 def doctor(
+    ctx: typer.Context,
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE, else the job's own site, else local)"),
     node_type: Optional[str] = typer.Option(None, "--node-type", help="node type to check against (default: the partition's)"),
     partition: Optional[str] = typer.Option(None, "--partition", "-p", help="partition whose node type applies"),
@@ -23,11 +25,16 @@ def doctor(
     ntasks_per_node: int = typer.Option(1, "--ntasks-per-node", help="ranks per node for --allocation"),
     max_bytes: int = typer.Option(16 << 20, "--max-bytes", help="largest all_reduce message for --allocation"),
     timeout: int = typer.Option(120, "--timeout", help="seconds for the whole --allocation step"),
+    cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Check torch, GPUs, InfiniBand, interfaces, MPI/PMIx and the site's environment here.
 
     Every line is ok, warn or fail with its fix; the exit code is 1 if anything failed.
+    With --cluster: on that cluster's login host, with its site.
     """
+    remote = on_cluster(ctx, cluster, site=True)
+    if remote is not None:
+        return remote
     # lazy: `slurmtorch --help` builds every verb and must not import yaml or the doctor's checks
     from slurmtorch import doctor as d
     from slurmtorch.submit import sites

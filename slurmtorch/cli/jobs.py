@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 
 from slurmtorch import protocol
+from slurmtorch.cli._common import cluster_option, on_cluster
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import scheduler
 from slurmtorch.submit.follow import stackrequest, waiting
@@ -25,14 +26,19 @@ RECENT = 10
 
 
 def status(
+    ctx: typer.Context,
     job_ids: Optional[List[str]] = typer.Argument(None, metavar="[JOBID]...", show_default=False,
                                                   help="jobs to show (default: your slurmtorch jobs)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list"),
+    cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Show jobs' states: the given ones, else your slurmtorch jobs as a table.
 
     One squeue call for all of them; an ended job's exit code comes from its folder.
     """
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     root = jobdir.jobs_root()
     if not job_ids:
         return _table(root, as_json)
@@ -142,6 +148,7 @@ def _readable(folder):
 
 
 def logs(
+    ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="the job"),
     rank: Optional[int] = typer.Option(None, "--rank", "-r", help="which rank's output (default 0)"),
     node: Optional[int] = typer.Option(None, "--node", help="torchrun jobs: which node's output (one file per "
@@ -152,11 +159,15 @@ def logs(
                                                               "with its exit code"),
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --follow: Ctrl-C cancels the job (default: it runs on)"),
+    cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder.
 
     torchrun writes one log per node (every rank on it), not per rank: --node N.
     """
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     folder = jobdir.job_dir(job_id)
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
@@ -193,12 +204,16 @@ def logs(
     return 0
 
 
-def cancel(job_ids: List[str] = typer.Argument(..., metavar="JOBID...", show_default=False,
-                                               help="jobs to cancel")) -> int:
+def cancel(ctx: typer.Context,
+           job_ids: List[str] = typer.Argument(..., metavar="JOBID...", show_default=False, help="jobs to cancel"),
+           cluster: Optional[str] = cluster_option()) -> int:
     """Cancel jobs of yours that are queued or running (scancel).
 
     An unknown job, someone else's, or one that has already ended is an error.
     """
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     failed = 0
     for j in job_ids:
         try:
@@ -212,6 +227,7 @@ def cancel(job_ids: List[str] = typer.Argument(..., metavar="JOBID...", show_def
 
 
 def stacks(
+    ctx: typer.Context,
     job_id: Optional[str] = typer.Argument(None, metavar="[JOBID]", show_default=False,
                                            help="a running job (JOBID_K: a trial), or a local run (local-N); "
                                                 "default: the one local run running"),
@@ -219,6 +235,7 @@ def stacks(
     wait_s: float = typer.Option(stackrequest.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
     native_wait_s: float = typer.Option(stackrequest.NATIVE_WAIT_S, "--native-wait-s",
                                         help="how long py-spy gets for the native frames (0: none)"),
+    cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print where every rank of a running job stands: ranks on the same stack together, the
     odd ones out first, then each group's stack (and torch's NCCL flight recorder, if it dumped).
@@ -229,6 +246,9 @@ def stacks(
     native frames too (the C++ a collective waits in, e.g. c10d::Work::wait). A local run
     (slurmtorch mpirun) is local-N, as it said when it started; no id: the one running.
     """
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     folder, ranks, send, resend = _stacks_target(job_id)
     got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0, resend=resend)
     for line in summary_lines(got, silent):

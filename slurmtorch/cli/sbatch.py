@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from slurmtorch.cli._common import options, program_args, provenance, with_options
+from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
 
 
 # The `Options` fields this verb offers, in --help's order: flags, help and type live there.
@@ -40,6 +40,7 @@ def sbatch(
         help="run a copy of the code taken now (the script's git work tree: tracked and not-ignored files; "
              "else its folder), so edits while the job waits or before a requeue change nothing; "
              "--no-snapshot runs it in place (default: on, unless SLURMTORCH_SNAPSHOT=off)"),
+    cluster: Optional[str] = cluster_option(),
     **given,
 ) -> int:
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
@@ -53,12 +54,17 @@ def sbatch(
     from slurmtorch.submit.jobfolder import snapshot as snapshots
 
     typed = program_args(ctx, script_and_args)
+    if cluster:
+        from slurmtorch.remote import forward  # lazy: only --cluster needs ssh's edge
+
+        if forward.elsewhere(cluster):  # the code synced, the rest done there
+            return forward.submit(cluster, ctx.obj["argv"], typed, given["module"], snapshot)
     script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
     job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options(
         ctx.params, VERB_ONLY, kind="sbatch", script=script, script_args=args, python=sys.executable,
         job_root=str(root), command=provenance(ctx, "sbatch", len(typed))))
-    tree = snapshots.locate(script, given["module"], os.getcwd()) if snapshots.wanted(snapshot, os.environ) else None
+    tree = _tree(script, given["module"], snapshot)
     job = replace(job, snapshot=tree)
     text = render.render_sbatch(job)
     if dry_run:
@@ -92,7 +98,23 @@ def sbatch(
 
 
 # The verb's own parameters, not `Options` fields.
-VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable", "snapshot")
+VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable", "snapshot", "cluster")
+
+
+def _tree(script, module, flag):
+    """The snapshot to take, or None (in place): of the code a laptop synced with this request
+    (`--cluster` on its side), else of the script's tree here."""
+    from slurmtorch.remote.request import SYNCED
+    from slurmtorch.submit.jobfolder import snapshot as snapshots
+
+    if not snapshots.wanted(flag, os.environ):
+        return None
+    if os.environ.get(SYNCED):
+        import json
+
+        with open(os.environ[SYNCED], encoding="utf-8", errors="surrogateescape") as f:
+            return snapshots.from_sync(json.load(f), script, os.getcwd())
+    return snapshots.locate(script, module, os.getcwd())
 
 
 def _announce(sub) -> None:

@@ -6,8 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from typing import Optional
+
 import typer
 
+from slurmtorch.cli._common import cluster_option, on_cluster
 from slurmtorch.errors import SiteError
 from slurmtorch.submit.inputs import file_problem
 
@@ -16,8 +19,11 @@ app = typer.Typer(help="Inspect and validate site configs.", no_args_is_help=Tru
 
 
 @app.command("list")
-def list_sites() -> int:
+def list_sites(ctx: typer.Context, cluster: Optional[str] = cluster_option()) -> int:
     """Every site on the search path: name, description, file."""
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     from slurmtorch.submit import sites  # lazy: `slurmtorch --help` builds every verb and must not import yaml
 
     for name, path in sorted(sites.available_sites().items()):
@@ -30,8 +36,12 @@ def list_sites() -> int:
 
 
 @app.command("show")
-def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
+def show(ctx: typer.Context, name: str = typer.Argument(..., metavar="NAME|PATH"),
+         cluster: Optional[str] = cluster_option()) -> int:
     """The merged, validated site, with each node type's network environment."""
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     import yaml  # lazy: as in list_sites
 
     from slurmtorch.submit import sites  # lazy: as in list_sites
@@ -42,9 +52,14 @@ def show(name: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
 
 
 @app.command("validate")
-def validate(path: str = typer.Argument(..., metavar="NAME|PATH")) -> int:
+def validate(ctx: typer.Context, path: str = typer.Argument(..., metavar="NAME|PATH"),
+             cluster: Optional[str] = cluster_option()) -> int:
     """Load and validate a site file, or a site on the search path by name (as --site takes
-    it); every problem found, each on its own `error:` line (with its `tip:`), then how many."""
+    it); every problem found, each on its own `error:` line (with its `tip:`), then how many.
+    With --cluster: a site of the cluster's (its file, or its name there)."""
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
     from slurmtorch.submit import sites  # lazy: as in list_sites
 
     p = Path(path)

@@ -32,7 +32,10 @@ def list_entries(snap: Snapshot, git: Git, limit: int, home: str) -> list[Entry]
     """What the snapshot copies, checked against the limit before anything is copied.
     Never slurmtorch's own home (job folders, earlier snapshots), should it be in the tree."""
     skip = snapshot.inside(home, snap.root)
-    entries = _git_entries(snap.root, "", git) if snap.git else _walk_entries(snap.root, home)
+    if snap.synced is not None:
+        entries = _synced_entries(snap)
+    else:
+        entries = _git_entries(snap.root, "", git) if snap.git else _walk_entries(snap.root, home)
     if skip is not None:
         entries = [e for e in entries if not snapshot.under(e.path, skip)]
     if snap.script is not None and all(e.path != snap.script for e in entries):
@@ -83,6 +86,23 @@ def _git_entries(root: str, prefix: str, git: Git) -> list[Entry]:
     return entries
 
 
+def _synced_entries(snap: Snapshot) -> list[Entry]:
+    """A laptop's tree (remote.sync): the files its record lists, found in the synced copy, and its links."""
+    assert snap.synced is not None
+    entries = [Entry(path, "link", target=target) for path, target in snap.synced.links]
+    for path, _ in snap.synced.files:
+        made = _make_entry(snap.root, path, _lstat(os.path.join(snap.root, path)))
+        if made is None or made.kind != "file":
+            raise _changed(snap, path)
+        entries.append(made)
+    return entries
+
+
+def _changed(snap: Snapshot, path: str) -> SubmitError:
+    return SubmitError(f"snapshot failed: {path} in the synced copy {snap.root} is not as the laptop sent it",
+                       tip="another submission from the same tree may have synced meanwhile: submit again")
+
+
 def _walk_entries(root: str, home: str) -> list[Entry]:
     """A folder outside git: everything in it but __pycache__, .git and slurmtorch's home, links as links."""
     entries: list[Entry] = []
@@ -105,6 +125,7 @@ def _walk_entries(root: str, home: str) -> list[Entry]:
 def copy(snap: Snapshot, entries: list[Entry], dest: Path) -> list[list]:
     """Copy `entries` into `dest` (made here, private); returns the manifest [path, sha256, mode]."""
     manifest: list[list] = []
+    sent = dict(snap.synced.files) if snap.synced is not None else {}
     os.mkdir(dest, 0o700)
     made = {""}
     if snap.cwd:  # the job starts there, even where nothing in it is copied (an ignored outputs/ folder)
@@ -120,7 +141,10 @@ def copy(snap: Snapshot, entries: list[Entry], dest: Path) -> list[list]:
             manifest.append([e.path, "link", e.target])
             continue
         mode = 0o700 if e.executable else 0o600
-        manifest.append([e.path, _copy_file(os.path.join(snap.root, e.path), dest / e.path, mode), oct(mode)])
+        digest = _copy_file(os.path.join(snap.root, e.path), dest / e.path, mode)
+        if sent and sent.get(e.path) != digest:
+            raise _changed(snap, e.path)
+        manifest.append([e.path, digest, oct(mode)])
     return manifest
 
 
@@ -158,13 +182,16 @@ def _unreadable(path: str, exc: OSError) -> SubmitError:
 def describe(snap: Snapshot, git: Git, manifest: list[list], size: int) -> dict:
     """snapshot.json's record: the tree, its commit and dirtiness (git), the files."""
     commit, dirty = None, None
-    if snap.git:
+    if snap.synced is not None:
+        commit, dirty = snap.synced.commit, snap.synced.dirty
+    elif snap.git:
         code, out, _ = git(snap.root, "rev-parse", "--verify", "-q", "HEAD")
         commit = out.decode().strip() if code == 0 and out.strip() else None
         code, out, _ = git(snap.root, "status", "--porcelain", "-z")
         dirty = code != 0 or bool(out.strip(b"\0"))
     files = [m for m in manifest if m[1] != "link"]
-    return {"root": snap.root, "git": snap.git, "commit": commit, "dirty": dirty, "script": snap.script,
+    root = snap.synced.origin if snap.synced is not None else snap.root
+    return {"root": root, "git": snap.git, "commit": commit, "dirty": dirty, "script": snap.script,
             "cwd": snap.cwd, "files": len(files), "bytes": size, "manifest": manifest}
 
 

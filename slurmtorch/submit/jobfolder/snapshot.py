@@ -31,6 +31,18 @@ TIP = "--no-snapshot runs the code in place; or keep big or private files out of
 
 
 @dataclass(frozen=True)
+class Synced:
+    """A tree a laptop sent to this cluster (remote.sync): exactly the files its snapshot
+    takes there, each with the hash it had on the laptop, and what git said of it there."""
+
+    files: tuple[tuple[str, str], ...]  # (path, sha256)
+    links: tuple[tuple[str, str], ...]  # (path, target as the copy has it)
+    commit: str | None
+    dirty: bool | None
+    origin: str  # the tree on the laptop, host:path
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Where a job's code comes from and where it runs inside the copy."""
 
@@ -38,6 +50,7 @@ class Snapshot:
     git: bool
     script: str | None  # the script inside the tree, '/'-separated; None for -m MODULE
     cwd: str | None  # the submission folder inside the tree ('' the root); None: outside it, the job runs there
+    synced: Synced | None = None  # a laptop's tree, sent with `--cluster`: its files are the record's
 
 
 @dataclass(frozen=True)
@@ -127,6 +140,22 @@ def locate(script: str | None, module: str | None, cwd: str,
     if top and (exists(os.path.join(cwd, top)) or exists(os.path.join(cwd, top + ".py"))):
         return Snapshot(root=cwd, git=False, script=None, cwd="")
     return None
+
+
+def from_sync(record: Mapping, script: str | None, cwd: str) -> Snapshot:
+    """The snapshot of a tree a laptop synced here (`record`: remote.sync's), for SCRIPT
+    (absolute) or -m MODULE submitted from `cwd`, both inside the synced copy."""
+    root = str(record["mirror"])
+    rel = inside(script, root) if script is not None else None
+    if script is not None and rel is None:
+        raise SpecError(f"{script} is not in the code synced from {record.get('root')}",
+                        tip="with --cluster, the script must be inside the tree that is sent (its git work tree)")
+    manifest = record.get("manifest") or []
+    synced = Synced(files=tuple((str(m[0]), str(m[1])) for m in manifest if m[1] != "link"),
+                    links=tuple((str(m[0]), str(m[2])) for m in manifest if m[1] == "link"),
+                    commit=record.get("commit"), dirty=record.get("dirty"),
+                    origin=str(record.get("origin") or record.get("root")))
+    return Snapshot(root=root, git=bool(record.get("git")), script=rel, cwd=inside(cwd, root), synced=synced)
 
 
 # --------------------------------------------------------------------------- which files

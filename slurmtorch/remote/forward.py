@@ -1,0 +1,65 @@
+"""A verb given `--cluster NAME`, handed to the cluster's slurmtorch over SSH (the laptop side).
+
+The verb's words go as typed (`--cluster NAME` among them: the cluster side knows it is the
+cluster side and ignores it), so every option means there what it means on the login host.
+What only the laptop knows is added: the cluster's site (`--site`, unless given) and, for a
+submission, the code: the script's tree is synced first (`sync`), the command runs in the
+mirror's copy of the working folder, and SCRIPT is named as it is found from there.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+
+from slurmtorch import __version__
+from slurmtorch.remote import clusters, request, ssh, sync
+from slurmtorch.submit.jobfolder import snapshot
+
+
+def elsewhere(cluster: str | None) -> bool:
+    """Whether this command goes to a cluster: `--cluster` (or SLURMTORCH_CLUSTER) given, and
+    this process is not already that cluster's side of it."""
+    return bool(cluster) and not os.environ.get(request.ON_CLUSTER)
+
+
+def verb(name: str, argv: Sequence[str], *, site: bool = False, tty: bool = False) -> int:
+    """`slurmtorch ARGV` on cluster `name`, run in its home; its output and exit code are ours."""
+    cluster = clusters.find(name)
+    conn = ssh.connect(cluster)
+    args = with_site(argv, cluster.site) if site else list(argv)
+    return ssh.stream(conn, request.command(cluster, __version__, args, tty=tty), request.header(None), tty=tty)
+
+
+def submit(name: str, argv: Sequence[str], program: Sequence[str], module: str | None,
+           snapshot_flag: bool | None, *, tty: bool = False) -> int:
+    """A submission (`sbatch`, or `alloc`'s shell with `tty`) on cluster `name`: the script's tree
+    synced, the words as typed with SCRIPT as the mirror names it, run from the mirror's copy
+    of this folder."""
+    cluster = clusters.find(name)
+    script = os.path.abspath(program[0]) if module is None and program else None
+    tree = snapshot.locate(script, module, os.getcwd())
+    if tree is None:  # -m MODULE outside any tree of the user's: nothing to send
+        return verb(name, argv, site=True, tty=tty)
+    conn = ssh.connect(cluster)
+    sent = sync.send(conn, tree)
+    sync.announce(sent, cluster.name)
+    cwd = posixpath.join(sent.mirror, tree.cwd) if tree.cwd else sent.mirror
+    args = with_site(argv, cluster.site, len(program))
+    if tree.script is not None:
+        where = posixpath.relpath(tree.script, tree.cwd or ".") if tree.cwd is not None else tree.script
+        args[len(args) - len(program)] = where
+    if not snapshot.wanted(snapshot_flag, os.environ) and snapshot_flag is None:
+        args.insert(1, "--no-snapshot")  # this laptop's SLURMTORCH_SNAPSHOT=off goes along
+    command = request.command(cluster, __version__, args, cwd=cwd, tty=tty)
+    return ssh.stream(conn, command, request.header(sent.record), tty=tty)
+
+
+def with_site(argv: Sequence[str], site: str | None, program: int = 0) -> list[str]:
+    """`argv` with `--site SITE` after the verb, unless a site is given already before the
+    last `program` words (the program's own) (pure)."""
+    args = list(argv)
+    if site is None or any(a == "--site" or a.startswith("--site=") for a in args[:len(args) - program]):
+        return args
+    return [args[0], "--site", site, *args[1:]] if args else ["--site", site]

@@ -1,0 +1,188 @@
+"""The laptop's edge to a cluster: the system's OpenSSH client, one shared connection per cluster.
+
+The first command to a cluster opens a master connection (ControlMaster) in the foreground,
+so a password, a key's passphrase or an MFA code is asked once, on the terminal, as plain
+`ssh` asks it; every later command, and rsync, rides on it while it lives (ControlPersist:
+ten idle minutes). Those are the only options of ours: the user's ssh config (aliases,
+ProxyJump, keys) and its host-key checking apply unchanged. ssh's own failures become one
+line with the fix (`failure`). A streamed command runs in a session of its own, so Ctrl-C
+reaches us, not ssh: we send its name down the command's stdin and the cluster side
+(`serve`) raises it there, so the verb behaves as it does on the cluster itself.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmtorch.errors import ClusterError, SlurmtorchError
+from slurmtorch.remote import request
+from slurmtorch.remote.clusters import Cluster
+from slurmtorch.submit.jobfolder import ownership
+
+PERSIST = "10m"  # how long an idle master connection stays: ssh's ControlPersist
+_SOCKET_NAME = "%C"  # ssh's hash of the connection (host, port, user): 40 characters
+_SOCKET_MAX = 100  # a unix socket's path holds at most 104 (macOS) or 108 (Linux) bytes
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def socket_folder(environ=os.environ) -> Path:
+    """Where the master connections' sockets are: $XDG_RUNTIME_DIR/slurmtorch-ssh, else
+    ~/.cache/slurmtorch/ssh, else (a path too long for a socket) /tmp/slurmtorch-ssh-UID;
+    private (0700), as ssh's own ~/.ssh/cm folders are."""
+    candidates = []
+    if environ.get("XDG_RUNTIME_DIR"):
+        candidates.append(Path(environ["XDG_RUNTIME_DIR"]) / "slurmtorch-ssh")
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    candidates += [Path(base) / "slurmtorch" / "ssh", Path(tempfile.gettempdir()) / f"slurmtorch-ssh-{os.getuid()}"]
+    for folder in candidates:
+        text = str(folder)
+        if len(text) + 1 + 40 > _SOCKET_MAX or any(c.isspace() or c in '"%' for c in text):
+            continue  # ssh's -o value cannot carry it, or the socket's path would be cut
+        try:
+            ownership.secure_folder(folder, folder.parent, label="slurmtorch's ssh sockets")
+        except (OSError, SlurmtorchError):  # an unsafe level (someone else's folder): the next one
+            continue
+        return folder
+    raise ClusterError("no private folder for ssh's connection sockets",
+                       tip="set XDG_RUNTIME_DIR to a short private folder (e.g. /run/user/$UID)")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How every ssh (and rsync) call reaches one cluster."""
+
+    cluster: Cluster
+    socket: str  # ControlPath
+
+    def ssh(self, *extra: str) -> list[str]:
+        """`ssh` over the master connection (or, should it be gone, one of its own)."""
+        return ["ssh", "-o", f"ControlPath={self.socket}", "-o", "ControlMaster=no", *extra, self.cluster.host]
+
+    def rsh(self) -> str:
+        """rsync's -e: the same ssh, as one string (the socket path holds no space: socket_folder)."""
+        return f"ssh -o ControlPath={self.socket} -o ControlMaster=no"
+
+
+def connect(cluster: Cluster, environ=os.environ) -> Connection:
+    """The cluster's master connection, opened now (in the foreground, for any prompt) unless
+    one is up; ssh's failure to open it is one ClusterError line with the fix."""
+    conn = Connection(cluster, str(socket_folder(environ) / _SOCKET_NAME))
+    check = ["ssh", "-o", f"ControlPath={conn.socket}", "-O", "check", cluster.host]
+    if _run(check, capture=True).returncode == 0:
+        return conn
+    # -f: into the background once authenticated; its stderr into a file, not a pipe we would
+    # wait on for as long as the master lives.
+    with tempfile.TemporaryFile() as said:
+        proc = _run(["ssh", "-o", f"ControlPath={conn.socket}", "-o", "ControlMaster=yes",
+                     "-o", f"ControlPersist={PERSIST}", "-f", "-N", cluster.host], stderr=said)
+        said.seek(0)
+        stderr = said.read().decode(errors="replace")
+    if proc.returncode != 0:
+        raise failure(cluster, stderr)
+    return conn
+
+
+def failure(cluster: Cluster, stderr: str) -> ClusterError:
+    """ssh's own failure (exit 255) as one line naming the cause, and the fix (pure)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    said = lines[-1] if lines else "ssh exited 255"
+    where = f"cluster {cluster.name} ({cluster.host}, {cluster.source})"
+    by_hand = f"`ssh {cluster.host} true` shows ssh's own view"
+    text = stderr.lower()
+    if "host key verification failed" in text or "remote host identification has changed" in text:
+        return ClusterError(f"{where}: its host key is unknown or has changed: {said}",
+                            tip=f"run `ssh {cluster.host}` once by hand and check the key it shows before accepting "
+                                "it; slurmtorch never turns host-key checking off")
+    if "permission denied" in text or "too many authentication failures" in text:
+        return ClusterError(f"{where} refused the login: {said}",
+                            tip=f"check the key or user in ~/.ssh/config (ssh-copy-id installs a key); {by_hand}")
+    if "could not resolve hostname" in text or "name or service not known" in text:
+        return ClusterError(f"{where}: no such host: {said}",
+                            tip=f"set host: in the clusters file to an alias of ~/.ssh/config or a reachable name; {by_hand}")
+    if "connection refused" in text:
+        return ClusterError(f"{where}: nothing answers ssh there (connection refused)",
+                            tip=f"is sshd running, and is the port right (Port in ~/.ssh/config)? {by_hand}")
+    if "timed out" in text or "no route to host" in text or "network is unreachable" in text:
+        return ClusterError(f"{where} cannot be reached: {said}",
+                            tip=f"check the network or VPN, or ProxyJump in ~/.ssh/config; {by_hand}")
+    return ClusterError(f"{where}: ssh failed: {said}", tip=by_hand)
+
+
+def capture(conn: Connection, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    """Run `command` on the cluster; its exit code and output as bytes (a benchmark's, a test's)."""
+    return _run([*conn.ssh(), command], capture=True, input=stdin)
+
+
+def stream(conn: Connection, command: str, header: str, *, tty: bool = False) -> int:
+    """Run `command` on the cluster with its output on ours, and return its exit code.
+
+    `header` is the first line of its stdin (serve's request); the rest of stdin carries
+    our INT, TERM and HUP to it. With `tty`, ssh gets the terminal (`ssh -t`) and Ctrl-C goes
+    through it as it does for any remote shell (an interactive allocation).
+    """
+    if tty:
+        return _run([*conn.ssh("-t"), command], terminal=True).returncode
+    proc = subprocess.Popen([*conn.ssh(), command], stdin=subprocess.PIPE, start_new_session=True)
+    assert proc.stdin is not None
+    sent: list[int] = []
+
+    def relay(signum, frame) -> None:
+        sent.append(signum)
+        if sent.count(signum) > 1:  # the second of one kind: the cluster does not answer
+            proc.kill()
+            return
+        try:
+            proc.stdin.write(request.signal_line(signum))
+            proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    old = {s: signal.signal(s, relay) for s in _SIGNALS}
+    try:
+        try:
+            proc.stdin.write(header.encode() + b"\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            pass
+        code = proc.wait()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if code < 0 and sent:  # killed after a second signal
+        raise ClusterError(f"interrupted; what runs on cluster {conn.cluster.name} may go on",
+                           tip=f"slurmtorch status --cluster {conn.cluster.name}")
+    return code
+
+
+def rsync(conn: Connection, root: str, files: Sequence[str], dest: str, mkdir: str) -> subprocess.CompletedProcess:
+    """Send `files` (inside `root`) to `dest` on the cluster, only those changed (rsync's size
+    and time check); `mkdir` is the shell text that makes `dest` privately first."""
+    argv = ["rsync", "-a", "--protect-args", "--from0", "--files-from=-", "--chmod=go-rwx", "--stats",
+            "-e", conn.rsh(), f"--rsync-path={mkdir} && rsync", f"{root.rstrip('/')}/", f"{conn.cluster.host}:{dest}/"]
+    data = b"".join(f.encode("utf-8", "surrogateescape") + b"\0" for f in files)
+    try:
+        return _run(argv, capture=True, input=data)
+    except FileNotFoundError:
+        raise ClusterError("rsync is not installed here; it sends the code to the cluster",
+                           tip="install rsync (apt install rsync, brew install rsync)") from None
+
+
+def _run(argv: Sequence[str], *, capture: bool = False, input: bytes | None = None, stderr=None,
+         terminal: bool = False) -> subprocess.CompletedProcess:
+    """ssh or rsync, to its end; stdin is `input`, the terminal (`terminal`) or nothing."""
+    stdin = None if terminal or input is not None else subprocess.DEVNULL
+    out = subprocess.PIPE if capture else None
+    try:
+        return subprocess.run(list(argv), input=input, stdin=stdin, stdout=out, stderr=out if capture else stderr,
+                              check=False)
+    except FileNotFoundError:
+        if argv[0] != "ssh":
+            raise
+        raise ClusterError("ssh is not installed here; slurmtorch reaches clusters with OpenSSH's client",
+                           tip="install it (apt install openssh-client)") from None

@@ -1,0 +1,93 @@
+"""Sending the code to a cluster: the snapshot's own file list, mirrored there with rsync.
+
+The files are those a local snapshot takes (codecopy.list_entries: git's tracked and
+untracked-not-ignored files, else the folder; the same limits). They go to one mirror
+per laptop tree on the cluster (`<workdir>/sync/<name>-<key>`, private: 0700 folders,
+no group or other bits), with rsync over the cluster's shared connection: a second
+submission after an edit sends only what changed (rsync's size and time check). The
+record sent with the request lists each file's SHA-256, taken here; the cluster's
+`sbatch` copies exactly those files from the mirror into the job's own `code/` and checks
+each hash on the way, so the job runs what was sent, whatever the mirror holds later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass
+
+from slurmtorch.errors import ClusterError
+from slurmtorch.remote import request, ssh
+from slurmtorch.submit.jobfolder import codecopy, jobdir, snapshot
+from slurmtorch.submit.jobfolder.snapshot import Snapshot
+
+DEFAULT_WORKDIR = "~/.slurmtorch"  # the cluster side's own default SLURMTORCH_HOME
+_SENT = re.compile(rb"Number of regular files transferred: ([0-9,]+)")
+
+
+@dataclass(frozen=True)
+class Sent:
+    record: dict  # the sync record (codecopy.describe's, with the mirror's place)
+    mirror: str  # on the cluster: `~/...` or absolute
+    files: int  # how many the tree holds
+    transferred: int  # how many rsync sent
+
+
+def mirror_for(workdir: str | None, root: str, host: str) -> str:
+    """The cluster folder that mirrors the laptop tree `root` of `host` (pure)."""
+    key = hashlib.sha256(f"{host}:{root}".encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(root.rstrip("/")) or "root")[:40]
+    return f"{(workdir or DEFAULT_WORKDIR).rstrip('/')}/sync/{name}-{key}"
+
+
+def rsync_dest(mirror: str) -> str:
+    """rsync's remote path: `~/x` as x (rsync starts in the home), the rest as it is."""
+    return mirror[2:] if mirror.startswith("~/") else mirror
+
+
+def send(conn: ssh.Connection, snap: Snapshot, environ=os.environ) -> Sent:
+    """List the tree's files as a snapshot would, hash them, and rsync them to the mirror."""
+    home = str(jobdir.jobs_root(environ).parent)
+    entries = codecopy.list_entries(snap, _git, snapshot.limit_bytes(environ), home)
+    manifest = [[e.path, "link", e.target] if e.kind == "link" else [e.path, _sha256(snap.root, e.path), ""]
+                for e in entries]
+    mirror = mirror_for(conn.cluster.workdir, snap.root, socket.gethostname())
+    record = codecopy.describe(snap, _git, manifest, sum(e.size for e in entries))
+    record.update(mirror=mirror, origin=f"{socket.gethostname()}:{snap.root}")
+    files = [e.path for e in entries if e.kind == "file"]
+    proc = ssh.rsync(conn, snap.root, files, rsync_dest(mirror),
+                     mkdir=f"umask 077 && mkdir -p {request.path_word(mirror)}")
+    if proc.returncode != 0:
+        said = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise ClusterError(f"sending the code to cluster {conn.cluster.name} failed (rsync exit {proc.returncode}): "
+                           f"{said[-1] if said else 'no message'}",
+                           tip="rsync must be installed on both sides; check the workdir in the clusters file")
+    found = _SENT.search(proc.stdout)
+    sent = int(found.group(1).replace(b",", b"")) if found else len(files)
+    return Sent(record, mirror, len(files), sent)
+
+
+def announce(sent: Sent, cluster: str) -> None:
+    print(f"slurmtorch: code synced to {cluster}:{sent.mirror} ({sent.files} files, {sent.transferred} sent)",
+          file=sys.stderr, flush=True)
+
+
+def _git(folder: str, *args: str) -> tuple[int, bytes, str]:
+    from slurmtorch.submit import scheduler  # the edge that runs git for a local snapshot too
+
+    return scheduler.git(folder, *args)
+
+
+def _sha256(root: str, path: str) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(os.path.join(root, path), "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except OSError as exc:
+        raise ClusterError(f"cannot read {os.path.join(root, path)}: {exc.strerror or exc}",
+                           tip="make it readable, or keep it out of the tree (.gitignore)") from None
+    return digest.hexdigest()
