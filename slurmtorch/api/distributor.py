@@ -86,7 +86,8 @@ class Distributor:
 
     def __init__(self, num_processes: int = 1, nodes: int | None = None, use_gpu: bool = False,
                  local_mode: bool = False, site: str | os.PathLike | None = None, preset: str | None = None,
-                 backend: str = "auto", *, progress: bool = True, **scheduler_options: Any):
+                 backend: str = "auto", *, progress: bool = True, cluster: str | None = None,
+                 **scheduler_options: Any):
         for name, value in (("num_processes", num_processes), ("nodes", nodes)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"{name} must be a positive integer, got {value!r}")
@@ -94,6 +95,8 @@ class Distributor:
         if unknown:
             raise SpecError(f"unknown Distributor option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}",
                             tip=f"scheduler options: {', '.join(SCHEDULER_OPTIONS)}")
+        if local_mode and cluster:
+            raise SpecError("local_mode runs here, cluster= runs on a cluster: give one of them")
         if local_mode and nodes not in (None, 1):
             raise SpecError(f"local_mode runs on this machine only, but nodes={nodes}",
                             tip="drop nodes=, or local_mode=False to submit a Slurm job")
@@ -105,6 +108,7 @@ class Distributor:
         self.preset = preset
         self.backend = backend
         self.progress = progress
+        self.cluster = cluster or (None if local_mode else os.environ.get("SLURMTORCH_CLUSTER") or None)
         self.scheduler_options = dict(scheduler_options)
         self._env = _env_items(scheduler_options.get("env"))
 
@@ -124,8 +128,15 @@ class Distributor:
 
         Raises RemoteError (rank, host, traceback) when the rank that failed first raised,
         JobFailed when the job ended otherwise (its rank/host: a rank that died, and how, is
-        in its message). An interrupt (Ctrl-C) cancels the job.
+        in its message). An interrupt (Ctrl-C) cancels the job. With `cluster=NAME` (or
+        $SLURMTORCH_CLUSTER), the job is submitted and waited for on that cluster over SSH, and
+        the answer (or the error) comes back here.
         """
+        if self.cluster:
+            from slurmtorch.remote import distribute, forward  # lazy: only cluster= needs ssh's edge
+
+            if forward.elsewhere(self.cluster):
+                return distribute.run(self, target, args, kwargs)
         job = self.submit(target, *args, **kwargs)
         try:
             return job._result(None, stream=self.progress)
@@ -137,7 +148,14 @@ class Distributor:
 
     def submit(self, target: Callable | str | os.PathLike, *args: Any, **kwargs: Any) -> Job:
         """Start the job and return at once; the Job answers state/result/logs/cancel."""
+        if self.cluster and not os.environ.get("SLURMTORCH_ON_CLUSTER"):
+            raise SpecError("submit() waits on no cluster: with cluster=, use run()",
+                            tip="run() submits there, waits there and brings rank 0's answer back")
         meta, payload, name = prepare(target, args, kwargs)  # no file, no job before this passes
+        return self.submit_prepared(meta, payload, name)
+
+    def submit_prepared(self, meta: dict, payload: bytes | None, name: str) -> Job:
+        """`submit` of a call already pickled (`prepare`'s): a laptop's, on its cluster's side."""
         home = jobdir.jobs_root().parent
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
         workdir = home / "distributor" / run_id

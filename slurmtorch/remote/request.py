@@ -77,19 +77,22 @@ def command(cluster: Cluster, version: str, args: Sequence[str], *, cwd: str | N
     return f"bash -l -c {shell.quote(load + text)}"
 
 
-def header(sync: Mapping | None) -> str:
-    """The request's first stdin line."""
-    return json.dumps({"sync": sync}, separators=(",", ":"))
+def header(sync: Mapping | None, call: Mapping | None = None) -> str:
+    """The request's first stdin line: the code's sync record, or a Distributor's call (distribute)."""
+    return json.dumps({"sync": sync, "call": call}, separators=(",", ":"))
 
 
-def read_header(line: str) -> dict | None:
-    """The sync record sent with the request, or None; a line that is no header is refused."""
+def read_header(line: str) -> tuple[dict | None, dict | None]:
+    """The sync record and the call sent with the request (each None when absent); a line
+    that is no header is refused."""
     try:
         value = json.loads(line) if line.strip() else {}
     except ValueError:
         raise ValueError(f"not a slurmtorch request header: {line[:80]!r}") from None
-    sync = value.get("sync") if isinstance(value, dict) else None
-    return sync if isinstance(sync, dict) else None
+    if not isinstance(value, dict):
+        raise ValueError(f"not a slurmtorch request header: {line[:80]!r}")
+    sync, call = value.get("sync"), value.get("call")
+    return (sync if isinstance(sync, dict) else None), (call if isinstance(call, dict) else None)
 
 
 def signal_line(signum: int) -> bytes:

@@ -25,13 +25,17 @@ def main(argv: list[str]) -> None:
     tty = bool(argv) and argv[0] == "--tty"
     args = argv[argv.index("--") + 1:] if "--" in argv else []
     os.environ[request.ON_CLUSTER] = "1"
-    record_file = None
+    record_file, call = None, None
     if not tty:
-        sync = request.read_header(sys.stdin.readline())
+        sync, call = request.read_header(sys.stdin.readline())
         if sync is not None:
             record_file = _write_record(sync)
             os.environ[request.SYNCED] = record_file
         threading.Thread(target=_relay, name="slurmtorch-signals", daemon=True).start()
+    if call is not None and args == ["--distribute"]:
+        from slurmtorch.remote import distribute
+
+        sys.exit(distribute.answer(call))
     from slurmtorch.cli.main import main as cli
 
     try:

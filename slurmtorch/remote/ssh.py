@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,7 +129,24 @@ def stream(conn: Connection, command: str, header: str, *, tty: bool = False) ->
     """
     if tty:
         return _run([*conn.ssh("-t"), command], terminal=True).returncode
-    proc = subprocess.Popen([*conn.ssh(), command], stdin=subprocess.PIPE, start_new_session=True)
+    return _exchange(conn, command, header, capture=False)[0]
+
+
+def call(conn: Connection, command: str, header: str) -> tuple[int, bytes]:
+    """`stream`, with the command's stdout kept (its answer) and its stderr on ours."""
+    return _exchange(conn, command, header, capture=True)
+
+
+def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tuple[int, bytes]:
+    proc = subprocess.Popen([*conn.ssh(), command], stdin=subprocess.PIPE, start_new_session=True,
+                            stdout=subprocess.PIPE if capture else None)
+    chunks: list[bytes] = []
+    reader = None
+    if capture:
+        out = proc.stdout
+        assert out is not None
+        reader = threading.Thread(target=lambda: chunks.append(out.read()), daemon=True)
+        reader.start()
     assert proc.stdin is not None
     sent: list[int] = []
 
@@ -151,13 +169,15 @@ def stream(conn: Connection, command: str, header: str, *, tty: bool = False) ->
         except BrokenPipeError:
             pass
         code = proc.wait()
+        if reader is not None:
+            reader.join()
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     if code < 0 and sent:  # killed after a second signal
         raise ClusterError(f"interrupted; what runs on cluster {conn.cluster.name} may go on",
                            tip=f"slurmtorch status --cluster {conn.cluster.name}")
-    return code
+    return code, b"".join(chunks)
 
 
 def rsync(conn: Connection, root: str, files: Sequence[str], dest: str, mkdir: str) -> subprocess.CompletedProcess:

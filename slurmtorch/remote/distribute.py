@@ -1,0 +1,88 @@
+"""`Distributor(..., cluster=NAME).run(fn)`: the call pickled here, run there, the answer back.
+
+The laptop pickles the call as a local run would (`payload.prepare`: what cannot be pickled
+is named before anything is sent) and sends it in the request's header, with the
+Distributor's own settings. The cluster side (`answer`, called by serve) submits it with its
+site, waits there (rank 0's output and the state lines on stderr, which ssh brings here)
+and writes one line on the request's stdout: rank 0's pickled value, or the pickled error
+(RemoteError, JobFailed) that a local run would have raised. The laptop unpickles it, so
+`run` returns or raises here as it does locally. A file target goes with `sbatch --cluster`,
+which syncs its tree; a Distributor sends functions only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from typing import Any
+
+from slurmtorch import __version__
+from slurmtorch.errors import ClusterError, SpecError
+
+# The Distributor's settings that go along (scheduler_options too); `site` defaults to the cluster's.
+_SETTINGS = ("num_processes", "nodes", "use_gpu", "site", "preset", "backend", "progress")
+
+
+def run(dist: Any, target: Any, args: tuple, kwargs: dict) -> Any:
+    """The laptop's side: rank 0's value, or the error a local run would raise."""
+    from slurmtorch.api.payload import prepare
+    from slurmtorch.remote import clusters, request, ssh
+
+    if isinstance(target, (str, os.PathLike)):
+        raise SpecError("Distributor(cluster=...) sends functions; a file goes with its code",
+                        tip=f"slurmtorch sbatch --cluster {dist.cluster} {os.fspath(target)} ... syncs its tree and runs it")
+    meta, payload, name = prepare(target, args, kwargs)
+    cluster = clusters.find(dist.cluster)
+    settings = {k: getattr(dist, k) for k in _SETTINGS}
+    settings["site"] = settings["site"] or cluster.site
+    call = {"settings": settings, "options": dist.scheduler_options, "meta": meta, "name": name,
+            "payload": base64.b64encode(payload or b"").decode()}
+    conn = ssh.connect(cluster)
+    command = request.command(cluster, __version__, ["--distribute"])
+    code, out = ssh.call(conn, command, request.header(None, call=call))
+    return _outcome(out, code, cluster.name)
+
+
+def _outcome(out: bytes, code: int, name: str) -> Any:
+    import cloudpickle  # lazy: an optional extra (slurmtorch[api]), as for a local run
+
+    lines = out.strip().splitlines()
+    try:
+        answer = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise ClusterError(f"cluster {name} gave no answer to the call (exit {code})",
+                           tip="its lines above say why")
+    value = cloudpickle.loads(base64.b64decode(answer["value"]))
+    if answer["ok"]:
+        return value
+    raise value
+
+
+def answer(call: dict) -> int:
+    """The cluster's side: submit the call, wait, and write the outcome on stdout as one line."""
+    import cloudpickle  # the ranks need it too; its absence is their error, said here first
+
+    from slurmtorch.api.distributor import Distributor
+    from slurmtorch.api.job import JobFailed, RemoteError
+    from slurmtorch.errors import SlurmtorchError
+
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # rank 0's output, streamed, goes with the state lines to stderr
+    sys.stdout = sys.stderr
+    settings = call["settings"]
+    dist = Distributor(**settings, **call["options"])
+    try:
+        job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
+        value, ok = job._result(None, stream=bool(settings.get("progress", True))), True
+    except (RemoteError, JobFailed) as exc:
+        value, ok = exc, False
+    except SlurmtorchError as exc:
+        value, ok = exc, False
+    line = json.dumps({"ok": ok, "value": base64.b64encode(cloudpickle.dumps(value)).decode(), "version": __version__})
+    out.write(line.encode() + b"\n")
+    out.flush()
+    return 0
