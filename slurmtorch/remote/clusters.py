@@ -72,7 +72,7 @@ def path(environ: Mapping[str, str] = os.environ) -> Path:
 
 def load(file: Path | None = None, environ: Mapping[str, str] = os.environ) -> dict[str, Cluster]:
     """Every cluster of the file (`path()` unless given), by name; any problem is a ClusterError."""
-    file, how = (file, "") if file is not None else _located(environ)
+    file, how = (Path(file), "") if file is not None else _located(environ)
     found = file_problem(file)
     if found == "does not exist":
         raise ClusterError(f"no clusters file at {file}{how}",
@@ -147,7 +147,8 @@ def _entry(checks: _Checks, data: dict, name: Any, entry: Any, source: str) -> C
     """One cluster's entry checked; any problem is noted and ends it (`Stop`)."""
     label = str(name)
     if not isinstance(name, str):
-        checks.fail(data, name, label, f"expected a cluster name, got {type_name(name)}", f"quote it: '{name}':")
+        checks.fail(data, name, label, f"expected a cluster name, got {type_name(name)}",
+                    "quote the name: YAML reads a bare number, true/false, yes/no, on/off or null as another type")
     if not NAME_RE.fullmatch(name):
         checks.fail(data, name, label, f"invalid cluster name {name!r}", NAME_RULE)
     if not isinstance(entry, dict):

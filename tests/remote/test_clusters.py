@@ -289,10 +289,11 @@ def test_a_cluster_name_that_is_not_a_plain_word_is_refused(tmp_path, name):
     assert tip == clusters.NAME_RULE
 
 
-def test_a_cluster_name_read_as_a_number_is_refused_with_the_quoted_form(tmp_path):
-    message, tip = only_problem(tmp_path, "123: {host: ela}\n")
-    assert message == f"{tmp_path}/clusters.yaml:1: 123: expected a cluster name, got int"
-    assert tip == "quote it: '123':"
+@pytest.mark.parametrize("name, label, got", [("123", "123", "int"), ("on", "True", "bool"), ("null", "None", "null")])
+def test_a_cluster_name_yaml_reads_as_another_type_is_refused_with_the_quoted_form(tmp_path, name, label, got):
+    message, tip = only_problem(tmp_path, f"{name}: {{host: ela}}\n")
+    assert message == f"{tmp_path}/clusters.yaml:1: {label}: expected a cluster name, got {got}"
+    assert tip.startswith("quote the name")
 
 
 @pytest.mark.parametrize("key, value", [("host", '"ela\\nreboot"'), ("workdir", '"/scratch/a\\rb"'),
