@@ -4,17 +4,31 @@ PyYAML's safe loader with three changes, so an admin's typo is caught on load an
 named by file and line: only plain decimal numbers, bools and null are implicit
 types (a Slurm time like `2:00:00` stays text), every mapping remembers the line of
 each key, and a key given twice is an error. `extends:` merges with `deep_merge`.
+The user's clusters file (`slurmtorch.remote.clusters`) is read the same way: a `Kind`
+names the file in messages and picks the error raised.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from slurmtorch.errors import SiteError
+from slurmtorch.errors import SiteError, SlurmtorchError
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a YAML file is to its reader: its name in messages and the error it raises."""
+
+    noun: str
+    error: type[SlurmtorchError]
+
+
+SITE = Kind("site file", SiteError)
 
 
 class Marked(dict):
@@ -53,6 +67,7 @@ class _SiteConstruction:
     """Loader mixin: plain scalar types, line numbers recorded, duplicate keys refused."""
 
     yaml_implicit_resolvers = _plain_resolvers()
+    kind = SITE  # set per file by the reader
 
     def construct_mapping(self, node, deep=False):
         self.flatten_mapping(node)
@@ -62,11 +77,11 @@ class _SiteConstruction:
             try:
                 hash(key)
             except TypeError:
-                raise SiteError(
+                raise self.kind.error(
                     f"{self.name}:{key_node.start_mark.line + 1}: a mapping key must be a plain value"
                 ) from None
             if key in out and not getattr(key_node, "_merged", False):
-                raise SiteError(
+                raise self.kind.error(
                     f"{self.name}:{key_node.start_mark.line + 1}: duplicate key {key!r}",
                     tip="each key may appear once per mapping",
                 )
@@ -114,15 +129,15 @@ for _cls in (_Loader, _CLoader):
 MAX_DEPTH = 64
 
 
-def check_depth(text: str, path: Path) -> None:
-    """A SiteError for a document nested deeper than MAX_DEPTH; syntax errors are left to the load."""
+def check_depth(text: str, path: Path, kind: Kind = SITE) -> None:
+    """An error for a document nested deeper than MAX_DEPTH; syntax errors are left to the load."""
     depth = 0
     try:
         for event in yaml.parse(text, Loader=_CLoader or _Loader):
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
-                    raise _too_deep(path, event.start_mark.line + 1)
+                    raise _too_deep(path, event.start_mark.line + 1, kind)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1
     except yaml.YAMLError as exc:
@@ -131,36 +146,18 @@ def check_depth(text: str, path: Path) -> None:
         # (the pure parser that words other syntax errors would recurse past Python's limit).
         if "maximum nesting depth" in str(exc):
             mark = getattr(exc, "problem_mark", None)
-            raise _too_deep(path, mark.line + 1 if mark is not None else 1) from None
+            raise _too_deep(path, mark.line + 1 if mark is not None else 1, kind) from None
         return
 
 
-def _too_deep(path: Path, line: int) -> SiteError:
-    return SiteError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep",
-                     tip="a site file is a few levels of mappings; look for runaway brackets")
+def _too_deep(path: Path, line: int, kind: Kind) -> SlurmtorchError:
+    return kind.error(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep",
+                      tip=f"a {kind.noun} is a few levels of mappings; look for runaway brackets")
 
 
 def read_yaml(path: Path) -> Marked:
     """One site file (not merged) as marked mappings; any problem is a one-line SiteError."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SiteError(f"cannot read site file {path}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise SiteError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
-                        tip="save the site file as UTF-8") from None
-    check_depth(text, path)
-    if _CLoader is not None:
-        loader = _CLoader(text)
-        loader.name = str(path)
-        try:
-            data = loader.get_single_data()
-        except yaml.YAMLError:
-            data = parse_pure(text, path)
-        finally:
-            loader.dispose()
-    else:
-        data = parse_pure(text, path)
+    data = read_document(path, SITE)
     if data is None:
         data = Marked()
     if not isinstance(data, dict):
@@ -168,26 +165,50 @@ def read_yaml(path: Path) -> Marked:
     return data
 
 
-def parse_pure(text: str, path: Path) -> Any:
-    """Parse with the pure-Python loader; its YAML errors become one-line SiteErrors."""
+def read_document(path: Path, kind: Kind) -> Any:
+    """One YAML file's document, whatever its shape (None when empty); any problem is one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise kind.error(f"cannot read {kind.noun} {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise kind.error(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})",
+                         tip=f"save the {kind.noun} as UTF-8") from None
+    check_depth(text, path, kind)
+    if _CLoader is None:
+        return parse_pure(text, path, kind)
+    loader = _CLoader(text)
+    loader.name = str(path)
+    loader.kind = kind
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError:
+        return parse_pure(text, path, kind)
+    finally:
+        loader.dispose()
+
+
+def parse_pure(text: str, path: Path, kind: Kind = SITE) -> Any:
+    """Parse with the pure-Python loader; its YAML errors become one-line errors of `kind`."""
     try:
         # The reader already refuses NUL and other non-printable characters here.
         loader = _Loader(text)
     except yaml.reader.ReaderError as e:
-        raise SiteError(f"{path}: character {e.character:#06x} at offset {e.position} is not allowed in YAML",
-                        tip="remove control characters from the site file") from None
+        raise kind.error(f"{path}: character {e.character:#06x} at offset {e.position} is not allowed in YAML",
+                         tip=f"remove control characters from the {kind.noun}") from None
     loader.name = str(path)
+    loader.kind = kind
     try:
         return loader.get_single_data()
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = f":{mark.line + 1}" if mark else ""
-        raise SiteError(
+        raise kind.error(
             f"{path}{line}: YAML syntax error: {e.problem or e.context}",
             tip="check indentation and quoting near that line",
         ) from None
     except yaml.YAMLError as e:
-        raise SiteError(f"{path}: YAML error: {e}") from None
+        raise kind.error(f"{path}: YAML error: {e}") from None
     finally:
         loader.dispose()
 

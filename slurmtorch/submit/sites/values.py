@@ -81,15 +81,19 @@ class Validator:
     def count(self) -> int:
         return len(self.problems)
 
-    def raise_problems(self) -> None:
-        """One SiteError for everything noted, in file order (first: the earliest line)."""
-        if not self.problems:
-            return
+    def in_order(self) -> tuple[tuple[str, str | None], ...]:
+        """Everything noted as (message, tip), in file order (first: the earliest line)."""
         files: dict[str, int] = {}
         for (file, _line), _m, _t in self.problems:
             files.setdefault(file, len(files))
         ordered = sorted(self.problems, key=lambda p: (files[p[0][0]], p[0][1]))
-        problems = tuple((message, tip) for _o, message, tip in ordered)
+        return tuple((message, tip) for _o, message, tip in ordered)
+
+    def raise_problems(self) -> None:
+        """One SiteError for everything noted, in file order (first: the earliest line)."""
+        if not self.problems:
+            return
+        problems = self.in_order()
         path = str(self.path)
         try:  # the hint's command, copy-pasteable; a name a shell word cannot show on one line: repr
             source = shell.quote(path) if path.isprintable() else repr(path)
