@@ -80,7 +80,9 @@ def test_what_both_sides_share_imports_neither():
 # mpirun), the batch node's (supervisor: a --max-restarts job's srun steps) and the job's
 # own requeue (requeue: scontrol, for a preempted rank and the supervisor alike).
 # A rank has one: py-spy reading the rank itself for its native frames (bootstrap.native).
-@pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.bootstrap.native", "slurmtorch.requeue",
+# The laptop has one: ssh and rsync to a cluster (remote.ssh).
+@pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.bootstrap.native", "slurmtorch.remote.ssh",
+                                                             "slurmtorch.requeue",
                                                              "slurmtorch.submit.scheduler",
                                                              "slurmtorch.submit.supervisor"]),
                                              ("mpi4py", ["slurmtorch.bootstrap.mpi"])])

@@ -1,0 +1,135 @@
+"""The request a laptop sends a cluster: the shell text ssh runs there, read back by a real
+shell, its header and signal lines; and the laptop-side words (`--site`, the mirror)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from slurmtorch import __version__
+from slurmtorch.remote import request
+from slurmtorch.remote.clusters import Cluster
+from slurmtorch.remote.forward import with_site
+from slurmtorch.remote.ssh import failure
+from slurmtorch.remote.sync import mirror_for, rsync_dest
+
+
+def cluster(**kw) -> Cluster:
+    base = dict(name="alps", host="ela", site="cscs-alps", python=sys.executable, modules=(), workdir=None,
+                source="/home/me/.config/slurmtorch/clusters.yaml")
+    return Cluster(**{**base, **kw})
+
+
+def sh(text: str, env=None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", text], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+
+
+def served(text: str, cwd, header: str = request.header(None)) -> tuple[int, str, str]:
+    """Run the request's text as ssh would, its stdin held open (as ssh holds it) until it ends."""
+    out, err = cwd / "out", cwd / "err"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen(["sh", "-c", text], stdin=subprocess.PIPE, stdout=o, stderr=e, cwd=cwd)
+        proc.stdin.write(header.encode() + b"\n")
+        proc.stdin.flush()
+        code = proc.wait(timeout=60)
+        proc.stdin.close()
+    return code, out.read_text(), err.read_text()
+
+
+def test_the_command_runs_the_verb_there_with_the_words_as_typed(tmp_path):
+    word = "it's; rm -rf / $(x) `y`"
+    code, out, err = served(request.command(cluster(), __version__, ["site", "show", word]), tmp_path)
+    assert code == 2
+    assert word in err and "Traceback" not in err
+
+
+def test_a_tilde_path_is_the_clusters_home():
+    assert request.path_word("~/scratch/x y") == '"$HOME"/\'scratch/x y\''
+    assert sh("echo " + request.path_word("~/a b"), env={**os.environ, "HOME": "/h"}).stdout.strip() == "/h/a b"
+    assert request.path_word("/abs") == "/abs"
+
+
+def test_a_missing_python_is_one_line_with_the_fix():
+    text = request.command(cluster(python="/nowhere/bin/python"), __version__, ["status"])
+    proc = sh(text)
+    assert proc.returncode == request.EX_UNAVAILABLE
+    assert proc.stderr.splitlines() == [
+        "error: no /nowhere/bin/python on cluster alps",
+        "tip: set venv: or python: of alps in /home/me/.config/slurmtorch/clusters.yaml to where slurmtorch is "
+        "installed there"]
+
+
+def test_another_version_on_the_cluster_is_named_with_the_fix():
+    proc = sh(request.command(cluster(), "0.0.1", ["status"]))
+    assert proc.returncode == request.EX_UNAVAILABLE
+    first, tip = proc.stderr.splitlines()
+    assert first.startswith(f"error: slurmtorch {__version__} on cluster alps (")
+    assert first.endswith("0.0.1 here: both sides must run the same version")
+    assert tip.startswith("tip: install slurmtorch 0.0.1 there (pip install slurmtorch==0.0.1)")
+
+
+def test_no_slurmtorch_for_the_clusters_python_is_named(tmp_path):
+    bare = tmp_path / "python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")  # -S: no site-packages, no slurmtorch
+    bare.chmod(0o755)
+    proc = sh(request.command(cluster(python=str(bare)), __version__, ["status"]), cwd=tmp_path)
+    assert proc.returncode == request.EX_UNAVAILABLE
+    assert proc.stderr.startswith("error: no slurmtorch for ")
+    assert "on cluster alps" in proc.stderr and "pip install slurmtorch==" in proc.stderr
+
+
+def test_modules_load_in_a_login_shell_first():
+    text = request.command(cluster(modules=("cray-python", "uenv")), __version__, ["status"])
+    assert text.startswith("bash -l -c ")
+    assert "module load cray-python uenv || exit 69" in sh("printf %s " + text[len("bash -l -c "):]).stdout
+
+
+def test_the_header_carries_the_sync_record_and_the_call():
+    line = request.header({"mirror": "~/x"}, call={"name": "f"})
+    assert request.read_header(line) == ({"mirror": "~/x"}, {"name": "f"})
+    assert request.read_header("") == (None, None)
+    with pytest.raises(ValueError, match="not a slurmtorch request header"):
+        request.read_header("hello")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_line_reads_back_as_its_signal(signum):
+    assert request.read_signal(request.signal_line(signum).decode()) == signum
+    assert request.read_signal("KILL\n") is None
+
+
+def test_the_clusters_site_is_added_unless_given_before_the_program():
+    assert with_site(["sbatch", "train.py"], "alps", 1) == ["sbatch", "--site", "alps", "train.py"]
+    assert with_site(["sbatch", "--site=x", "train.py"], "alps", 1) == ["sbatch", "--site=x", "train.py"]
+    # the script's own --site is the script's
+    assert with_site(["sbatch", "t.py", "--site", "a"], "alps", 3) == ["sbatch", "--site", "alps", "t.py", "--site", "a"]
+    assert with_site(["status"], None) == ["status"]
+
+
+def test_each_laptop_tree_has_its_own_private_mirror():
+    a = mirror_for(None, "/home/me/proj", "laptop")
+    assert a.startswith("~/.slurmtorch/sync/proj-") and len(a.rsplit("-", 1)[1]) == 12
+    assert mirror_for(None, "/home/me/proj", "desktop") != a
+    assert mirror_for("/scratch/me/", "/x/my proj!", "l").startswith("/scratch/me/sync/my_proj_-")
+    assert rsync_dest(a) == a[2:]
+    assert rsync_dest("/scratch/x") == "/scratch/x"
+
+
+@pytest.mark.parametrize("said, starts, tip", [
+    ("ssh: connect to host 198.18.0.5 port 22: Connection refused", "nothing answers ssh there", "is sshd running"),
+    ("root@login: Permission denied (publickey).", "refused the login", "ssh-copy-id"),
+    ("Host key verification failed.", "its host key is unknown or has changed", "never turns host-key checking off"),
+    ("ssh: Could not resolve hostname nope: Name or service not known", "no such host", "alias of ~/.ssh/config"),
+    ("ssh: connect to host 198.18.0.99 port 22: Connection timed out", "cannot be reached", "ProxyJump"),
+    ("kex_exchange_identification: read: Connection reset by peer", "ssh failed: kex_exchange", "ssh ela true"),
+])
+def test_an_ssh_failure_is_one_line_with_its_fix(said, starts, tip):
+    err = failure(cluster(), f"some banner\n{said}\n")
+    assert err.message.startswith("cluster alps (ela, /home/me/.config/slurmtorch/clusters.yaml)")
+    assert starts in err.message
+    assert tip in (err.tip or "")
+    assert "\n" not in err.message
