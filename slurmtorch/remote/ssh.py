@@ -28,7 +28,11 @@ from slurmtorch.submit.jobfolder import ownership
 
 PERSIST = "10m"  # how long an idle master connection stays: ssh's ControlPersist
 _SOCKET_NAME = "%C"  # ssh's hash of the connection (host, port, user): 40 characters
-_SOCKET_MAX = 100  # a unix socket's path holds at most 104 (macOS) or 108 (Linux) bytes
+# A unix socket's path holds at most 103 bytes on macOS, 107 on Linux; the master binds
+# "<folder>/<%C>.<16 random characters>" first and renames it (ssh's mux.c): the folder gets
+# what is left after 1 + 40 + 17. Red on the testbed: a laptop home under /tmp/slurmtorch-testbed
+# gave "path ... too long for Unix domain socket".
+_FOLDER_MAX = 103 - (1 + 40 + 17)
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -43,7 +47,7 @@ def socket_folder(environ=os.environ) -> Path:
     candidates += [Path(base) / "slurmtorch" / "ssh", Path(tempfile.gettempdir()) / f"slurmtorch-ssh-{os.getuid()}"]
     for folder in candidates:
         text = str(folder)
-        if len(text) + 1 + 40 > _SOCKET_MAX or any(c.isspace() or c in '"%' for c in text):
+        if len(text.encode()) > _FOLDER_MAX or any(c.isspace() or c in '"%' for c in text):
             continue  # ssh's -o value cannot carry it, or the socket's path would be cut
         try:
             ownership.secure_folder(folder, folder.parent, label="slurmtorch's ssh sockets")

@@ -133,3 +133,15 @@ def test_an_ssh_failure_is_one_line_with_its_fix(said, starts, tip):
     assert starts in err.message
     assert tip in (err.tip or "")
     assert "\n" not in err.message
+
+
+def test_the_socket_folder_leaves_room_for_the_masters_temporary_name(tmp_path):
+    """ssh binds <folder>/<40-character hash>.<16 random characters> before renaming it."""
+    from slurmtorch.remote.ssh import socket_folder
+
+    deep = tmp_path / ("x" * 60)
+    folder = socket_folder({"HOME": str(deep), "XDG_CACHE_HOME": str(deep / ".cache")})
+    assert len(str(folder)) + 1 + 40 + 17 <= 103
+    assert folder.name.startswith("slurmtorch-ssh-") and oct(folder.stat().st_mode & 0o777) == "0o700"
+    short = socket_folder({"XDG_RUNTIME_DIR": str(tmp_path / "run")})
+    assert short == tmp_path / "run" / "slurmtorch-ssh"
