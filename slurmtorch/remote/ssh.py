@@ -50,7 +50,7 @@ def socket_folder(environ=os.environ) -> Path:
         if len(text.encode()) > _FOLDER_MAX or any(c.isspace() or c in '"%' for c in text):
             continue  # ssh's -o value cannot carry it, or the socket's path would be cut
         try:
-            ownership.secure_folder(folder, folder.parent, label="slurmtorch's ssh sockets")
+            ownership.secure_folder(folder, folder, label="slurmtorch's ssh sockets")
         except (OSError, SlurmtorchError):  # an unsafe level (someone else's folder): the next one
             continue
         return folder

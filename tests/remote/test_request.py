@@ -4,9 +4,12 @@ shell, its header and signal lines; and the laptop-side words (`--site`, the mir
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -143,5 +146,8 @@ def test_the_socket_folder_leaves_room_for_the_masters_temporary_name(tmp_path):
     folder = socket_folder({"HOME": str(deep), "XDG_CACHE_HOME": str(deep / ".cache")})
     assert len(str(folder)) + 1 + 40 + 17 <= 103
     assert folder.name.startswith("slurmtorch-ssh-") and oct(folder.stat().st_mode & 0o777) == "0o700"
-    short = socket_folder({"XDG_RUNTIME_DIR": str(tmp_path / "run")})
-    assert short == tmp_path / "run" / "slurmtorch-ssh"
+    run = Path(tempfile.mkdtemp(prefix="run", dir="/tmp"))  # short, as /run/user/UID is
+    try:
+        assert socket_folder({"XDG_RUNTIME_DIR": str(run)}) == run / "slurmtorch-ssh"
+    finally:
+        shutil.rmtree(run)
