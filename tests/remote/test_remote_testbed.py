@@ -103,7 +103,7 @@ def test_a_job_runs_the_code_as_the_laptop_submitted_it_whatever_is_synced_later
     root, out = project
     laptop = cluster
     job = submit(laptop, root, out, "once", "--begin", "now+5")  # the edit and the sync below come first
-    write_tree(root, "v2")
+    (root / "helper.py").write_text("VERSION = 'v2'\n")  # one file edited
     dry = st(laptop, ["sbatch", "--cluster", "testbed", "--dry-run", "train.py", str(out), "once"], cwd=root)
     assert dry.returncode == 0, dry.stderr
     assert "(22 files, 1 sent)" in dry.stderr  # the edit alone crossed
