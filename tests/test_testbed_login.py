@@ -1,0 +1,136 @@
+"""The testbed's login host and its laptop: a real sshd reached by key, a laptop without Slurm.
+
+What the remote (`--cluster`) tests stand on: from the laptop every scheduler call must cross
+SSH, and the failures they test (sshd stopped, key refused, host key changed) are real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+from conftest import TESTBED, Laptop
+from test_testbed import _leftovers
+
+# Every Slurm client and daemon and munge's commands: the laptop must find none of them.
+SLURM_COMMANDS = ["sbatch", "srun", "squeue", "scontrol", "scancel", "salloc", "sinfo", "sacct", "sattach",
+                  "sbcast", "sstat", "sprio", "sshare", "sreport", "sacctmgr", "sdiag", "strigger",
+                  "slurmctld", "slurmd", "slurmstepd", "munge", "unmunge", "munged"]
+
+
+def test_laptop_reaches_the_login_host_by_its_ssh_alias(laptop: Laptop):
+    done = laptop.run(["ssh", "login", "hostname"], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "login\n"
+
+
+def test_laptop_has_no_slurm_commands_config_or_munge(laptop: Laptop):
+    probe = (
+        "import json, os, shutil, sys\n"
+        "print(json.dumps({\n"
+        "    'found': {c: shutil.which(c) for c in sys.argv[2:]},\n"
+        "    'etc_slurm': os.listdir('/etc/slurm') if os.path.isdir('/etc/slurm') else [],\n"
+        "    'testbed_conf': os.path.exists(sys.argv[1]),\n"
+        "    'env': sorted(k for k in os.environ if k.startswith('SLURM')),\n"
+        "    'home': os.environ['HOME'],\n"
+        "    'expanded_home': os.path.expanduser('~'),\n"
+        "}))\n"
+    )
+    slurm_conf = laptop.testbed.env["SLURM_CONF"]
+    done = laptop.run([sys.executable, "-c", probe, slurm_conf, *SLURM_COMMANDS], env={"SLURM_CONF": slurm_conf},
+                      timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["found"] == {c: None for c in SLURM_COMMANDS}
+    assert seen["etc_slurm"] == []
+    # The testbed's own slurm.conf is hidden too, and SLURM_CONF was dropped.
+    assert seen["testbed_conf"] is False
+    assert seen["env"] == []
+    assert seen["home"] == str(laptop.home) == seen["expanded_home"]
+    # The commands a laptop does have are there (through the link folder).
+    assert laptop.run(["rsync", "--version"], timeout=60).returncode == 0
+
+
+def test_sbatch_over_ssh_runs_a_job_on_a_node(laptop: Laptop):
+    out = f"{laptop.workdir}/login-%j.out"
+    done = laptop.run(["ssh", "login", "sbatch", "--parsable", "--wait", "-p", "debug", "-N", "1",
+                       "-o", out, "--wrap", "hostname"], timeout=120)
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    assert job.isdigit(), done.stdout
+    # The job's output, read on the login host (the laptop does not share its filesystem).
+    cat = laptop.run(["ssh", "login", "cat", out.replace("%j", job)], timeout=60)
+    assert cat.returncode == 0, cat.stderr
+    assert cat.stdout.strip() in laptop.testbed.nodes
+
+
+def test_the_venv_python_runs_slurmtorch_on_the_login_host(laptop: Laptop):
+    here = subprocess.run([sys.executable, "-m", "slurmtorch", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert here.returncode == 0, here.stderr
+    done = laptop.run(["ssh", "login", f"{laptop.python} -m slurmtorch --version"], timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == here.stdout
+
+
+def test_stopped_sshd_refuses_the_connection_and_start_brings_it_back(laptop: Laptop):
+    laptop.login("stop")
+    try:
+        done = laptop.run(["ssh", "login", "true"], timeout=60)
+        assert done.returncode == 255
+        assert "Connection refused" in done.stderr, done.stderr
+    finally:
+        laptop.login("start")
+    done = laptop.run(["ssh", "login", "true"], timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_key_the_login_host_does_not_accept_is_refused(laptop: Laptop):
+    # Through the config's second alias, and with the key named on the command line.
+    by_alias = laptop.run(["ssh", "login-refused", "true"], timeout=60)
+    by_flag = laptop.run(["ssh", "-F", "none", "-i", laptop.refused_key, "-o", "IdentitiesOnly=yes",
+                          "-o", f"UserKnownHostsFile={laptop.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                          f"root@{laptop.login_addr}", "true"], timeout=60)
+    for done in (by_alias, by_flag):
+        assert done.returncode == 255
+        assert "Permission denied (publickey)" in done.stderr, done.stderr
+
+
+def test_host_key_checking_is_on(laptop: Laptop, tmp_path):
+    """A known_hosts that pins another key for the login host stops the connection."""
+    other_key = laptop.refused_key.with_suffix(".pub").read_text().split()[:2]
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(f"login,{laptop.login_addr} {' '.join(other_key)}\n")
+    done = laptop.run(["ssh", "-o", f"UserKnownHostsFile={wrong}", "login", "true"], timeout=60)
+    assert done.returncode == 255
+    assert re.search(r"Host key verification failed", done.stderr), done.stderr
+
+
+def test_down_ends_sshd_and_its_sessions_and_leaves_nothing(laptop: Laptop):
+    session = subprocess.Popen([str(TESTBED), "laptop", "ssh", "login", "sleep", "300"], env=laptop.env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # The session's shell runs in the login host's namespace beside sshd.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_login_pids()) < 3:
+            time.sleep(0.1)
+        assert len(_login_pids()) >= 3, _login_pids()
+        down = subprocess.run([str(TESTBED), "down"], capture_output=True, text=True, timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert session.wait(timeout=30) == 255  # the session ended with its host
+        deadline = time.monotonic() + 5
+        while _leftovers() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _leftovers() == []
+    finally:
+        session.kill()
+        # Leave a healthy cluster for the rest of the session.
+        assert subprocess.run([str(TESTBED), "up", "4"], capture_output=True, timeout=180).returncode == 0
+
+
+def _login_pids() -> list[str]:
+    out = subprocess.run(["ip", "netns", "pids", "slurmtorch-login"], capture_output=True, text=True, timeout=30)
+    return out.stdout.split()
