@@ -34,20 +34,24 @@ def test_laptop_has_no_slurm_commands_config_or_munge(laptop: Laptop):
         "    'found': {c: shutil.which(c) for c in sys.argv[2:]},\n"
         "    'etc_slurm': os.listdir('/etc/slurm') if os.path.isdir('/etc/slurm') else [],\n"
         "    'testbed_conf': os.path.exists(sys.argv[1]),\n"
+        "    'scratch': os.listdir(os.environ['SCRATCH']),\n"
         "    'env': sorted(k for k in os.environ if k.startswith('SLURM_')),\n"
         "    'home': os.environ['HOME'],\n"
         "    'expanded_home': os.path.expanduser('~'),\n"
         "}))\n"
     )
     slurm_conf = laptop.testbed.env["SLURM_CONF"]
-    done = laptop.run([sys.executable, "-c", probe, slurm_conf, *SLURM_COMMANDS], env={"SLURM_CONF": slurm_conf},
-                      timeout=60)
+    (laptop.workdir / "on-the-cluster").write_text("the laptop must not see this\n")
+    done = laptop.run([sys.executable, "-c", probe, slurm_conf, *SLURM_COMMANDS],
+                      env={"SLURM_CONF": slurm_conf, "SCRATCH": str(laptop.workdir)}, timeout=60)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout)
     assert seen["found"] == {c: None for c in SLURM_COMMANDS}
     assert seen["etc_slurm"] == []
     # The testbed's own slurm.conf is hidden too, and SLURM_CONF was dropped.
     assert seen["testbed_conf"] is False
+    # Nor does it share the cluster's scratch: what it sends there crosses SSH.
+    assert seen["scratch"] == []
     assert seen["env"] == []
     assert seen["home"] == str(laptop.home) == seen["expanded_home"]
     # The commands a laptop does have are there (through the link folder).
