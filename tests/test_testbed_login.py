@@ -71,6 +71,18 @@ def test_sbatch_over_ssh_runs_a_job_on_a_node(laptop: Laptop):
     assert cat.stdout.strip() in laptop.testbed.nodes
 
 
+def test_rsync_over_ssh_reaches_the_cluster_scratch(laptop: Laptop, tmp_path):
+    """What a remote snapshot sync needs: rsync on both ends, over the laptop's ssh alias."""
+    src = tmp_path / "code"
+    src.mkdir()
+    (src / "train.py").write_text("print('hi')\n")
+    dest = f"{laptop.workdir}/rsync-{tmp_path.name}"
+    done = laptop.run(["rsync", "-a", f"{src}/", f"login:{dest}/"], timeout=60)
+    assert done.returncode == 0, done.stderr
+    cat = laptop.run(["ssh", "login", "cat", f"{dest}/train.py"], timeout=60)
+    assert cat.stdout == "print('hi')\n", cat.stderr
+
+
 def test_the_venv_python_runs_slurmtorch_on_the_login_host(laptop: Laptop):
     here = subprocess.run([sys.executable, "-m", "slurmtorch", "--version"], capture_output=True, text=True,
                           timeout=60)
