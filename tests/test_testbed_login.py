@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from conftest import TESTBED, Laptop
 from test_testbed import _leftovers
@@ -59,6 +60,9 @@ def test_laptop_has_no_slurm_commands_config_or_munge(laptop: Laptop):
 
 
 def test_sbatch_over_ssh_runs_a_job_on_a_node(laptop: Laptop):
+    # As on a real login node, slurm.conf is at Slurm's default path, not named by SLURM_CONF.
+    conf = laptop.run(["ssh", "login", "printenv SLURM_CONF; test -f /etc/slurm/slurm.conf"], timeout=60)
+    assert (conf.returncode, conf.stdout) == (0, ""), conf.stderr
     out = f"{laptop.workdir}/login-%j.out"
     done = laptop.run(["ssh", "login", "sbatch", "--parsable", "--wait", "-p", "debug", "-N", "1",
                        "-o", out, "--wrap", "hostname"], timeout=120)
@@ -133,11 +137,11 @@ def test_down_ends_sshd_and_its_sessions_and_leaves_nothing(laptop: Laptop):
     session = subprocess.Popen([str(TESTBED), "laptop", "ssh", "login", "sleep", "300"], env=laptop.env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        # The session's shell runs in the login host's namespace beside sshd.
+        # The session's command runs in the login host's namespace beside sshd.
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(_login_pids()) < 3:
+        while time.monotonic() < deadline and not _session_running():
             time.sleep(0.1)
-        assert len(_login_pids()) >= 3, _login_pids()
+        assert _session_running(), session.stderr.read() if session.poll() is not None else "no session"
         down = subprocess.run([str(TESTBED), "down"], capture_output=True, text=True, timeout=120)
         assert down.returncode == 0, down.stderr
         assert session.wait(timeout=30) == 255  # the session ended with its host
@@ -151,6 +155,13 @@ def test_down_ends_sshd_and_its_sessions_and_leaves_nothing(laptop: Laptop):
         assert subprocess.run([str(TESTBED), "up", "4"], capture_output=True, timeout=180).returncode == 0
 
 
-def _login_pids() -> list[str]:
+def _session_running() -> bool:
+    """Whether the session's `sleep 300` runs in the login host's network namespace."""
     out = subprocess.run(["ip", "netns", "pids", "slurmtorch-login"], capture_output=True, text=True, timeout=30)
-    return out.stdout.split()
+    for pid in out.stdout.split():
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00300\x00":
+                return True
+        except OSError:
+            continue
+    return False
