@@ -108,6 +108,30 @@ def test_stopped_sshd_refuses_the_connection_and_start_brings_it_back(laptop: La
     assert done.returncode == 0, done.stderr
 
 
+def test_multiplexed_connections_share_a_master_that_ends_with_sshd(laptop: Laptop):
+    """ControlMaster/ControlPersist work against the login host, and `login stop` ends the
+    laptop's master too, so a test of an unreachable host is not served by a live master."""
+    mux = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60", "-o", "ControlPath=~/.ssh/cm-%C"]
+    check = ["ssh", "-O", "check", "-o", "ControlPath=~/.ssh/cm-%C", "login"]
+    try:
+        first = laptop.run(["ssh", *mux, "login", "true"], timeout=60)
+        assert first.returncode == 0, first.stderr
+        running = laptop.run(check, timeout=60)
+        assert running.returncode == 0 and "Master running" in running.stderr, running.stderr
+        again = laptop.run(["ssh", *mux, "login", "hostname"], timeout=60)
+        assert again.stdout == "login\n", again.stderr
+        laptop.login("stop")
+        deadline = time.monotonic() + 10
+        while laptop.run(check, timeout=60).returncode == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert laptop.run(check, timeout=60).returncode == 255
+        refused = laptop.run(["ssh", *mux, "login", "true"], timeout=60)
+        assert "Connection refused" in refused.stderr, refused.stderr
+    finally:
+        laptop.login("start")
+        laptop.run(["ssh", "-O", "exit", "-o", "ControlPath=~/.ssh/cm-%C", "login"], timeout=60)
+
+
 def test_a_key_the_login_host_does_not_accept_is_refused(laptop: Laptop):
     # Through the config's second alias, and with the key named on the command line.
     by_alias = [laptop.run(["ssh", "login-refused", "true"], timeout=60) for _ in range(3)]
