@@ -26,6 +26,9 @@ def test_laptop_reaches_the_login_host_by_its_ssh_alias(laptop: Laptop):
     done = laptop.run(["ssh", "login", "hostname"], timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "login\n"
+    # A terminal on the login host, as an interactive allocation over `ssh -t` needs.
+    tty = laptop.run(["ssh", "-tt", "login", "tty"], stdin=subprocess.DEVNULL, timeout=60)
+    assert tty.returncode == 0 and tty.stdout.startswith("/dev/pts/"), (tty.stdout, tty.stderr)
 
 
 def test_laptop_has_no_slurm_commands_config_or_munge(laptop: Laptop):
