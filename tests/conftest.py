@@ -139,3 +139,75 @@ def has_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         need(False, "torch is not installed")
+
+
+@dataclass
+class Laptop:
+    """The testbed's "laptop": commands run through `scripts/testbed laptop`, in a mount namespace
+    with no Slurm or munge command on PATH and no Slurm or munge configuration, HOME set to
+    `home`, whose `~/.ssh/config` reaches the login host as `login` (key `key`, host key pinned
+    in `known_hosts`) and as `login-refused` (`refused_key`, which the login host refuses).
+
+    On the login host (`ssh login ...`) the Slurm clients reach the testbed and `python` (this
+    checkout's venv) runs slurmtorch; `workdir` is the cluster side's folder for job folders,
+    which the nodes see. A clusters.yaml entry for it:
+    `testbed: {host: login, site: testbed, python: <python>, workdir: <workdir>}`.
+    """
+
+    testbed: Testbed
+    home: Path
+    ssh_config: Path
+    known_hosts: Path
+    key: Path
+    refused_key: Path
+    login_addr: str
+    python: str
+    workdir: Path
+    login_host: str = "login"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run(self, argv, *, timeout=120, check=False, env=None, **kw) -> subprocess.CompletedProcess:
+        """Run `argv` as the laptop; returns the CompletedProcess (text, output captured)."""
+        merged = dict(self.env)
+        if env:
+            merged.update(env)
+        return subprocess.run(
+            [str(TESTBED), "laptop", *(str(a) for a in argv)], env=merged, capture_output=True, text=True,
+            timeout=timeout, check=check, **kw,
+        )
+
+    def login(self, action: str) -> None:
+        """`scripts/testbed login stop|start`: stop the login host's sshd (and its sessions), or start it."""
+        done = subprocess.run([str(TESTBED), "login", action], env=self.env, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def laptop(testbed: Testbed):
+    """The laptop of the testbed's login host (see `Laptop`); its sshd runs at the start and is
+    started again at the end if the test stopped it."""
+    out = subprocess.run([str(TESTBED), "laptop-env"], capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        pytest.fail(f"scripts/testbed laptop-env failed:\n{out.stderr}", pytrace=False)
+    exports = _parse_exports(out.stdout)
+    # The laptop's own environment: this interpreter's venv first (slurmtorch), none of the
+    # testbed fixture's client settings (`laptop` drops any SLURM_* left, SLURM_CONF included).
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    lap = Laptop(
+        testbed=testbed,
+        home=Path(exports["SLURMTORCH_TESTBED_LAPTOP_HOME"]),
+        ssh_config=Path(exports["SLURMTORCH_TESTBED_SSH_CONFIG"]),
+        known_hosts=Path(exports["SLURMTORCH_TESTBED_KNOWN_HOSTS"]),
+        key=Path(exports["SLURMTORCH_TESTBED_LOGIN_KEY"]),
+        refused_key=Path(exports["SLURMTORCH_TESTBED_REFUSED_KEY"]),
+        login_addr=exports["SLURMTORCH_TESTBED_LOGIN_ADDR"],
+        python=exports["SLURMTORCH_TESTBED_LOGIN_PYTHON"],
+        workdir=Path(exports["SLURMTORCH_TESTBED_LOGIN_WORKDIR"]),
+        login_host=exports["SLURMTORCH_TESTBED_LOGIN_HOST"],
+        env=env,
+    )
+    lap.login("start")
+    yield lap
+    lap.login("start")

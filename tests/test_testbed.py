@@ -21,7 +21,7 @@ def _testbed(*args, timeout=120):
 
 
 def _our_live_daemons() -> list[str]:
-    """Non-zombie slurmctld/slurmd/munged processes whose command line points at our state dir."""
+    """Non-zombie slurmctld/slurmd/munged/sshd processes whose command line points at our state dir."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -31,7 +31,7 @@ def _our_live_daemons() -> list[str]:
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and str(STATE) in cmd and any(d in cmd for d in ("slurmctld", "slurmd", "munged")):
+        if state != "Z" and str(STATE) in cmd and any(d in cmd for d in ("slurmctld", "slurmd", "munged", "sshd")):
             found.append(f"{proc.name}: {cmd}")
     return found
 
@@ -39,10 +39,11 @@ def _our_live_daemons() -> list[str]:
 def _leftovers() -> list[str]:
     left = _our_live_daemons()
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    left += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith("slurmtorch-node")]
-    for bridge in ("stbr0", "stib0"):  # the management network's bridge and the fabric's
-        if subprocess.run(["ip", "link", "show", bridge], capture_output=True).returncode == 0:
-            left.append(f"bridge {bridge}")
+    ours = ("slurmtorch-node", "slurmtorch-login")  # the nodes' namespaces and the login host's
+    left += [f"netns {line.split()[0]}" for line in netns.splitlines() if line.startswith(ours)]
+    for link in ("stbr0", "stib0", "stvlogin"):  # the two networks' bridges, the login host's veth
+        if subprocess.run(["ip", "link", "show", link], capture_output=True).returncode == 0:
+            left.append(f"link {link}")
     if STATE.exists():
         left.append(f"state dir {STATE}")
     if LOCK.exists():
