@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -118,7 +119,7 @@ def test_a_job_runs_the_code_as_the_laptop_submitted_it_whatever_is_synced_later
     status = st(laptop, ["status", "--cluster", "testbed", job])
     assert status.returncode == 0, status.stderr
     commit = git(root, "rev-parse", "HEAD").strip()
-    assert f" code={commit[:12]}-dirty" in status.stdout  # the laptop's commit; its tree was edited since
+    assert status.stdout.endswith(f" code={commit[:12]}\n")  # the laptop's commit, clean when submitted
     (record,) = json.loads(st(laptop, ["status", "--cluster", "testbed", "--json", job]).stdout)
     assert record["code"]["root"].endswith(f":{root}") and record["code"]["files"] == 22
     logs = st(laptop, ["logs", "--cluster", "testbed", job])
@@ -152,16 +153,22 @@ def test_wait_follows_over_ssh_and_ctrl_c_leaves_the_job_running_as_on_the_login
     proc = subprocess.Popen([str(TESTBED), "laptop", "slurmtorch", "sbatch", "--cluster", "testbed",
                              "-N", "1", "--wait", "train.py", str(out), "sleep"],
                             cwd=root, env=laptop.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     try:
-        wait_for(lambda: len(starts(out)) == 1, "the job to start", 120)
+        # rank 0's output came through while it waited (at the cluster side's polling pace)
+        wait_for(lambda: "version v1\n" in lines, "rank 0's output on the laptop", 120)
         proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
+        stderr = proc.stderr.read()
     finally:
         proc.kill()
+    reader.join(10)
+    stdout = "".join(lines)
     job = stdout.split()[0]
     assert proc.returncode == 130, stderr
     assert f"job {job} is still running" in stderr
-    assert "version v1" in stdout  # rank 0's output came through while it waited
     status = st(laptop, ["status", "--cluster", "testbed", job]).stdout
     assert "state=RUNNING" in status
     cancel = st(laptop, ["cancel", "--cluster", "testbed", job])
