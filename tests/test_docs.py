@@ -43,7 +43,8 @@ def shell_commands(text: str) -> list[list[str]]:
 def documented_launches() -> list[tuple[str, list[str]]]:
     return [(f"{path.relative_to(REPO)}: {' '.join(argv)}", argv)
             for path in DOCS for argv in shell_commands(path.read_text())
-            if argv[:1] == ["slurmtorch"] and argv[1:2] and argv[1] in VERBS]
+            if argv[:1] == ["slurmtorch"] and argv[1:2] and argv[1] in VERBS
+            and "--cluster" not in argv]  # a cluster's commands run over ssh: tests/remote's testbed tests
 
 
 def test_shell_commands_split_like_a_shell():
