@@ -292,8 +292,7 @@ def pair(title: str, cases: dict, reps: int) -> str:
 
 def nemo_section(b: Bench, reps: int, job_dir: Path) -> str:
     if not NEMO_PY.exists():
-        return f"### 5. nemo-run\n\nnot measured: no {NEMO_PY.relative_to(REPO)} "
-                f" ({NEMO_INSTALL})"
+        return f"### 5. nemo-run\n\nnot measured: no {NEMO_PY.relative_to(REPO)} ({NEMO_INSTALL})"
     version = subprocess.run([str(NEMO_PY), "-c", "import importlib.metadata as m; print(m.version('nemo_run'))"],
                              capture_output=True, text=True).stdout.strip() or "?"
     script = b.scratch / "nemo_submit.py"
