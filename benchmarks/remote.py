@@ -217,6 +217,18 @@ class Bench:
         finally:
             ssh.rsync = real  # type: ignore[assignment]
 
+    def rsync_folder(self, folder: Path) -> float:
+        """rsync of a folder whose copy there is complete already: what a submission's sync costs
+        when nothing changed (ours runs one before every submission)."""
+        self.master_up()
+        dest = f"{self.workdir}/hand-sync/{folder.name}"
+        self.hand(f"mkdir -p {self.workdir}/hand-sync")
+        argv = ["rsync", "-a", "-e", shlex.join(["ssh", *self.mux]), f"{folder}/", f"{self.host}:{dest}/"]
+        subprocess.run(argv, check=True, capture_output=True)  # complete it first (untimed)
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        return time.perf_counter() - t0
+
     def submit_there(self, words: str, cwd: str) -> float:
         self.master_up()
         t0 = time.perf_counter()
@@ -260,7 +272,7 @@ def edit(tree: Path) -> None:
         f.write(f"# edited {time.time_ns()}\n")
 
 
-def pieces(b: Bench, tree: Path) -> dict:
+def pieces(b: Bench, tree: Path, job_dir: Path) -> dict:
     """Section 4: each piece of a forwarded command alone."""
     site = f"--site {shlex.quote(b.cluster.site)} " if b.cluster.site else ""
     py = request.path_word(b.cluster.python) if "/" in b.cluster.python else b.cluster.python
@@ -270,6 +282,7 @@ def pieces(b: Bench, tree: Path) -> dict:
             ["ssh", "-o", f"ControlPath={b.our_socket}", "-O", "check", b.host]),
         "laptop: slurmtorch --version (python + the CLI)": lambda: b.timed_local([*slurmtorch_cli(), "--version"]),
         "laptop: list, git, hash the 1,000 files (sync.send less rsync, in process)": lambda: b.laptop_send(tree),
+        "rsync -a of the one-file folder, nothing to send (multiplexed)": lambda: b.rsync_folder(job_dir),
         "ssh HOST python -c 'import slurmtorch' (the cluster's python + the version check)":
             lambda: b.timed_hand(f"{py} -c 'import slurmtorch'"),
         "ssh HOST slurmtorch status (typed there, over ssh)": lambda: b.timed_hand(b.on_cluster("status")),
@@ -361,7 +374,7 @@ def main() -> None:
             "ssh HOST squeue --me (multiplexed)": b.status_hand,
         }, a.reps) + f"\n\n(the cluster's job folder holds {folders} of our jobs by now, all ended)")
 
-        t = alternate(pieces(b, tree), a.reps)
+        t = alternate(pieces(b, tree, job_dir), a.reps)
         out.append("### 4. Where our time goes (each piece alone, multiplexed)\n\n"
                    + table(["piece", "median", "min", "max"], [[n, ms(med(v)), ms(min(v)), ms(max(v))]
                                                                for n, v in t.items()]))
