@@ -1,10 +1,12 @@
-"""Working from a laptop (issue 27): `slurmtorch ... --cluster NAME` beside the same work done by
-hand over ssh, in the same run.
+"""Working from a laptop (issue 27): `--cluster NAME` beside the same work by hand over ssh.
+
+`slurmtorch ... --cluster NAME` and its by-hand equivalent, measured in the same run.
 
     .venv/bin/python benchmarks/remote.py --host ALIAS --cluster NAME [--reps N] [--partition P]
 
 Run it as the laptop: ALIAS is the login host's ~/.ssh/config alias, NAME the cluster of the
 clusters file that reaches it (host: ALIAS). Each pair alternates (A B, B A, ...); medians.
+Benchmarks, not tests: nothing here asserts a time. It leaves no job in the queue.
 
 1. Submitting a trivial job, first connection (no master socket: ours is closed with
    `ssh -O exit` on our ControlPath before each; by hand is plain `ssh HOST sbatch ...`, a
@@ -17,8 +19,8 @@ clusters file that reaches it (host: ALIAS). Each pair alternates (A B, B A, ...
    a multiplexed ssh; first into an empty folder, then after editing one file.
 3. `slurmtorch status --cluster NAME` beside `ssh HOST squeue --me` (both multiplexed).
 4. Where our time goes: the pieces of a forwarded command, each timed alone.
-5. nemo-run (a venv of its own, `.venv-nemorun`, if there; NEMO_INSTALL makes it): its SlurmExecutor over its
-   SSHTunnel submitting the same trivial job, a fresh process each time as a user's script is.
+5. nemo-run (a venv of its own, `.venv-nemorun`, if there; NEMO_INSTALL makes it): its
+   SlurmExecutor over its SSHTunnel submitting the same trivial job, a fresh process each time as a user's script is.
    Where it cannot, the reason is printed in one line and the row left out.
 """
 
@@ -305,7 +307,7 @@ def pair(title: str, cases: dict, reps: int) -> str:
 
 def nemo_section(b: Bench, reps: int, job_dir: Path) -> str:
     if not NEMO_PY.exists():
-        return f"### 5. nemo-run\n\nnot measured: no {NEMO_PY.relative_to(REPO)} ({NEMO_INSTALL})"
+        return f"### 5. nemo-run\n\nnot measured: no {NEMO_PY} ({NEMO_INSTALL})"
     version = subprocess.run([str(NEMO_PY), "-c", "import importlib.metadata as m; print(m.version('nemo_run'))"],
                              capture_output=True, text=True).stdout.strip() or "?"
     script = b.scratch / "nemo_submit.py"
