@@ -389,6 +389,7 @@ def main() -> None:
             out.append(f"{len(b.jobs)} jobs submitted and cancelled; in the queue after: {len(left)}")
         b.hand("rm -rf " + f"{b.workdir}/hand-sync", check=False)
         subprocess.run(["ssh", *b.mux, "-O", "exit", b.host], capture_output=True, stdin=subprocess.DEVNULL)
+        b.close_ours()  # the run leaves no master behind (slurmtorch's own would persist 10 minutes)
         shutil.rmtree(scratch, ignore_errors=True)
     print("\n\n".join(out))
 
