@@ -162,7 +162,6 @@ class Bench:
         else:
             edit(tree)
         rsh = shlex.join(["ssh", *self.mux])
-        # rsync's remote path is read by the remote shell: $HOME works there as in our workdir's word.
         line = (f"{LISTING} | rsync -a --stats --from0 --files-from=- -e {shlex.quote(rsh)} ./ "
                 f"{shlex.quote(self.host)}:{shlex.quote(dest)}/")
         t0 = time.perf_counter()
@@ -180,12 +179,6 @@ class Bench:
         self.master_up()
         t0 = time.perf_counter()
         self.ours("status", "--cluster", self.name)
-        return time.perf_counter() - t0
-
-    def status_hand(self) -> float:
-        self.master_up()
-        t0 = time.perf_counter()
-        self.hand("squeue --me")
         return time.perf_counter() - t0
 
     # 4. where the time goes ----------------------------------------------------------------
@@ -373,7 +366,7 @@ def main() -> None:
         folders = b.hand(f"ls {b.workdir}/jobs | wc -l", check=False).stdout.strip() or "?"
         out.append(pair("3. Job status", {
             "slurmtorch status --cluster": b.status_ours,
-            "ssh HOST squeue --me (multiplexed)": b.status_hand,
+            "ssh HOST squeue --me (multiplexed)": lambda: b.timed_hand("squeue --me"),
         }, a.reps) + f"\n\n(the cluster's job folder holds {folders} of our jobs by now, all ended)")
 
         t = alternate(pieces(b, tree, job_dir), a.reps)
