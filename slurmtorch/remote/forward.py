@@ -14,8 +14,7 @@ import posixpath
 from collections.abc import Sequence
 
 from slurmtorch import __version__
-from slurmtorch.remote import clusters, request, ssh, sync
-from slurmtorch.submit.jobfolder import snapshot
+from slurmtorch.remote import request
 
 
 def elsewhere(cluster: str | None) -> bool:
@@ -26,6 +25,10 @@ def elsewhere(cluster: str | None) -> bool:
 
 def verb(name: str, argv: Sequence[str], *, site: bool = False, tty: bool = False) -> int:
     """`slurmtorch ARGV` on cluster `name`, run in its home; its output and exit code are ours."""
+    # lazy: the cluster side imports this module only to ask `elsewhere`; the clusters file's
+    # reader (PyYAML, the site model) and ssh's edge cost it ~40 ms of every forwarded verb
+    from slurmtorch.remote import clusters, ssh
+
     cluster = clusters.find(name)
     conn = ssh.connect(cluster)
     args = with_site(argv, cluster.site) if site else list(argv)
@@ -37,6 +40,9 @@ def submit(name: str, argv: Sequence[str], program: Sequence[str], module: str |
     """A submission (`sbatch`, or `alloc`'s shell with `tty`) on cluster `name`: the script's tree
     synced, the words as typed with SCRIPT as the mirror names it, run from the mirror's copy
     of this folder."""
+    from slurmtorch.remote import clusters, ssh, sync  # lazy: as in `verb`
+    from slurmtorch.submit.jobfolder import snapshot
+
     cluster = clusters.find(name)
     script = os.path.abspath(program[0]) if module is None and program else None
     tree = snapshot.locate(script, module, os.getcwd())

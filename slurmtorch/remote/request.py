@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from slurmtorch import shell
-from slurmtorch.remote.clusters import Cluster
+
+if TYPE_CHECKING:  # the cluster side (serve) reads no clusters file: it need not load PyYAML for a type
+    from slurmtorch.remote.clusters import Cluster
 
 EX_UNAVAILABLE = 69  # the cluster side is not set up: no python, no slurmtorch, another version, a module
 ON_CLUSTER = "SLURMTORCH_ON_CLUSTER"  # set by serve: this process is the cluster side of --cluster NAME
