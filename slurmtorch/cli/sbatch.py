@@ -47,18 +47,18 @@ def sbatch(
 
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun.
     """
+    typed = program_args(ctx, script_and_args)
+    if cluster:
+        from slurmtorch.remote import forward  # lazy: only --cluster needs ssh's edge
+
+        if forward.elsewhere(cluster):  # the code synced, the rest done there (no rendering here)
+            return forward.submit(cluster, ctx.obj["argv"], typed, given["module"], snapshot)
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
     from slurmtorch.submit import render, spec
     from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.submit import sites
     from slurmtorch.submit.jobfolder import snapshot as snapshots
 
-    typed = program_args(ctx, script_and_args)
-    if cluster:
-        from slurmtorch.remote import forward  # lazy: only --cluster needs ssh's edge
-
-        if forward.elsewhere(cluster):  # the code synced, the rest done there
-            return forward.submit(cluster, ctx.obj["argv"], typed, given["module"], snapshot)
     script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
     job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options(
