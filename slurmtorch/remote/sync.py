@@ -4,7 +4,7 @@ The files are those a local snapshot takes (codecopy.list_entries: git's tracked
 untracked-not-ignored files, else the folder; the same limits). They go to one mirror
 per laptop tree on the cluster (`<workdir>/sync/<name>-<key>`, private: 0700 folders,
 no group or other bits), with rsync over the cluster's shared connection: a second
-submission after an edit sends only what changed (rsync's size and time check). The
+submission after an edit sends only what changed (rsync --checksum: by content). The
 record sent with the request lists each file's SHA-256, taken here; the cluster's
 `sbatch` copies exactly those files from the mirror into the job's own `code/` and checks
 each hash on the way, so the job runs what was sent, whatever the mirror holds later.

@@ -7,6 +7,7 @@ error coming back; and each failure of the connection or of the cluster side in 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import textwrap
@@ -104,7 +105,9 @@ def test_a_job_runs_the_code_as_the_laptop_submitted_it_whatever_is_synced_later
     root, out = project
     laptop = cluster
     job = submit(laptop, root, out, "once", "--begin", "now+5")  # the edit and the sync below come first
-    (root / "helper.py").write_text("VERSION = 'v2'\n")  # one file edited
+    before = (root / "helper.py").stat()
+    (root / "helper.py").write_text("VERSION = 'v2'\n")  # one file edited: the same size,
+    os.utime(root / "helper.py", ns=(before.st_atime_ns, before.st_mtime_ns))  # and time, as within a second
     dry = st(laptop, ["sbatch", "--cluster", "testbed", "--dry-run", "train.py", str(out), "once"], cwd=root)
     assert dry.returncode == 0, dry.stderr
     assert "(22 files, 1 sent)" in dry.stderr  # the edit alone crossed
