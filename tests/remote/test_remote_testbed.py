@@ -18,6 +18,7 @@ import pytest
 
 from conftest import TESTBED
 from helpers import read, wait_for
+from terminal import Terminal
 
 pytestmark = pytest.mark.testbed
 
@@ -197,6 +198,25 @@ def test_a_distributor_on_the_laptop_gets_rank_0s_answer_and_a_ranks_error(clust
     done = laptop.run(["python", "-c", code], cwd=tmp_path, timeout=200)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["answer [0, 2, 0.5]", "raised RemoteError True"]
+
+
+@pytest.mark.timeout(240)
+def test_alloc_over_ssh_opens_its_shell_in_the_synced_code_and_exit_ends_the_allocation(cluster, project, has_torch):
+    root, out = project
+    laptop = cluster
+    term = Terminal([str(TESTBED), "laptop", "slurmtorch", "alloc", "--cluster", "testbed", "--nodes", "2",
+                     "--time", "10"], dict(laptop.env, TERM="dumb"), str(root))
+    try:
+        term.command(f"slurmtorch run train.py {out} once; echo run-ended rc=$?")
+        assert term.expect(r"run-ended rc=(\d+)", 180).group(1) == "0", term.before
+        term.command("exit 3")
+        assert term.exit_code(60) == 3
+    except BaseException:
+        term.close()
+        raise
+    lines = starts(out)  # a rank on each node, running the synced copy in the mirror (in place, as alloc runs)
+    assert len(lines) == 2 and {(v, p.startswith(str(laptop.workdir / "sync"))) for _, v, p in lines} == {("v1", True)}
+    assert laptop.run(["ssh", laptop.login_host, "squeue", "-h"]).stdout == ""  # the allocation is gone
 
 
 def test_the_laptop_reaches_the_clusters_sites_and_doctor(cluster):
