@@ -222,6 +222,9 @@ def test_alloc_over_ssh_opens_its_shell_in_the_synced_code_and_exit_ends_the_all
 def test_the_laptop_reaches_the_clusters_sites_and_doctor(cluster):
     sites = st(cluster, ["site", "show", "testbed", "--cluster", "testbed"])
     assert sites.returncode == 0 and "partitions:" in sites.stdout, sites.stderr
+    doctor = st(cluster, ["doctor", "--cluster", "testbed"], timeout=180)  # the cluster's site, checked there
+    assert doctor.stdout.startswith("slurmtorch doctor: site 'testbed' ("), doctor.stdout + doctor.stderr
+    assert "node login:" in doctor.stdout and "Traceback" not in doctor.stderr
 
 
 def test_sshd_stopped_is_one_line_with_the_fix(cluster):
