@@ -165,7 +165,8 @@ def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tup
         except (BrokenPipeError, ValueError):
             pass
 
-    old = {s: signal.signal(s, relay) for s in _SIGNALS}
+    # A signal ignored here (nohup's HUP) stays ignored, as interrupts.Forwarding leaves it.
+    old = {s: signal.signal(s, relay) for s in _SIGNALS if signal.getsignal(s) != signal.SIG_IGN}
     try:
         try:
             proc.stdin.write(header.encode() + b"\n")

@@ -75,11 +75,19 @@ def script(tmp_path: Path, name: str, text: str) -> Path:
 
 def waiter(testbed, home: Path, argv: list[str], **env) -> subprocess.Popen:
     """`slurmtorch ARGV` in a process group of its own (so a test can Ctrl-C it as a terminal
-    would), with SIGINT at Python's default (a shell may start background jobs ignoring it)."""
+    would), with SIGINT, TERM and HUP at their defaults (a shell may start background jobs
+    ignoring SIGINT, and a runner under nohup ignores HUP: slurmtorch rightly keeps an ignored
+    signal ignored, so a test of what the signal does must start the waiter with it live)."""
     return subprocess.Popen([testbed.python, "-m", "slurmtorch.cli.main", *argv],
                             env={**testbed.env, "SLURMTORCH_HOME": str(home), **env}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+                            preexec_fn=live_signals)
+
+
+def live_signals() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 def first_tick(proc: subprocess.Popen) -> str:

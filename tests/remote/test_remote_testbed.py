@@ -156,7 +156,8 @@ def test_wait_follows_over_ssh_and_ctrl_c_leaves_the_job_running_as_on_the_login
     laptop = cluster
     proc = subprocess.Popen([str(TESTBED), "laptop", "slurmtorch", "sbatch", "--cluster", "testbed",
                              "-N", "1", "--wait", "train.py", str(out), "sleep"],
-                            cwd=root, env=laptop.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=root, env=laptop.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()

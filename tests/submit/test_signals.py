@@ -313,12 +313,14 @@ def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tm
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_term_and_hup_stop_a_wait_as_ctrl_c_does_and_carry_their_signal(signum):
+def test_term_and_hup_stop_a_wait_as_ctrl_c_does_and_carry_their_signal(signum, request):
     """stops_as_interrupts: the signal raises a KeyboardInterrupt (what a waiter answers);
     the waiter's line names it and the exit code is 128 + it. Handlers restored after."""
     from slurmtorch.submit.interrupts import StopSignal, stops_as_interrupts
     from slurmtorch.submit.follow.waiting import interrupted
 
+    outer = signal.signal(signum, signal.SIG_DFL)  # live, whatever the runner left (nohup ignores HUP)
+    request.addfinalizer(lambda: signal.signal(signum, outer))
     before = signal.getsignal(signum)
     with pytest.raises(KeyboardInterrupt) as e, stops_as_interrupts():
         os.kill(os.getpid(), signum)
