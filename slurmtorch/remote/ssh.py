@@ -119,11 +119,6 @@ def failure(cluster: Cluster, stderr: str) -> ClusterError:
     return ClusterError(f"{where}: ssh failed: {said}", tip=by_hand)
 
 
-def capture(conn: Connection, command: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
-    """Run `command` on the cluster; its exit code and output as bytes (a benchmark's, a test's)."""
-    return _run([*conn.ssh(), command], capture=True, input=stdin)
-
-
 def stream(conn: Connection, command: str, header: str, *, tty: bool = False) -> int:
     """Run `command` on the cluster with its output on ours, and return its exit code.
 
