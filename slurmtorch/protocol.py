@@ -49,6 +49,14 @@ RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it 
 # Set by `slurmtorch alloc`'s shell for `slurmtorch run`: the allocation's site and options, as JSON.
 ALLOC = "SLURMTORCH_ALLOC"
 
+# Working from a laptop (slurmtorch.remote): the cluster a command goes to, as `--cluster NAME`
+# does (the user's); set by the cluster side's `serve`: that this process is it (so `--cluster`
+# is ignored there), and the file holding the sync record of the code sent with the request,
+# which `sbatch` takes its snapshot by.
+CLUSTER = "SLURMTORCH_CLUSTER"
+ON_CLUSTER = "SLURMTORCH_ON_CLUSTER"
+SYNCED = "SLURMTORCH_SYNCED"
+
 # Set by the user for the ranks.
 TIMINGS = "SLURMTORCH_TIMINGS"  # DIR: each rank writes its start's phases to DIR/timings_name(R)
 CHECKPOINT_DIR = "SLURMTORCH_CHECKPOINT_DIR"  # checkpoints outside a job folder

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from slurmtorch import protocol
 from slurmtorch.api.handles import Handle, LocalHandle, SlurmHandle
 from slurmtorch.api.job import Job, JobFailed, RemoteError, say
 from slurmtorch.api.layout import Layout, plan_layout
@@ -108,7 +109,7 @@ class Distributor:
         self.preset = preset
         self.backend = backend
         self.progress = progress
-        self.cluster = cluster or (None if local_mode else os.environ.get("SLURMTORCH_CLUSTER") or None)
+        self.cluster = cluster or (None if local_mode else os.environ.get(protocol.CLUSTER) or None)
         self.scheduler_options = dict(scheduler_options)
         self._env = _env_items(scheduler_options.get("env"))
 
@@ -148,7 +149,7 @@ class Distributor:
 
     def submit(self, target: Callable | str | os.PathLike, *args: Any, **kwargs: Any) -> Job:
         """Start the job and return at once; the Job answers state/result/logs/cancel."""
-        if self.cluster and not os.environ.get("SLURMTORCH_ON_CLUSTER"):
+        if self.cluster and not os.environ.get(protocol.ON_CLUSTER):
             raise SpecError("submit() waits on no cluster: with cluster=, use run()",
                             tip="run() submits there, waits there and brings rank 0's answer back")
         meta, payload, name = prepare(target, args, kwargs)  # no file, no job before this passes

@@ -11,6 +11,7 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
+from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import Options
 
@@ -129,7 +130,7 @@ def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[
 
 def cluster_option() -> Any:
     """`--cluster NAME`: the verb runs on that cluster of the clusters file, over SSH."""
-    return typer.Option(None, "--cluster", envvar="SLURMTORCH_CLUSTER", metavar="NAME", show_envvar=False,
+    return typer.Option(None, "--cluster", envvar=protocol.CLUSTER, metavar="NAME", show_envvar=False,
                         help="run this on cluster NAME of ~/.config/slurmtorch/clusters.yaml, over SSH "
                              "(default: $SLURMTORCH_CLUSTER)")
 

@@ -104,15 +104,15 @@ VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt"
 def _tree(script, module, flag):
     """The snapshot to take, or None (in place): of the code a laptop synced with this request
     (`--cluster` on its side), else of the script's tree here."""
-    from slurmtorch.remote.request import SYNCED
+    from slurmtorch import protocol
     from slurmtorch.submit.jobfolder import snapshot as snapshots
 
     if not snapshots.wanted(flag, os.environ):
         return None
-    if os.environ.get(SYNCED):
+    if os.environ.get(protocol.SYNCED):
         import json
 
-        with open(os.environ[SYNCED], encoding="utf-8", errors="surrogateescape") as f:
+        with open(os.environ[protocol.SYNCED], encoding="utf-8", errors="surrogateescape") as f:
             return snapshots.from_sync(json.load(f), script, os.getcwd())
     return snapshots.locate(script, module, os.getcwd())
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmtorch import protocol
 from slurmtorch.errors import ClusterError
 from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.sites.model import NAME_RE as SITE_NAME_RE, NAME_TIP, valid_tip
 from slurmtorch.submit.sites.safe_yaml import Kind, read_document, type_name
 from slurmtorch.submit.sites.values import Stop, Validator
 
-ENV = "SLURMTORCH_CLUSTER"  # the variable that picks a cluster, as `--cluster NAME` does
+ENV = protocol.CLUSTER  # the variable that picks a cluster, as `--cluster NAME` does
 FILE_ENV = "SLURMTORCH_CLUSTERS"  # the clusters file itself, in place of the XDG one
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 NAME_RULE = "names are letters, digits, '.', '_' and '-', starting with a letter or digit"

@@ -13,14 +13,14 @@ import os
 import posixpath
 from collections.abc import Sequence
 
-from slurmtorch import __version__
+from slurmtorch import __version__, protocol
 from slurmtorch.remote import request
 
 
 def elsewhere(cluster: str | None) -> bool:
     """Whether this command goes to a cluster: `--cluster` (or SLURMTORCH_CLUSTER) given, and
     this process is not already that cluster's side of it."""
-    return bool(cluster) and not os.environ.get(request.ON_CLUSTER)
+    return bool(cluster) and not os.environ.get(protocol.ON_CLUSTER)
 
 
 def verb(name: str, argv: Sequence[str], *, site: bool = False, tty: bool = False) -> int:

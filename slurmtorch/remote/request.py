@@ -21,8 +21,6 @@ if TYPE_CHECKING:  # the cluster side (serve) reads no clusters file: it need no
     from slurmtorch.remote.clusters import Cluster
 
 EX_UNAVAILABLE = 69  # the cluster side is not set up: no python, no slurmtorch, another version, a module
-ON_CLUSTER = "SLURMTORCH_ON_CLUSTER"  # set by serve: this process is the cluster side of --cluster NAME
-SYNCED = "SLURMTORCH_SYNCED"  # set by serve: the file holding the sync record of the code sent with the request
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP}
 
 # Run by the cluster's python as `-c`, with argv: cluster name, the laptop's version, serve's own.

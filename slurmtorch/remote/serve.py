@@ -18,19 +18,20 @@ import sys
 import tempfile
 import threading
 
+from slurmtorch import protocol
 from slurmtorch.remote import request
 
 
 def main(argv: list[str]) -> None:
     tty = bool(argv) and argv[0] == "--tty"
     args = argv[argv.index("--") + 1:] if "--" in argv else []
-    os.environ[request.ON_CLUSTER] = "1"
+    os.environ[protocol.ON_CLUSTER] = "1"
     record_file, call = None, None
     if not tty:
         sync, call = request.read_header(sys.stdin.readline())
         if sync is not None:
             record_file = _write_record(sync)
-            os.environ[request.SYNCED] = record_file
+            os.environ[protocol.SYNCED] = record_file
         threading.Thread(target=_relay, name="slurmtorch-signals", daemon=True).start()
     if call is not None and args == ["--distribute"]:
         from slurmtorch.remote import distribute

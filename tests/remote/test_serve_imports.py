@@ -12,8 +12,9 @@ def test_cluster_side_of_status_imports_no_yaml(tmp_path):
     # of every forwarded status, logs and cancel there (benchmarks/remote.py measures the
     # verbs; nothing here asserts a time).
     code = ("import os, sys\n"
-            "from slurmtorch.remote import request, serve\n"
-            "os.environ[request.ON_CLUSTER] = '1'\n"
+            "from slurmtorch import protocol\n"
+            "from slurmtorch.remote import serve\n"
+            "os.environ[protocol.ON_CLUSTER] = '1'\n"
             "from slurmtorch.remote import forward\n"
             "assert not forward.elsewhere('dev')\n"
             "from slurmtorch.cli.main import main\n"
