@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import re
 import statistics
 import subprocess
 import sys
@@ -76,6 +77,20 @@ def alternate(cases: dict, reps: int, warmup: int = 1) -> dict[str, list[float]]
         for name in order:
             out[name].append(cases[name]())
     return out
+
+
+def reported_steps(boot: list, script, variants: dict[str, dict[str, str]], reps: int) -> dict[str, list[float]]:
+    """Run `boot + [script]` under each environment of `variants`, alternating, `reps` times;
+    per variant, the `step_s <seconds>` each launch's rank 0 printed."""
+    steps: dict[str, list[float]] = {k: [] for k in variants}
+
+    def step(name: str) -> float:
+        out = run([*boot, script], environ=variants[name]).stdout
+        steps[name].append(float(re.search(r"step_s (\S+)", out).group(1)))
+        return 0.0
+
+    alternate({k: (lambda k=k: step(k)) for k in variants}, reps)
+    return steps
 
 
 @dataclass(frozen=True)

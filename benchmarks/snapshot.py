@@ -6,7 +6,7 @@ the same tree by hand, in the same run.
 Two trees: this repository (its tracked and not-ignored files, as a job submitted from it
 copies them) and a generated git repository of 1,000 files (50 folders x 20 files of 2 KiB).
 Ours is the whole snapshot step of a submission (git's listing, the commit and the dirty
-check, the copy with every file hashed, snapshot.json), in-process as `scheduler.submit` runs
+check, the copy with every file hashed, snapshot.json), in-process as `sbatch.submit` runs
 it. The baselines, each a fresh process like ours would be part of one: `git archive HEAD |
 tar -x` (committed files only, no hashing) and `git ls-files | xargs cp --parents` (the same
 file list as ours, copied by cp).
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from _common import REPO, alternate, med, ms, table
 
-from slurmtorch.submit import scheduler
+from slurmtorch.submit.edge.git import git
 from slurmtorch.submit.jobfolder import codecopy, snapshot
 
 LISTING = "git ls-files -z --cached --others --exclude-standard"
@@ -53,7 +53,7 @@ def ours(tree: Path, scratch: Path) -> float:
     folder = fresh(scratch)
     t0 = time.perf_counter()
     snap = snapshot.locate(str(tree / "train.py"), None, str(tree))
-    codecopy.take(snap, folder, scheduler.git, 1 << 40)
+    codecopy.take(snap, folder, git, 1 << 40)
     return time.perf_counter() - t0
 
 
@@ -73,7 +73,7 @@ def measure(name: str, tree: Path, reps: int, scratch: Path) -> list:
     }
     times = alternate(cases, reps)
     folder = fresh(scratch)
-    record = codecopy.take(snapshot.locate(str(tree / "train.py"), None, str(tree)), folder, scheduler.git, 1 << 40)
+    record = codecopy.take(snapshot.locate(str(tree / "train.py"), None, str(tree)), folder, git, 1 << 40)
     mine = med(times["slurmtorch snapshot"])
     return [[name, case, f"{record['files']} files, {record['bytes'] / (1 << 20):.2f} MiB", ms(med(t)),
              f"{mine / med(t):.2f}x"] for case, t in times.items()]

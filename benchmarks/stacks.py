@@ -15,12 +15,11 @@ up and run only when stacks are asked for (bootstrap.native), which this benchma
 from __future__ import annotations
 
 import argparse
-import re
 import statistics
 import tempfile
 import time
 
-from _common import PY, REPO, alternate, env, med, mpirun, ms, run, table, timed
+from _common import PY, REPO, alternate, env, med, mpirun, ms, reported_steps, table, timed
 
 PROBE = REPO / "benchmarks" / "probe.py"
 STEP = REPO / "benchmarks" / "stacks_step.py"
@@ -38,14 +37,7 @@ def main() -> None:
         # gloo on any machine: on a GPU machine "auto" would pick nccl, and N ranks on one GPU are refused.
         boot = [*mpirun(args.ranks), PY, "-m", "slurmtorch.bootstrap", "--backend", "gloo"]
         ready = alternate({k: (lambda e=e: timed([*boot, PROBE], environ=e)) for k, e in variants.items()}, args.reps)
-        steps: dict[str, list[float]] = {k: [] for k in variants}
-
-        def step(name: str) -> float:
-            out = run([*boot, STEP], environ=variants[name]).stdout
-            steps[name].append(float(re.search(r"step_s (\S+)", out).group(1)))
-            return 0.0
-
-        alternate({k: (lambda k=k: step(k)) for k in variants}, args.reps)
+        steps = reported_steps(boot, STEP, variants, args.reps)
     rows = []
     base_ready, base_step = med(ready["without"]), statistics.median(steps["without"])
     for name in variants:

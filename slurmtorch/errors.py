@@ -6,6 +6,31 @@ The CLI catches `SlurmtorchError` once, prints `error: <message>` (and
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
+from slurmtorch import protocol
+
+
+# Verbs whose words after SCRIPT are the script's: `--cluster NAME` goes before them.
+_PROGRAM_VERBS = ("sbatch", "run", "mpirun")
+
+
+def typed(words: str, cluster: str | None = None, env: Mapping[str, str] = os.environ) -> str:
+    """`slurmtorch WORDS` as the user must type it where they read it: through `--cluster
+    NAME` (`cluster`, or on the cluster's side of the relay $SLURMTORCH_ON_CLUSTER, which
+    serve sets to the laptop's NAME), with `--cluster NAME`, where the verb reads it as its
+    own. Every tip and report line that names a slurmtorch command is built here, so none
+    names one that fails where it is typed (`slurmtorch cancel 44` on a laptop: no squeue)."""
+    forwarded = env.get(protocol.ON_CLUSTER, "")
+    cluster = cluster or (forwarded if forwarded != "1" else "")
+    if not cluster:
+        return f"slurmtorch {words}"
+    verb, _, rest = words.partition(" ")
+    if verb in _PROGRAM_VERBS:
+        return f"slurmtorch {verb} --cluster {cluster} {rest}".rstrip()
+    return f"slurmtorch {words} --cluster {cluster}"
+
 
 class SlurmtorchError(Exception):
     """Base of every error a user can cause or fix."""

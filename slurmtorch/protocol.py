@@ -31,10 +31,21 @@ SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_v
 # address, where MASTER_ADDR and torchrun's --local-addr go (rendezvous.site_address).
 FABRIC_HOST_SUFFIX = "SLURMTORCH_FABRIC_HOST_SUFFIX"
 CODE = "SLURMTORCH_CODE"  # the snapshot of the code the job runs (CODE_DIR in its folder)
+# `reverse`: local rank i takes GPU n-1-i of its node (a site's `mpirun: gpu_order:`; ALCF Polaris)
+GPU_ORDER = "SLURMTORCH_GPU_ORDER"
+# --placement / a site's `placement:`: where each rank runs (PLACEMENTS, bootstrap.placement);
+# unset: auto. Also the user's, for a run slurmtorch did not submit.
+PLACEMENT = "SLURMTORCH_PLACEMENT"
+PLACEMENTS = ("auto", "share", "none")
 # Set by `slurmtorch mpirun` (a run without Slurm): the run's folder, where its ranks answer
 # `slurmtorch stacks local-N` and leave their exit notes. Not JOB_DIR: a local run's
 # checkpoints and run id stay where they were (./checkpoints; none), each run being new.
 LOCAL_RUN_DIR = "SLURMTORCH_LOCAL_RUN_DIR"
+# Seconds between a rank's live samples (bootstrap.live; `slurmtorch top` reads them); 0: none.
+# The batch script sets 10 unless the submitting environment set it.
+LIVE_S = "SLURMTORCH_LIVE_S"
+# A margin (0.2: 20 %): rank 0 names a rank slower than the median by it for 3 samples running.
+STRAGGLER = "SLURMTORCH_STRAGGLER"
 SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS,
                CODE)
 
@@ -44,6 +55,9 @@ ROLE = "SLURMTORCH_ROLE"
 ROLE_INDEX = "SLURMTORCH_ROLE_INDEX"
 SOURCE = "SLURMTORCH_SOURCE"  # where the world came from: mpi, slurm, env, roles, single
 OMITTED = "SLURMTORCH_OMITTED"  # contract maps left out as too large for one variable
+# CLUSTER_SPEC's shapes (`--cluster-spec`, bootstrap.contracts): AI Platform's (master/worker, one
+# entry per rank; the default) and Vertex AI's (workerpool0..3, one entry per replica).
+CLUSTER_SPEC_SHAPES = ("ai-platform", "vertex")
 RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it (bootstrap.runid)
 
 # Set by `slurmtorch alloc`'s shell for `slurmtorch run`: the allocation's site and options, as JSON.
@@ -51,7 +65,7 @@ ALLOC = "SLURMTORCH_ALLOC"
 
 # Working from a laptop (slurmtorch.remote): the cluster a command goes to, as `--cluster NAME`
 # does (the user's); set by the cluster side's `serve`: that this process is it (so `--cluster`
-# is ignored there), and the file holding the sync record of the code sent with the request,
+# is ignored there; its value is the laptop's name for the cluster, which tips name), and the file holding the sync record of the code sent with the request,
 # which `sbatch` takes its snapshot by.
 CLUSTER = "SLURMTORCH_CLUSTER"
 ON_CLUSTER = "SLURMTORCH_ON_CLUSTER"
@@ -78,8 +92,12 @@ BATCH_OUT = "batch.out"
 TRIALS = "trials.json"  # an array job's trials
 EXIT_CODE = "exit-code"  # the launch step's, written by the batch script at its end
 RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restarts.RestartState)
+# The restart supervisor's exit code, written as it ends; the batch script finds none when it was
+# killed (a SIGKILL leaves no line of its own), and says so (SUPERVISOR_KILLED).
+SUPERVISOR_END = "supervisor-end"
 NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node prologue step
 HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
+LIVE = ".live"  # SLURMTORCH_LIVE_S: one sample per rank (live_name, live_record)
 CHECKPOINTS = "checkpoints"
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
@@ -215,6 +233,65 @@ def parse_beat(text: str) -> Beat | None:
         return Beat(float(parts[0]), float(parts[1]), parts[2], int(parts[3]), parts[4])
     except ValueError:
         return None
+
+
+# --------------------------------------------------------------------------- a rank's live sample
+# Each rank replaces LIVE/live_name(R) every SLURMTORCH_LIVE_S seconds (bootstrap.live), a
+# last time with ended=true when its script returned; `slurmtorch top`, `status JOBID` and
+# the end of `--wait` read them (submit.follow.live).
+
+def live_name(rank: int) -> str:
+    return f"rank-{rank}.json"
+
+
+@dataclass(frozen=True)
+class LiveSample:
+    written: float  # epoch seconds
+    since: float  # when the rank started sampling
+    rank: int
+    host: str
+    steps: int  # optimizer steps so far (0: none seen, or no torch)
+    step_s: float | None  # mean of the recent step intervals
+    own_s: float | None  # their mean time outside backward (bootstrap.live.Steps: what names a slow rank)
+    trend_s: float | None  # the mean step of the intervals before the recent ones
+    own_mean_s: float | None  # the whole run's mean time outside backward
+    first_step: float | None
+    last_step: float | None
+    cpu: float | None  # % of one core since the last sample
+    rss: int | None  # bytes
+    gpu: dict | None  # index, util, mem, mem_total, power_w, sm_mhz, throttle, energy_j (None: no GPU figures)
+    ended: bool  # the rank's script returned
+
+    @property
+    def mean_step_s(self) -> float | None:
+        """The whole run's mean step: the span of its steps over their intervals."""
+        if self.steps < 2 or self.first_step is None or self.last_step is None:
+            return None
+        return (self.last_step - self.first_step) / (self.steps - 1)
+
+
+def live_record(**fields) -> str:
+    """One sample as the JSON object a rank writes (its keys are LiveSample's)."""
+    return json.dumps(fields, separators=(",", ":")) + "\n"
+
+
+def parse_live(text: str) -> LiveSample | None:
+    """One rank's sample, or None for a torn or foreign file."""
+    try:
+        d = json.loads(text)
+        gpu = d.get("gpu")
+        return LiveSample(float(d["written"]), float(d["since"]), int(d["rank"]), str(d["host"]), int(d["steps"]),
+                          _opt(d.get("step_s")), _opt(d.get("own_s")), _opt(d.get("trend_s")),
+                          _opt(d.get("own_mean_s")), _opt(d.get("first_step")),
+                          _opt(d.get("last_step")), _opt(d.get("cpu")),
+                          int(d["rss"]) if d.get("rss") is not None else None,
+                          gpu if isinstance(gpu, dict) else None, bool(d.get("ended")))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _opt(value) -> float | None:
+    return None if value is None else float(value)
 
 
 # --------------------------------------------------------------------------- a rank's stacks
@@ -407,6 +484,9 @@ def start_line(start: int, nodes: Sequence[str], after: str) -> str:
 
 # templates/_macros.sh.j2's line when the node prologue's step fails (submit.failures reads it).
 PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
+# templates/sbatch.sh.j2's line when the restart supervisor ended without its SUPERVISOR_END file.
+SUPERVISOR_KILLED = "slurmtorch: error: the restart supervisor was killed"
+SUPERVISOR_KILLED_RE = re.compile(re.escape(SUPERVISOR_KILLED) + r" by (?P<signal>SIG\w+) \(exit (?P<code>\d+)\)")
 
 
 # --------------------------------------------------------------------------- requeue lines

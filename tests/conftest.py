@@ -36,12 +36,20 @@ def pytest_collection_modifyitems(items):
     another run holds the one testbed this machine can host)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if "testbed" in names:
+        if _uses_conftest_fixture(item, "testbed"):
             item.add_marker(pytest.mark.testbed)
         if names & {"mpi_env", "mpich_env"}:  # Open MPI's mpirun, or MPICH's mpiexec (.venv-mpich)
             item.add_marker(pytest.mark.mpi)
         if "has_torch" in names:
             item.add_marker(pytest.mark.torch)
+
+
+def _uses_conftest_fixture(item, name: str) -> bool:
+    """The test needs this file's fixture `name`, not a test module's own fixture of that name
+    (a site fixture once called `testbed` marked 59 pure tests as needing the cluster)."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.get(name, ()) if info is not None else ()
+    return bool(defs) and getattr(defs[-1].func, "__module__", None) == __name__
 
 
 @dataclass
@@ -133,6 +141,25 @@ def _mpi_env() -> dict[str, str]:
     return env
 
 
+# MPICH comes from PyPI's `mpich` wheel in `.venv-mpich` (scripts/setup): mpi4py's wheels load
+# whichever MPI the environment provides, and that venv sees the main venv's torch and
+# slurmtorch through a site dir added after its own, so its mpi4py talks to MPICH.
+MPICH = REPO / ".venv-mpich" / "bin"
+
+
+@pytest.fixture(scope="module")
+def mpich_env(has_torch):
+    """Environment for MPICH's Hydra mpiexec (.venv-mpich) on this host: no other launcher's
+    variables, MPICH's bin first on PATH, gloo on loopback."""
+    need((MPICH / "mpiexec").exists(), "no MPICH venv (.venv-mpich: run scripts/setup)")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "SLURM_", "PRTE_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    env["PATH"] = f"{MPICH}{os.pathsep}{env.get('PATH', '')}"
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    return env
+
+
 @pytest.fixture(scope="session")
 def has_torch() -> None:
     try:
@@ -211,3 +238,14 @@ def laptop(testbed: Testbed):
     lap.login("start")
     yield lap
     lap.login("start")
+
+
+@pytest.fixture
+def world_readable_tmp():
+    """A folder nobody can reach (pytest's tmp_path is below a 0700 folder of root's)."""
+    import tempfile  # only the tests that run a probe as nobody need it
+
+    folder = Path(tempfile.mkdtemp(prefix="slurmtorch-snapshot-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

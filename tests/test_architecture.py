@@ -5,9 +5,11 @@
 - the in-rank side imports nothing from the submit side: what both need (variable names,
   the job folder's files, log lines, the requeue) lives at the top level (`protocol`,
   `requeue`), so a rank never loads the login node's code;
-- subprocesses are run by one module per role (submit/scheduler.py on the login node,
-  submit/supervisor.py on a restartable job's batch node, requeue.py for the job that
-  requeues itself) and mpi4py is imported by one (bootstrap/mpi.py): one choke point each
+- subprocesses are run by one room or module per role (submit/edge/ on the login node: its
+  runner, and the programs that need more than it (git's bytes, salloc and a local bash in
+  the foreground); submit/batchnode/ on a restartable job's batch node (supervisor: the
+  steps; slurmjob: scontrol, sinfo, scancel),
+  requeue.py for the job that requeues itself) and mpi4py is imported by one (bootstrap/mpi.py): one choke point each
   for side effects;
 - no import cycles between modules at import time;
 - no module over 500 lines and no function over 80 (split by idea);
@@ -76,15 +78,19 @@ def test_what_both_sides_share_imports_neither():
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-# subprocess has three edges: the login node's (scheduler: sbatch, squeue, scancel, a local
-# mpirun), the batch node's (supervisor: a --max-restarts job's srun steps) and the job's
+# subprocess has three edges: the login node's (submit/edge: its runner for sbatch, squeue,
+# scancel, srun; git, salloc and a local mpirun's bash start their own), the batch node's (supervisor: a --max-restarts job's srun steps) and the job's
 # own requeue (requeue: scontrol, for a preempted rank and the supervisor alike).
 # A rank has one: py-spy reading the rank itself for its native frames (bootstrap.native).
 # The laptop has one: ssh and rsync to a cluster (remote.ssh).
 @pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.bootstrap.native", "slurmtorch.remote.ssh",
                                                              "slurmtorch.requeue",
-                                                             "slurmtorch.submit.scheduler",
-                                                             "slurmtorch.submit.supervisor"]),
+                                                             "slurmtorch.submit.batchnode.slurmjob",
+                                                             "slurmtorch.submit.batchnode.supervisor",
+                                                             "slurmtorch.submit.edge.git",
+                                                             "slurmtorch.submit.edge.local",
+                                                             "slurmtorch.submit.edge.runner",
+                                                             "slurmtorch.submit.edge.salloc"]),
                                              ("mpi4py", ["slurmtorch.bootstrap.mpi"])])
 def test_one_module_owns_each_side_effect(library, owners):
     users = sorted(module_name(p) for p in MODULES

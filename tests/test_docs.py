@@ -12,7 +12,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -99,3 +98,54 @@ def test_relative_links_lead_to_existing_files_and_headings(path):
         if anchor:
             headings = re.findall(r"^#+ (.*)$", linked.read_text(), re.M)
             assert anchor in {heading_anchor(h) for h in headings}, f"{path.name}: {target}"
+
+
+GUIDES = [*DOCS, REPO / "CONTRIBUTING.md", REPO / "RELIABILITY.md", *sorted((REPO / "slurmtorch").rglob("README.md"))]
+
+
+@pytest.mark.parametrize("path", GUIDES, ids=[str(p.relative_to(REPO)) for p in GUIDES])
+def test_docs_point_nowhere_outside_the_repository(path):
+    """A reader of the repository alone (a clone, the sdist) can follow every pointer."""
+    text = path.read_text()
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if not re.match(r"[a-z]+:", target) and target.partition("#")[0]:
+            assert (path.parent / target.partition("#")[0]).resolve().is_relative_to(REPO), f"{path.name}: {target}"
+    assert "/work/shared" not in text and "shared/STYLE" not in text, path.name  # notes kept beside the repo
+
+
+
+def python_signature(name: str, fn) -> str:
+    """`name(a=1, b="x", *, c=None, **rest)` as docs/python-api.md writes it: no annotations,
+    strings in double quotes."""
+    import inspect
+
+    words, starred = [], False
+    for p in inspect.signature(fn).parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.VAR_KEYWORD:
+            words.append(f"**{p.name}")
+            continue
+        if p.kind is p.KEYWORD_ONLY and not starred:
+            words.append("*")
+            starred = True
+        default = "" if p.default is p.empty else "=" + (f'"{p.default}"' if isinstance(p.default, str)
+                                                         else repr(p.default))
+        words.append(p.name + default)
+    return f"{name}({', '.join(words)})"
+
+
+def test_the_python_api_doc_gives_the_codes_signatures_and_every_keyword():
+    """`Distributor(cluster=)` was missing from docs/python-api.md: each signature it shows is
+    the code's, and each scheduler option the Distributor takes is named there."""
+    from slurmtorch.api.distributor import Distributor, Job
+    from slurmtorch.bootstrap.runner import init
+    from slurmtorch.submit.options import API_KEYWORDS
+
+    text = " ".join((REPO / "docs" / "python-api.md").read_text().split())
+    for shown in (python_signature("Distributor", Distributor.__init__), python_signature("job.wait", Job.wait),
+                  python_signature("job.result", Job.result), python_signature("job.logs", Job.logs),
+                  python_signature("slurmtorch.init", init)):
+        assert f"`{shown}`" in text, shown
+    listed = text.split("`scheduler_options` are", 1)[1].split("- `progress=False`", 1)[0]
+    assert [k for k in API_KEYWORDS if f"`{k}`" not in listed] == []

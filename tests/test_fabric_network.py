@@ -56,6 +56,7 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+@pytest.mark.slurm_versions
 def test_each_launcher_puts_master_addr_and_the_store_on_the_fabric(testbed, has_torch, home, launcher):
     """Red before the fix for torchrun: its agents got no is_host, so none started the store
     (the host name resolves to eth0, the endpoint is on ib0), and the job failed to rendezvous."""

@@ -92,6 +92,7 @@ def test_slurmctld_listens_only_on_the_testbed_address(testbed):
     assert local == ["198.18.0.1:16817"], ss.stdout
 
 
+@pytest.mark.slurm_versions
 def test_srun_reaches_four_nodes_with_their_own_hostnames_and_addresses(testbed):
     """Two networks per node: management (eth0, what the host name resolves to) and fabric (ib0)."""
     r = testbed.run(["srun", "-N4", "--ntasks-per-node=1", "sh", "-c",
@@ -103,6 +104,24 @@ def test_srun_reaches_four_nodes_with_their_own_hostnames_and_addresses(testbed)
         f"node{i} 198.18.0.{10 + i}/25 198.18.0.{138 + i}/25 198.18.0.{10 + i} STREAM node{i}" for i in range(1, 5)]
 
 
+@pytest.mark.slurm_versions
+def test_each_node_has_its_own_boot_id_and_ipc_namespace_as_separate_hosts_do(testbed):
+    """UCX (in PyPI's MPICH) takes processes with one boot id for one host and joins them through
+    shared memory: nodes sharing the machine's boot id failed MPICH's srun test now and then."""
+    r = testbed.run(["srun", "-N4", "--ntasks-per-node=1", "sh", "-c",
+                     "echo $(hostname) $(cat /proc/sys/kernel/random/boot_id) $(readlink /proc/self/ns/ipc)"],
+                    timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = sorted(r.stdout.split("\n")[:-1])
+    assert [line.split()[0] for line in lines] == ["node1", "node2", "node3", "node4"]
+    mine = (Path("/proc/sys/kernel/random/boot_id").read_text().strip(), os.readlink("/proc/self/ns/ipc"))
+    for column in (1, 2):
+        values = [line.split()[column] for line in lines]
+        assert len(set(values)) == 4, lines
+        assert mine[column - 1] not in values, lines
+
+
+@pytest.mark.slurm_versions
 def test_sbatch_four_node_job_agrees_on_gloo_all_reduce(testbed, has_torch, tmp_path, capsys):
     """A real 4-node batch job through sbatch: every node runs a rank, all see sum 1+2+3+4."""
     script = Path(__file__).parent / "scripts" / "gloo_allreduce.py"
@@ -176,6 +195,7 @@ def test_a_state_dir_or_lock_another_user_made_first_is_refused_before_anything_
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["tmp", *(["theirs"] if plant == "state-link" else [])])
 
 
+@pytest.mark.slurm_versions
 def test_the_hosts_file_lists_this_machine_at_the_controller_address(testbed):
     """Slurm 24.11's slurmctld calls a login-side srun back by this host's name; unlisted, the
     lookup went to DNS and stalled the controller ~10 s per call (srun -N1 hostname: 10.2 s)."""

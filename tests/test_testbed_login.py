@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import TESTBED, Laptop
 from test_testbed import _leftovers
 
@@ -62,6 +64,7 @@ def test_laptop_has_no_slurm_commands_config_or_munge(laptop: Laptop):
     assert laptop.run(["rsync", "--version"], timeout=60).returncode == 0
 
 
+@pytest.mark.slurm_versions
 def test_sbatch_over_ssh_runs_a_job_on_a_node(laptop: Laptop):
     # As on a real login node, slurm.conf is at Slurm's default path, not named by SLURM_CONF.
     conf = laptop.run(["ssh", "login", "printenv SLURM_CONF; test -f /etc/slurm/slurm.conf"], timeout=60)

@@ -46,25 +46,22 @@ from slurmtorch.api.payload import prepare
 from slurmtorch.api.runfolder import create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render
-from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit import sites
-from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit import spec as specmod
 from slurmtorch.submit.allocation import resolve_target
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.options import API_KEYWORDS, Options
 from slurmtorch.submit.spec import job_record
+from slurmtorch.usecases import launch
 
 # Job, its errors and Layout live in their own modules; named here too, where docs/python-api.md sends users.
 __all__ = ["Distributor", "Job", "JobFailed", "RemoteError", "Layout", "plan_layout"]
 
-# Options passed through to the CLI's `spec.Options` (the rank layout is ours): the
-# scheduler's, then sbatch's own that slurmtorch passes on (submit/sbatch_options.py).
-PASSED_ON = ("constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive", "dependency", "begin", "gres",
-             "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment", "sbatch_args", "srun_args",
-             "max_restarts", "spare_nodes", "hang_timeout")
-SCHEDULER_OPTIONS = ("partition", "time", "account", "qos", "job_name", "env", "cpus_per_task",
-                     "launcher", "timeout", *PASSED_ON)
+# The keywords the table of options (`Options`, api=True) offers the Distributor; those
+# `_spec` fills itself, and the rest passed through to `Options` as given (the rank
+# layout is ours).
+SCHEDULER_OPTIONS = API_KEYWORDS
+_FILLED = ("partition", "time", "account", "qos", "job_name", "env", "cpus_per_task", "launcher", "timeout")
+PASSED_ON = tuple(name for name in SCHEDULER_OPTIONS if name not in _FILLED)
 
 
 # --------------------------------------------------------------------------- the API
@@ -79,10 +76,13 @@ class Distributor:
     env (mapping or `K=V` strings), cpus_per_task, launcher, timeout (the process
     group's, in seconds), and sbatch's constraint, mem, mem_per_cpu, mem_per_gpu,
     exclusive, dependency, begin, gres, reservation, nodelist, exclude, mail_type,
-    mail_user, comment, sbatch_args and srun_args (lists of `--option=value`), and recovery's
+    mail_user, comment, sbatch_args and srun_args (lists of `--option=value`), cluster_spec
+    (CLUSTER_SPEC's shape: ai-platform or vertex), and recovery's
     max_restarts, spare_nodes and hang_timeout (see `slurmtorch sbatch --help`; the
     function resumes from `slurmtorch.checkpoint_dir()` when `slurmtorch.restart_count()`
     is above 0). `progress=False` silences run()'s state lines and rank 0's streamed output.
+    `cluster`: run() it on that cluster of ~/.config/slurmtorch/clusters.yaml over SSH, with
+    the cluster's site (default $SLURMTORCH_CLUSTER, unless `local_mode`); docs/python-api.md.
     """
 
     def __init__(self, num_processes: int = 1, nodes: int | None = None, use_gpu: bool = False,
@@ -140,7 +140,7 @@ class Distributor:
                 return distribute.run(self, target, args, kwargs)
         job = self.submit(target, *args, **kwargs)
         try:
-            return job._result(None, stream=self.progress)
+            return job.result(stream=self.progress)
         except JobFailed:
             raise
         except BaseException:
@@ -160,14 +160,9 @@ class Distributor:
         home = jobdir.jobs_root().parent
         run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
         workdir = home / "distributor" / run_id
-        if self.local_mode:
-            site = sites.load_site(self.site or "local")
-            spec = self._spec(site, name, workdir, kind="mpirun")
-            text = render.render_mpirun(spec)
-        else:
-            site = sites.load_site(sites.site_ref(self.site, None))
-            spec = self._spec(site, name, workdir, kind="sbatch")
-            text = render.render_sbatch(spec)
+        kind = "mpirun" if self.local_mode else "sbatch"
+        rendered = launch.rendered(self._spec(launch.site_for(kind, self.site), name, workdir, kind))
+        spec, text = rendered.spec, rendered.text
 
         meta["redirect_logs"] = self.local_mode
         try:
@@ -182,11 +177,12 @@ class Distributor:
             except OSError as exc:
                 raise run_folder_error(exc, workdir) from None
             if self.local_mode:
-                handle: Handle = LocalHandle.start(text, workdir, run_id, spec.ntasks)
+                env = launch.local_environment(rendered, localrun.environment(workdir),
+                                               lambda line: print(line, file=sys.stderr, flush=True))
+                handle: Handle = LocalHandle.start(text, workdir, run_id, spec.ntasks, env)
             else:
-                record = job_record(spec)
-                s = sub.submit(text, jobdir.jobs_root(), job=record)
-                handle = SlurmHandle(s.job_id, s.job_dir, jobdir.jobs_root(), jobdir.torchrun_layout(record))
+                s = launch.submit(rendered)
+                handle = SlurmHandle(s.job_id, s.job_dir, rendered.root, jobdir.torchrun_layout(job_record(spec)))
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise

@@ -12,47 +12,59 @@ import os
 import re
 import signal
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
 from slurmtorch.api import runfolder
 from slurmtorch.errors import SlurmtorchError, SubmitError
-from slurmtorch.submit import scheduler as sub
+from slurmtorch.submit.edge import local, queries, scancel
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit.jobfolder.failures import RankFailure
-from slurmtorch.submit.jobfolder.report import failure_report
+from slurmtorch.submit.jobfolder.report import failure_report, log_command
 
 CANCEL_GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.out"  # a local run's: mpirun's own output, and the ranks' until runfn redirects it
 _RANK_LOG_RE = re.compile(r"rank-(\d+)\.err")
 
 
-class Handle:
+class Handle(ABC):
     """What `Job` asks of the place a job runs."""
 
     job_id: str
 
+    @abstractmethod
     def status(self) -> JobStatus: ...
 
+    @abstractmethod
     def cancel(self) -> None: ...
 
     def done_waiting(self) -> None:
         """A wait has seen the job end: the next question about it is asked afresh (a job
         can be requeued after it ended, and a caller may then wait for it again)."""
 
+    @abstractmethod
     def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]: ...
 
+    @abstractmethod
     def failure_logs(self) -> list[tuple[Path, int | None]]:
         """The logs a failing rank may have written its report to, each with the rank whose
         log it is (None: a log several ranks share, a torchrun node's or mpirun's own)."""
 
+    @abstractmethod
     def failures(self) -> list[RankFailure]:
         """Which ranks failed and how, as `status` and `--wait` read a job folder."""
 
+    @abstractmethod
+    def log_command(self, failure: RankFailure) -> str:
+        """What shows the failed rank's whole log (the report's last line)."""
+
+    @abstractmethod
     def headline(self) -> str: ...
 
+    @abstractmethod
     def log_tip(self) -> str: ...
 
 
@@ -78,10 +90,10 @@ class SlurmHandle(Handle):
 
     def cancel(self) -> None:
         try:
-            sub.cancel(self.job_id, **self._runner())
+            scancel.cancel(self.job_id, **self._runner())
         except SubmitError:
             # It may have ended since the watch's last look: then there is nothing to cancel.
-            if not sub.job_status(self.job_id, self.root, **self._runner()).done:
+            if not queries.job_status(self.job_id, self.root, **self._runner()).done:
                 raise
 
     def log_paths(self, rank: int | None, node: int | None) -> tuple[Path, Path]:
@@ -93,6 +105,9 @@ class SlurmHandle(Handle):
 
     def failures(self) -> list[RankFailure]:
         return failure_report(self.job_dir)
+
+    def log_command(self, failure: RankFailure) -> str:
+        return log_command(self.job_id, failure, self.torchrun is not None)
 
     def headline(self) -> str:
         return _headline(self.job_dir / "batch.out")
@@ -109,18 +124,21 @@ class LocalHandle(Handle):
         self.process = process  # the guard's Popen, kept so that it is reaped
 
     @classmethod
-    def start(cls, script: str, workdir: Path, run_id: str, ntasks: int = 0) -> LocalHandle:
+    def start(cls, script: str, workdir: Path, run_id: str, ntasks: int = 0,
+              env: dict[str, str] | None = None) -> LocalHandle:
         # The script is a file (one argument is limited to 128 KiB); guard.py runs it in
         # a session of its own, records its exit code (tmp + rename) and ends it with us:
         # a SIGTERM or SIGKILL to this (the user's) process leaves no rank behind. With
         # `ntasks`, the run folder is a local run's for `slurmtorch stacks local-<run id>`
-        # (localrun): its job.json, and the ranks answer in it.
+        # (localrun): its job.json, and the ranks answer in it. `env`: the run's environment
+        # (default: ours, with the run folder's variable where it is a local run's).
         try:
             jobdir.write_new(workdir / "mpirun.sh", script)
             if ntasks:
                 localrun.write_record(workdir, ntasks)
-            process = sub.start_guarded(["bash", str(workdir / "mpirun.sh")], workdir / LAUNCHER_LOG,
-                                        workdir / "exit-code", localrun.environment(workdir) if ntasks else None)
+            process = local.start_guarded(["bash", str(workdir / "mpirun.sh")], workdir / LAUNCHER_LOG,
+                                        workdir / "exit-code",
+                                        env if env is not None else localrun.environment(workdir) if ntasks else None)
             jobdir.write_new(workdir / "launcher.pid", f"{process.pid}\n")
         except OSError as exc:
             raise runfolder.run_folder_error(exc, workdir) from None
@@ -173,6 +191,9 @@ class LocalHandle(Handle):
 
     def failures(self) -> list[RankFailure]:
         return failure_report(self.workdir, LAUNCHER_LOG)  # mpirun's own lines, where srun's are in batch.out
+
+    def log_command(self, failure: RankFailure) -> str:
+        return str(self.workdir / jobdir.log_names(None, failure.rank)[1])  # `slurmtorch logs` reads Slurm jobs only
 
     def headline(self) -> str:
         return _headline(self.workdir / LAUNCHER_LOG)

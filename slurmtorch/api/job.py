@@ -45,18 +45,20 @@ class RemoteError(JobFailed):
     """A rank raised: which rank, on which host, and its traceback as the rank printed it."""
 
     def __init__(self, rank: int, host: str, traceback_text: str, *, job_id: str = "", exc_type: str = "",
-                 state: str = "", job_exit_code: int | None = None):
+                 state: str = "", job_exit_code: int | None = None, report: tuple[str, ...] = ()):
         self.traceback_text = traceback_text
         self.exc_type = exc_type
-        super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}",
+        self.report = tuple(report)  # the lines `--wait` ends the job with (report.describe)
+        told = "".join(f"\n{line}" for line in self.report)
+        super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}{told}",
                          job_id=job_id, state=state, job_exit_code=job_exit_code, rank=rank, host=host)
 
     def __reduce__(self):
-        return (_remote_error, (self.rank, self.host, self.traceback_text, self.job_id, self.exc_type))
+        return (_remote_error, (self.rank, self.host, self.traceback_text, self.job_id, self.exc_type, self.report))
 
 
-def _remote_error(rank, host, text, job_id, exc_type):
-    return RemoteError(rank, host, text, job_id=job_id, exc_type=exc_type)
+def _remote_error(rank, host, text, job_id, exc_type, report=()):
+    return RemoteError(rank, host, text, job_id=job_id, exc_type=exc_type, report=report)
 
 
 class Job:
@@ -88,10 +90,23 @@ class Job:
         """Block until the job ends (TimeoutError after `timeout` s); its final state."""
         return (self._succeeded or self._wait(timeout, stream=False)).state
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None, *, stream: bool = False) -> Any:
         """Rank 0's return value (None for a file); raises RemoteError / JobFailed, or
-        TimeoutError when the job is still running after `timeout` seconds."""
-        return self._result(timeout, stream=False)
+        TimeoutError when the job is still running after `timeout` seconds. `stream`: rank 0's
+        output and a state line while it waits (what `Distributor.run` shows)."""
+        if self._outcome is None:
+            status = self._wait(timeout, stream)
+            try:
+                self._outcome = (True, self._collect(status))
+            except JobFailed as exc:
+                self._outcome = (False, exc)
+            ok, value = self._outcome
+            self._succeeded = status if ok else None
+            close_run_folder(self.workdir, ok, "" if ok else str(value))
+        ok, value = self._outcome
+        if not ok:
+            raise value
+        return value
 
     def logs(self, rank: int | None = None, stream: str = "both", *, node: int | None = None) -> str:
         """What rank `rank` (default 0) printed so far: stream "out", "err" or "both" (out, then err).
@@ -121,21 +136,6 @@ class Job:
             self.cancel()
         except Exception:  # noqa: BLE001 - the interrupt that got us here matters more
             pass
-
-    def _result(self, timeout: float | None, stream: bool) -> Any:
-        if self._outcome is None:
-            status = self._wait(timeout, stream)
-            try:
-                self._outcome = (True, self._collect(status))
-            except JobFailed as exc:
-                self._outcome = (False, exc)
-            ok, value = self._outcome
-            self._succeeded = status if ok else None
-            close_run_folder(self.workdir, ok, "" if ok else str(value))
-        ok, value = self._outcome
-        if not ok:
-            raise value
-        return value
 
     def _wait(self, timeout: float | None, stream: bool) -> JobStatus:
         """Until the job ends: its state from the handle (a Slurm job's through the shared
@@ -216,7 +216,7 @@ class Job:
         if error is not None:
             rank, host, text, exc_type = error[:4]
             raise RemoteError(rank, host, text, job_id=self.job_id, exc_type=exc_type, state=status.state,
-                              job_exit_code=exit_code)
+                              job_exit_code=exit_code, report=tuple(describe(found, log=self._handle.log_command)))
         if status.state.startswith("CANCELLED"):
             word = "was cancelled"
         elif status.state == "ENDED":  # known only from its folder, and no exit-code in it
@@ -224,7 +224,7 @@ class Job:
         else:
             word = f"ended {status.state}"
         code = "" if exit_code is None else f" (exit {exit_code})"
-        told = describe(found) if first is not None else []
+        told = describe(found, log=self._handle.log_command) if first is not None else []
         line = "; ".join(told) or self._handle.headline()
         raise JobFailed(f"job {self.job_id} {word}{code}" + (f": {line}" if line else ""),
                         tip=self._handle.log_tip(), job_id=self.job_id, state=status.state, job_exit_code=exit_code,

@@ -30,6 +30,7 @@ def prepare(target: Any, args: tuple, kwargs: dict) -> tuple[dict, bytes | None,
             raise SpecError(f"a file takes command-line arguments only, got keyword arguments {sorted(kwargs)}",
                             tip='pass them as strings, e.g. run("train.py", "--lr", "0.1")')
         script, argv = split_script([os.fspath(target), *(str(a) for a in args)], None)
+        assert script is not None  # without a module, split_script returns the SCRIPT
         return {"kind": "file", "script": script, "args": argv}, None, Path(script).name
     if not callable(target):
         raise SpecError(f"run() takes a function or the path of a Python file, got {type(target).__name__}")

@@ -2,7 +2,8 @@
 
 - env:// variables (torchrun's names, plus NODE_RANK for Lightning-style code);
 - CLUSTER_SPEC (AI Platform style: roles `master` and `worker`) and TF_CONFIG (roles
-  `chief` and `worker`): rank 0 is the master/chief, rank r > 0 is worker r-1. Ports
+  `chief` and `worker`): rank 0 is the master/chief, rank r > 0 is worker r-1. With
+  `--cluster-spec vertex`, CLUSTER_SPEC is Vertex AI's instead (`vertex_cluster_spec`). Ports
   are nominal (MASTER_PORT for rank 0, MASTER_PORT + r for rank r): nothing listens
   there unless the framework reading the map does. Both are exported only when every
   rank's host is known (MPI, srun block layouts, single-node torchrun);
@@ -11,7 +12,7 @@
 - ModelArts-style arguments `--init_method tcp://ADDR:PORT --rank R --world_size N`,
   per process (`rank`) or per node (`node`: node rank / node count, for scripts that
   start one process per node and spawn their local workers themselves; that needs
-  one task per node).
+  one task per node), under the script's own flag names where given (`initargs`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from slurmtorch import protocol
+from slurmtorch import initargs, protocol
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
 from slurmtorch.limits import fits_env
@@ -53,7 +54,7 @@ def role_cluster(info: RankInfo, leader: str) -> dict[str, list[str]]:
     The leader is at MASTER_ADDR:MASTER_PORT; job rank r elsewhere at its host and the
     nominal port MASTER_PORT + r (nothing listens there unless the framework does).
     """
-    layout, hosts = info.layout, info.job_rank_hosts
+    layout, hosts = info.role_layout, info.job_rank_hosts
     cluster: dict[str, list[str]] = {}
     rank = 0
     for role, count in layout.roles:
@@ -77,7 +78,7 @@ def _role_task(info: RankInfo, leader: str) -> dict:
 
 def role_cluster_spec(info: RankInfo) -> dict:
     """CLUSTER_SPEC of a role job: the leader keeps the name it was given (master or chief)."""
-    leader = info.layout.leader
+    leader = info.role_layout.leader
     return {"cluster": role_cluster(info, leader), "task": _role_task(info, leader)}
 
 
@@ -115,8 +116,39 @@ def tf_config(info: RankInfo) -> dict | None:
     return {"cluster": cluster, "task": _task(info, "chief")}
 
 
-def env_for(info: RankInfo) -> dict[str, str]:
-    """Every variable the contracts define, as strings, for os.environ."""
+# Vertex AI's worker pools by role: the primary replica, workers, parameter servers, evaluators.
+VERTEX_POOLS = {"master": "workerpool0", "chief": "workerpool0", "worker": "workerpool1", "ps": "workerpool2",
+                "evaluator": "workerpool3"}
+
+
+def vertex_cluster_spec(info: RankInfo) -> dict | None:
+    """Vertex AI's CLUSTER_SPEC: {cluster: {workerpool0: [...], ...}, environment: cloud, task: {...}}.
+
+    One entry per replica (a node; a role job's replicas are its role ranks), the primary at
+    MASTER_ADDR:MASTER_PORT, where the world meets, as AI Platform's master is: code that takes
+    its rendezvous from workerpool0[0] (Lightning's VertexAICluster) meets torch there. Every rank
+    of a node gets that node's task. None when the nodes' hosts are unknown.
+    """
+    if info.layout is not None:
+        cluster = {VERTEX_POOLS[role]: entries for role, entries in role_cluster(info, "master").items()}
+        pool, index = VERTEX_POOLS[info.role or "master"], info.role_index
+    else:
+        if len(info.nodes) != info.num_nodes or not info.nodes:
+            return None
+        cluster = {"workerpool0": [f"{info.master_addr}:{info.master_port}"]}
+        if info.num_nodes > 1:
+            cluster["workerpool1"] = [f"{host}:{_port(info.master_port, n)}" for n, host in enumerate(info.nodes)
+                                      if n > 0]
+        pool, index = ("workerpool0", 0) if info.node_rank == 0 else ("workerpool1", info.node_rank - 1)
+    task: dict = {"type": pool, "index": index}
+    if info.trial is not None:
+        task["trial"] = info.trial
+    return {"cluster": cluster, "environment": "cloud", "task": task}
+
+
+def env_for(info: RankInfo, shape: str = "ai-platform") -> dict[str, str]:
+    """Every variable the contracts define, as strings, for os.environ; CLUSTER_SPEC in the
+    `shape` named (CLUSTER_SPEC_SHAPES)."""
     env = {
         "MASTER_ADDR": info.master_addr,
         "MASTER_PORT": str(info.master_port),
@@ -148,9 +180,10 @@ def env_for(info: RankInfo) -> dict[str, str]:
             for key in ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "GROUP_WORLD_SIZE",
                         "ROLE_RANK", "ROLE_WORLD_SIZE"):
                 env.pop(key)
-            env["WORLD_SIZE"] = str(info.layout.training)
+            env["WORLD_SIZE"] = str(info.role_layout.training)
     omitted = []
-    for name, value in (("CLUSTER_SPEC", cluster_spec(info)), ("TF_CONFIG", tf_config(info))):
+    spec = vertex_cluster_spec(info) if shape == "vertex" else cluster_spec(info)
+    for name, value in (("CLUSTER_SPEC", spec), ("TF_CONFIG", tf_config(info))):
         if value is None:
             continue
         text = json.dumps(value, separators=(",", ":"))
@@ -185,38 +218,66 @@ def init_method(info: RankInfo) -> str:
     return f"tcp://{host}:{info.master_port}"
 
 
-def init_args(info: RankInfo, shape: str = "rank") -> list[str]:
-    """ModelArts-style arguments appended to the script's own."""
-    if shape == "rank":
-        rank, world = info.rank, info.world_size
-    elif shape == "node":
+def init_args(info: RankInfo, text: str = "rank") -> list[str]:
+    """ModelArts-style arguments appended to the script's own (`initargs`: shape and flag names)."""
+    try:
+        shape, names = initargs.parse(text)
+    except initargs.InitArgsError as exc:
+        raise BootstrapError(str(exc), tip=initargs.TIP) from None
+    if shape == "node":
         if info.local_world_size != 1:
             raise BootstrapError(
-                f"--init-args=node passes node rank / node count, but {info.local_world_size} tasks run on "
+                f"--init-args={text} passes node rank / node count, but {info.local_world_size} tasks run on "
                 f"node {info.node_rank}: each would claim the same rank",
                 tip="start one task per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node), "
                     "or use --init-args (per rank)",
             )
         rank, world = info.node_rank, info.num_nodes
     else:
-        raise BootstrapError(f"unknown --init-args shape {shape!r}", tip="use --init-args or --init-args=node")
-    return ["--init_method", init_method(info), "--rank", str(rank), "--world_size", str(world)]
+        rank, world = info.rank, info.world_size
+    return initargs.arguments(names, init_method(info), rank, world)
 
 
 def slurm_task_env(info, env) -> dict[str, str]:
-    """SLURM_* task variables that agree with `info`, where an MPI world inherited others.
+    """SLURM_* task and step variables that agree with `info`, where a launcher inherited others.
 
     Under `mpirun` inside an allocation every rank carries the SLURM_PROCID/NTASKS of
     the Open MPI daemon that started it (node index, node count), and the ranks on the
     first node those of the batch script. Lightning's SLURMEnvironment trusts them and then
-    sees a wrong world (two "global rank 0"s). The whole set is written on every rank,
-    even where SLURM_PROCID and SLURM_NTASKS happen to agree already (rank 0 under
-    `-N 2 -n 3`): skipping it left that rank without SLURM_NTASKS_PER_NODE while the others
-    had it. Under srun (--mpi=pmix) the values are srun's own. Empty without SLURM_* at all.
+    sees a wrong world (two "global rank 0"s). torchrun's workers carry their agent's srun
+    task alike (SLURM_PROCID = node index, one task per node). IDRIS's idr_torch reads the
+    step's variables too (SLURM_STEP_NUM_TASKS, SLURM_STEP_TASKS_PER_NODE, SLURM_STEP_NODELIST,
+    and SLURM_STEP_ID to tell it runs under Slurm), and preferred them to TORCHELASTIC_RUN_ID.
+    The whole set is written on every rank, even where some values happen to agree already
+    (rank 0 under `-N 2 -n 3`): skipping it left that rank without SLURM_NTASKS_PER_NODE
+    while the others had it. Under srun (--mpi=pmix, or without MPI) the values are srun's own.
+    Empty without SLURM_* at all.
     """
-    if info.source != "mpi" or "SLURM_PROCID" not in env:
+    if info.source not in ("mpi", "torchrun") or "SLURM_PROCID" not in env:
         return {}
-    return {"SLURM_PROCID": str(info.rank), "SLURM_LOCALID": str(info.local_rank),
-            "SLURM_NODEID": str(info.node_rank), "SLURM_NTASKS": str(info.world_size),
-            "SLURM_NPROCS": str(info.world_size), "SLURM_NNODES": str(info.num_nodes),
-            "SLURM_NTASKS_PER_NODE": str(info.local_world_size)}
+    out = {"SLURM_PROCID": str(info.rank), "SLURM_LOCALID": str(info.local_rank),
+           "SLURM_NODEID": str(info.node_rank), "SLURM_NTASKS": str(info.world_size),
+           "SLURM_NPROCS": str(info.world_size), "SLURM_NNODES": str(info.num_nodes),
+           "SLURM_NTASKS_PER_NODE": str(info.local_world_size),
+           "SLURM_STEP_NUM_TASKS": str(info.world_size), "SLURM_STEP_NUM_NODES": str(info.num_nodes),
+           "SLURM_STEP_TASKS_PER_NODE": tasks_per_node(info),
+           # The ranks of one launch are one step to a script; the batch node's have none of their own.
+           "SLURM_STEP_ID": str(env.get("SLURM_STEP_ID") or "0")}
+    if info.nodes:  # in node order, the first being rank 0's, as srun writes a step's (not sorted)
+        out["SLURM_STEP_NODELIST"] = ",".join(info.nodes)
+    return out
+
+
+def tasks_per_node(info) -> str:
+    """Slurm's compressed per-node task counts, `2(x3),1`, in node order (pure)."""
+    if info.nodes and len(info.rank_hosts) == info.world_size:
+        counts = [info.rank_hosts.count(node) for node in info.nodes]
+    else:
+        counts = [info.local_world_size] * info.num_nodes  # torchrun: the same on every node
+    runs: list[list[int]] = []
+    for count in counts:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ",".join(f"{count}(x{times})" if times > 1 else str(count) for count, times in runs)

@@ -1,7 +1,8 @@
 """Pure: which backend and which GPU this rank uses, from what this torch build offers.
 
-GPUs: with every GPU of the node visible a rank takes its LOCAL_RANK; with one
-visible (Slurm's --gpus-per-task) it takes that one.
+GPUs: with every GPU of the node visible a rank takes its LOCAL_RANK (counted from the
+last GPU where the site's order is reverse, SLURMTORCH_GPU_ORDER); with one visible (Slurm's
+--gpus-per-task) it takes that one.
 """
 
 from __future__ import annotations
@@ -78,12 +79,14 @@ def bound_per_rank(env: Mapping[str, str]) -> bool:
 
 
 def pick_device(local_rank: int, local_world_size: int, device_count: int, bound: bool = True,
-                var: str = "CUDA_VISIBLE_DEVICES") -> int:
-    """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK; one visible and bound
-    to this rank (`bound_per_rank`: Slurm's --gpus-per-task gives one per task) -> 0. `var`
-    is the visible-devices variable messages name (`visible_devices_var`)."""
+                var: str = "CUDA_VISIBLE_DEVICES", order: str = "natural") -> int:
+    """Pure: the GPU for this rank. All node GPUs visible -> LOCAL_RANK (order `reverse`: the
+    node's last GPU first, device_count-1-LOCAL_RANK, as ALCF assigns Polaris's "in reverse
+    order due to topology" in set_affinity_gpu_polaris.sh); one visible and bound to this rank
+    (`bound_per_rank`: Slurm's --gpus-per-task gives one per task) -> 0. `var` is the
+    visible-devices variable messages name (`visible_devices_var`)."""
     if device_count >= local_world_size:
-        return local_rank
+        return device_count - 1 - local_rank if order == "reverse" else local_rank
     if device_count == 1 and bound:
         return 0
     shared = f"{var} unset, so every rank sees the same GPU" if device_count == 1 else \
@@ -96,7 +99,7 @@ def pick_device(local_rank: int, local_world_size: int, device_count: int, bound
 
 
 def rank_device(backend: str, local_rank: int, local_world_size: int, device_count: int,
-                bound: bool = True, var: str = "CUDA_VISIBLE_DEVICES") -> int | None:
+                bound: bool = True, var: str = "CUDA_VISIBLE_DEVICES", order: str = "natural") -> int | None:
     """Pure: the GPU to make current in this rank, or None to leave CUDA alone.
 
     Whenever GPUs are visible, whatever the backend: a gloo job's CUDA tensors and
@@ -107,7 +110,7 @@ def rank_device(backend: str, local_rank: int, local_world_size: int, device_cou
     if device_count < 1:
         return None
     try:
-        return pick_device(local_rank, local_world_size, device_count, bound, var)
+        return pick_device(local_rank, local_world_size, device_count, bound, var, order)
     except BootstrapError:
         if backend == "nccl":
             raise

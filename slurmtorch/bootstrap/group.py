@@ -11,8 +11,10 @@ calls) when torch.distributed is first imported:
   the same backend (or none) and a compatible rank/world size; a `timeout=` other
   than ours is applied to our group in place (the script's long barriers must not
   fail at our 600 s); a different backend (e.g. `--backend gloo` but the script says
-  "cpu:gloo,cuda:nccl"), or `pg_options`/`device_id`, replaces our group with the
-  script's, re-using our store under a fresh prefix so no port is rebound; a
+  "cpu:gloo,cuda:nccl"), `pg_options`/`device_id`, or process-group settings the script
+  put in the environment since ours was made (`group_settings`: torchtitan's NCCL error
+  handling, flight recorder), replaces our group with the script's, re-using our store
+  under a fresh prefix so no port is rebound; a
   different rank or world size is an error;
 * no group yet (`--no-init`): the call goes through with our timeout added when the
   script passed none (gloo's default is 30 minutes of a hung job), and rank 0's port
@@ -39,6 +41,7 @@ from slurmtorch.bootstrap.device import (backend_names, bound_per_rank, choose_b
                                          rank_device, visible_devices_var)
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
+from slurmtorch import protocol
 from slurmtorch.errors import BootstrapError
 
 
@@ -58,8 +61,9 @@ def install_patch_hook() -> None:
                 return None
             sys.meta_path.remove(self)
             spec = importlib.util.find_spec(name)
-            exec_module = getattr(spec and spec.loader, "exec_module", None)
-            if exec_module is None:
+            loader = spec.loader if spec is not None else None
+            exec_module = getattr(loader, "exec_module", None)
+            if loader is None or exec_module is None:
                 return spec  # an unusual loader: torch.distributed stays unwrapped
 
             def exec_and_patch(module):
@@ -67,7 +71,7 @@ def install_patch_hook() -> None:
                 _patch(module)
 
             try:
-                spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+                loader.exec_module = exec_and_patch  # type: ignore[method-assign]
             except (AttributeError, TypeError):
                 pass
             return spec
@@ -108,7 +112,7 @@ def _set_group_timeout(c10d, timeout) -> bool:
 def _wrap_init(dist_module) -> None:
     c10d = getattr(dist_module, "distributed_c10d", None)
     original = getattr(c10d, "init_process_group", None)
-    if not callable(original) or getattr(original, "__slurmtorch__", False):
+    if c10d is None or not callable(original) or getattr(original, "__slurmtorch__", False):
         return
     signature = inspect.signature(original)
 
@@ -126,14 +130,17 @@ def _wrap_init(dist_module) -> None:
                 if theirs not in (-1, None) and int(theirs) != mine:
                     raise BootstrapError(
                         f"the script calls init_process_group({key}={theirs}) but slurmtorch set up {key} {mine}",
-                        tip="read RANK/WORLD_SIZE from the environment, or run with --no-init")
+                        tip=WORLD_TIP)
             wanted = call.get("backend")
             timeout = call.get("timeout")
             if timeout is not None and not isinstance(timeout, datetime.timedelta):
                 raise TypeError(f"Expected timeout argument to be of type datetime.timedelta, got {type(timeout)}")
             same_backend = wanted is None or str(wanted).lower() == str(STATE.backend).lower()
-            # Options our group was not made with (pg_options, device_id) need a new group.
-            same_options = all(call.get(key) is None for key in ("pg_options", "device_id"))
+            # Options our group was not made with (pg_options, device_id) need a new group, and so do
+            # settings the script put in the environment since (torchtitan's NCCL error handling and
+            # flight recorder): torch reads them when a group is made.
+            same_options = all(call.get(key) is None for key in ("pg_options", "device_id")) \
+                and group_settings(os.environ) == STATE.group_env
             if same_backend and same_options:
                 if timeout is None or timeout == ours:
                     return None  # our group is the one it asked for
@@ -159,6 +166,7 @@ def _wrap_init(dist_module) -> None:
             return original(**call)
         if call.get("timeout") is None and ours is not None:
             call["timeout"] = ours
+        _refuse_a_world_of_one(call, info)
         _wait_for_store(call, info)
         flightrecorder.enable(str(call.get("backend") or ""))
         try:
@@ -175,6 +183,33 @@ def _wrap_init(dist_module) -> None:
     mesh = sys.modules.get(f"{dist_module.__name__}.device_mesh")
     if mesh is not None and getattr(mesh, "init_process_group", None) is original:
         mesh.init_process_group = init_process_group  # type: ignore[attr-defined]
+
+
+# Variables torch, NCCL and Gloo read when a process group is made.
+GROUP_SETTING_PREFIXES = ("TORCH_NCCL_", "TORCH_FR_", "NCCL_", "TORCH_GLOO_", "GLOO_", "TORCH_DISTRIBUTED_")
+
+
+def group_settings(environ) -> dict[str, str]:
+    """The process-group settings in `environ` (pure)."""
+    return {k: v for k, v in environ.items() if k.startswith(GROUP_SETTING_PREFIXES)}
+
+
+# Where a script's own rank or world size comes from when it is not ours: arguments it parses
+# (ModelArts', imagenet's), or a helper that reads some launcher's variables (idr_torch).
+WORLD_TIP = ("the script read its rank/world size from somewhere else: if it takes them as arguments, give "
+             "--init-args (e.g. --init-args=rank:dist-url,rank,world-size); RANK, WORLD_SIZE, LOCAL_RANK and "
+             "SLURM_PROCID/SLURM_NTASKS/SLURM_STEP_* are this world's")
+
+
+def _refuse_a_world_of_one(call: dict, info: RankInfo | None) -> None:
+    """No group of ours (--no-init): a script asking for a world of 1 in a job of several ranks
+    would train once per rank, independently, and end well; refused. Other sizes are left to
+    it (a script may spawn its own workers: --init-args=node)."""
+    world = call.get("world_size", -1)
+    if info is None or not info.in_group or info.world_size < 2 or world in (-1, None) or int(world) != 1:
+        return
+    raise BootstrapError(f"the script calls init_process_group(world_size=1) in a world of {info.world_size} ranks: "
+                         "each rank would train alone", tip=WORLD_TIP)
 
 
 def _check_built(dist_module, backend) -> None:
@@ -238,7 +273,8 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
     # Before the group: NCCL with two ranks on one GPU fails only in the first collective,
     # with its own traceback ("Duplicate GPU detected"); this names the layout and the fix.
     device = rank_device(chosen, info.local_rank, info.local_world_size, torch.cuda.device_count() if cuda else 0,
-                         bound_per_rank(os.environ), visible_devices_var(bool(getattr(torch.version, "hip", None))))
+                         bound_per_rank(os.environ), visible_devices_var(bool(getattr(torch.version, "hip", None))),
+                         os.environ.get(protocol.GPU_ORDER, "natural"))
     if device is not None:
         torch.cuda.set_device(device)
     kwargs: dict[str, Any] = dict(backend=chosen, timeout=datetime.timedelta(seconds=timeout))
@@ -246,6 +282,7 @@ def init_group(info: RankInfo, backend: str, timeout: float) -> str:
         kwargs.update(init_method=contracts.init_method(info), rank=info.rank, world_size=info.world_size)
     STATE.backend = chosen
     flightrecorder.enable(chosen)
+    STATE.group_env = group_settings(os.environ)
     dist.init_process_group(**kwargs)  # the wrapper releases the port once the store has it
     STATE.group_ours = True
     if chosen == "gloo" and info.world_size > 1:

@@ -30,20 +30,31 @@ FOLDER = protocol.HEARTBEATS
 _STOPPED = threading.Event()
 
 
-def start(rank: int, host: str, environ=os.environ) -> threading.Thread | None:
-    """Start the heartbeat thread if the job asked for one; None otherwise."""
-    folder, text = environ.get(protocol.JOB_DIR), environ.get(ENV_INTERVAL, "")
+def periodic_file(environ, interval_var: str, folder: str, name: str) -> tuple[str, float] | None:
+    """(a rank's file in the job folder's `folder`, made ready; the seconds between its
+    writes) when the job set `interval_var` > 0; None otherwise, or where the folder cannot
+    be made: no such file is never a failed rank. (Heartbeats and live samples.)"""
+    job_dir, text = environ.get(protocol.JOB_DIR), environ.get(interval_var, "")
     try:
         interval = float(text)
     except ValueError:
         return None
-    if not folder or not interval > 0:
+    if not job_dir or not interval > 0:
         return None
-    path = os.path.join(folder, FOLDER, protocol.heartbeat_name(rank))
+    path = os.path.join(job_dir, folder, name)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
     except OSError:
-        return None  # a folder this rank cannot write: no heartbeat, never a failed rank
+        return None
+    return path, interval
+
+
+def start(rank: int, host: str, environ=os.environ) -> threading.Thread | None:
+    """Start the heartbeat thread if the job asked for one; None otherwise."""
+    target = periodic_file(environ, ENV_INTERVAL, FOLDER, protocol.heartbeat_name(rank))
+    if target is None:
+        return None
+    path, interval = target
     main = threading.main_thread().ident
     thread = threading.Thread(target=_beat, args=(path, interval, main, rank, host), name="slurmtorch-heartbeat",
                               daemon=True)

@@ -196,6 +196,6 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo", init
     TIMINGS["agree"] = time.perf_counter() - t
     TIMINGS["agree_cpu"] = time.process_time() - c
     master = records[0][2]
-    info = mpiworld.world_from_mpi(rank, size, local_rank, local_size, [(h, l) for h, l, _ in records],
+    info = mpiworld.world_from_mpi(rank, size, local_rank, local_size, [(host, local) for host, local, _ in records],
                                    master, env, launcher=mpiworld.mpi_flavor(env))
     return info, reservation

@@ -110,16 +110,17 @@ def mpi_flavor(env: Mapping[str, str]) -> str:
 def init_stalled(env: Mapping[str, str], seconds: float) -> str:
     """Pure: the one line a rank ends with when MPI_Init has not returned by the deadline.
 
-    Known case: PyPI's MPICH under `srun --mpi=pmi2` on Slurm 24.11 hangs in MPI_Init once
-    torch is imported (slurmstepd logs `mpi/pmi2: invalid client request`: the request it
-    read is memory garbage; the same wheels on 22.05 come up every time). PyPI's MPICH refuses
+    Known case: MPICH under `srun --mpi=pmi2` aborts or hangs in MPI_Init when one of its
+    PMI-1 lines is longer than the 1024 bytes slurmstepd takes in one read (slurmstepd logs
+    `mpi/pmi2: invalid client request`; doctor.node.mpich_pmi2_check says when; every launch
+    of PyPI's MPICH on Slurm 24.11, some on 22.05). PyPI's MPICH refuses
     `--mpi=pmix` ("unsupported PMI version PMIx"), so the fixes are an MPI built with PMIx, or
     MPICH's own launcher. Otherwise: some task never reached MPI_Init, or the MPI cannot read
     the launcher's PMI.
     """
     after = f"MPI_Init did not return within {seconds:g} s (the bootstrap's --timeout)"
     if in_task_step(env) and env.get("SLURM_MPI_TYPE", "").startswith("pmi2"):
-        return (f"{after} under srun --mpi=pmi2: MPICH hangs there on Slurm 24.11 (slurmstepd: "
+        return (f"{after} under srun --mpi=pmi2: MPICH can hang there (slurmstepd: "
                 "`mpi/pmi2: invalid client request`); fix: launch with srun --mpi=pmix and an MPI built with "
                 "PMIx, or with MPICH's own mpiexec inside the allocation (launcher: mpirun)")
     return (f"{after} under {mpi_flavor(env)}: the world never came up; fix: check that every task started "

@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slurmtorch import initargs
 from slurmtorch.backends import BACKENDS, timeout_problem
 from slurmtorch.errors import BootstrapError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
+from slurmtorch.protocol import CLUSTER_SPEC_SHAPES
 from slurmtorch.roles import ROLE_ORDER
 
 DEFAULT_TIMEOUT = 600.0
 FROM = ("auto", "mpi", "slurm", "env", "torchrun", "single")
 
 USAGE = ("usage: python -m slurmtorch.bootstrap [--backend auto|nccl|gloo|mpi] [--timeout SECONDS] "
-         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node]] "
-         "[--local-rank-arg[=local_rank|local-rank]] [--role ROLE] "
+         "[--no-init] [--from auto|mpi|slurm|env|torchrun|single] [--init-args[=rank|node][:URL,RANK,WORLD]] "
+         "[--local-rank-arg[=local_rank|local-rank]] [--role ROLE] [--cluster-spec ai-platform|vertex] "
+         "[--import-from DIR] "
          "(SCRIPT | -m MODULE) [ARGS...]")
 
 HELP = USAGE + """
@@ -36,12 +39,18 @@ as __main__. Without SCRIPT: a self-check that prints the world and an all_reduc
   --init-args       append --init_method tcp://ADDR:PORT --rank R --world_size N
   --init-args=node  the same per node (node rank / node count; one task per node;
                     implies --no-init, the script starts its own processes)
+  --init-args=SHAPE:URL,RANK,WORLD  the same under the script's own flag names, e.g.
+                    --init-args=node:dist-url,rank,world-size (pytorch/examples' imagenet)
   --local-rank-arg  put --local_rank=LOCAL_RANK before the script's arguments, as
                     DeepSpeed's launcher and torch.distributed.launch (torch < 2.0) do;
                     =local-rank: --local-rank=LOCAL_RANK (torch.distributed.launch >= 2.0)
+  --cluster-spec S  CLUSTER_SPEC's shape: ai-platform (master/worker, one entry per rank;
+                    the default) or vertex (Vertex AI's workerpool0..3, one per replica)
   --role ROLE       this srun step runs ROLE of a role job (master|chief|worker|ps|
                     evaluator; layout in $SLURMTORCH_ROLES); ps and evaluator ranks
                     get the contracts but no process group
+  --import-from DIR -m MODULE is imported from DIR (a job's copy of its code), not from
+                    the working folder the rank started in
 """
 
 
@@ -56,6 +65,8 @@ class BootstrapOptions:
     init_args: str | None = None
     local_rank_arg: str | None = None
     role: str | None = None
+    cluster_spec: str = "ai-platform"
+    import_from: str | None = None
     script: str | None = None
     module: str | None = None
     args: list[str] = field(default_factory=list)
@@ -95,8 +106,8 @@ def parse_args(argv: list[str]) -> BootstrapOptions:
         if not arg.startswith("-") or arg == "-":
             opts.script, opts.args = arg, list(argv[i + 1:])
             break
-        name, eq, inline = arg.partition("=")
-        inline = inline if eq else None
+        name, eq, given = arg.partition("=")
+        inline = given if eq else None
         if name == "--backend":
             opts.backend = value(name, inline)
             if opts.backend not in BACKENDS:
@@ -116,16 +127,24 @@ def parse_args(argv: list[str]) -> BootstrapOptions:
             opts.source = value(name, inline)
             if opts.source not in FROM:
                 raise UsageError(f"--from {opts.source!r} is not one of {', '.join(FROM)}")
+        elif name == "--cluster-spec":
+            opts.cluster_spec = value(name, inline)
+            if opts.cluster_spec not in CLUSTER_SPEC_SHAPES:
+                raise UsageError(f"--cluster-spec {opts.cluster_spec!r} is not one of {', '.join(CLUSTER_SPEC_SHAPES)}")
         elif name == "--role":
             opts.role = value(name, inline)
             if opts.role not in ROLE_ORDER:
                 raise UsageError(f"--role {opts.role!r} is not one of {', '.join(ROLE_ORDER)}")
+        elif name == "--import-from":
+            opts.import_from = value(name, inline)
         elif name == "--init-args":
             # Only the `=` form takes a value: `--init-args train.py` must not eat the script.
             opts.init_args = inline or "rank"
-            if opts.init_args not in ("rank", "node"):
-                raise UsageError(f"--init-args={opts.init_args} is not rank or node")
-            if opts.init_args == "node":
+            try:
+                shape, _ = initargs.parse(opts.init_args)
+            except initargs.InitArgsError as exc:
+                raise UsageError(str(exc), tip=initargs.TIP) from None
+            if shape == "node":
                 opts.init = False
         elif name == "--local-rank-arg":
             # Only the `=` form takes a value, as with --init-args.

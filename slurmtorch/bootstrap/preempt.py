@@ -26,6 +26,14 @@ use collectives (no all_reduce, no barrier, no gathering a sharded state dict): 
 meet the other ranks' training collectives instead. Save what this rank holds, locally;
 typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_RANK0_S.
 
+A script that sets its own handler for the signal (Lightning's SLURMEnvironment sets one
+for SIGUSR1 that saves `hpc_ckpt_N.ckpt` and runs `scontrol requeue`) keeps it, as under
+plain srun: while ours holds the signal, `signal.getsignal` reports the script's handler
+(SIG_DFL before it sets one, so Lightning's "is a handler set already?" check passes) and
+`signal.signal` chains the script's handler behind ours instead of dropping ours. On the
+signal the on_preempt hooks run, then the script's handler, which owns the requeue:
+slurmtorch does not requeue a second time.
+
 Without requeue (`--signal` with `--no-requeue`) the signal only runs the hooks and
 the job carries on. Everything here is in-rank and imports nothing heavy; the requeue
 itself is `slurmtorch.requeue`'s, the one path the restart supervisor takes too.
@@ -54,7 +62,9 @@ ENV_RESTARTS = protocol.RESTART_COUNT  # starts before this one; set by the rest
 WAIT_FOR_RANK0_S = 30.0
 
 _HOOKS: list[Callable[[], object]] = []
-_STATE: dict = {"installed": None, "handling": False}
+_STATE: dict = {"installed": None, "handling": False, "chained": None}
+# signal's own functions, before `install` puts `_set_handler`/`_get_handler` in their place.
+_real_signal, _real_getsignal = signal.signal, signal.getsignal
 
 
 def on_preempt(fn: Callable[[], object]) -> Callable[[], object]:
@@ -137,9 +147,42 @@ def install(sig: str | int | None = None, *, requeue: bool | None = None, runner
     signum = signal.Signals(sig) if isinstance(sig, int) else preempt_signal(sig)
     if requeue is None:
         requeue = environ.get(ENV_REQUEUE, "1").strip() not in ("0", "false", "no", "")
-    _STATE.update(installed=signum, requeue=requeue, runner=runner, environ=environ, handling=False)
-    signal.signal(signum, _handle)
+    _STATE.update(installed=signum, requeue=requeue, runner=runner, environ=environ, handling=False, chained=None)
+    _real_signal(signum, _handle)
+    signal.signal, signal.getsignal = _set_handler, _get_handler  # chain a script's own handler (below)
     return signum
+
+
+def _ours(signum) -> bool:
+    try:
+        return _STATE["installed"] is not None and int(signum) == int(_STATE["installed"])
+    except (TypeError, ValueError):
+        return False
+
+
+def _get_handler(signum):
+    """`signal.getsignal`, except that our handler holding the preemption signal reads as the
+    script's own (SIG_DFL when it has none): frameworks that set theirs only where none is set
+    (Lightning) set it, and one that restores what it found gives the signal back to us."""
+    real = _real_getsignal(signum)
+    if _ours(signum) and real is _handle:
+        return _STATE["chained"] or signal.SIG_DFL
+    return real
+
+
+def _set_handler(signum, handler):
+    """`signal.signal`, except that a script's handler for the preemption signal is chained behind
+    ours (`_handle` runs the hooks, then it) rather than replacing ours; SIG_IGN is obeyed."""
+    if not _ours(signum):
+        return _real_signal(signum, handler)
+    previous = _get_handler(signum)
+    if handler is signal.SIG_IGN:
+        _STATE["chained"] = None
+        _real_signal(signum, signal.SIG_IGN)
+    else:
+        _STATE["chained"] = None if handler in (signal.SIG_DFL, None) else handler
+        _real_signal(signum, _handle)
+    return previous
 
 
 def job_rank(environ: Mapping[str, str]) -> int | None:
@@ -212,6 +255,17 @@ def _handle(signum, frame) -> None:
     environ = _STATE["environ"]
     rank, host, name = job_rank(environ), os.uname().nodename, signal.Signals(signum).name
     who = f"rank {'?' if rank is None else rank}"
+    chained = _STATE["chained"]
+    if callable(chained):
+        _say(f"{who} on {host}: {name} received (restart {restart_count(environ)}); running {len(_HOOKS)} "
+             f"preemption hook(s), then the script's own handler "
+             f"({getattr(chained, '__qualname__', type(chained).__qualname__)}), which requeues as it sees fit")
+        run_hooks()
+        try:
+            chained(signum, frame)
+        finally:
+            _STATE["handling"] = False
+        return
     _say(f"{who} on {host}: {name} received (restart {restart_count(environ)}); "
          f"running {len(_HOOKS)} preemption hook(s)")
     run_hooks()

@@ -53,6 +53,12 @@ class RankInfo:
     job_rank_hosts: tuple[str, ...] = ()
 
     @property
+    def role_layout(self) -> RoleLayout:
+        """The layout of a role job (`from_roles` sets it with `role`)."""
+        assert self.layout is not None, "role_layout of a RankInfo that is not a role job's"
+        return self.layout
+
+    @property
     def in_group(self) -> bool:
         return self.role is None or self.role in TRAINING_ROLES
 

@@ -61,7 +61,8 @@ def pick_interface(spec: str, available: Sequence[str]) -> str | None:
         candidates = [n for n in available
                       if not any(n == p if exact else n.startswith(p) for p in excluded)]
         non_lo = [n for n in candidates if n != "lo"]
-        return (non_lo or candidates or [None])[0]
+        left = non_lo or candidates
+        return left[0] if left else None
     exact = spec.startswith("=")
     names = [p.strip() for p in spec.lstrip("=").split(",") if p.strip()]
     for name in names:
@@ -113,8 +114,8 @@ def site_address(env: Mapping[str, str], hostname: str, backend: str = "gloo") -
     if not spec:
         return None
     available = [name for _, name in socket.if_nameindex()]
-    name = pick_interface(spec, available)
-    address = interface_address(name) if name else None
+    picked = pick_interface(spec, available)
+    address = interface_address(picked) if picked else None
     if not address:
         raise BootstrapError(
             f"no IPv4 address on the interface {spec!r} on {hostname} (interfaces: {', '.join(available)})",
@@ -216,7 +217,9 @@ def free_port(port_range: str = "/proc/sys/net/ipv4/ip_local_port_range") -> int
     for port in random.sample(range(20000, low if low > 21000 else 32768), 10):
         if _bind_probe(port):
             return port
-    return _bind_probe(0)
+    got = _bind_probe(0)
+    assert got is not None  # a port-0 bind that fails raises
+    return got
 
 
 def _bind_probe(port: int) -> int | None:

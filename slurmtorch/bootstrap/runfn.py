@@ -22,7 +22,6 @@ import os
 import socket
 import sys
 import time
-import traceback
 
 from slurmtorch.bootstrap import target
 from slurmtorch.bootstrap.target import run_script
@@ -61,18 +60,6 @@ def _redirect_logs(workdir: str, rank: int) -> None:
         os.close(target)
 
 
-def _user_frames(tb):
-    """Skip our own frames (and runpy's) at the top: the user's code starts the traceback."""
-    here = {os.path.abspath(__file__), os.path.abspath(target.__file__)}
-
-    def ours(filename: str) -> bool:
-        return filename in here or "runpy" in os.path.basename(filename)
-
-    while tb is not None and tb.tb_next is not None and ours(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    return tb
-
-
 def _report(workdir: str, rank: int, exc: BaseException) -> None:
     from slurmtorch.bootstrap.preempt import restart_count  # lazy: a failing rank only
 
@@ -83,7 +70,7 @@ def _report(workdir: str, rank: int, exc: BaseException) -> None:
         # Which run of a requeued job this is: the submitting side ignores earlier runs' errors.
         "restart": restart_count(),
         "exc_type": type(exc).__qualname__,
-        "traceback": "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__))),
+        "traceback": target.user_traceback(exc),
     }
     try:
         write_atomic(os.path.join(workdir, f"{ERROR_PREFIX}{rank}.json"), json.dumps(record).encode())

@@ -23,9 +23,9 @@ from slurmtorch.backends import timeout_problem
 from slurmtorch.bootstrap.options import DEFAULT_TIMEOUT, UsageError, parse_args
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
-from slurmtorch.bootstrap.target import run_target, self_check
+from slurmtorch.bootstrap.target import run_target, self_check, user_traceback
 from slurmtorch.bootstrap.terminal import pipe_stdout
-from slurmtorch.bootstrap.world import cpus_available, derive, own_session, thread_defaults
+from slurmtorch.bootstrap.world import cpus_available, derive, own_session, place_rank, thread_defaults
 from slurmtorch.errors import BootstrapError
 from slurmtorch.limits import MAX_ENV_STRING
 
@@ -33,18 +33,21 @@ __all__ = ["init", "main", "RankInfo"]
 
 
 def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = "auto",
-         process_group: bool = True, role: str | None = None) -> RankInfo:
+         process_group: bool = True, role: str | None = None, cluster_spec: str = "ai-platform") -> RankInfo:
     """Derive this rank's world, export the contracts, and (by default) init torch.distributed.
 
     Idempotent: a second call returns the first call's `RankInfo`. `source` is
     auto | mpi | slurm | env | torchrun | single; `backend` auto | nccl | gloo | mpi;
-    `timeout` in seconds goes to init_process_group.
+    `timeout` in seconds goes to init_process_group; `cluster_spec` is CLUSTER_SPEC's shape
+    (ai-platform | vertex).
     """
     if STATE.info is not None:
         return STATE.info
     problem = timeout_problem(float(timeout))
     if problem:
         raise BootstrapError(f"timeout={timeout!r} {problem}", tip="e.g. timeout=600 (seconds)")
+    if cluster_spec not in protocol.CLUSTER_SPEC_SHAPES:
+        raise BootstrapError(f"cluster_spec={cluster_spec!r} is not one of {', '.join(protocol.CLUSTER_SPEC_SHAPES)}")
     STATE.timeout = float(timeout)
     info, reservation = derive(source, backend, role=role, timeout=STATE.timeout)
     if STATE.main:
@@ -55,7 +58,7 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     timings.mark("detect")
     STATE.reservation = reservation
     STATE.info = info
-    exported = contracts.env_for(info)
+    exported = contracts.env_for(info, cluster_spec)
     if info.rank == 0 and protocol.OMITTED in exported:
         sys.stderr.write(f"slurmtorch: note: {exported[protocol.OMITTED]} not exported: with "
                          f"{info.world_size} ranks it is over the {MAX_ENV_STRING} bytes execve lets one "
@@ -64,6 +67,8 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     for key in contracts.unset_keys(exported):  # inherited from a parent process, not ours
         os.environ.pop(key, None)
     os.environ.update(contracts.slurm_task_env(info, os.environ))
+    # Before torch and the script's data loaders start their threads, which inherit it.
+    STATE.placement = place_rank(os.environ, info.local_rank, info.local_world_size)
     os.environ.update(thread_defaults(os.environ, info.local_world_size, cpus_available()))
     # One run across restarts: SLURMTORCH_RUN_ID, and the trackers' resume variables where safe.
     runid.apply(runid.run_env(runid.run_id(os.environ), info.rank, os.environ))
@@ -73,6 +78,10 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
 
         heartbeat.start(info.rank, info.hostname)
     stacks.install(info.rank, info.hostname or os.uname().nodename)  # `slurmtorch stacks` asks; ~0.2 ms
+    if os.environ.get(protocol.LIVE_S):  # the batch script's default: `slurmtorch top` reads the samples
+        from slurmtorch.bootstrap import live  # lazy: only ranks of a job that samples
+
+        live.start(info.rank, info.hostname or os.uname().nodename, info.local_rank)
     if process_group:
         init_group(info, backend, timeout)
         timings.mark("init_process_group")
@@ -128,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     pipe_stdout(os.environ)  # not a terminal under Open MPI's pty, as under srun (bootstrap/terminal.py)
     code = 0
     try:
-        info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role)
+        info = init(opts.backend, opts.timeout, opts.source, process_group=opts.init, role=opts.role,
+                    cluster_spec=opts.cluster_spec)
         if opts.script or opts.module:
             if os.environ.get(protocol.PREEMPT_SIGNAL):  # the job asked for --signal
                 from slurmtorch.bootstrap import preempt  # lazy: only a rank with a handler to set needs it
@@ -151,10 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(exc.exit_code, exc.render())
     except KeyboardInterrupt:
         interrupted()
-    except BaseException:
-        import traceback  # lazy: only a failing rank formats one
-
-        fail(1, traceback.format_exc())
+    except BaseException as exc:
+        fail(1, user_traceback(exc))
     teardown()
     finish(code)
     return code  # not reached: finish() ends the process

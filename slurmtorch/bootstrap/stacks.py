@@ -52,7 +52,7 @@ def install(rank: int, host: str, environ=os.environ) -> bool:
         return False
     where = os.path.join(folder, protocol.STACKS)
     try:
-        os.makedirs(where, exist_ok=True)
+        os.makedirs(where, 0o700, exist_ok=True)  # `stacks` refuses one others can write (jobdir.checked)
         hold_alive(os.path.join(where, protocol.alive_name(rank)), protocol.alive_line(host, os.getpid()))
         read, write = os.pipe()
     except OSError:
@@ -62,7 +62,9 @@ def install(rank: int, host: str, environ=os.environ) -> bool:
     except (OSError, AttributeError):
         pass  # the default 64 KiB: a deep dump is cut short
     os.set_blocking(write, False)
-    header = protocol.stacks_header(rank, host, os.getpid(), threading.main_thread().ident)
+    main = threading.main_thread().ident
+    assert main is not None  # set once a thread starts, and the main thread always has
+    header = protocol.stacks_header(rank, host, os.getpid(), main)
     end = os.path.join(where, protocol.end_stacks_name(rank))
     try:
         ending = os.open(end, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)

@@ -25,6 +25,8 @@ class RankState:
     timings: dict[str, float] = field(default_factory=dict)  # import_torch's cost, for SLURMTORCH_TIMINGS
     reinits: int = 0  # groups the script replaced ours with (each gets a fresh store prefix)
     kept_store: object = None  # our store, kept alive under the script's replacement group
+    group_env: dict[str, str] = field(default_factory=dict)  # the process-group settings our group was made with
+    placement: object = None  # the rank's placement.Placement, once init() decided it (doctor reports it)
 
     def release_port(self) -> None:
         """Stop holding MASTER_PORT (torch's store has it now, or nobody will)."""

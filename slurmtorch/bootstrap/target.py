@@ -30,13 +30,44 @@ def run_target(opts: BootstrapOptions, info: RankInfo) -> None:
     if opts.init_args:
         args += contracts.init_args(info, opts.init_args)
     if opts.module:
+        if opts.import_from:
+            import_from(opts.import_from)
         sys.argv = [opts.module, *args]  # run_module puts the file path in argv[0]
         runpy.run_module(opts.module, run_name="__main__", alter_sys=True)
         return
     script = opts.script
+    if script is None:
+        raise BootstrapError("nothing to run: give SCRIPT or -m MODULE")
     if not os.path.exists(script):
         raise BootstrapError(f"script {script!r} not found (cwd {os.getcwd()})")
     run_script(script, args)
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_traceback(exc: BaseException) -> str:
+    """`exc`'s traceback as `python SCRIPT` prints it: the frames above the user's first (the
+    bootstrap's, runpy's) left out, so a rank's report starts in the user's code; a failure
+    in the bootstrap itself, with no frame of the user's, keeps them all."""
+    import traceback  # lazy: only a failing rank formats one
+
+    def ours(filename: str) -> bool:
+        return os.path.dirname(os.path.abspath(filename)) == _HERE or "runpy" in os.path.basename(filename)
+
+    tb = exc.__traceback__
+    while tb is not None and ours(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def import_from(folder: str) -> None:
+    """Imports come from `folder` (a job's copy of its code) where `python -m` would take the
+    working folder (sys.path[0]; none under PYTHONSAFEPATH: then first)."""
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path[0] = os.path.abspath(folder)
+    else:
+        sys.path.insert(0, os.path.abspath(folder))
 
 
 def run_script(script: str, args: list[str]) -> None:

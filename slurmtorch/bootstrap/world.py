@@ -2,15 +2,17 @@
 
 `derive` reads the launcher's environment (`launchers`) or asks MPI (`mpi`), and on the
 rank that hosts the store holds MASTER_PORT (`rendezvous`) until torch binds it.
-`thread_defaults` gives ranks sharing a node their share of its CPUs; `own_session` gives an
-mpirun rank the session of its own that srun and torchrun give theirs (CPU scheduling).
+`place_rank` puts the rank on the CPUs nearest its GPU (`placement`, from the node's
+`topology`); `thread_defaults` gives ranks sharing a node their share of its CPUs; `own_session`
+gives an mpirun rank the session of its own that srun and torchrun give theirs (CPU scheduling).
 """
 
 from __future__ import annotations
 
 import os
 
-from slurmtorch.bootstrap import rendezvous
+from slurmtorch import protocol
+from slurmtorch.bootstrap import placement, rendezvous, topology
 from slurmtorch.bootstrap import fromenv
 from slurmtorch.bootstrap.options import FROM
 from slurmtorch.errors import BootstrapError
@@ -30,7 +32,7 @@ def derive(source: str = "auto", backend: str = "auto", env=None, hostname: str 
         if info.rank == 0 and info.in_group:
             reservation = rendezvous.reserve_port(info.master_port)
         else:
-            rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.layout.total)
+            rendezvous.check_reachable(rendezvous.host_address(info.master_addr), info.role_layout.total)
         return info, reservation
     src = fromenv.detect_source(environ) if source == "auto" else source
     backend_hint = "nccl" if backend == "nccl" else "gloo"
@@ -65,6 +67,48 @@ def cpus_available() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def place_rank(environ, local_rank: int, local_world_size: int, root: str = "/") -> placement.Placement | None:
+    """Decide this rank's placement and apply it: its CPUs (every thread of the process, so
+    MPI's progress threads too; what it starts later, data-loader workers included, inherits
+    them), OMP_NUM_THREADS and UCX_NET_DEVICES where the user set neither. None (and nothing
+    done, nothing said) under `none`, or where the allowed CPUs cannot be read.
+
+    Memory needs no call: Linux allocates a page on the node of the CPU that first touches
+    it, which is now the GPU's node; a hard bind (set_mempolicy) could only add an OOM."""
+    policy = environ.get(protocol.PLACEMENT, "").strip() or "auto"
+    if policy not in protocol.PLACEMENTS or policy == "none":
+        return None
+    try:
+        allowed = frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    shared = placement.shared_by_local_ranks(environ, len(allowed), os.cpu_count() or len(allowed), local_world_size)
+    topo = topology.read(root, allowed if shared else ())  # `share` too: it divides by whole cores
+    gpus = placement.rank_gpus(placement.visible_gpus(environ, topo), local_rank, local_world_size,
+                               environ.get(protocol.GPU_ORDER, "natural"))
+    chosen = placement.place(topo, policy, allowed, local_rank, gpus, shared)
+    if chosen.cpus and chosen.cpus < allowed:
+        _set_affinity(chosen.cpus)
+    if chosen.why != "own" and chosen.cpus and "OMP_NUM_THREADS" not in environ:
+        environ["OMP_NUM_THREADS"] = str(chosen.threads)
+    if chosen.nic and chosen.rdma_nic and "UCX_NET_DEVICES" not in environ:
+        environ["UCX_NET_DEVICES"] = f"{chosen.nic}:1"  # UCX (and Open MPI's UCX PML) pick no card by GPU
+    return chosen
+
+
+def _set_affinity(cpus: frozenset[int]) -> None:
+    """Every thread of this process onto `cpus` (sched_setaffinity(0) moves the caller only)."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:
+            pass  # a thread that ended meanwhile
 
 
 def thread_defaults(environ, local_world_size: int, cpus: int) -> dict[str, str]:

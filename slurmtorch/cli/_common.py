@@ -4,7 +4,9 @@ arguments as typed (everything after SCRIPT or -m MODULE), and the provenance ar
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+import os
+import sys
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import fields
 from typing import Any, List, Optional
 
@@ -22,13 +24,14 @@ _FIELDS = {f.name: f for f in fields(Options)}
 _NOT_IN_PROVENANCE = {"--dry-run", "--wait", "--cancel-on-interrupt", "--parsable"}
 
 
-def option(name: str) -> Any:
-    """The typer option for `Options.<name>`: its flags and help live beside the field.
+def option(name: str, help: str | None = None) -> Any:
+    """The typer option for `Options.<name>`: its flags and help live beside the field (`help`:
+    a verb's own, where the field's would say something untrue of it).
 
     Its CLI default is None ("not given"): the field's default applies in `Options.given`.
     """
     meta = _FIELDS[name].metadata
-    return typer.Option(None, *meta["flags"], help=meta["help"], metavar=meta["metavar"])
+    return typer.Option(None, *meta["flags"], help=help or meta["help"], metavar=meta["metavar"])
 
 
 # An Options field's type (a string: the module uses postponed annotations) -> its CLI type.
@@ -48,8 +51,9 @@ def cli_type(name: str) -> Any:
     return _CLI_TYPES[f.type]
 
 
-def with_options(*names: str):
-    """Give a verb the option of each `Options` field in `names` (typer reads the signature).
+def with_options(*names: str, helps: Mapping[str, str] | None = None):
+    """Give a verb the option of each `Options` field in `names` (typer reads the signature);
+    `helps`: the verb's own help for some of them (alloc has no SCRIPT to name its job after).
 
     They come after the verb's SCRIPT argument and before its own options; the verb takes
     them as `**given` and hands `ctx.params` to `options`. Their types are real objects,
@@ -60,7 +64,7 @@ def with_options(*names: str):
         params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
         lead = [p for p in params if p.name in ("ctx", "script_and_args")]
         added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=cli_type(name),
-                                   default=option(name)) for name in names]
+                                   default=option(name, (helps or {}).get(name))) for name in names]
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params if p not in lead]
         verb.__signature__ = sig.replace(parameters=[*lead, *added, *own])
         verb.__annotations__ = {**verb.__annotations__, **{p.name: p.annotation for p in added}}
@@ -74,7 +78,51 @@ def options(params: Mapping[str, Any], verb_only: tuple[str, ...], **edge: Any) 
     return Options.given({k: v for k, v in params.items() if k not in verb_only}, **edge)
 
 
-class ProgramCommand(TyperCommand):
+# `--help` in groups, as sbatch(1) groups its options; an option not named here is in OTHER.
+SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Where and how big", ("site", "preset", "partition", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node",
+                           "cpus_per_task", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive", "constraint", "gres",
+                           "nodelist", "exclude", "hostfile", "reservation", "time", "account", "qos")),
+    ("What runs", ("module", "launcher", "backend", "timeout", "placement", "env", "local_rank_arg", "init_args",
+                   "cluster_spec", "container_image", "container_runtime", "roles", "role_images", "snapshot")),
+    ("Sweeps, restarts and signals", ("array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "requeue",
+                                      "signal")),
+    ("When and who is told", ("job_name", "dependency", "begin", "mail_type", "mail_user", "comment")),
+    ("Following it", ("dry_run", "wait", "cancel_on_interrupt", "parsable", "cluster")),
+    ("Passed on as typed", ("sbatch_args", "srun_args", "mpirun_args")),
+)
+OTHER = "Other options"
+
+
+def sections(names: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """`names` (a verb's options) in SECTIONS' groups and order, those in none last in their
+    own order, empty groups left out (pure)."""
+    given = set(names)
+    out = [(title, [n for n in members if n in given]) for title, members in SECTIONS]
+    placed = {n for _, members in SECTIONS for n in members}
+    out.append((OTHER, [n for n in names if n not in placed]))
+    return [(title, members) for title, members in out if members]
+
+
+class GroupedCommand(TyperCommand):
+    """A verb whose `--help` lists its options in SECTIONS' groups, when it has enough of them
+    to need it (sbatch's ~50 in one list were hard to read)."""
+
+    def format_options(self, ctx, formatter) -> None:
+        records = [(p, record) for p in self.get_params(ctx) if (record := p.get_help_record(ctx)) is not None]
+        options = {p.name or "": record for p, record in records if p.param_type_name == "option"}
+        if len(options) < 12:
+            return super().format_options(ctx, formatter)
+        arguments = [record for p, record in records if p.param_type_name == "argument"]
+        if arguments:
+            with formatter.section("Arguments"):
+                formatter.write_dl(arguments)
+        for title, names in sections(list(options)):
+            with formatter.section(title):
+                formatter.write_dl([options[name] for name in names])
+
+
+class ProgramCommand(GroupedCommand):
     """A verb that runs a program: its options end at SCRIPT, or with `-m MODULE`.
 
     As with sbatch, srun and torchrun, everything after SCRIPT goes to the script as
@@ -107,25 +155,43 @@ def _ends_options(process):
 
 
 def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[str]:
-    """SCRIPT and its arguments (or MODULE's arguments) as typed, refusing the one form that
-    changed meaning: slurmtorch options between SCRIPT and a later `--`.
+    """SCRIPT and its arguments (or MODULE's arguments) as typed; slurmtorch's own options
+    among them are refused before a later `--` and otherwise named in one warning.
 
     `slurmtorch sbatch train.py --nodes 2 -- --lr 1` once gave --nodes to slurmtorch and
-    --lr to the script; now both go to the script, which is almost never meant.
+    --lr to the script; now both go to the script, which is almost never meant. Without
+    the `--`, `train.py --nodes 2 --wait` is kept (the script may have its own --nodes) but
+    said: the job would otherwise run on one node, not waited for, without a word. A `--`
+    right after the program says its arguments are its own, and silences both.
     """
     items = list(script_and_args or [])
-    rest = items[1:] if ctx.params.get("module") is None else items
-    if "--" not in rest or rest[:1] == ["--"]:
+    module = ctx.params.get("module")
+    rest = items[1:] if module is None else items
+    if rest[:1] == ["--"]:
         return items
     ours = {flag for p in ctx.command.params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
-    mine = [t for t in rest[:rest.index("--")] if t.split("=", 1)[0] in ours]
-    if mine:
-        where = "SCRIPT" if ctx.params.get("module") is None else "-m MODULE"
+    mine = stray_options(rest[:rest.index("--")] if "--" in rest else rest, ours)
+    if not mine:
+        return items
+    where = "SCRIPT" if module is None else "-m MODULE"
+    if "--" in rest:
         raise SpecError(f"slurmtorch option {mine[0]} after {where}, before a '--': everything after {where} "
                         "goes to the program, as with sbatch and torchrun",
                         tip=f"put slurmtorch's options before {where}; for the program's own {mine[0]}, start "
                             f"its arguments with '--' ({where} -- {mine[0]} ...)")
+    if not os.environ.get(protocol.ON_CLUSTER):  # a forwarded verb: the laptop's side said it
+        program = "script" if module is None else "module"
+        print(f"warning: {', '.join(mine)} after {items[0] if module is None else f'-m {module}'} "
+              f"{'goes' if len(mine) == 1 else 'go'} to the {program}, not to slurmtorch (put slurmtorch's options "
+              f"before the {program}; use -- before the {program}'s own to silence this)", file=sys.stderr)
     return items
+
+
+def stray_options(words: Sequence[str], ours: Collection[str]) -> list[str]:
+    """The flags of `ours` among `words` (`--nodes`, `-N`, `--env=K=V`), each named once and
+    without its value, which may be a secret. `-N2` is left out: a script's `-data` reads so too."""
+    named = [w.split("=", 1)[0] if w.startswith("--") else w for w in words]
+    return list(dict.fromkeys(w for w in named if w in ours))
 
 
 def cluster_option() -> Any:

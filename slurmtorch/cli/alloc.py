@@ -11,6 +11,7 @@ import typer
 
 from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
 from slurmtorch.cli.sbatch import SBATCH_OPTIONS
+from slurmtorch.submit.options import INTERACTIVE_JOB_NAME
 
 # sbatch's options less those only a batch job has (requeueing, arrays and sweeps, the
 # restart supervisor, roles' separate steps, containers) and the program (`slurmtorch run`'s).
@@ -19,7 +20,7 @@ BATCH_ONLY = ("module", "requeue", "signal", "roles", "container_image", "contai
 ALLOC_OPTIONS = tuple(name for name in SBATCH_OPTIONS if name not in BATCH_ONLY)
 
 
-@with_options(*ALLOC_OPTIONS)
+@with_options(*ALLOC_OPTIONS, helps={"job_name": f"job name (default: {INTERACTIVE_JOB_NAME})"})
 def alloc(
     ctx: typer.Context,
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
@@ -41,24 +42,20 @@ def alloc(
         if forward.elsewhere(cluster):
             return forward.submit(cluster, ctx.obj["argv"], [], None, None, tty=True)
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import interactive, sites, spec
+    from slurmtorch.submit import interactive, sites
     from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.usecases import launch
 
     ref = interactive.site_for_later(sites.site_ref(site, None))
     own = ("site", "dry_run", "cluster")
-    job = spec.build_spec(sites.load_site(ref), options(
+    asked = launch.allocation_dry_run(sites.load_site(ref), ref, options(
         ctx.params, own, kind="sbatch", interactive=True, python=sys.executable,
-        job_name=given["job_name"] or interactive.DEFAULT_JOB_NAME, job_root=str(jobdir.jobs_root()),
-        command=provenance(ctx, "alloc")))
-    interactive.check(job)
-    stored = interactive.stored(ref, {k: v for k, v in ctx.params.items() if k not in own})
-    setup = interactive.render_setup(job, stored, [sys.executable, "-m", "slurmtorch"])
+        job_name=given["job_name"] or INTERACTIVE_JOB_NAME, job_root=str(jobdir.jobs_root()),
+        command=provenance(ctx, "alloc")), {k: v for k, v in ctx.params.items() if k not in own})
     if dry_run:
-        sys.stdout.write(interactive.dry_run_text(job, setup))
+        sys.stdout.write(asked.text)
         return 0
-    from slurmtorch.submit import scheduler  # lazy: the edge, only a real allocation starts processes
-
-    return scheduler.allocate(setup, lambda path: interactive.salloc_argv(job, path))
+    return launch.allocate(asked)
 
 
 @with_options("module")
@@ -72,22 +69,21 @@ def run(
 
     The launch line is the batch script's (srun, torchrun or mpirun, as the site says), with
     the allocation's options; the ranks' output comes here. Ctrl-C ends this run, not the
-    allocation. Everything after SCRIPT (or -m MODULE) goes to it as typed.
+    allocation. Everything after SCRIPT (or -m MODULE) goes to it as typed;
+    slurmtorch's options there get a warning, unless a -- follows SCRIPT (MODULE).
     """
-    from slurmtorch.submit import interactive, render, sites, spec
+    from slurmtorch.submit import interactive, sites, spec
     from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.usecases import launch
 
     job_id, ref, stored = interactive.read_stored(os.environ)
     typed = program_args(ctx, script_and_args)
     script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
-    job = spec.build_spec(sites.load_site(ref), options(
+    job = launch.dry_run(sites.load_site(ref), options(
         {**stored, "module": given["module"]}, (), kind="sbatch", interactive=True, script=script,
         script_args=args, python=sys.executable, job_root=str(root), command=provenance(ctx, "run", len(typed))))
-    text = render.render_sbatch(job)
     if dry_run:
-        sys.stdout.write(text)
+        sys.stdout.write(job.text)
         return 0
-    from slurmtorch.submit import scheduler  # lazy: the edge
-
-    return scheduler.run_in_allocation(text, jobdir.allocation_run(root, job_id, text, spec.job_record(job)))
+    return launch.run_in_allocation(job, job_id)

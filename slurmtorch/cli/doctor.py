@@ -39,7 +39,7 @@ def doctor(
     from slurmtorch import doctor as d
     from slurmtorch.submit import sites
     from slurmtorch.submit import spec
-    from slurmtorch.submit.environment import composed
+    from slurmtorch.submit.environment import composed, expanded
 
     # --site, else $SLURMTORCH_SITE, else (run inside a slurmtorch job) the site its script
     # was rendered for, else "local".
@@ -51,7 +51,7 @@ def doctor(
             raise
         site_obj = sites.load_site("local")  # only its name was recorded, and that is not on the search path
     part_name = partition or (os.environ.get("SLURM_JOB_PARTITION") if node_type is None else None)
-    if part_name and not any(p.name == part_name for p in site_obj.partitions):
+    if part_name and not any(part_name in (p.name, p.slurm_name) for p in site_obj.partitions):
         part_name = partition  # an allocation on a partition the site does not describe: use the default
     nt, part = d.resolve_node_type(site_obj, node_type, part_name)
     python = site_obj.python or sys.executable
@@ -64,8 +64,8 @@ def doctor(
     options = Options(module="slurmtorch.doctor", partition=part, preset=preset, nodes=1, time=max_time,
                       account="(doctor)", qos="(doctor)")
     job = spec.build_spec(site_obj, options) if part is not None else None
-    env = (list(job.env) + composed(job.env_paths, os.environ) if job is not None else
-           list(nt.network_env()) + [(k, v) for k, v in site_obj.env if v is not None])
+    env = (expanded(job.env, os.environ) + composed(job.env_paths, os.environ) if job is not None else
+           list(nt.network_env(site_obj.fabric_defaults)) + [(k, v) for k, v in site_obj.env if v is not None])
     backend = d.wanted_backend(job.backend if job is not None else None, nt)
     print(f"slurmtorch doctor: site {site_obj.name!r} ({site_obj.source}), node type {nt.name!r}"
           + (f", partition {part!r}" if part else ""), flush=True)
@@ -86,8 +86,7 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     `--from slurm`), but with `--no-init`: the doctor's ranks test MASTER_ADDR before
     any collective. Rank 0 prints the report."""
     from slurmtorch.doctor.binding import job_cpus_per_node
-    from slurmtorch.errors import SpecError, SubmitError
-    from slurmtorch.submit import scheduler as submit  # lazy: the edge (subprocess), only --allocation runs it
+    from slurmtorch.submit.edge import runner  # lazy: the edge (subprocess), only --allocation runs it
     from slurmtorch.submit.sites.model import mpi_option
 
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
@@ -111,7 +110,7 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
             "--kill-on-bad-exit=1",
             *mpi_option(site_obj.srun_mpi), "--export=ALL", *rank_argv]
     try:
-        proc = submit.run(argv, timeout=timeout, check=False)
+        proc = runner.run(argv, timeout=timeout, check=False)
     except SubmitError as e:
         print(f"fail  could not launch the allocation step: {e.message}  (fix: {e.tip or 'is srun on PATH?'})")
         return 1

@@ -1,28 +1,26 @@
-"""`slurmtorch status|logs|cancel|stacks`: follow jobs without an accounting DB."""
+"""`slurmtorch status|logs|cancel|stacks|top`: follow jobs without an accounting DB."""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
+import time
 from dataclasses import replace
-from typing import List, Optional
+from pathlib import Path
+from typing import IO, List, Optional, cast
 
 import typer
 
 from slurmtorch import protocol
 from slurmtorch.cli._common import cluster_option, on_cluster
-from slurmtorch.errors import SubmitError
-from slurmtorch.submit import scheduler
-from slurmtorch.submit.follow import stackrequest, waiting
-from slurmtorch.submit.follow.jobstatus import JobStatus
-from slurmtorch.submit.follow.tail import Tail, visible
-from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, localrun, snapshot
+from slurmtorch.errors import SubmitError, typed
+from slurmtorch.submit.follow import live, stackrequest, waiting
+from slurmtorch.submit.follow.jobstatus import JobStatus, clock
+from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset, visible
+from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
+from slurmtorch.usecases import control
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
 from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
-
-# `status` without ids: the jobs the controller still knows, then this many more from folders.
-RECENT = 10
 
 
 def status(
@@ -30,6 +28,9 @@ def status(
     job_ids: Optional[List[str]] = typer.Argument(None, metavar="[JOBID]...", show_default=False,
                                                   help="jobs to show (default: your slurmtorch jobs)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list"),
+    states: List[str] = typer.Option([], "--state", "-t", help="without JOBIDs: only jobs in this state "
+                                     "(RUNNING, PENDING, FAILED, COMPLETED, ...; repeatable)"),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="without JOBIDs: only jobs whose name holds this"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Show jobs' states: the given ones, else your slurmtorch jobs as a table.
@@ -39,20 +40,11 @@ def status(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    root = jobdir.jobs_root()
+    root = jobdir.checked(jobdir.jobs_root())
     if not job_ids:
-        return _table(root, as_json)
-    for j in job_ids:
-        jobdir.check_job_id(j)
-    unknown: dict = {}  # a job no one knows, or whose folder cannot be read: its error line, and exit 1
-    singles = []
-    for j in job_ids:
-        try:
-            if jobdir.read_trials(jobdir.job_dir(j, root)) is None:
-                singles.append(j)
-        except SubmitError as exc:
-            unknown[j] = exc
-    known = scheduler.statuses(singles, root, unknown=unknown)
+        return _table(root, as_json, states, name)
+    # a job no one knows, or whose folder cannot be read: its error line, and exit 1
+    known, unknown = control.statuses(job_ids, root)
     records = []
     for j in job_ids:
         folder = jobdir.job_dir(j, root)
@@ -60,7 +52,7 @@ def status(
             print(unknown[j].render(), file=sys.stderr)
             continue
         if j not in known:  # an array job: one line per trial
-            for t in scheduler.array_status(j, root):
+            for t in control.trials(j, root):
                 trial = jobdir.trial_dir(j, t.trial, root)
                 if as_json:
                     records.append(_record(t.status, trial, trial=t.trial, params=t.params))
@@ -88,12 +80,16 @@ def _print_job(st: JobStatus, folder) -> None:
     if st.done:
         for line in failure_lines(folder):
             print(line)
+        end = live.end_line(live.read_samples(folder))
+        if end:
+            print(end)
 
 
 def _record(st: JobStatus, folder, **more) -> dict:
     """A job's status as JSON-ready data (`status --json`)."""
     code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    record = {"job_id": st.job_id, "state": st.state, "exit_code": code, "step_exit_code": job,
+    record = {"job_id": st.job_id, "name": _name(st, folder), "state": st.state, "elapsed": st.elapsed(),
+              "exit_code": code, "step_exit_code": job,
               "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
               "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
               "failures": failure_lines(folder) if st.done else [], "code": _code(folder)}
@@ -107,44 +103,80 @@ def _code(folder) -> dict | None:
     return None if record is None else {k: v for k, v in record.items() if k != "manifest"}
 
 
-def _table(root, as_json: bool) -> int:
-    """This user's slurmtorch jobs (those with a folder here): the ones the controller knows,
-    newest first, then the RECENT newest of the rest, from their folders."""
-    folders = {p.name: p for p in root.glob("*") if p.name.isdigit()} if root.is_dir() else {}
-    queued = {j: st for j, st in scheduler.my_jobs().items() if j.partition("_")[0] in folders}
-    others = sorted((j for j in folders if not any(q.partition("_")[0] == j for q in queued)), key=int)[-RECENT:]
-    rows = []
-    for j in sorted(queued, key=lambda j: tuple(int(x) for x in j.split("_")), reverse=True):
-        st, folder = queued[j], scheduler.job_folder(j, root)
-        rows.append((replace(st, exit_code=jobdir.read_exit_code(folder)) if st.done else st, folder))
-    for j in reversed(others):
-        folder = folders[j]
-        try:
-            if jobdir.read_trials(_readable(folder)) is not None:
-                continue  # an ended array: `status JOBID` lists its trials
-            rows.append((scheduler.status_of(j, None, folder), folder))
-        except SubmitError as exc:  # one broken folder must not hide the others
-            print(f"note: skipped job {j}: {exc.message}", file=sys.stderr)
+def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
+    """This user's slurmtorch jobs (those with a folder here), newest first: name, state,
+    how long it ran, its nodes, and for an ended one its exit code (and failing rank)."""
+    rows = control.recent_jobs(root, lambda line: print(line, file=sys.stderr))
+    wanted = {s.upper() for s in states}
+    rows = [(st, folder) for st, folder in rows
+            if (not wanted or st.state.split()[0] in wanted) and (name is None or name in _name(st, folder))]
     if as_json:
         print(json.dumps([_record(st, folder) for st, folder in rows], indent=1))
         return 0
     if not rows:
-        print(f"no slurmtorch jobs in {root}", file=sys.stderr)
+        print(f"no slurmtorch jobs{' like that' if wanted or name else ''} in {root}", file=sys.stderr)
         return 0
-    print(f"{'JOBID':<12} {'STATE':<12} {'EXIT':>4}  {'NODES / REASON'}")
+    print(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4}  {'NODES / REASON / FAILED RANK'}")
+    now = time.time()
     for st, folder in rows:
-        code = "" if not st.done or st.exit_code is None else str(exit_code(folder, st)[0])
-        where = st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
-        print(visible(f"{st.job_id:<12} {st.state:<12} {code:>4}  {where}"))
+        code, where = "", st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
+        if st.done and st.exit_code is not None:
+            exit_at, rank, _ = exit_code(folder, st)
+            code = str(exit_at)
+            if rank is not None:  # what failed says more than Slurm's reason (NonZeroExitCode)
+                where = f"rank {rank.rank} on {rank.host}"
+        ran = st.elapsed(now)
+        print(visible(f"{st.job_id:<12} {_name(st, folder)[:16] or '-':<16} {st.state:<12} "
+                      f"{clock(ran) if ran is not None else '-':>10} {code:>4}  {where}"))
     return 0
 
 
-def _readable(folder):
-    """`folder` if it is one; else SubmitError saying what it is instead."""
-    if folder.is_dir():
-        return folder
-    raise SubmitError(f"{folder} is a link to nothing" if folder.is_symlink() and not folder.exists()
-                      else f"{folder} is not a folder")
+def _name(st: JobStatus, folder) -> str:
+    return st.name or jobdir.read_job_name(folder)
+
+
+def top(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="the job (JOBID_K: a trial)"),
+    once: bool = typer.Option(False, "--once", help="print the table once and exit"),
+    every: float = typer.Option(5.0, "--every", min=0.5, help="seconds between tables"),
+    cluster: Optional[str] = cluster_option(),
+) -> int:
+    """Show each rank of a job as it runs, the slowest first: step time, time outside
+    backward (OWN: what a slow rank makes its peers wait for), CPU, memory, and where NVML
+    is, the GPU's use, memory, power, clock and throttling.
+
+    The ranks sample themselves every SLURMTORCH_LIVE_S seconds (10 by default; set it
+    before submitting, 0 for none); nothing in the script changes. Ends with the job, with
+    its end line (mean step, slowest rank, node-hours); Ctrl-C stops watching.
+    """
+    remote = on_cluster(ctx, cluster)
+    if remote is not None:
+        return remote
+    clear = sys.stdout.isatty() and not once
+    try:
+        while True:
+            view = control.live_view(job_id)
+            lines = [f"job {view.job_id} {view.status.describe()}", *_live_lines(view)]
+            if clear:
+                print("\033[H\033[J", end="")
+            print("\n".join(lines), flush=True)
+            if once or view.status.done:
+                return 0
+            time.sleep(every)
+            if not clear:
+                print()
+    except KeyboardInterrupt:
+        return 0
+
+
+def _live_lines(view: control.LiveView) -> list[str]:
+    if view.status.done:
+        end = live.end_line(view.samples)
+        return [end] if end else ["no rank sampled itself (SLURMTORCH_LIVE_S=0, or no rank started)"]
+    if not view.samples:
+        return ["no rank has sampled itself yet" if view.status.state == "RUNNING" else "no rank running yet"]
+    return live.top_lines(view.samples, time.time())
 
 
 def logs(
@@ -157,6 +189,10 @@ def logs(
     batch: bool = typer.Option(False, "--batch", help="the batch script's own output instead"),
     follow: bool = typer.Option(False, "--follow", "-f", help="keep printing until the job ends, then exit "
                                                               "with its exit code"),
+    last: Optional[int] = typer.Option(None, "--tail", "-n", min=0, help="only each log's last N lines (with "
+                                                                          "--follow: then what follows)"),
+    all_ranks: bool = typer.Option(False, "--all-ranks", "-a", help="every rank's output (torchrun: every node's), "
+                                                                    "each line marked [rank R]"),
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --follow: Ctrl-C cancels the job (default: it runs on)"),
     cluster: Optional[str] = cluster_option(),
@@ -168,37 +204,33 @@ def logs(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    folder = jobdir.job_dir(job_id)
-    if not folder.is_dir():
-        raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
-    record = jobdir.read_trials(folder)
-    if record is not None:
-        ids = sorted(int(t) for t in record["trials"])
-        if trial is None:
-            raise SubmitError(f"job {job_id} is an array of {len(ids)} trials: say which",
-                              tip=f"slurmtorch logs {job_id} --trial {ids[0]} [--rank R]")
-        if trial not in ids:
-            raise SubmitError(f"job {job_id} has no trial {trial}", tip=f"trials: {', '.join(map(str, ids))}")
-        folder = jobdir.trial_dir(job_id, trial)
-        job_id = f"{job_id}_{trial}"
-    elif trial is not None:
-        raise SubmitError(f"job {job_id} is not an array job; --trial does not apply")
-    if batch:
-        paths = [(folder / jobdir.BATCH_OUT, sys.stdout)]
-    else:
-        out, err = jobdir.rank_log_paths(folder, rank, node)
-        paths = [(out, sys.stdout), (err, sys.stderr)]
-    if follow:
-        st = waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt)
-        return exit_code(folder, st)[0]
+    if all_ranks and (rank is not None or node is not None or batch):
+        raise SubmitError("--all-ranks shows every rank's output: leave out --rank, --node and --batch")
+    job_id, folder, logs = control.logs_target(job_id, rank, node, trial, batch)
+    paths: list[tuple[Path, IO[str]]] = [(path, sys.stdout if kind == "out" else sys.stderr) for path, kind in logs]
+    if all_ranks:
+        paths = [(path, cast(IO[str], Prefixed(stream, mark)))  # write/flush/isatty, as a stream
+                 for mark, out, err in control.all_rank_logs(folder) for path, stream in ((out, sys.stdout),
+                                                                                         (err, sys.stderr))]
+    if follow:  # ends as --wait does: the end line, and for a failure the report
+        from slurmtorch.usecases import launch  # lazy: its render and sites would cost every other verb here
+
+        end = launch.ended(job_id, folder, waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt,
+                                                          last=last))
+        for line in end.lines:
+            print(line, file=sys.stderr)
+        return end.code
     if not any(p.exists() for p, _ in paths):
         raise SubmitError(
             f"no output yet for {'the batch step' if batch else paths[0][0].stem.replace('-', ' ')} "
             f"of job {job_id} in {folder}",
-            tip=f"is it still pending? slurmtorch status {job_id}",
+            tip=f"is it still pending? {typed(f'status {job_id}')}",
         )
     for p, stream in paths:
-        Tail(p, stream).pump()
+        tail = Tail(p, stream)
+        if last is not None:
+            tail.offset = last_lines_offset(p, last)
+        tail.pump()
     for line in failure_lines(folder):
         print(f"slurmtorch: {line}", file=sys.stderr)
     return 0
@@ -217,7 +249,7 @@ def cancel(ctx: typer.Context,
     failed = 0
     for j in job_ids:
         try:
-            before = scheduler.cancel(j)
+            before = control.cancel(j)
         except SubmitError as exc:
             print(exc.render(), file=sys.stderr)
             failed += 1
@@ -249,8 +281,9 @@ def stacks(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    folder, ranks, send, resend = _stacks_target(job_id)
-    got, silent = stackrequest.ask(folder, ranks, send, wait_s, native=native_wait_s > 0, resend=resend)
+    target = control.stacks_target(job_id)
+    folder, ranks = target.folder, target.ranks
+    got, silent = stackrequest.ask(folder, ranks, target.send, wait_s, native=native_wait_s > 0, resend=target.resend)
     for line in summary_lines(got, silent):
         print(visible(line), flush=True)  # before the native frames, which take seconds
     native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
@@ -268,29 +301,3 @@ def stacks(
         print(visible(line), file=sys.stderr)
     print(f"(the ranks' own files: {folder / protocol.STACKS})", file=sys.stderr)
     return 0 if got else 1
-
-
-def _stacks_target(job_id: str | None):
-    """(the folder, its rank count, how to ask its ranks, how to ask again those the first
-    signal missed) for a Slurm job or a local run."""
-    if job_id is None or localrun.is_local_id(job_id):
-        folder = localrun.only_live_run() if job_id is None else localrun.run_dir(job_id)
-        job = jobdir.read_job(folder)
-        if not job:
-            raise SubmitError(f"no local run {job_id} (no {folder / protocol.JOB})",
-                              tip="its id is the one slurmtorch mpirun printed; the newest "
-                                  f"{localrun.KEEP} ended runs are kept")
-        name = localrun.run_id(folder)
-        if (folder / protocol.EXIT_CODE).exists():
-            raise SubmitError(f"local run {name} has ended (exit {jobdir.read_exit_code(folder)}); no rank to ask")
-        ranks = int(job["ntasks"])
-        return folder, ranks, lambda: stackrequest.signal_here(folder, ranks, os.uname().nodename), None
-    base, _, trial = job_id.partition("_")
-    jobdir.check_job_id(base)
-    folder = jobdir.trial_dir(base, int(trial)) if trial.isdigit() else jobdir.job_dir(job_id)
-    job = jobdir.read_job(folder)
-    if not folder.is_dir() or not job:
-        raise SubmitError(f"no job folder with a job.json at {folder}",
-                          tip="was the job submitted by slurmtorch (0.x or later) with this SLURMTORCH_HOME?")
-    return (folder, int(job["ntasks"]), lambda: scheduler.signal_stacks(job_id, job.get("launcher") == "mpirun"),
-            lambda pids: scheduler.signal_pids(job_id, pids))

@@ -28,7 +28,7 @@ except ImportError:  # pragma: no cover
     _NoArgsIsHelp = ()  # type: ignore[misc,assignment]
 
 from slurmtorch import __version__
-from slurmtorch.cli._common import ProgramCommand
+from slurmtorch.cli._common import GroupedCommand, ProgramCommand
 from slurmtorch.errors import SlurmtorchError
 
 # With rich installed, typer < 0.20 escapes the `[required]` of an argument's help for
@@ -49,6 +49,9 @@ _VERBS = {
     "logs": ("jobs", "logs", False),
     "cancel": ("jobs", "cancel", False),
     "stacks": ("jobs", "stacks", False),
+    "top": ("jobs", "top", False),
+    "pull": ("pull", "pull", False),
+    "clean": ("clean", "clean", False),
     "doctor": ("doctor", "doctor", False),
     "site": ("site", "app", False),
 }
@@ -80,7 +83,7 @@ def build_app(verbs=None) -> typer.Typer:
         if isinstance(target, typer.Typer):
             app.add_typer(target, name=verb)
         else:
-            app.command(verb, cls=ProgramCommand if runs_program else None)(target)
+            app.command(verb, cls=ProgramCommand if runs_program else GroupedCommand)(target)
     return app
 
 

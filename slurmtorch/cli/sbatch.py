@@ -5,7 +5,6 @@
 
 import os
 import sys
-from dataclasses import replace
 from typing import List, Optional
 
 import typer
@@ -18,7 +17,8 @@ SBATCH_OPTIONS = (
     "module", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
     "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
-    "backend", "launcher", "timeout", "local_rank_arg", "env", "requeue", "signal", "roles", "container_image", "container_runtime",
+    "backend", "launcher", "timeout", "local_rank_arg", "init_args", "cluster_spec", "placement", "env", "requeue",
+    "signal", "roles", "container_image", "container_runtime",
     "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "sbatch_args", "srun_args",
 )
 
@@ -30,7 +30,8 @@ def sbatch(
     site: Optional[str] = typer.Option(None, "--site", help="site name or path (default: $SLURMTORCH_SITE)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="print the script, submit nothing"),
     wait: bool = typer.Option(False, "--wait", help="block until the job (every array task) ends, streaming rank "
-                                                    "0's output and the job's state; exit with the failing "
+                                                    "0's output (every array task's, each line marked "
+                                                    "[trial K]) and the job's state; exit with the failing "
                                                     "rank's exit code (non-zero if any trial failed)"),
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --wait: Ctrl-C cancels the job (default: it runs on)"),
@@ -38,14 +39,19 @@ def sbatch(
     snapshot: Optional[bool] = typer.Option(
         None, "--snapshot/--no-snapshot", show_default=False,
         help="run a copy of the code taken now (the script's git work tree: tracked and not-ignored files; "
-             "else its folder), so edits while the job waits or before a requeue change nothing; "
-             "--no-snapshot runs it in place (default: on, unless SLURMTORCH_SNAPSHOT=off)"),
+             "else its folder; outside git, a folder too big to copy: its .py files and packages), so edits "
+             "while the job waits or before a requeue change nothing; --no-snapshot runs it in place "
+             "(default: on, unless SLURMTORCH_SNAPSHOT=off)"),
     cluster: Optional[str] = cluster_option(),
     **given,
 ) -> int:
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
 
-    Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun.
+    Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun;
+    slurmtorch's options there get a warning, unless a -- follows SCRIPT (MODULE).
+    The ranks start in this folder (--sbatch-arg=--chdir=DIR for another), where relative
+    paths (checkpoints, outputs/, wandb/) lead, and so do its restarts and requeues; each
+    array task in trials/<its parameters>/ (trials/trial-K/) below it. Logs: the job folder.
     """
     typed = program_args(ctx, script_and_args)
     if cluster:
@@ -54,47 +60,28 @@ def sbatch(
         if forward.elsewhere(cluster):  # the code synced, the rest done there (no rendering here)
             return forward.submit(cluster, ctx.obj["argv"], typed, given["module"], snapshot)
     # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import render, spec
+    from slurmtorch.submit import spec
     from slurmtorch.submit.jobfolder import jobdir
-    from slurmtorch.submit import sites
-    from slurmtorch.submit.jobfolder import snapshot as snapshots
+    from slurmtorch.usecases import launch
 
     script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
-    job = spec.build_spec(sites.load_site(sites.site_ref(site, None)), options(
+    where = launch.site_for("sbatch", site)
+    job = launch.dry_run(where, options(
         ctx.params, VERB_ONLY, kind="sbatch", script=script, script_args=args, python=sys.executable,
-        job_root=str(root), command=provenance(ctx, "sbatch", len(typed))))
-    tree = _tree(script, given["module"], snapshot)
-    job = replace(job, snapshot=tree)
-    text = render.render_sbatch(job)
+        job_root=str(root), command=provenance(ctx, "sbatch", len(typed))),
+        lambda: _tree(script, given["module"], snapshot))
     if dry_run:
-        sys.stdout.write(text)
+        sys.stdout.write(job.text)
         return 0
-    from slurmtorch.submit import scheduler as submit  # lazy: the edge, only a real submission starts processes
-
     # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
-    sub = submit.submit(text, root, trials=spec.trials_record(job), job=spec.job_record(job),
-                        announce=_quiet if parsable else _announce, snapshot=tree,
-                        snapshot_limit=snapshots.limit_bytes(os.environ))
+    sub = launch.submit(job, announce=_quiet if parsable else _announce)
     if not wait:
         return 0
-    from slurmtorch.submit.follow import waiting  # lazy: only --wait follows the job
-    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines
-
-    if job.array:
-        return waiting.wait_array(sub.job_id, root, cancel_on_interrupt=cancel_on_interrupt)
-    from slurmtorch.submit.follow.watch import WATCH
-
-    WATCH.submitted(sub.job_id, root)
-    status = waiting.wait(sub.job_id, root, cancel_on_interrupt=cancel_on_interrupt)
-    line, code = ended_line(sub.job_id, sub.job_dir, status)
-    print(line, file=sys.stderr)
-    for text in restart_lines(sub.job_dir):
-        print(f"slurmtorch: {text}", file=sys.stderr)
-    if code != 0:
-        for text in failure_lines(sub.job_dir):
-            print(f"slurmtorch: {text}", file=sys.stderr)
-    return code
+    ended = launch.follow(sub, job, cancel_on_interrupt)
+    for line in ended.lines:
+        print(line, file=sys.stderr)
+    return ended.code
 
 
 # The verb's own parameters, not `Options` fields.

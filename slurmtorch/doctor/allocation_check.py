@@ -20,12 +20,13 @@ import socket
 import time
 from collections.abc import Mapping, Sequence
 
-from slurmtorch.bootstrap import rendezvous
+from slurmtorch import protocol
+from slurmtorch.bootstrap import placement, rendezvous, topology
 from slurmtorch.bootstrap.device import bound_per_rank, choose_backend, pick_device
 from slurmtorch.bootstrap.fromenv import from_env
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.doctor import facts, sitechoice
-from slurmtorch.doctor.binding import check_binding, cpu_list, cpu_share
+from slurmtorch.doctor.binding import check_binding, check_placement, cpu_list, cpu_share
 from slurmtorch.doctor.bandwidth import DEFAULT_SIZES, Sample, bandwidth_table, check_bandwidth, sweep
 from slurmtorch.doctor.consistency import RankRecord, check_layout, check_reach, layout_table
 from slurmtorch.doctor.checks import FAIL, OK, Check, any_failed, summary
@@ -125,7 +126,8 @@ def allocation_main(argv: Sequence[str]) -> int:
                         master=f"{info.master_addr}:{info.master_port}", connect_ms=ms, device=str(device),
                         cpus=cpu_list(os.sched_getaffinity(0)),
                         share=cpu_share(os.environ, _node_index(os.environ, info.node_rank),
-                                        info.local_world_size, os.cpu_count() or 1))
+                                        info.local_world_size, os.cpu_count() or 1),
+                        **placement_fields(where_placed(info.local_rank, info.local_world_size)))
     # Plain dicts on the wire: all_gather_object pickles, and a dict needs no class to unpickle.
     gathered: list = [None] * info.world_size
     dist.all_gather_object(gathered, dataclasses.asdict(record))
@@ -135,6 +137,23 @@ def allocation_main(argv: Sequence[str]) -> int:
     if info.rank != 0:
         return 0
     return report([RankRecord(**r) for r in gathered], float(value.item()), samples, backend, nt)
+
+
+def where_placed(local_rank: int, local_world_size: int, root: str = "/") -> placement.Placement:
+    """Where this rank runs now (after the bootstrap placed it): its GPU, the NUMA node of its
+    CPUs, the NIC nearest its GPU, and whether its CPUs are far from that GPU."""
+    topo = topology.read(root, cores_for=())  # where it runs, not how to divide: no cores needed
+    gpus = placement.rank_gpus(placement.visible_gpus(os.environ, topo), local_rank, local_world_size,
+                               os.environ.get(protocol.GPU_ORDER, "natural"))
+    return placement.place(topo, "none", frozenset(os.sched_getaffinity(0)), local_rank, gpus, shared=False)
+
+
+def placement_fields(p: placement.Placement) -> dict:
+    """The RankRecord fields for placement `p` ("-" where there is nothing to name)."""
+    def name(value) -> str:
+        return "-" if value is None or value == -1 else str(value)
+    return {"gpu": name(p.gpu), "numa": name(p.memory_node), "nic": name(p.nic), "gpu_numa": name(p.gpu_node),
+            "far": p.far}
 
 
 def _node_index(env: Mapping[str, str], node_rank: int) -> int:
@@ -158,7 +177,8 @@ def report(records: Sequence[RankRecord], got: float, samples: Sequence[Sample],
     print(f"rank layout ({backend}):")
     for line in layout_table(records):
         print(line)
-    checks: list[Check] = check_layout(records, nt) + check_reach(records) + check_binding(records)
+    checks: list[Check] = (check_layout(records, nt) + check_reach(records) + check_binding(records)
+                           + check_placement(records))
     expected = world * (world + 1) / 2
     right = got == expected
     checks.append(Check(OK if right else FAIL,

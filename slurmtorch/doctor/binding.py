@@ -10,25 +10,14 @@ host's CPUs outside Slurm.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
+from slurmtorch.bootstrap.placement import cpu_list, parse_cpu_list
 from slurmtorch.doctor.checks import OK, WARN, Check
 
+__all__ = ["cpu_list", "job_cpus_per_node", "cpu_share", "check_binding", "check_placement"]
+
 _RUN = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
-
-
-def cpu_list(cpus: Iterable[int]) -> str:
-    """CPU ids as the kernel's list format: [0, 1, 2, 5] -> "0-2,5"."""
-    out: list[str] = []
-    ids = sorted(set(cpus))
-    i = 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def job_cpus_per_node(value: str) -> list[int]:
@@ -66,9 +55,21 @@ def check_binding(records: Sequence) -> list[Check]:
             for r in short]
 
 
+def check_placement(records: Sequence) -> list[Check]:
+    """One warn line per rank running on no CPU of its GPU's NUMA node (every host-device copy
+    crosses the socket link), else one ok line; nothing where no rank has a GPU it can name."""
+    placed = [r for r in sorted(records, key=lambda r: r.rank) if r.gpu != "-" and r.gpu_numa != "-"]
+    far = [r for r in placed if r.far]
+    if not placed:
+        return []
+    if not far:
+        return [Check(OK, "placement: every rank runs on its GPU's NUMA node")]
+    return [Check(WARN, f"placement: rank {r.rank} on {r.host} runs on CPUs {r.cpus}, none of them on its "
+                        f"GPU {r.gpu}'s NUMA node {r.gpu_numa}",
+                  "let slurmtorch place ranks (--placement auto, the default), or bind each rank beside its "
+                  "GPU (srun --cpu-bind=map_ldom/mask_cpu, a site's srun_args)")
+            for r in far]
+
+
 def _count(cpus: str) -> int:
-    total = 0
-    for part in cpus.split(","):
-        lo, _, hi = part.partition("-")
-        total += int(hi or lo) - int(lo) + 1
-    return total
+    return len(parse_cpu_list(cpus))

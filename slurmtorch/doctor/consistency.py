@@ -28,13 +28,18 @@ class RankRecord:
     device: str = "cpu"
     cpus: str = ""  # the CPUs this rank may run on (sched_getaffinity, as "0-1"), binding.cpu_list
     share: int = 0  # the CPUs it should have: binding.cpu_share
+    gpu: str = "-"  # its GPU as the node numbers it (PCI order, bootstrap.placement), "-": none or unknown
+    numa: str = "-"  # the NUMA node holding all its CPUs (where its memory goes), "-": none or several
+    nic: str = "-"  # the network card nearest its GPU
+    gpu_numa: str = "-"  # its GPU's NUMA node
+    far: bool = False  # none of its CPUs is on its GPU's NUMA node
 
 
 def layout_table(records: Sequence[RankRecord]) -> list[str]:
-    rows = [("rank", "local", "node", "host", "device", "master", "connect", "cpus")]
+    rows = [("rank", "local", "node", "host", "device", "master", "connect", "gpu", "numa", "nic", "cpus")]
     for r in sorted(records, key=lambda r: r.rank):
         rows.append((str(r.rank), f"{r.local_rank}/{r.local_world_size}", f"{r.node_rank}/{r.num_nodes}",
-                     r.host, r.device, r.master, f"{r.connect_ms:.1f} ms", r.cpus))
+                     r.host, r.device, r.master, f"{r.connect_ms:.1f} ms", r.gpu, r.numa, r.nic, r.cpus))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import slurmtorch
 from slurmtorch.bootstrap import rendezvous
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import scheduler
+from slurmtorch.submit.edge import runner
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ def gather_interfaces() -> tuple[Interface, ...]:
 def probe_interpreter(python: str, env: Mapping[str, str], timeout: float) -> tuple[str, TorchFacts, MpiFacts]:
     """(error, torch, mpi) from the probe run by `python` with the site's environment."""
     try:
-        proc = scheduler.run([python, "-c", _PROBE, json.dumps(dict(env)), slurmtorch.__file__],
+        proc = runner.run([python, "-c", _PROBE, json.dumps(dict(env)), slurmtorch.__file__],
                              timeout=timeout, check=False)
     except SubmitError as e:
         return e.message, TorchFacts(error="not probed"), MpiFacts(error="not probed")
@@ -220,7 +220,7 @@ def probe_interpreter(python: str, env: Mapping[str, str], timeout: float) -> tu
 def srun_plugins() -> tuple[tuple[str, ...] | None, str]:
     """(plugins, error): srun's --mpi plugins, or None and why srun cannot tell."""
     try:
-        proc = scheduler.run(["srun", "--mpi=list"], timeout=30, check=False)
+        proc = runner.run(["srun", "--mpi=list"], timeout=30, check=False)
     except SubmitError as e:
         return None, e.message
     text = proc.stdout + proc.stderr  # Slurm 22.05 prints the list on stderr
@@ -232,7 +232,7 @@ def srun_plugins() -> tuple[tuple[str, ...] | None, str]:
 def slurm_version() -> tuple[int, int] | None:
     """This srun's Slurm version, or None without a usable srun."""
     try:
-        proc = scheduler.run(["srun", "--version"], timeout=30, check=False)
+        proc = runner.run(["srun", "--version"], timeout=30, check=False)
     except SubmitError:
         return None
     return parse_slurm_version(proc.stdout + proc.stderr) if proc.returncode == 0 else None

@@ -181,14 +181,18 @@ def _plugin_available(plugin: str, plugins: Sequence[str]) -> bool:
 
 
 def mpich_pmi2_check(version) -> Check:
-    """MPICH under srun --mpi=pmi2 from Slurm 24.11 on: seen with PyPI's MPICH 5.0.2 on Slurm 24.11.5,
-    its MPI_Init hung (or aborted) once torch was imported, slurmstepd logging `mpi/pmi2: invalid
-    client request` (the request was memory garbage); the same wheels on 22.05 came up every time.
-    Rendered srun jobs take their world from Slurm and never call MPI_Init; a user's own
-    `srun --mpi=pmi2 ... python -m slurmtorch.bootstrap`, or a script using MPI, does."""
-    return Check(WARN, f"MPICH under srun --mpi=pmi2 on Slurm {version[0]}.{version[1]}: MPI_Init can hang or abort "
-                       "once torch is imported (slurmstepd: `mpi/pmi2: invalid client request`); the bootstrap "
-                       "ends such a rank at its --timeout",
+    """MPICH under srun --mpi=pmi2, any Slurm: slurmstepd takes a PMI-1 request in one read of
+    at most 1024 bytes (Slurm's mpi/pmi2/pmi1.c, "TODO: read until newline"), and MPICH's
+    `put` lines for its UCX address exchange run past that when the bytes carry few runs of
+    zeros (MPL_hex_encode shortens only those). The rest is read as a request of its own:
+    `mpi/pmi2: value not properly terminated in client request`, and MPI_Init aborts or
+    hangs. PyPI's MPICH 5.0.2 on 22.05: by launch and checkout path (1 of the 6 MPICH srun
+    launches of one CI run; 0 of 40 in another folder); on 24.11: every launch. Rendered srun jobs take their world from Slurm and never call MPI_Init;
+    a user's own `srun --mpi=pmi2 ... python -m slurmtorch.bootstrap`, or a script using MPI, does."""
+    where = f" on Slurm {version[0]}.{version[1]}" if version else ""
+    return Check(WARN, f"MPICH under srun --mpi=pmi2{where}: MPI_Init can abort or hang (slurmstepd reads a PMI-1 "
+                       "request in one 1024-byte read, MPICH's address lines can be longer: `mpi/pmi2: invalid "
+                       "client request`); the bootstrap ends such a rank at its --timeout",
                  "launch MPI ranks with MPICH's own mpiexec inside the allocation (launcher: mpirun), or use an MPI "
                  "built with PMIx and mpi_plugin: pmix")
 
@@ -222,7 +226,7 @@ def check_srun(facts: NodeFacts, site) -> list[Check]:
                              f"Open MPI {major} under srun --mpi={plugin}: every MPI rank comes up as a "
                              "singleton of size 1",
                              "set srun_mpi: pmix in the site config (Open MPI 5 speaks only PMIx)"))
-        if vendor == "MPICH" and plugin.startswith("pmi2") and (facts.slurm_version or (0, 0)) >= (24, 11):
+        if vendor == "MPICH" and plugin.startswith("pmi2"):
             out.append(mpich_pmi2_check(facts.slurm_version))
         if "pmix" in plugin and not _plugin_available("pmix", plugins) and vendor == "Open MPI":
             out.append(Check(WARN, "Open MPI needs PMIx under srun, and this srun has no pmix plugin",
@@ -287,16 +291,37 @@ def missing_devices(value: str, present: Sequence[str], exact: bool = False) -> 
     return [d for d in names if not any(p.startswith(d) for p in present)]
 
 
+# What only a compute node has: GPUs, HCAs and the data interfaces the site names.
+_NODE_ONLY_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "OMPI_MCA_btl_tcp_if_include", "NCCL_IB_HCA",
+                   "UCX_NET_DEVICES")
+
+
+def on_login_node(facts: NodeFacts, site) -> bool:
+    """Run where srun is but outside any job, for a site whose ranks srun starts: a login
+    node, whose GPUs, HCAs and interfaces are not the compute nodes' (a site's `ib0` is a
+    compute node's property; on the login node it is no fault of the site's)."""
+    in_job = any(key == "SLURM_JOB_ID" for key, _ in facts.environ)
+    return facts.srun_plugins is not None and not in_job and site.launcher in ("srun", "torchrun")
+
+
 def node_checks(facts: NodeFacts, site, nt, env: Sequence[tuple[str, str]], backend: str) -> list[Check]:
-    """Every node check, in report order."""
+    """Every node check, in report order; on a login node, none of the compute node's own."""
+    login = on_login_node(facts, site)
     checks = check_python(facts)
     checks += check_torch(facts.torch, nt, backend)
-    checks += check_gpus(facts, nt)
-    checks += check_infiniband(facts, nt)
-    checks += check_interfaces(facts, nt)
+    if login:
+        checks.append(Check(OK, f"{facts.hostname} is a login node (srun here, no job): node type {nt.name!r}'s "
+                                "GPUs, InfiniBand and interfaces, and the variables naming them, are the compute "
+                                "nodes' (check them there: srun -N1 slurmtorch doctor, or slurmtorch doctor "
+                                "--allocation in an allocation)"))
+    else:
+        checks += check_gpus(facts, nt)
+        checks += check_infiniband(facts, nt)
+        checks += check_interfaces(facts, nt)
     checks += check_mpi(facts, site)
     checks += check_srun(facts, site)
-    checks += rdma_checks(facts, nt)
-    checks += check_env(env, facts, nt)
+    if not login:
+        checks += rdma_checks(facts, nt)
+    checks += check_env([(k, v) for k, v in env if k not in _NODE_ONLY_VARS] if login else env, facts, nt)
     return checks
 

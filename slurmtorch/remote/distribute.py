@@ -2,7 +2,7 @@
 
 The laptop pickles the call as a local run would (`payload.prepare`: what cannot be pickled
 is named before anything is sent) and sends it in the request's header, with the
-Distributor's own settings. The cluster side (`answer`, called by serve) submits it with its
+Distributor's own settings. The cluster side (serve's `answer`) submits it with its
 site, waits there (rank 0's output and the state lines on stderr, which ssh brings here)
 and writes one line on the request's stdout: rank 0's pickled value, or the pickled error
 (RemoteError, JobFailed) that a local run would have raised. The laptop unpickles it, so
@@ -15,11 +15,10 @@ from __future__ import annotations
 import base64
 import json
 import os
-import sys
 from typing import Any
 
 from slurmtorch import __version__
-from slurmtorch.errors import ClusterError, SpecError
+from slurmtorch.errors import ClusterError, SpecError, typed
 
 # The Distributor's settings that go along (scheduler_options too); `site` defaults to the cluster's.
 _SETTINGS = ("num_processes", "nodes", "use_gpu", "site", "preset", "backend", "progress")
@@ -32,7 +31,7 @@ def run(dist: Any, target: Any, args: tuple, kwargs: dict) -> Any:
 
     if isinstance(target, (str, os.PathLike)):
         raise SpecError("Distributor(cluster=...) sends functions; a file goes with its code",
-                        tip=f"slurmtorch sbatch --cluster {dist.cluster} {os.fspath(target)} ... syncs its tree and runs it")
+                        tip=f"{typed(f'sbatch {os.fspath(target)}', dist.cluster)} ... syncs its tree and runs it")
     meta, payload, name = prepare(target, args, kwargs)
     cluster = clusters.find(dist.cluster)
     settings = {k: getattr(dist, k) for k in _SETTINGS}
@@ -62,27 +61,10 @@ def _outcome(out: bytes, code: int, name: str) -> Any:
     raise value
 
 
-def answer(call: dict) -> int:
-    """The cluster's side: submit the call, wait, and write the outcome on stdout as one line."""
-    import cloudpickle  # the ranks need it too; its absence is their error, said here first
+def outcome_line(ok: bool, value: Any) -> bytes:
+    """The cluster side's answer (serve): rank 0's value, or the error, pickled as one line
+    that `_outcome` reads here."""
+    import cloudpickle
 
-    from slurmtorch.api.distributor import Distributor
-    from slurmtorch.api.job import JobFailed, RemoteError
-    from slurmtorch.errors import SlurmtorchError
-
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # rank 0's output, streamed, goes with the state lines to stderr
-    sys.stdout = sys.stderr
-    settings = call["settings"]
-    dist = Distributor(**settings, **call["options"])
-    try:
-        job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
-        value, ok = job._result(None, stream=bool(settings.get("progress", True))), True
-    except (RemoteError, JobFailed) as exc:
-        value, ok = exc, False
-    except SlurmtorchError as exc:
-        value, ok = exc, False
-    line = json.dumps({"ok": ok, "value": base64.b64encode(cloudpickle.dumps(value)).decode(), "version": __version__})
-    out.write(line.encode() + b"\n")
-    out.flush()
-    return 0
+    return json.dumps({"ok": ok, "value": base64.b64encode(cloudpickle.dumps(value)).decode(),
+                       "version": __version__}).encode() + b"\n"

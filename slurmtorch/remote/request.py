@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # the cluster side (serve) reads no clusters file: it need no
 
 EX_UNAVAILABLE = 69  # the cluster side is not set up: no python, no slurmtorch, another version, a module
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP}
+MIRROR = "--mirror"  # serve's word for: make (or refuse) the code's mirror NAME, before rsync sends into it
+WHERE = "--where"  # serve's word for: the folder job JOBID ran in, and the code files in it (remote.pull)
 
 # Run by the cluster's python as `-c`, with argv: cluster name, the laptop's version, serve's own.
 # It must run on any slurmtorch (or none), so it uses nothing of it but `__version__`.
@@ -42,7 +44,7 @@ if have != want:
                      % (have, name, sys.executable, want, want, want, have))
     sys.exit(69)
 from slurmtorch.remote.serve import main
-main(sys.argv[3:])
+main(sys.argv[3:], name)
 """
 
 

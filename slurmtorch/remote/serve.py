@@ -11,6 +11,7 @@ what a shell on the login host would have shown.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -22,21 +23,26 @@ from slurmtorch import protocol
 from slurmtorch.remote import request
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], cluster: str = "1") -> None:
+    """`cluster`: the laptop's name for this cluster, which tips name (errors.typed)."""
     tty = bool(argv) and argv[0] == "--tty"
     args = argv[argv.index("--") + 1:] if "--" in argv else []
-    os.environ[protocol.ON_CLUSTER] = "1"
+    os.environ[protocol.ON_CLUSTER] = cluster
     record_file, call = None, None
     if not tty:
         sync, call = request.read_header(sys.stdin.readline())
+        if len(args) == 2 and args[0] == request.MIRROR:  # quick, and the laptop's stdin may close first
+            sys.exit(_mirror(args[1]))
+        if len(args) == 2 and args[0] == request.WHERE:
+            from slurmtorch.remote.pull import answer_where
+
+            sys.exit(answer_where(args[1]))
         if sync is not None:
             record_file = _write_record(sync)
             os.environ[protocol.SYNCED] = record_file
         threading.Thread(target=_relay, name="slurmtorch-signals", daemon=True).start()
     if call is not None and args == ["--distribute"]:
-        from slurmtorch.remote import distribute
-
-        sys.exit(distribute.answer(call))
+        sys.exit(answer(call))
     from slurmtorch.cli.main import main as cli
 
     try:
@@ -44,6 +50,55 @@ def main(argv: list[str]) -> None:
     finally:
         if record_file:
             os.unlink(record_file)
+
+
+def answer(call: dict) -> int:
+    """A Distributor's call from the laptop (remote.distribute): submitted with its settings,
+    waited for, and the outcome written on stdout as one line."""
+    import cloudpickle  # noqa: F401 - the ranks need it too; its absence is their error, said here first
+
+    from slurmtorch.api.distributor import Distributor
+    from slurmtorch.api.job import JobFailed, RemoteError
+    from slurmtorch.errors import SlurmtorchError
+    from slurmtorch.remote.distribute import outcome_line
+
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # rank 0's output, streamed, goes with the state lines to stderr
+    sys.stdout = sys.stderr
+    settings = call["settings"]
+    dist = Distributor(**settings, **call["options"])
+    try:
+        job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
+        value, ok = job.result(stream=bool(settings.get("progress", True))), True
+    except (RemoteError, JobFailed) as exc:
+        value, ok = exc, False
+    except SlurmtorchError as exc:
+        value, ok = exc, False
+    out.write(outcome_line(ok, value))
+    out.flush()
+    return 0
+
+
+def _mirror(name: str) -> int:
+    """The laptop's check before it sends code (remote.sync): the mirror made here privately,
+    or the error line and tip a job folder's check would give, and its exit code."""
+    from slurmtorch.errors import SlurmtorchError
+    from slurmtorch.remote import sync
+    from slurmtorch.submit.jobfolder import jobdir
+
+    home = jobdir.jobs_root().parent
+    try:
+        sync.ready(name, home)
+    except OSError as exc:
+        error = jobdir.folder_error(exc, home, "code mirror")
+        print(error.render(), file=sys.stderr)
+        return error.exit_code
+    except SlurmtorchError as exc:
+        if exc.tip and "SLURMTORCH_HOME" in exc.tip:
+            exc.tip += " (from a laptop: workdir: of this cluster in its clusters file)"
+        print(exc.render(), file=sys.stderr)
+        return exc.exit_code
+    return 0
 
 
 def _write_record(sync: dict) -> str:

@@ -13,15 +13,17 @@ reaches us, not ssh: we send its name down the command's stdin and the cluster s
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurmtorch.errors import ClusterError, SlurmtorchError
+from slurmtorch.errors import ClusterError, SlurmtorchError, typed
 from slurmtorch.remote import request
 from slurmtorch.remote.clusters import Cluster
 from slurmtorch.submit.jobfolder import ownership
@@ -78,8 +80,7 @@ def connect(cluster: Cluster, environ=os.environ) -> Connection:
     """The cluster's master connection, opened now (in the foreground, for any prompt) unless
     one is up; ssh's failure to open it is one ClusterError line with the fix."""
     conn = Connection(cluster, str(socket_folder(environ) / _SOCKET_NAME))
-    check = ["ssh", "-o", f"ControlPath={conn.socket}", "-O", "check", cluster.host]
-    if _run(check, capture=True).returncode == 0:
+    if _master_alive(conn):
         return conn
     # -f: into the background once authenticated; its stderr into a file, not a pipe we would
     # wait on for as long as the master lives.
@@ -136,17 +137,34 @@ def call(conn: Connection, command: str, header: str) -> tuple[int, bytes]:
     return _exchange(conn, command, header, capture=True)
 
 
+class ConnectionLost(ClusterError):
+    """The connection to the cluster broke while a command ran there: what it started runs on."""
+
+    exit_code = 255  # ssh's own for a lost connection (ssh(1), EXIT STATUS)
+
+
+def lost(cluster: Cluster, first_line: bytes) -> ConnectionLost:
+    """The line for a connection lost mid-command (pure); a submission's first line is its job id."""
+    job = first_line.decode(errors="replace").strip()
+    if job.isdigit():
+        return ConnectionLost(f"lost the connection to cluster {cluster.name}; job {job} goes on there",
+                              tip=f"{typed(f'logs {job} --follow', cluster.name)} follows it again")
+    return ConnectionLost(f"lost the connection to cluster {cluster.name}; what the command started goes on there",
+                          tip=f"{typed('status', cluster.name)} shows your jobs")
+
+
 def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tuple[int, bytes]:
-    proc = subprocess.Popen([*conn.ssh(), command], stdin=subprocess.PIPE, start_new_session=True,
-                            stdout=subprocess.PIPE if capture else None)
+    proc = subprocess.Popen([*conn.ssh(), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            start_new_session=True)
     chunks: list[bytes] = []
-    reader = None
-    if capture:
-        out = proc.stdout
-        assert out is not None
-        reader = threading.Thread(target=lambda: chunks.append(out.read()), daemon=True)
-        reader.start()
+    out = proc.stdout
+    assert out is not None
+    # The command's output is kept (capture) or passed on as it comes, its first line kept:
+    # should the connection break, it names the job that goes on (`lost`).
+    reader = threading.Thread(target=_collect if capture else _pass_on, args=(out, chunks), daemon=True)
+    reader.start()
     assert proc.stdin is not None
+    stdin = proc.stdin  # for relay: a closure does not keep the narrowing
     sent: list[int] = []
 
     def relay(signum, frame) -> None:
@@ -155,8 +173,8 @@ def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tup
             proc.kill()
             return
         try:
-            proc.stdin.write(request.signal_line(signum))
-            proc.stdin.flush()
+            stdin.write(request.signal_line(signum))
+            stdin.flush()
         except (BrokenPipeError, ValueError):
             pass
 
@@ -169,15 +187,36 @@ def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tup
         except BrokenPipeError:
             pass
         code = proc.wait()
-        if reader is not None:
-            reader.join()
+        reader.join()
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     if code < 0 and sent:  # killed after a second signal
         raise ClusterError(f"interrupted; what runs on cluster {conn.cluster.name} may go on",
-                           tip=f"slurmtorch status --cluster {conn.cluster.name}")
+                           tip=typed("status", conn.cluster.name))
+    # 255 is ssh's failure, or the command's own exit 255: the master connection tells them apart.
+    if code == 255 and not _master_alive(conn):
+        raise lost(conn.cluster, b"".join(chunks).split(b"\n", 1)[0])
     return code, b"".join(chunks)
+
+
+def _collect(out, chunks: list[bytes]) -> None:
+    chunks.append(out.read())
+
+
+def _pass_on(out, chunks: list[bytes]) -> None:
+    """Copy the command's stdout to ours as it arrives; keep what came until its first newline."""
+    target = sys.stdout.buffer
+    while data := out.read1(65536):
+        if not chunks or b"\n" not in chunks[0]:
+            chunks[:] = [b"".join(chunks) + data]
+        target.write(data)
+        target.flush()
+
+
+def _master_alive(conn: Connection) -> bool:
+    check = ["ssh", "-o", f"ControlPath={conn.socket}", "-O", "check", conn.cluster.host]
+    return _run(check, capture=True).returncode == 0
 
 
 def rsync(conn: Connection, root: str, files: Sequence[str], dest: str, mkdir: str) -> subprocess.CompletedProcess:
@@ -195,6 +234,25 @@ def rsync(conn: Connection, root: str, files: Sequence[str], dest: str, mkdir: s
         return _run(argv, capture=True, input=data)
     except FileNotFoundError:
         raise ClusterError("rsync is not installed here; it sends the code to the cluster",
+                           tip="install rsync (apt install rsync, brew install rsync)") from None
+
+
+def rsync_back(conn: Connection, workdir: str, paths: Sequence[str], dest: str,
+               skip: Sequence[str]) -> subprocess.CompletedProcess:
+    """Bring `paths` of `workdir` on the cluster (all of it: none) into `dest`: only what
+    changed, never `skip` (paths relative to `workdir`: the code), never over a newer file
+    here (--update), nothing deleted."""
+    sources = [f"{workdir.rstrip('/')}/./{p}" for p in paths] if paths else [f"{workdir.rstrip('/')}/./"]
+    remote = [f"{conn.cluster.host}:{sources[0]}", *(f":{s}" for s in sources[1:])]
+    argv = ["rsync", "-a", "--update", "--relative", "--protect-args", "--from0", "--exclude-from=-", "--stats",
+            "-e", conn.rsh(), *remote, f"{dest.rstrip('/')}/"]
+    # Anchored at the transfer's root (the working folder, after `/./`); rsync's wildcards escaped.
+    data = b"".join(b"/" + re.sub(r"([*?\[\\])", r"\\\1", p).encode("utf-8", "surrogateescape") + b"\0"
+                    for p in skip)
+    try:
+        return _run(argv, capture=True, input=data)
+    except FileNotFoundError:
+        raise ClusterError("rsync is not installed here; it brings the files back from the cluster",
                            tip="install rsync (apt install rsync, brew install rsync)") from None
 
 

@@ -1,7 +1,8 @@
 """Sending the code to a cluster: the snapshot's own file list, mirrored there with rsync.
 
 The files are those a local snapshot takes (codecopy.list_entries: git's tracked and
-untracked-not-ignored files, else the folder; the same limits). They go to one mirror
+untracked-not-ignored files, a repository inside the tree's by its own rules and the
+tree's, else the folder; the same limits). They go to one mirror
 per laptop tree on the cluster (`<workdir>/sync/<name>-<key>`, private: 0700 folders,
 no group or other bits), with rsync over the cluster's shared connection: a second
 submission after an edit sends only what changed (rsync --checksum: by content). The
@@ -14,14 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import re
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
-from slurmtorch.errors import ClusterError
+from slurmtorch import __version__
+from slurmtorch.errors import ClusterError, SpecError
 from slurmtorch.remote import request, ssh
-from slurmtorch.submit.jobfolder import codecopy, jobdir, snapshot
+from slurmtorch.submit.jobfolder import codecopy, jobdir, ownership, snapshot
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 
 DEFAULT_WORKDIR = "~/.slurmtorch"  # the cluster side's own default SLURMTORCH_HOME
@@ -34,6 +38,7 @@ class Sent:
     mirror: str  # on the cluster: `~/...` or absolute
     files: int  # how many the tree holds
     transferred: int  # how many rsync sent
+    notes: list[str]  # what the listing says of the tree (codecopy.nested_lines; a folder's Python code only)
 
 
 def mirror_for(workdir: str | None, root: str, host: str) -> str:
@@ -51,34 +56,67 @@ def rsync_dest(mirror: str) -> str:
 def send(conn: ssh.Connection, snap: Snapshot, environ=os.environ) -> Sent:
     """List the tree's files as a snapshot would, hash them, and rsync them to the mirror."""
     home = str(jobdir.jobs_root(environ).parent)
-    entries = codecopy.list_entries(snap, _git, snapshot.limit_bytes(environ), home)
+    nested: list[codecopy.Nested] = []
+    notes: list[str] = []  # a folder outside git too big to send whole: its Python code only, said
+    entries = codecopy.list_entries(snap, _git, snapshot.limit_bytes(environ), home, nested, notes)
     manifest = [[e.path, "link", e.target] if e.kind == "link" else [e.path, _sha256(snap.root, e.path), ""]
                 for e in entries]
     mirror = mirror_for(conn.cluster.workdir, snap.root, socket.gethostname())
-    record = codecopy.describe(snap, _git, manifest, sum(e.size for e in entries))
+    record = codecopy.describe(snap, _git, manifest, sum(e.size for e in entries), nested)
     record.update(mirror=mirror, origin=f"{socket.gethostname()}:{snap.root}")
     files = [e.path for e in entries if e.kind == "file"]
+    # Check first, send after: a workdir another user made first would see every name and size.
+    code, _ = ssh.call(conn, request.command(conn.cluster, __version__, [request.MIRROR, posixpath.basename(mirror)]),
+                       request.header(None))
+    if code != 0:
+        raise Declined(code)
     proc = ssh.rsync(conn, snap.root, files, rsync_dest(mirror),
                      mkdir=f"umask 077 && mkdir -p {request.path_word(mirror)}")
     if proc.returncode != 0:
-        said = proc.stderr.decode(errors="replace").strip().splitlines()
         raise ClusterError(f"sending the code to cluster {conn.cluster.name} failed (rsync exit {proc.returncode}): "
-                           f"{said[-1] if said else 'no message'}",
+                           f"{rsync_said(proc.stderr)}",
                            tip="rsync must be installed on both sides; check the workdir in the clusters file")
     found = _SENT.search(proc.stdout)
     sent = int(found.group(1).replace(b",", b"")) if found else len(files)
-    return Sent(record, mirror, len(files), sent)
+    return Sent(record, mirror, len(files), sent, codecopy.nested_lines(nested) + notes)
+
+
+class Declined(Exception):
+    """The cluster side refused the mirror (its error line and tip are on stderr already): exit `code`."""
+
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def rsync_said(stderr: bytes) -> str:
+    """Why rsync failed, in one line: its own reasons (`rsync: [receiver] ...`), not only the
+    last line, which is mostly `rsync error: ... (see previous errors)` (pure)."""
+    lines = [line.strip() for line in stderr.decode(errors="replace").splitlines() if line.strip()]
+    reasons = [line for line in lines if not line.startswith("rsync error:")] or lines
+    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+    return "; ".join(reasons[:3]) + more if reasons else "no message"
+
+
+def ready(name: str, home: Path) -> None:
+    """The cluster's side: the mirror NAME in `home`/sync, made privately or refused, as a job
+    folder's levels are (ownership), before anything is sent into it."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", name) or name in (".", ".."):
+        raise SpecError(f"not a mirror's name: {name!r}")
+    ownership.secure_folder(home / "sync" / name, home)
 
 
 def announce(sent: Sent, cluster: str) -> None:
+    for line in sent.notes:
+        print(line, file=sys.stderr)
     print(f"slurmtorch: code synced to {cluster}:{sent.mirror} ({sent.files} files, {sent.transferred} sent)",
           file=sys.stderr, flush=True)
 
 
-def _git(folder: str, *args: str) -> tuple[int, bytes, str]:
-    from slurmtorch.submit import scheduler  # the edge that runs git for a local snapshot too
+def _git(folder: str, *args: str, input: bytes | None = None) -> tuple[int, bytes, str]:
+    from slurmtorch.submit.edge.git import git  # the edge that runs git for a local snapshot too
 
-    return scheduler.git(folder, *args)
+    return git(folder, *args, input=input)
 
 
 def _sha256(root: str, path: str) -> str:

@@ -1,6 +1,6 @@
 """The submit side (login node): site config -> JobSpec -> rendered script -> sbatch.
 
 `sites` (validated YAML presets) -> `spec` (`JobSpec`, pure) -> `render` (the dry
-run, pure) -> `jobdir` + `scheduler` (the edge: the job folder and the scheduler commands).
+run, pure) -> `jobfolder` + `edge` (the job folder, and one module per scheduler program).
 Never imports torch, mpi4py or anything from `slurmtorch.bootstrap` (the in-rank side).
 """

@@ -23,7 +23,8 @@ def resolve_target(site: Site, o: Options) -> tuple[dict[str, Any], Partition, N
     """(preset, partition, node type): the preset named, else `default`; the partition
     from the options, else the preset, else the site's default."""
     preset = site.preset(o.preset)
-    partition = site.partition(o.pick(preset, "partition"))
+    # With a QOS asked for, the entry of that Slurm partition with that QOS, if the site has one.
+    partition = site.partition(o.pick(preset, "partition"), qos=o.pick(preset, "qos"))
     return preset, partition, site.node_type(partition.node_type)
 
 
@@ -112,6 +113,7 @@ def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_
 def _spread(o: Options, preset: dict[str, Any], ntasks_per_node: int, roles: RoleLayout | None,
             launcher: str) -> tuple[int, int]:
     """(nodes, ranks) for -n: --nodes as given, else as many as -n needs at --ntasks-per-node."""
+    assert o.ntasks is not None  # node_count calls this only with -n
     n = positive("-n/--ntasks", o.ntasks)
     if roles:
         raise SpecError("--role counts nodes, one task each; -n/--ntasks cannot apply", tip="leave -n out with --role")

@@ -116,8 +116,9 @@ def container_args(spec, c) -> tuple[list, list[str]]:
         return [], [f"--container-image={c.image}", f"--container-mounts={','.join(binds)}", *keep, *c.args]
     if c.runtime == "apptainer":
         # IDRIS runs it as `singularity exec` (container.command); the same options.
-        prefix = [c.command or "apptainer", "exec"]
-        if gpus:
+        # LUMI runs `singularity run` (container.subcommand): the image's runscript, then the rank.
+        prefix = [c.command or "apptainer", c.subcommand or "exec"]
+        if gpus and c.gpu_flag:
             # The host's GPU driver libraries and devices in the container: NVIDIA's, or AMD's ROCm.
             prefix.append("--rocm" if spec.gpu_vendor == "amd" else "--nv")
         for m in binds:
@@ -126,7 +127,7 @@ def container_args(spec, c) -> tuple[list, list[str]]:
         return [*prefix, *c.args, image], []
     if c.runtime == "podman-hpc":
         prefix = ["podman-hpc", "run", "--rm", "--network=host", "--ipc=host", "--pid=host"]
-        if gpus and spec.gpu_vendor != "amd":
+        if gpus and c.gpu_flag and spec.gpu_vendor != "amd":
             prefix.append("--gpu")
         for m in binds:
             prefix += ["-v", m]

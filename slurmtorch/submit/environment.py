@@ -100,7 +100,7 @@ def job_env(site: Site, node: NodeType, partition: Partition, preset: dict, o: O
     `nodes` is the job's node count (a one-node batch job's fabric layer may differ).
     """
     layers: list[tuple[Iterable[tuple[str, str | None]], PathMap, PathMap]] = [
-        (fabric_env(node, one_node=o.kind == "sbatch" and nodes == 1), (), ()),
+        (fabric_env(node, one_node=o.kind == "sbatch" and nodes == 1, edition=site.fabric_defaults), (), ()),
         (site.env, site.prepend_path, site.append_path),
         (node.env, node.prepend_path, node.append_path),
         (partition.env, partition.prepend_path, partition.append_path),
@@ -120,10 +120,18 @@ def job_env(site: Site, node: NodeType, partition: Partition, preset: dict, o: O
         for key, dirs in back:
             base, before, after = recipes.get(key, (_INHERIT, (), ()))
             recipes[key] = (base, before, (*after, *dirs))
-    env = {key: ":".join(p for p in (*before, base, *after) if p) if before or after else base
-           for key, (base, before, after) in recipes.items() if base is not _INHERIT}
+    env = {key: _joined(base, before, after) for key, (base, before, after) in recipes.items() if base is not _INHERIT}
     edits = tuple((key, before, after) for key, (base, before, after) in recipes.items() if base is _INHERIT)
     return env, edits
+
+
+def _joined(base: str, before: tuple[str, ...], after: tuple[str, ...]) -> str:
+    """A plain value with a layer's folders around it; a job-time value (a site's `{expand: ...}`,
+    `shell.JobTimeWord`) stays one, its folders literal text beside its variables."""
+    if not before and not after:
+        return base
+    text = ":".join(p for p in (*before, base, *after) if p)
+    return shell.JobTimeWord(text) if isinstance(base, shell.JobTimeWord) else text
 
 
 def omp_env(site: Site, node: NodeType, partition: Partition) -> tuple[tuple[str, str], ...]:
@@ -141,6 +149,13 @@ def composed(edits: Iterable[PathEdit], environ: Mapping[str, str]) -> list[tupl
     """The values `edits` give on top of `environ`, as the rendered script computes them."""
     return [(key, ":".join([*before, *([environ[key]] if environ.get(key) else []), *after]))
             for key, before, after in edits]
+
+
+def expanded(env: Iterable[tuple[str, str]], environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """`env` with each job-time value (`shell.JobTimeWord`) as the batch script's bash expands it
+    over `environ` (an unset variable: empty)."""
+    return [(key, shell.JOB_TIME_VAR.sub(lambda m: environ.get(m.group(1) or m.group(2), ""), value)
+             if isinstance(value, shell.JobTimeWord) else value) for key, value in env]
 
 
 def parse_env(items: tuple[str, ...] | list[str], batch: bool = False) -> list[tuple[str, str]]:

@@ -22,13 +22,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurmtorch import protocol, shell
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit import render
 from slurmtorch.submit.spec import JobSpec
 
 # The one command the shell offers, shown in its first lines and in the docs.
 RUN_HINT = "slurmtorch run SCRIPT [ARGS]"
-DEFAULT_JOB_NAME = "interactive"
 SETUP_PLACEHOLDER = "SETUP"  # the set-up file's name in a dry run (a private temporary file when run)
 
 # `#SBATCH` lines of a batch job that salloc has no option for (salloc(1)): where the batch
@@ -40,7 +39,7 @@ def check(spec: JobSpec) -> None:
     """Refuse what an interactive allocation cannot run yet, in one line with the fix."""
     if spec.container is not None:
         raise SpecError(f"site {spec.site!r} runs the ranks in a container, which slurmtorch alloc does not do yet",
-                        tip="use slurmtorch sbatch, or a site (or preset) without a container")
+                        tip=f"use {typed('sbatch')}, or a site (or preset) without a container")
 
 
 def shell_argv(setup_file: str) -> list[str]:
@@ -72,8 +71,8 @@ def read_stored(environ: Mapping[str, str]) -> tuple[str, str, dict[str, Any]]:
     text, job_id = environ.get(protocol.ALLOC), environ.get("SLURM_JOB_ID")
     if not text or not job_id:
         raise SpecError("slurmtorch run starts ranks in the shell of slurmtorch alloc, and this is not one",
-                        tip="slurmtorch alloc --site SITE --nodes N, then slurmtorch run SCRIPT [ARGS] in its shell; "
-                            "or slurmtorch sbatch for a batch job")
+                        tip=f"{typed('alloc --site SITE --nodes N')}, then slurmtorch run SCRIPT [ARGS] in its shell; "
+                            f"or {typed('sbatch')} for a batch job")
     try:
         record = json.loads(text)
         site, options = record["site"], record["options"]
@@ -81,7 +80,7 @@ def read_stored(environ: Mapping[str, str]) -> tuple[str, str, dict[str, Any]]:
             raise TypeError
     except (ValueError, TypeError, KeyError):
         raise SpecError(f"{protocol.ALLOC} is not what slurmtorch alloc wrote",
-                        tip="leave the shell (exit) and start a new one with slurmtorch alloc") from None
+                        tip=f"leave the shell (exit) and start a new one with {typed('alloc')}") from None
     return job_id, site, options
 
 

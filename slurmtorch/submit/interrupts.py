@@ -78,6 +78,7 @@ class Forwarding:
             raise Interrupted(self.signum, self.what)
 
     def _forward(self, signum: int) -> None:
+        assert self.pid is not None  # called only once attached
         try:
             os.kill(self.pid, signum)
         except ProcessLookupError:

@@ -9,17 +9,17 @@ with srun), never under mpirun.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypedDict
 
-from slurmtorch import shell
+from slurmtorch import initargs, protocol, shell
 from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
-from slurmtorch.submit.sites.model import (CONTAINER_RUNTIMES, LAUNCHERS, SRUN_RUNTIMES, Container, NodeType,
-                                           Partition, Site)
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS, Options
+from slurmtorch.submit.sites.model import SRUN_RUNTIMES, Container, NodeType, Partition, Site
 
 
 def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str, str]:
@@ -30,6 +30,10 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     backend = o.pick(preset, "backend") or "auto"
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
+    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour != "openmpi":
+        raise SpecError(f"site {site.name!r} launches with {site.mpirun.flavour}'s mpiexec (its mpirun: block), "
+                        "which is for slurmtorch mpirun on hosts without Slurm; a batch job's mpirun is Open MPI's",
+                        tip="use --launcher srun in a Slurm job, or slurmtorch mpirun --hostfile on the hosts")
     box = preset.get("container") or site.container
     if box is not None and box.runtime in SRUN_RUNTIMES and launcher == "mpirun":
         where = f"site {site.name!r}"
@@ -40,6 +44,26 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     return launcher, backend
 
 
+def gpu_order_env(site: Site, kind: str) -> dict[str, str]:
+    """The rank side's GPU order for `slurmtorch mpirun` on this site (bootstrap.device): reverse
+    where the site says so (ALCF Polaris: set_affinity_gpu_polaris.sh, "need to assign GPUs in
+    reverse order due to topology"), else nothing."""
+    if kind == "mpirun" and site.mpirun.gpu_order != "natural":
+        return {protocol.GPU_ORDER: site.mpirun.gpu_order}
+    return {}
+
+
+def placement_env(o, preset: dict[str, Any], site: Site, env: Mapping[str, str]) -> dict[str, str]:
+    """SLURMTORCH_PLACEMENT for the ranks (bootstrap.placement): --placement, else the preset's,
+    else the site's `placement`; `auto` is the ranks' own default and exports nothing, and so
+    does a job whose own environment (`env`, its --env) already sets it."""
+    value = o.pick(preset, "placement", site.placement)
+    if value not in protocol.PLACEMENTS:
+        raise SpecError(f"--placement {value!r} is not one of {', '.join(protocol.PLACEMENTS)}",
+                        tip="auto (CPUs nearest each rank's GPU), share (a fair share each), none (leave them)")
+    return {} if value == "auto" or protocol.PLACEMENT in env else {protocol.PLACEMENT: value}
+
+
 def srun_mpi_for(site: Site, node: NodeType, partition: Partition, preset: dict[str, Any]) -> str:
     """srun's --mpi for the rank step: the preset's, else the partition's, else the node type's,
     else the site's `srun_mpi` (`none`: no --mpi at all). CSCS launches its uenv jobs with plain
@@ -48,11 +72,15 @@ def srun_mpi_for(site: Site, node: NodeType, partition: Partition, preset: dict[
     return preset.get("srun_mpi") or partition.srun_mpi or node.srun_mpi or site.srun_mpi
 
 
-def check_edf_env(container: Container | None, env_paths: tuple) -> None:
+def check_edf_env(container: Container | None, env_paths: tuple, env: Mapping[str, str] | None = None) -> None:
     """A cscs-ce job's environment goes into its EDF as literal values (the Container Engine
     gives the image's value of a variable precedence over the host's, and expands ${NAME} from
     the image's first: docs/software/container-engine/edf.md in eth-cscs/cscs-docs); a path
-    composed over the job's own value at run time cannot be written there."""
+    composed over the job's own value at run time, or a value expanded then, cannot be written there."""
+    later = [name for name, value in (env or {}).items() if isinstance(value, shell.JobTimeWord)]
+    if container is not None and container.runtime == "cscs-ce" and later:
+        raise SpecError(f"cscs-ce: {', '.join(later)} is expanded when the job runs ({{expand: ...}}), which "
+                        "the Container Engine's EDF cannot carry", tip="give the whole value literally in env:")
     if container is not None and container.runtime == "cscs-ce" and env_paths:
         names = ", ".join(name for name, _, _ in env_paths)
         raise SpecError(f"cscs-ce: {names} is composed over the job's own value (prepend_path/append_path), "
@@ -67,6 +95,39 @@ def local_rank_form(o: Options, preset: dict[str, Any]) -> str | None:
         raise SpecError(f"--local-rank-arg {form!r} is not one of {', '.join(LOCAL_RANK_FORMS)}",
                         tip="local_rank for --local_rank=N (DeepSpeed's launcher), local-rank for --local-rank=N")
     return form
+
+
+def init_args_form(o: Options) -> str | None:
+    """--init-args, checked here as the ranks will read it (`initargs`), or None."""
+    if o.init_args is None:
+        return None
+    try:
+        initargs.parse(o.init_args)
+    except initargs.InitArgsError as exc:
+        raise SpecError(str(exc), tip=initargs.TIP) from None
+    return o.init_args
+
+
+class ScriptConventions(TypedDict):
+    """How the ranks tell the script its world beyond the environment (JobSpec fields)."""
+
+    local_rank_arg: str | None
+    init_args: str | None
+    cluster_spec: str | None
+
+
+def script_conventions(o: Options, preset: dict[str, Any]) -> ScriptConventions:
+    """The --local_rank argument, --init-args and CLUSTER_SPEC's shape, each checked."""
+    return ScriptConventions(local_rank_arg=local_rank_form(o, preset), init_args=init_args_form(o),
+                             cluster_spec=cluster_spec_shape(o))
+
+
+def cluster_spec_shape(o: Options) -> str | None:
+    """--cluster-spec, checked (protocol.CLUSTER_SPEC_SHAPES), or None for the default."""
+    if o.cluster_spec is not None and o.cluster_spec not in protocol.CLUSTER_SPEC_SHAPES:
+        raise SpecError(f"--cluster-spec {o.cluster_spec!r} is not one of {', '.join(protocol.CLUSTER_SPEC_SHAPES)}",
+                        tip="vertex for Vertex AI's workerpool0..3, ai-platform (the default) for master/worker")
+    return o.cluster_spec
 
 
 def backend_for(backend: str, gpus_per_node: int) -> str:

@@ -23,10 +23,11 @@ from slurmtorch.roles import TRAINING_ROLES, RoleLayout
 from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, charliecloud_env, pick_addr
 from slurmtorch.submit.jobfolder import ownership
 from slurmtorch.submit.containers import EDF_END, EDF_FILE, container_args, edf_text, job_env_names
+from slurmtorch.submit.mpiflavour import mpiexec_line
 from slurmtorch.submit.scripttext import InCode, comment_quote, composed_path, script_join, script_quote
 from slurmtorch.submit.sites.model import mpi_option
 from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
-from slurmtorch.submit.sweeps import sweep_args, sweep_var
+from slurmtorch.submit.sweeps import sweep_args, sweep_var, trial_folder
 
 # Per-rank log redirection for launchers without srun's --output patterns. It is a
 # constant passed as `bash -c` text; the job folder and argv arrive as positional
@@ -74,6 +75,7 @@ class TrialCase:
     args: tuple[str, ...]  # appended to the script's arguments (--NAME VALUE), as the launcher passes them on
     exports: tuple[tuple[str, str], ...]  # SLURMTORCH_SWEEP_<NAME> and its value
     params: str  # SLURMTORCH_PARAMS: the parameters as compact JSON
+    folder: str = ""  # its working folder below the submission folder's trials/ (sweeps.trial_folder)
 
 
 # A launcher's variables that sbatch (--export=ALL) brings along from the submitting
@@ -91,6 +93,11 @@ class Launch:
     rank_argv: tuple[str, ...]
     srun_args: tuple[str, ...] = ()
     mpirun_args: tuple[str, ...] = ()
+    # `slurmtorch mpirun`: the site's MPI's launcher (mpiflavour), whether a pip wheel's beside
+    # the job's python may stand in for PATH's, and how the variables reach the ranks.
+    mpirun_program: str = "mpirun"
+    mpirun_beside_python: bool = True
+    mpirun_forwards: str = "-x forwards each variable above to remote hosts"
     torchrun_argv: tuple[str, ...] = ()
     rank_log_wrapper: str = RANK_LOG_WRAPPER
     role_steps: tuple[RoleStep, ...] = ()
@@ -139,6 +146,13 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
         argv += ["--role", role]
     if spec.local_rank_arg is not None:
         argv.append(f"--local-rank-arg={spec.local_rank_arg}")
+    if spec.init_args is not None:
+        argv.append(f"--init-args={spec.init_args}")
+    if spec.cluster_spec is not None:
+        argv.append(f"--cluster-spec={spec.cluster_spec}")
+    if spec.module and spec.snapshot is not None and spec.snapshot.cwd is not None:
+        # `python -m` imports from the working folder, the live tree: the job's copy instead.
+        argv += ["--import-from", InCode(spec.snapshot.cwd)]
     if spec.module:
         argv += ["-m", spec.module]
     elif spec.script is not None:  # None: `slurmtorch alloc`'s spec, whose program comes with each run
@@ -219,7 +233,7 @@ def torchrun_literal(args, launcher: str = "torchrun") -> list[str]:
 
 
 def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
-    """The restart supervisor's options (submit/supervisor.py), or () without --max-restarts."""
+    """The restart supervisor's options (submit/batchnode/supervisor.py), or () without --max-restarts."""
     if spec.max_restarts is None:
         return ()
     args = ["--nodes", str(spec.nodes), "--ntasks", str(spec.ntasks), "--max-restarts", str(spec.max_restarts)]
@@ -262,7 +276,8 @@ def trial_cases(spec: JobSpec) -> tuple[TrialCase, ...]:
     """Every trial of a sweep as its case in the batch script sets it up (pure)."""
     return tuple(TrialCase(trial=t, args=tuple(torchrun_literal(sweep_args(params), spec.launcher)),
                            exports=tuple((sweep_var(name), value) for name, value in params),
-                           params=json.dumps(dict(params), separators=(",", ":"), ensure_ascii=False))
+                           params=json.dumps(dict(params), separators=(",", ":"), ensure_ascii=False),
+                           folder=trial_folder(t, params))
                  for t, params in spec.trials)
 
 
@@ -325,17 +340,14 @@ def _launch_plan(spec: JobSpec) -> Launch:
         return Launch(rank_argv=tuple(rank_argv), srun_args=tuple(srun), started_check=started_check,
                       supervisor_args=supervisor_args(spec))
 
-    # mpirun: inside an allocation Open MPI finds the hosts itself; outside, -n/--hostfile.
+    if spec.kind == "mpirun":  # outside Slurm: -n, the hosts, in the site's MPI's own spelling
+        line = mpiexec_line(spec.mpi_launch, spec.ntasks, spec.hostfile,
+                            [*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)])
+        return Launch(rank_argv=tuple(rank_argv), mpirun_args=(*line.args, *spec.mpirun_args),
+                      mpirun_program=line.program, mpirun_beside_python=line.beside_python,
+                      mpirun_forwards=line.forwards)
+    # mpirun in an allocation: Open MPI finds the hosts itself.
     mpirun = ["-n", str(spec.ntasks), *mpirun_binding(spec)]
-    if spec.kind == "mpirun":
-        if spec.hostfile:
-            mpirun += ["--hostfile", spec.hostfile]
-        else:
-            # One host: Open MPI counts cores as slots and refuses -n beyond them; on a
-            # laptop more ranks than cores is the user's call, as with torchrun.
-            mpirun += ["--oversubscribe"]
-        for name in (*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)):
-            mpirun += ["-x", name]
     return Launch(rank_argv=tuple(rank_argv), mpirun_args=tuple(mpirun),
                   rank_log_wrapper=TERMINAL_WRAPPER if spec.interactive else _rank_log_wrapper(_redirect(spec)))
 
@@ -350,12 +362,8 @@ def mpirun_binding(spec: JobSpec) -> list[str]:
     `PE=n` gives each n processing elements and `HWTCPUS` counts hardware threads as CPUs,
     as Slurm's CPU counts do (PRRTE's docs, Process placement: --map-by and --bind-to,
     https://docs.prrte.org/en/latest/placement/index.html; Open MPI 5.0 mpirun(1)).
-    Outside Slurm (`slurmtorch mpirun`) the hosts' CPU counts are unknown here: ranks are
-    left unbound, each on its host's CPUs as torchrun leaves its workers, and the bootstrap
-    gives each its thread share (OMP_NUM_THREADS).
+    Outside Slurm (`slurmtorch mpirun`) the site's `mpirun:` block says (mpiflavour).
     """
-    if spec.kind == "mpirun":
-        return ["--bind-to", "none"]
     return ["--map-by", f"slot:PE={spec.cpus_per_task}:HWTCPUS", "--bind-to", "hwthread"]
 
 
@@ -414,7 +422,9 @@ def render_template(name: str, spec: JobSpec, **extra: object) -> str:
                                pick_addr_in_bash=pick_addr(spec.backend, fabric_host_named(spec)),
                                fabric_host=fabric_host_named(spec),
                                charliecloud_env_in_bash=charliecloud_env(list(launch.charliecloud_env)),
-                               reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR, **extra)
+                               reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR,
+                               supervisor_end=protocol.SUPERVISOR_END, supervisor_killed=protocol.SUPERVISOR_KILLED,
+                               **extra)
     except SlurmtorchError:
         raise
     except jinja2.TemplateNotFound as e:

@@ -18,15 +18,12 @@ from __future__ import annotations
 import re
 
 from slurmtorch import shell
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit.sites.model import NodeType
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.options import SBATCH_PASSED_ON, Options
 
-# Options field -> #SBATCH name, for the ones passed on as typed after their check.
-PASSED_ON = {"constraint": "constraint", "mem": "mem", "mem_per_cpu": "mem-per-cpu", "mem_per_gpu": "mem-per-gpu",
-             "exclusive": "exclusive", "dependency": "dependency", "begin": "begin", "gres": "gres",
-             "reservation": "reservation", "nodelist": "nodelist", "exclude": "exclude", "mail_type": "mail-type",
-             "mail_user": "mail-user", "comment": "comment"}
+# Options field -> #SBATCH name, for the ones passed on as typed after their check (the table's).
+PASSED_ON = SBATCH_PASSED_ON
 
 # Options the escape hatch refuses: name -> (why, tip). First the #SBATCH lines slurmtorch
 # writes itself (spec.sbatch_header) or has an option for: through --sbatch-arg they would
@@ -47,7 +44,7 @@ SBATCH_REFUSED: dict[str, tuple[str, str]] = {
     "wrap": ("the job is slurmtorch's script", "leave it out"),
     "wait": ("sbatch would block instead of printing the job id", "use slurmtorch's --wait"),
     "test-only": ("sbatch would submit nothing", "use --dry-run"),
-    # scheduler.submit submits held and releases the job once its folder is in place.
+    # edge.sbatch.submit submits held and releases the job once its folder is in place.
     "hold": ("slurmtorch submits the job held and releases it once its folder is ready, which would undo it",
              "hold it after submitting: scontrol hold JOBID"),
     # CSCS's Container Engine on the batch step: "experimental", and srun then fails to load
@@ -80,7 +77,8 @@ SRUN_REFUSED: dict[str, tuple[str, str]] = {
 # job folder's logs, or the job's identity. Each with the fix a site file has.
 SITE_REMOVABLE = frozenset({"partition"})
 _SITE_TIPS = {
-    "partition": "a job's partition is a `partitions:` entry (-p); null removes the line on a QOS-routed site",
+    "partition": "a job's partition is a `partitions:` entry (-p): slurm_partition: NAME sends an entry to another "
+                 "Slurm partition (several QOS on one); null removes the line on a QOS-routed site",
     "time": "set partitions.NAME.default_time, or time: in a preset",
     "account": "set account: on the partition or in a preset",
     "qos": "set qos: on the partition or in a preset",
@@ -140,7 +138,7 @@ def sbatch_directives(o: Options, node: NodeType, partition: str, layout: tuple[
         first = next(iter(given), None)
         flag = f"--{first}" if first else ("--sbatch-arg" if o.sbatch_args else "--srun-arg")
         raise SpecError(f"{flag} is an option of a Slurm job; slurmtorch mpirun starts no job",
-                        tip="use slurmtorch sbatch")
+                        tip=f"use {typed('sbatch')}")
     nodes, gpus, tasks, cpus = layout
     # The centre's reason first: it says more than ours (--sbatch-arg=--mem: "use --mem").
     check_refused(given, refused or {}, partition, "")
@@ -205,13 +203,27 @@ def srun_arguments(o: Options, launcher: str, site_args: tuple[str, ...] = (),
     check_refused(option_names(o.srun_args), refused or {}, partition, "--srun-arg")
     escape_hatch(o.srun_args, "--srun-arg", SRUN_REFUSED, set())
     args = (*site_args, *o.srun_args)
-    per_task = next((a for a in args if a.partition("=")[0] in ("--gpus-per-task", "--gpus")), None)
+    per_task = next((a for a in args if a.partition("=")[0] in ("--gpus-per-task", "--gpus")
+                     or _cpus_per_task_list(a)), None)
     if launcher == "torchrun" and per_task is not None:
-        # torchrun's one agent per node spawns every rank of the node: it needs all its GPUs.
+        # torchrun's one agent per node spawns every rank of the node: it needs all its GPUs and
+        # CPUs, not the first rank's mask (LUMI's --cpu-bind=mask_cpu:... gives one per GCD).
         source = "--srun-arg" if per_task in o.srun_args else "the site's srun_args"
-        raise SpecError(f"{per_task} (from {source}) would give torchrun's one agent per node a share of the "
-                        "node's GPUs, not each rank", tip="use --launcher srun, which starts one task per rank")
+        what = "CPUs" if _cpus_per_task_list(per_task) else "GPUs"
+        raise SpecError(f"{shorten(per_task)} (from {source}) would give torchrun's one agent per node a share of "
+                        f"the node's {what}, not each rank", tip="use --launcher srun, which starts one task per rank")
     return args
+
+
+def _cpus_per_task_list(arg: str) -> bool:
+    """Whether `arg` binds each task to its own CPUs from a list (srun --cpu-bind=map_cpu:/mask_cpu:)."""
+    name, _, value = arg.partition("=")
+    return name == "--cpu-bind" and any(kind in value for kind in ("map_cpu:", "mask_cpu:", "map_ldom:", "mask_ldom:"))
+
+
+def shorten(arg: str, most: int = 60) -> str:
+    """`arg` for an error line: a long mask list cut, with '...'."""
+    return arg if len(arg) <= most else arg[:most] + "..."
 
 
 def escape_hatch(args: tuple[str, ...], flag: str, refused: dict[str, tuple[str, str]], real_prefixes: set[str]
@@ -341,7 +353,7 @@ def check_begin(text: str) -> None:
             continue
         m = token.match(text, pos)
         bad = m is None or _out_of_range(m)
-        if bad:
+        if bad or m is None:
             raise SpecError(f"invalid --begin {text!r}" + (f": {bad}" if isinstance(bad, str) else ""), tip=_BEGIN_TIP)
         pos, seen = m.end(), True
     if not seen:

@@ -3,8 +3,9 @@
 `script_quote` is `shell.quote` (the one audited quoting path) with bash's `$'...'` for
 control characters, plus the few expansions a script must leave to the job: the job's folder
 (`containers.InJobFolder`), its copy of the code (`InCode`), a site's `$NAME` in an image path
-(`shell.JobTimeWord`). `composed_path` writes a `prepend_path`/`append_path` over a variable's
-own value; `comment_quote` keeps an argument on its comment line. The renderer's Jinja filters.
+or `env:` value (`shell.JobTimeWord`), a variable the script exported (`ExportedValue`).
+`composed_path` writes a `prepend_path`/`append_path` over a variable's own value; `comment_quote`
+keeps an argument on its comment line. The renderer's Jinja filters.
 """
 
 from __future__ import annotations
@@ -18,6 +19,14 @@ from slurmtorch.submit.containers import InJobFolder
 class InCode(str):
     """A path inside the job's snapshot: the script prints it as "$SLURMTORCH_CODE"/'path',
     the snapshot's place (the job folder) known only once the job has an id."""
+
+
+class ExportedValue(str):
+    """`NAME=` the value the script exported above, for a launcher's `--env NAME=VALUE` (Cray PALS):
+    printed as NAME="$NAME", so a composed path (prepend_path) reaches it as the job composed it."""
+
+    def __new__(cls, name: str) -> ExportedValue:
+        return super().__new__(cls, shell.env_name(name))
 
 
 def comment_quote(argv: str | tuple[str, ...] | list[str]) -> str:
@@ -45,10 +54,12 @@ def script_quote(value: object) -> str:
     and a raw ESC or newline in a script is a trap for whoever reads it; `$'...'` keeps
     every command on one line and reads back byte for byte. Our scripts are bash.
     """
-    if isinstance(value, shell.JobTimeWord):  # a site's image path with $NAME: expanded on the node
-        return shell.with_variables(value, what="container image")
+    if isinstance(value, shell.JobTimeWord):  # a site's image path or env value with $NAME: expanded on the node
+        return shell.with_variables(value, what="job-time value")
     if isinstance(value, InCode):
         return f'"${protocol.CODE}"/' + script_quote(str(value))
+    if isinstance(value, ExportedValue):  # the name was checked (shell.env_name): a plain word
+        return f'{value}="${value}"'
     if isinstance(value, InJobFolder):  # the one expansion: the job's folder, known when it runs
         return script_quote(value.prefix) + '"$SLURMTORCH_JOB_DIR"/' + script_quote(value.name)
     text = str(value)

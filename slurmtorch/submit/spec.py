@@ -18,15 +18,16 @@ from dataclasses import dataclass, replace
 from slurmtorch import __version__
 from slurmtorch import shell
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit.allocation import (account_and_qos, check_required_time, node_count, per_node,
                                           resolve_target, role_layout, time_limit)
-from slurmtorch.submit.sites.model import Container, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
-from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launcher, local_rank_form,
-                                       resolve_containers, srun_mpi_for)
+from slurmtorch.submit.mpiflavour import mpirun_arguments
+from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launcher, gpu_order_env, placement_env,
+                                       resolve_containers, script_conventions, srun_mpi_for)
 from slurmtorch.submit.sites.fabric import fabric_directives
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
@@ -91,6 +92,8 @@ class JobSpec:
     # Extra arguments of every srun that starts ranks (the plain step, torchrun's, each
     # role's): the one list render.launch_plan appends; --srun-arg, as typed.
     srun_args: tuple[str, ...] = ()
+    # `slurmtorch mpirun`'s extra mpirun arguments, after its own: --mpirun-arg, as typed.
+    mpirun_args: tuple[str, ...] = ()
     # --max-restarts: the step runs under the restart supervisor on `nodes` of the job's
     # nodes + spare_nodes; None: no restarts (the step's end is the job's).
     max_restarts: int | None = None
@@ -108,6 +111,10 @@ class JobSpec:
     sbatch_lines: tuple[str, ...] = ()
     # --local-rank-arg: the spelling of the --local_rank=N argument every rank gets (None: none).
     local_rank_arg: str | None = None
+    # --init-args: the rendezvous URL, rank and world size as the script's arguments (`initargs`).
+    init_args: str | None = None
+    # --cluster-spec: CLUSTER_SPEC's shape (protocol.CLUSTER_SPEC_SHAPES); None: the default.
+    cluster_spec: str | None = None
     # How the header asks for the GPUs (sites.model.GPU_REQUESTS): --gpus-per-node=N, --gres=gpu:N, none.
     gpu_request: str = "gpus-per-node"
     # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.
@@ -117,6 +124,8 @@ class JobSpec:
     # has the modules and environment, the ranks' output goes to the terminal, and the
     # first node is reached with srun (render.launch_plan; submit/interactive.py).
     interactive: bool = False
+    # `slurmtorch mpirun`: the site's MPI launcher, ranks per node, binding (its `mpirun:` block).
+    mpi_launch: MpiLaunch = MpiLaunch()
 
     @property
     def runs_again(self) -> bool:
@@ -155,10 +164,10 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     env, env_paths = job_env(site, node, partition, preset, o, nodes)
     signal, requeue = resolve_preemption(o, preset)
     check_warning_time(signal, time)
-    env.update(preempt_env(signal, requeue))
+    env.update({**dict(preempt_env(signal, requeue)), **placement_env(o, preset, site, env)})
     array, trial_ids, sweep, trials = plan_array(o)
     container, role_containers = resolve_containers(site, o, roles, launcher, preset)
-    check_edf_env(container, env_paths)
+    check_edf_env(container, env_paths, env)
     in_container = container is not None or any(c for _, c in role_containers)
     max_restarts, spare_nodes, hang_timeout = resolve_restarts(o, launcher, roles is not None, in_container, nodes,
                                                                partition.max_nodes, partition.name, timeout)
@@ -167,7 +176,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         kind=o.kind,
         site=site.name,
         preset=o.preset if o.preset is not None else ("default" if preset else None),
-        partition=partition.name if o.kind == "sbatch" else None,
+        partition=partition.slurm_name if o.kind == "sbatch" else None,
         nodes=nodes,
         ntasks_per_node=ntasks_per_node,
         ntasks=ntasks,
@@ -205,13 +214,13 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         trials=trials,
         srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
                                                *preset.get("srun_args", ())), refused, partition.name),
-        gpu_request=gpu_request,
+        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
         max_restarts=max_restarts,
         spare_nodes=spare_nodes,
         hang_timeout=hang_timeout,
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
-        local_rank_arg=local_rank_form(o, preset),
+        **script_conventions(o, preset),
         interactive=o.interactive,
     )
     return _site_parts(job, site, node, partition, preset, asked)
@@ -237,19 +246,21 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
                 asked: dict[str, str | bool]) -> JobSpec:
     """The job with what the site adds around it: the `#SBATCH` header (what the job's network
     environment needs, then the site's, partition's and preset's directives, then the options
-    passed on), modules and the node prologue."""
+    passed on), modules, the node prologue and how `slurmtorch mpirun` launches."""
     if job.kind == "mpirun" and (site.node_prologue or node.node_prologue):
         raise SpecError(f"site {site.name!r} has a node_prologue, which runs as a Slurm job step; "
-                        "slurmtorch mpirun starts no Slurm job", tip="use slurmtorch sbatch")
+                        "slurmtorch mpirun starts no Slurm job", tip=f"use {typed('sbatch')}")
     base = {**dict(fabric_directives(dict(job.env))), **dict(site.directives), **dict(partition.directives),
             **dict(preset.get("directives", ())), **asked}
     directives = sbatch_header(job, base)
+    # `slurmtorch mpirun`'s launcher, and its GPU order for the ranks (the job's own --env wins).
+    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind).items() if k not in dict(job.env)))
     return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
-                   module_purge=site.module_purge,
+                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge,
                                module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 
-def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str, str | bool], ...]:
+def sbatch_header(job: JobSpec, base: dict[str, str | bool | None]) -> tuple[tuple[str, str | bool], ...]:
     """The `#SBATCH` header of a batch job (under it `base`: the site's, partition's and
     preset's, then the options passed on), sorted; an mpirun job carries only `base`. A name whose value in `base` is None is left out: a site's directive removed by
     a later layer, or the `partition` line on a QOS-routed site (the only line of ours a
@@ -276,6 +287,7 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool]) -> tuple[tuple[str,
             out["cpus-per-task"] = str(job.cpus_per_task)
         out["nodes"] = str(job.nodes + job.spare_nodes)
         if "partition" not in removed:
+            assert job.partition is not None  # build_spec sets it for every batch job
             out["partition"] = job.partition
         out["job-name"] = job.job_name
         if job.gpus_per_node and job.gpu_request == "gres":
@@ -338,7 +350,7 @@ def check_program(o: Options) -> None:
     if o.interactive and o.script is None and o.module is None:
         pass  # `slurmtorch alloc` itself: the program comes later, with each `slurmtorch run`
     elif (o.script is None) == (o.module is None):
-        raise SpecError("give exactly one of SCRIPT or -m MODULE", tip="e.g. slurmtorch sbatch train.py, or -m pkg.train")
+        raise SpecError("give exactly one of SCRIPT or -m MODULE", tip=f"e.g. {typed('sbatch train.py')}, or -m pkg.train")
     if o.module is not None and not re.match(_MODULE_RE, o.module):
         raise SpecError(f"invalid module name {o.module!r}", tip="a dotted Python module path, e.g. pkg.train")
 
@@ -439,7 +451,7 @@ def split_script(script_and_args: list[str] | None, module: str | None) -> tuple
     if module is not None:
         return None, items[1:] if items[:1] == ["--"] else items
     if not items:
-        raise SpecError("missing SCRIPT", tip="e.g. slurmtorch sbatch train.py --lr 0.1, or -m pkg.train")
+        raise SpecError("missing SCRIPT", tip=f"e.g. {typed('sbatch train.py --lr 0.1')}, or -m pkg.train")
     script, args = items[0], items[1:]
     problem = file_problem(script)
     if problem:

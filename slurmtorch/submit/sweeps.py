@@ -7,6 +7,7 @@ picks indices (and a `%N` limit) from it, or is a plain array without a sweep.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 from slurmtorch import protocol, shell
@@ -16,8 +17,10 @@ from slurmtorch.submit.options import Options
 _ARRAY_RE = (r"^(?P<ranges>[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*)?"
              r"(?:%(?P<limit>[0-9]+))?$")  # compiled on first use
 _SWEEP_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_-]*$"  # compiled on first use (re's cache): most jobs never need it
-MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001
+MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001: indices 0..1000
 ARRAY_TIP = "e.g. --array 0-19%4 (indices 0..19, at most 4 at a time), --array 1,3,5-7, or --array %2 with --sweep"
+LIMIT_TIP = (f"split it into jobs of at most {MAX_ARRAY_INDEX + 1} tasks (--array 0-{MAX_ARRAY_INDEX}, and the rest "
+             "shifted by an offset your script adds), or ask the site whether its MaxArraySize is larger")
 
 
 def plan_array(o: Options) -> tuple[str | None, tuple[int, ...], tuple[tuple[str, tuple[str, ...]], ...],
@@ -30,6 +33,10 @@ def plan_array(o: Options) -> tuple[str | None, tuple[int, ...], tuple[tuple[str
         return None, (), (), ()
     if o.kind != "sbatch":
         raise SpecError("--array and --sweep need slurmtorch sbatch")
+    trials = math.prod(len(values) for _, values in sweep)
+    if trials > MAX_ARRAY_INDEX + 1:  # refused before the grid is built: it can be huge
+        raise SpecError(f"--sweep is a grid of {trials} trials, more than one job array holds "
+                        f"(Slurm's MaxArraySize, {MAX_ARRAY_INDEX + 1} by default)", tip=LIMIT_TIP)
     grid = sweep_grid(sweep)
     array, trial_ids = parse_array(o.array if o.array is not None else "%" + str(len(grid)),
                                    len(grid) if sweep else None)
@@ -61,10 +68,11 @@ def parse_array(text: str, grid: int | None = None) -> tuple[str, tuple[int, ...
         lo_i, hi_i, step_i = int(lo), int(hi) if hi else int(lo), int(step) if step else 1
         if hi_i < lo_i or step_i < 1:
             raise SpecError(f"--array {text!r}: range {part!r} is empty", tip=ARRAY_TIP)
+        top = lo_i + (hi_i - lo_i) // step_i * step_i
+        if top > MAX_ARRAY_INDEX:  # checked before expanding: 0-99999999 would take minutes and GBs
+            raise SpecError(f"--array {text!r}: index {top} exceeds MaxArraySize (Slurm's default "
+                            f"{MAX_ARRAY_INDEX + 1}: indices 0..{MAX_ARRAY_INDEX})", tip=LIMIT_TIP)
         indices.update(range(lo_i, hi_i + 1, step_i))
-    if max(indices) > MAX_ARRAY_INDEX:
-        raise SpecError(f"--array {text!r}: index {max(indices)} exceeds Slurm's default limit {MAX_ARRAY_INDEX}",
-                        tip=ARRAY_TIP)
     if grid is not None and max(indices) >= grid:
         raise SpecError(f"--array {text!r}: the sweep has {grid} trials (ids 0..{grid - 1}), not {max(indices) + 1}",
                         tip="leave --array out, or give only the limit: --array %2")
@@ -109,3 +117,29 @@ def sweep_grid(sweep: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[tup
 def sweep_args(params: tuple[tuple[str, str], ...]) -> list[str]:
     """A trial's parameters as script arguments: `--lr 1e-3 --bs 32`."""
     return [x for name, value in params for x in (f"--{name}", value)]
+
+
+_FOLDER_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
+MAX_FOLDER_NAME = 120
+
+
+def trial_folder(trial: int, params: tuple[tuple[str, str], ...]) -> str:
+    """A trial's working folder, below the one the job was submitted from (`trials/` + this):
+    named by its parameters (`lr=1e-3,bs=32`), so that a resubmission of the same trial finds
+    its checkpoint and a trial with other parameters never does; `trial-K` for a plain array.
+    A character a file name should not hold is written %XX; a name too long for one, by its
+    parameters' hash (pure)."""
+    if not params:
+        return f"trial-{int(trial)}"
+    name = ",".join(f"{_escaped(n)}={_escaped(v)}" for n, v in params)
+    if len(name.encode()) <= MAX_FOLDER_NAME and not name.startswith("."):
+        return name
+    import hashlib  # lazy: only a sweep with long values needs it
+
+    digest = hashlib.sha256("\0".join(f"{n}={v}" for n, v in params).encode("utf-8", "surrogateescape")).hexdigest()
+    return f"params-{digest[:16]}"
+
+
+def _escaped(text: str) -> str:
+    return "".join(c if c in _FOLDER_SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogateescape"))
+                   for c in text)

@@ -196,6 +196,18 @@ def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home)
     assert not home.exists()
 
 
+@pytest.mark.parametrize("kind, site, local", [("sbatch", "testbed", False), ("mpirun", "local", True)])
+def test_a_distributor_job_can_give_its_ranks_vertex_ais_cluster_spec(home, kind, site, local):
+    from slurmtorch.submit import render
+    from slurmtorch.submit import sites
+
+    d = Distributor(num_processes=2, site=site, local_mode=local, cluster_spec="vertex")
+    spec = d._spec(sites.load_site(site), "train", home / "run", kind=kind)
+    text = render.render_sbatch(spec) if kind == "sbatch" else render.render_mpirun(spec)
+    assert "--cluster-spec=vertex " in text.replace("\\\n", " ")
+    assert not home.exists()
+
+
 def test_a_distributor_job_can_restart_itself_on_spare_nodes(home):
     from slurmtorch.submit import render
     from slurmtorch.submit import sites
@@ -279,6 +291,11 @@ def test_local_mode_rank1_raising_gives_its_traceback_and_host(local):
     assert "_runfn" not in err.traceback_text and lines[-1] == "ValueError: rank one refuses"
     assert str(err).startswith(f"rank 1 on {socket.gethostname()} failed (job {job.job_id}):\n")
     assert "rank 1 on" in job.logs(1, "err")  # the bootstrap's own report, in rank 1's log
+    # then the report `--wait` ends with: where the user's code raised, the exit code, the whole log
+    assert err.report[0] == (f"failed: rank 1 on {socket.gethostname()}: ValueError: rank one refuses "
+                             f"(at {__file__}:{rank_one_raises.__code__.co_firstlineno + 4}, exit 1)"), str(err)
+    assert err.report[-1] == f"rank 1's whole log: {job.workdir / 'rank-1.err'}"
+    assert str(err).endswith("\n" + "\n".join(err.report))
 
 
 def rank_dies(how):
@@ -393,6 +410,7 @@ def test_interrupting_run_cancels_the_job(local):
 @pytest.mark.torch
 @pytest.mark.timeout(SLURM_WAIT_S + 60)
 @pytest.mark.parametrize("nodes", [2, 4])
+@pytest.mark.slurm_versions
 def test_testbed_runs_a_function_across_nodes(slurm, capsys, nodes):
     d = Distributor(num_processes=nodes, nodes=nodes, site="testbed", time="3", timeout=60)
     result = d.run(world_report, f"tb{nodes}")
@@ -636,6 +654,7 @@ def fails_on_the_first_run():
 @pytest.mark.testbed
 @pytest.mark.torch
 @pytest.mark.timeout(2 * SLURM_WAIT_S + 60)
+@pytest.mark.slurm_versions
 def test_testbed_requeued_run_that_succeeds_returns_its_result(slurm, testbed):
     """The first run leaves error-rank-1.json; the rerun (scontrol requeue, as preemption
     does) completes in the same folder: its result is the answer."""

@@ -133,7 +133,37 @@ def test_mpi_world_overrides_slurm_task_variables_inherited_from_the_mpi_daemon(
     inherited = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
     assert slurm_task_env(info, inherited) == {
         "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NTASKS": "4",
-        "SLURM_NPROCS": "4", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "2"}
+        "SLURM_NPROCS": "4", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "2",
+        # idr_torch reads the step's (the daemons' step: one task per node) and SLURM_STEP_ID.
+        "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_STEP_NODELIST": "n1,n2", "SLURM_STEP_ID": "0"}
+
+
+def test_the_step_variables_follow_uneven_layouts_in_node_order_and_keep_the_inherited_step_id():
+    from dataclasses import replace
+
+    from slurmtorch.bootstrap.contracts import slurm_task_env
+
+    hosts = ("n9", "n9", "n9", "n1", "n1", "n1", "n5")
+    info = replace(make(rank=6, world=7, local_rank=0, local_world=1, node_rank=2, nodes=("n9", "n1", "n5"),
+                        hosts=hosts), source="mpi")
+    env = slurm_task_env(info, {"SLURM_PROCID": "2", "SLURM_STEP_ID": "3"})
+    assert (env["SLURM_STEP_TASKS_PER_NODE"], env["SLURM_STEP_NODELIST"], env["SLURM_STEP_ID"]) == (
+        "3(x2),1", "n9,n1,n5", "3")
+
+
+def test_torchrun_workers_get_their_own_slurm_task_variables_not_their_agents():
+    from dataclasses import replace
+
+    from slurmtorch.bootstrap.contracts import slurm_task_env
+
+    # Multi-node torchrun: the other nodes' hosts are unknown; the agents' step node list is kept.
+    info = replace(make(rank=5, world=8, local_rank=1, local_world=4, node_rank=1), source="torchrun",
+                   nodes=(), rank_hosts=())
+    env = slurm_task_env(info, {"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "n[1-2]"})
+    assert (env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_STEP_NUM_TASKS"], env["SLURM_STEP_TASKS_PER_NODE"]) \
+        == ("5", "1", "8", "4(x2)")
+    assert "SLURM_STEP_NODELIST" not in env
 
 
 def test_every_mpi_rank_gets_the_whole_slurm_task_set_even_where_its_own_already_agree():
@@ -154,7 +184,7 @@ def test_every_mpi_rank_gets_the_whole_slurm_task_set_even_where_its_own_already
     assert {s["SLURM_NTASKS"] for s in sets} == {"3"} and {s["SLURM_NNODES"] for s in sets} == {"2"}
 
 
-def test_slurm_task_variables_are_left_alone_when_absent_or_not_an_mpi_world():
+def test_slurm_task_variables_are_left_alone_when_absent_or_srun_started_the_ranks():
     from dataclasses import replace
 
     from slurmtorch.bootstrap.contracts import slurm_task_env

@@ -1,12 +1,16 @@
 """CPU binding on the testbed, as on real nodes: Slurm's task/affinity binds each task, and a
-rank's os.sched_getaffinity is what its launcher gave it. Each rank gets its share of its
-node's CPUs (the node's 2 CPUs over its ranks, or -c) under srun, torchrun and mpirun."""
+rank's os.sched_getaffinity is what its launcher gave it, narrowed by the bootstrap's placement
+(bootstrap/placement.py; the testbed has no GPUs, so the policy there is a fair share). Each
+rank gets its share of its node's CPUs (the node's 2 CPUs over its ranks, or -c) under srun,
+torchrun and mpirun, never a CPU outside what Slurm allocated to the job on its node."""
 
 from __future__ import annotations
 
+import hostlist
 import pytest
 
 from helpers import st
+from slurmtorch.bootstrap.placement import parse_cpu_list
 
 AFFINITY = """\
 import os, socket
@@ -37,11 +41,10 @@ def bindings(folder) -> dict[int, tuple[str, frozenset[int]]]:
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+@pytest.mark.slurm_versions
 def test_each_rank_gets_its_share_of_its_nodes_cpus(testbed, has_torch, tmp_path, launcher, shape):
     nodes, per_node, cpus_per_task, share, disjoint = SHAPES[shape]
-    if launcher == "torchrun" and per_node > 1:
-        # torchrun binds no worker: each has its agent's CPUs, the node's share of the job.
-        share, disjoint = per_node * cpus_per_task, False
+    # torchrun binds no worker (each starts with its agent's CPUs): the bootstrap divides them.
     script = tmp_path / "affinity.py"
     script.write_text(AFFINITY)
     argv = ["sbatch", "--site", "testbed", "--nodes", str(nodes), "--ntasks-per-node", str(per_node),
@@ -57,3 +60,62 @@ def test_each_rank_gets_its_share_of_its_nodes_cpus(testbed, has_torch, tmp_path
         for host in {h for h, _ in got.values()}:
             sets = [cpus for h, cpus in got.values() if h == host]
             assert len(frozenset().union(*sets)) == sum(map(len, sets)), f"ranks on {host} overlap: {got}"
+
+
+# Each rank also prints the CPUs Slurm allocated to the job on its node (`scontrol show job -d`:
+# "Nodes=node1 CPU_IDs=0-1 ..."; on the testbed Slurm's CPU ids are the machine's).
+WITHIN = AFFINITY + """\
+import subprocess
+shown = subprocess.run(["scontrol", "show", "job", "-d", os.environ["SLURM_JOB_ID"]], capture_output=True,
+                       text=True, timeout=30).stdout.split()
+nodes = [w for w in shown if w.startswith(("Nodes=", "CPU_IDs="))]
+for name, ids in zip(nodes[::2], nodes[1::2]):
+    if name.startswith("Nodes=") and ids.startswith("CPU_IDs="):
+        print("ALLOC", name[6:], ids[8:], flush=True)
+"""
+
+# (nodes, ranks per node, -c, extra srun options)
+ALLOCATIONS = {
+    "two-ranks-c1": (1, 2, 1, ()),
+    "two-ranks-unbound": (1, 2, 1, ("--srun-arg=--cpu-bind=none",)),  # each task sees both CPUs: shared
+    "two-nodes-one-rank-c1": (2, 1, 1, ()),
+}
+
+
+def allocations(folder) -> dict[str, frozenset[int]]:
+    """host -> the CPUs the job holds there, from the ALLOC lines (Slurm's hostlist expanded)."""
+    out: dict[str, frozenset[int]] = {}
+    for log in folder.glob("*.out"):
+        for line in log.read_text().splitlines():
+            if line.startswith("ALLOC "):
+                _, hosts, ids = line.split()
+                for host in hostlist.expand_hostlist(hosts):
+                    out[host] = parse_cpu_list(ids)
+    return out
+
+
+@pytest.mark.parametrize("shape", ALLOCATIONS)
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+@pytest.mark.slurm_versions
+def test_every_ranks_cpus_are_within_its_allocation_and_no_two_ranks_share_one(testbed, has_torch, tmp_path,
+                                                                              launcher, shape):
+    nodes, per_node, cpus_per_task, extra = ALLOCATIONS[shape]
+    if extra and launcher != "srun":
+        pytest.skip("--srun-arg reaches srun's rank step only")
+    script = tmp_path / "within.py"
+    script.write_text(WITHIN)
+    argv = ["sbatch", "--site", "testbed", "--nodes", str(nodes), "--ntasks-per-node", str(per_node),
+            "--cpus-per-task", str(cpus_per_task), "--launcher", launcher, "--backend", "gloo", "--time", "5",
+            "--wait", *extra]
+    r = st(testbed, tmp_path / "home", [*argv, str(script)], cwd=tmp_path, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    folder = tmp_path / "home" / "jobs" / r.stdout.split()[0]
+    got, held = bindings(folder), allocations(folder)
+    assert sorted(got) == list(range(nodes * per_node)), got
+    for rank, (host, cpus) in got.items():
+        assert host in held, f"no allocation line for {host}: {held}"
+        assert cpus and cpus <= held[host], f"rank {rank} on {host} runs on {sorted(cpus)}, outside {sorted(held[host])}"
+        assert len(cpus) == cpus_per_task, got
+    for host in {h for h, _ in got.values()}:
+        sets = [cpus for h, cpus in got.values() if h == host]
+        assert len(frozenset().union(*sets)) == sum(map(len, sets)), f"ranks on {host} overlap: {got}"

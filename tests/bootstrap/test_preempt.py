@@ -159,32 +159,40 @@ def wait_for(predicate, timeout, what):
         time.sleep(0.2)
 
 
-def test_signalled_job_checkpoints_requeues_and_finishes_with_the_right_total(testbed, has_torch, tmp_path):
-    home, ckpt, total = tmp_path / "home", tmp_path / "counter.json", 30
-    env = dict(testbed.env, SLURMTORCH_HOME=str(home))
+def preempted_job(testbed, home, options, script_args, ready, timeout=120):
+    """Submit with --preset preemptible --wait, `scancel --signal=USR1` once rank 0's output holds
+    `ready`, see the job requeued (pending again, same id) and wait for the end:
+    (job_id, the job's folder, the waiter's returncode, stdout, stderr)."""
     waiter = subprocess.Popen(
         [testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "--preset", "preemptible",
-         "-N", "2", "-t", "5", "--wait", str(COUNTER), str(ckpt), str(total)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         *options, "-t", "5", "--wait", *script_args],
+        env=dict(testbed.env, SLURMTORCH_HOME=str(home)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         job_id = waiter.stdout.readline().strip()
         folder = home / "jobs" / job_id
         script = (folder / "script.sh").read_text()
         assert "#SBATCH --signal=USR1@60\n" in script and "#SBATCH --requeue\n" in script
-
         rank0 = folder / "rank-0.out"
-        wait_for(lambda: rank0.exists() and "step 8\n" in rank0.read_text(), 60, "step 8")
+        wait_for(lambda: rank0.exists() and ready in rank0.read_text(), 120, ready)
         sig = testbed.run(["scancel", "--signal=USR1", job_id])
         assert sig.returncode == 0, sig.stderr
-        # Requeued: pending again, with the same id.
         wait_for(lambda: testbed.run(["squeue", "-h", "-j", job_id, "-o", "%T"]).stdout.strip() == "PENDING",
                  60, "the requeue")
-        out, err = waiter.communicate(timeout=120)
+        out, err = waiter.communicate(timeout=timeout)
     finally:
         if waiter.poll() is None:
             waiter.kill()
             testbed.run(["scancel", job_id])
-    assert waiter.returncode == 0, err
+    return job_id, folder, waiter.returncode, out, err
+
+
+@pytest.mark.slurm_versions
+def test_signalled_job_checkpoints_requeues_and_finishes_with_the_right_total(testbed, has_torch, tmp_path):
+    ckpt, total = tmp_path / "counter.json", 30
+    job_id, folder, code, out, err = preempted_job(testbed, tmp_path / "home", ["-N", "2"],
+                                                   [str(COUNTER), str(ckpt), str(total)], "step 8\n")
+    rank0 = folder / "rank-0.out"
+    assert code == 0, err
     text = rank0.read_text()  # --open-mode=append: both runs are in it
     saved = json.loads(ckpt.read_text())
     assert 8 <= saved["step"] < total and saved["value"] == 2 * saved["step"]
@@ -197,3 +205,74 @@ def test_signalled_job_checkpoints_requeues_and_finishes_with_the_right_total(te
     # Rank 1 ran its (no-op) hook too and was ended by the requeue.
     assert re.search(r"rank 1 on node\d+: SIGUSR1 received", (folder / "rank-1.err").read_text())
     assert "Restarts=1" in testbed.run(["scontrol", "-o", "show", "job", job_id]).stdout
+
+
+# ------------------------------------------------------------------ a framework's own handler
+LIGHTNING_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "lightning_preempt.py"
+
+
+def test_lightnings_own_usr1_handler_runs_saves_hpc_ckpt_and_requeues_once(tmp_path):
+    # A real Lightning Trainer under the bootstrap as srun's one task of a --signal job. Our handler
+    # is set first; Lightning sets its own only where `getsignal` shows none, so it used to skip it
+    # (while logging "SLURM auto-requeueing enabled"): no hpc_ckpt, and our requeue instead.
+    pytest.importorskip("lightning")
+    bin_dir, log, root = tmp_path / "bin", tmp_path / "scontrol.log", tmp_path / "root"
+    bin_dir.mkdir()
+    # Lightning runs `scontrol requeue JOBID` from PATH: this one writes down each call.
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "OMPI_", "PMI", "RANK", "WORLD_SIZE"))}
+    env.update(PATH=f"{bin_dir}:{os.path.dirname(sys.executable)}:{env['PATH']}", SLURM_JOB_ID="123",
+               SLURM_JOB_NAME="train", SLURM_NTASKS="1", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0",
+               SLURM_NNODES="1", SLURMTORCH_PREEMPT_SIGNAL="USR1", SLURMTORCH_PREEMPT_REQUEUE="1")
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.bootstrap", str(LIGHTNING_SCRIPT), str(root)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "LIGHTNING cluster_env SLURMEnvironment" in out
+    assert "then the script's own handler (_HandlersCompose)" in out
+    assert (root / "hpc_ckpt_1.ckpt").is_file(), out
+    assert "LIGHTNING done step 8" in out  # Lightning requeues and carries on until Slurm ends it
+    assert log.read_text().splitlines() == ["requeue 123"], out  # Lightning's requeue, not a second one
+    assert "requeueing job 123" not in out
+
+
+def test_a_script_handler_is_chained_and_giving_it_back_restores_ours():
+    code = textwrap.dedent("""
+        import os, signal
+        from slurmtorch.bootstrap import preempt
+        preempt.on_preempt(lambda: print("HOOK", flush=True))
+        preempt.install(runner=lambda argv, **kw: print("RAN", *argv, flush=True),
+                        environ={"SLURMTORCH_PREEMPT_SIGNAL": "USR1", "SLURMTORCH_JOB_RANK": "0", "SLURM_JOB_ID": "5"})
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
+        def theirs(signum, frame):
+            print("THEIRS", signum, flush=True)
+        assert signal.signal(signal.SIGUSR1, theirs) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGUSR1) is theirs
+        os.kill(os.getpid(), signal.SIGUSR1)
+        print("CARRIED ON", flush=True)
+        assert signal.signal(signal.SIGUSR1, signal.SIG_DFL) is theirs  # the framework's teardown
+        assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # other signals are untouched
+        os.kill(os.getpid(), signal.SIGUSR1)  # ours again: rank 0 requeues and exits
+        print("NOT REACHED", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["HOOK", "THEIRS 10", "CARRIED ON", "HOOK", "RAN scontrol requeue 5"]
+
+
+def test_lightning_job_preempted_by_scancel_saves_hpc_ckpt_requeues_once_and_resumes(testbed, has_torch, tmp_path):
+    # The same Lightning script, submitted with --signal, signalled by a real `scancel --signal=USR1`:
+    # Lightning's handler saves hpc_ckpt_1.ckpt and requeues (once); the second run resumes from it.
+    pytest.importorskip("lightning")
+    root = tmp_path / "root"
+    job_id, folder, code, out, err = preempted_job(testbed, tmp_path / "home", ["-N", "1", "-n", "1"],
+                                                   [str(LIGHTNING_SCRIPT), str(root), "-1", "0.5", "120"],
+                                                   "LIGHTNING step 5\n", timeout=240)
+    assert code == 0, err
+    assert (root / "hpc_ckpt_1.ckpt").is_file()
+    text = (folder / "rank-0.out").read_text() + (folder / "rank-0.err").read_text()
+    assert "then the script's own handler (_HandlersCompose)" in text
+    assert text.count("Handling auto-requeue signal") == 1 and "requeueing job" not in text
+    assert "Restarts=1" in testbed.run(["scontrol", "-o", "show", "job", job_id]).stdout
+    assert "LIGHTNING done step 120" in text

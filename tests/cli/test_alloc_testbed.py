@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -43,6 +42,7 @@ def start_alloc(testbed, tmp_path, *options: str) -> Terminal:
                     str(tmp_path / "work"))
 
 
+@pytest.mark.slurm_versions
 def test_an_allocation_shell_runs_ranks_again_after_an_edit_and_exit_leaves_nothing(testbed, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -126,6 +126,7 @@ def test_the_shell_starts_the_ranks_with_the_sites_other_launchers(testbed, tmp_
     # Slurm's own refusal, which the site cannot know: 2 nodes when 3 of the 4 are excluded.
     (["--site", "testbed", "--nodes", "2", "--exclude", "node[1-3]"], "salloc: error: "),
 ])
+@pytest.mark.slurm_versions
 def test_an_allocation_that_cannot_be_had_is_refused_and_nothing_is_obtained(testbed, tmp_path, args, says):
     before = testbed.run(["squeue", "-h", "-o", "%i"]).stdout.split()
     proc = testbed.run([sys.executable, "-m", "slurmtorch", "alloc", *args], timeout=120,
@@ -138,6 +139,7 @@ def test_an_allocation_that_cannot_be_had_is_refused_and_nothing_is_obtained(tes
     assert not processes_mentioning("salloc")
 
 
+@pytest.mark.slurm_versions
 def test_ctrl_c_while_the_allocation_waits_withdraws_the_request(testbed, tmp_path):
     """All four nodes busy: the request waits; Ctrl-C then leaves no job of ours queued."""
     (tmp_path / "work").mkdir()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.cli.main import main
+from slurmtorch.limits import MAX_ENV_STRING
 
 BAD_SITES = Path(__file__).resolve().parents[1] / "bad-sites"
 SITE_CASES = sorted(p for p in BAD_SITES.glob("*.yaml")
@@ -125,6 +126,7 @@ OPTION_CASES = [
     ("timeout-not-int", ["--timeout", "1.5", "train.py"], "Invalid value for '--timeout'"),
     ("backend-unknown", ["--backend", "ncll", "train.py"], "unknown backend 'ncll'"),
     ("launcher-unknown", ["--launcher", "slurm", "train.py"], "unknown launcher 'slurm'"),
+    ("placement-unknown", ["--placement", "numa", "train.py"], "--placement 'numa' is not one of auto, share, none"),
     ("module-invalid", ["-m", "pkg/train.py"], "invalid module name 'pkg/train.py'"),
     ("module-and-nothing", ["-m", ""], "invalid module name ''"),
     ("script-is-a-directory", ["home-dir"], "SCRIPT home-dir is a directory, not a file"),
@@ -307,11 +309,12 @@ def test_a_broken_site_on_the_search_path_does_not_hide_the_others(cli, monkeypa
 
 
 def test_an_environment_too_large_for_sbatch_is_refused_by_validate(cli):
-    """10 MB of env passed `site validate` and then broke sbatch (its script limit is 4 MB)."""
+    """10 MB of env passed `site validate` and then broke sbatch (its script limit is 4 MB); one
+    byte past what execve takes is refused the same way (10 MB cost 23 s of YAML parsing)."""
     import yaml
 
     data = yaml.safe_load((Path(__file__).resolve().parents[2] / "site-configs" / "testbed.yaml").read_text())
-    data["node_types"]["cpu"]["env"]["HUGE"] = "x" * (10 * 1024 * 1024)
+    data["node_types"]["cpu"]["env"]["HUGE"] = "x" * MAX_ENV_STRING
     site = cli.tmp_path / "home-big.yaml"
     site.write_text(yaml.safe_dump(data))
     code, out, err = cli("site", "validate", site)

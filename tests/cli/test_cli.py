@@ -211,14 +211,14 @@ def all_paths(top: Path) -> list[Path]:
 def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path, monkeypatch):
     """Cancelled while pending, timed out, lost with its node: no exit-code, and once
     squeue forgets it, only its folder is left. Waiting must end there."""
-    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.edge import queries
     from slurmtorch.submit.follow import jobstatus
     from slurmtorch.submit.follow import waiting
     from slurmtorch.submit.follow.watch import Watch
 
     root = tmp_path / "jobs"
     (root / "123").mkdir(parents=True)
-    status = scheduler.job_status("123", root, runner=FakeSlurm())
+    status = queries.job_status("123", root, runner=FakeSlurm())
     assert status.state == "ENDED" and status.source == "job folder" and status.done
     assert jobstatus.exit_code_of(status) == 1
     clock = FakeClock(monkeypatch)
@@ -254,7 +254,7 @@ def squeue_line(job: str, state: str, reason: str = "None", nodes: str = "", use
 
 def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monkeypatch):
     from slurmtorch.submit.jobfolder import jobdir
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit.edge import sbatch
     from slurmtorch.errors import SubmitError
 
     root = tmp_path / "jobs"
@@ -271,7 +271,7 @@ def test_a_failed_stale_folder_rename_keeps_the_older_jobs_folder(tmp_path, monk
     monkeypatch.setattr(jobdir.os, "rename", rename)
     slurm = FakeSlurm()
     with pytest.raises(SubmitError, match=r"cannot write the job folder .*123: Permission denied"):
-        submit.submit("#!/bin/bash\n", root, runner=slurm)
+        sbatch.submit("#!/bin/bash\n", root, runner=slurm)
     assert (old / "exit-code").read_text() == "0\n"  # the older job's folder is untouched
     assert sorted(p.name for p in root.iterdir()) == ["123"]  # and the new one is gone
     assert slurm.called("scancel") == [["scancel", "123"]]
@@ -311,21 +311,21 @@ def test_an_unexpected_exception_is_one_error_line_and_a_traceback_only_when_deb
 
 def test_an_argument_that_is_not_utf8_is_submitted_as_the_dry_run_prints_it(tmp_path):
     """A byte that is not UTF-8 (a Latin-1 file name, say) reaches script.sh as given."""
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit.edge import sbatch
 
     script = "#!/bin/bash\necho " + os.fsdecode(b"caf\xe9") + "\n"
-    sub = submit.submit(script, tmp_path / "jobs", runner=FakeSlurm())
+    sub = sbatch.submit(script, tmp_path / "jobs", runner=FakeSlurm())
     assert (sub.job_dir / "script.sh").read_bytes() == b"#!/bin/bash\necho caf\xe9\n"
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o002, 0o022])
 def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask):
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit.edge import sbatch
 
     root = tmp_path / "missing" / "parents" / "jobs"
     old = os.umask(umask)
     try:
-        sub = submit.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
+        sub = sbatch.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
                             trials={"array": "0-1", "trials": {"0": {}, "1": {"lr": "0.1"}}})
     finally:
         os.umask(old)
@@ -354,6 +354,37 @@ def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
     (folder / "job.json").write_text(json.dumps(spec.job_record(job)))
 
 
+def test_logs_tail_gives_each_logs_last_lines_and_all_ranks_marks_each_line_with_its_rank(tmp_path):
+    folder = tmp_path / "home" / "jobs" / "124"
+    folder.mkdir(parents=True)
+    (folder / "job.json").write_text(json.dumps({"launcher": "srun", "nodes": 2, "ntasks": 2, "ntasks_per_node": 1}))
+    for r in range(2):
+        (folder / f"rank-{r}.out").write_text("".join(f"r{r} line {i}\n" for i in range(100)))
+        (folder / f"rank-{r}.err").write_text(f"r{r} warn\n")
+    tail = cli(["logs", "124", "--tail", "2"], tmp_path)
+    assert tail.returncode == 0 and tail.stdout == "r0 line 98\nr0 line 99\n" and tail.stderr == "r0 warn\n", tail
+    every = cli(["logs", "124", "--all-ranks", "-n", "1"], tmp_path)
+    assert every.returncode == 0 and every.stdout == "[rank 0] r0 line 99\n[rank 1] r1 line 99\n", every
+    assert every.stderr == "[rank 0] r0 warn\n[rank 1] r1 warn\n"
+    mixed = cli(["logs", "124", "--all-ranks", "--rank", "1"], tmp_path)
+    assert_clean_failure(mixed, tmp_path / "elsewhere", "--all-ranks shows every rank's output")
+
+
+def test_the_last_lines_of_a_log_are_found_from_its_end(tmp_path):
+    from slurmtorch.submit.follow.tail import last_lines_offset
+
+    log = tmp_path / "log"
+    log.write_bytes(b"a\nbb\nccc\n")
+    assert [log.read_bytes()[last_lines_offset(log, n):] for n in (0, 1, 2, 3, 9)] == [
+        b"", b"ccc\n", b"bb\nccc\n", b"a\nbb\nccc\n", b"a\nbb\nccc\n"]
+    log.write_bytes(b"a\nno newline yet")
+    assert log.read_bytes()[last_lines_offset(log, 1):] == b"no newline yet"
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 100 + b"\n" + b"y" * 70000 + b"\nz\n")  # lines across chunks
+    assert big.read_bytes()[last_lines_offset(big, 2, chunk=4096):] == b"y" * 70000 + b"\nz\n"
+    assert last_lines_offset(tmp_path / "none", 3) == 0
+
+
 def test_the_launcher_recorded_in_job_json_says_how_logs_are_named(tmp_path):
     from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.errors import SpecError
@@ -376,11 +407,11 @@ def test_the_launcher_recorded_in_job_json_says_how_logs_are_named(tmp_path):
 
 
 def test_a_submission_leaves_its_layout_in_job_json_which_its_trials_read(tmp_path):
-    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.edge import sbatch
     from slurmtorch.submit.jobfolder import jobdir
 
     record = {"launcher": "torchrun", "nodes": 2, "ntasks": 4, "ntasks_per_node": 2}
-    sub = scheduler.submit("#!/bin/bash\n", tmp_path / "jobs", runner=FakeSlurm(), job=record,
+    sub = sbatch.submit("#!/bin/bash\n", tmp_path / "jobs", runner=FakeSlurm(), job=record,
                            trials={"array": "0-1", "trials": {"0": {}, "1": {}}})
     assert json.loads((sub.job_dir / "job.json").read_text()) == record
     assert stat.S_IMODE((sub.job_dir / "job.json").stat().st_mode) == 0o600
@@ -445,16 +476,22 @@ def test_squeue_lines_are_parsed_per_job_and_array_task():
     assert (rows["124"].nodes, rows["124"].user) == ("node[2-3]", "bob")
     assert rows["123_0"].started - rows["123_0"].submitted == 5
     assert parse_squeue("") == {}
+    full = parse_squeue("7|FAILED|NonZeroExitCode|node1|2026-11-24T20:00:00|2026-11-24T20:00:05|ann|"
+                        "2026-11-24T20:01:05|my|odd name\n")["7"].status()
+    assert (full.name, full.elapsed()) == ("my|odd name", 60)  # the name last, whatever it holds
+    running = parse_squeue("8|RUNNING|None|node1|2026-11-24T20:00:00|2026-11-24T20:00:05|ann|"
+                           "2026-11-24T21:00:05|r\n")["8"].status()
+    assert running.ended is None and running.elapsed(now=running.started + 30) == 30  # its end is its limit
 
 
 def test_array_waits_ask_squeue_once_for_every_task_scontrol_only_without_an_exit_code_and_back_off(
         tmp_path, monkeypatch):
-    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.edge import sbatch
     from slurmtorch.submit.follow import polling
     from slurmtorch.submit.follow import waiting
 
     root = tmp_path / "jobs"
-    sub = scheduler.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
+    sub = sbatch.submit("#!/bin/bash\n", root, runner=FakeSlurm(),
                            trials={"array": "0-2", "trials": {"0": {}, "1": {}, "2": {}}})
     queue = [  # what squeue shows at each call: task -> state
         {0: "PENDING", 1: "PENDING", 2: "PENDING"},
@@ -487,33 +524,36 @@ def test_array_waits_ask_squeue_once_for_every_task_scontrol_only_without_an_exi
     assert gaps[2] == polling.MIN_S  # trials ended: start again
     assert "trial 1 COMPLETED (exit 0)" in err.getvalue() and "trial 0 FAILED (exit 3)" in err.getvalue()
     assert "job 123: 1 of 3 trials succeeded; failed: 0, 2" in err.getvalue()
+    table = err.getvalue().splitlines()[-5:-1]  # the sweep's table, before that line
+    assert [row.split()[:3] for row in table] == [["TRIAL", "PARAMS", "STATE"], ["0", "-", "FAILED"],
+                                                  ["1", "-", "COMPLETED"], ["2", "-", "COMPLETED"]], table
 
 
 def test_mpirun_scripts_beyond_the_argument_size_limit_run(tmp_path):
     """One argv element is limited to 128 KiB (E2BIG): the script goes to bash as a file."""
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit.edge import local
 
     big = "#!/bin/bash\n" + "# padding\n" * 30_000 + 'test "$#" = 0 || exit 9\nexit 7\n'
     assert len(big) > 256 * 1024
-    assert submit.run_local(big) == 7
-    assert submit.run_local(big, tmp_path / "kept.sh") == 7
+    assert local.run_local(big) == 7
+    assert local.run_local(big, tmp_path / "kept.sh") == 7
     assert (tmp_path / "kept.sh").read_text() == big
 
 
 def test_sbatch_variables_in_the_environment_are_named_in_one_warning(tmp_path, monkeypatch, capsys):
-    from slurmtorch.submit import scheduler as submit
+    from slurmtorch.submit.edge import sbatch
 
     env = {"SBATCH_TIMELIMIT": "5", "SLURM_CONF": "/x", "SBATCH_PARTITION": "big", "PATH": "/bin"}
-    assert submit.sbatch_env_overrides(env) == ["SBATCH_PARTITION", "SBATCH_TIMELIMIT"]
-    assert submit.sbatch_env_warning([]) is None
+    assert sbatch.sbatch_env_overrides(env) == ["SBATCH_PARTITION", "SBATCH_TIMELIMIT"]
+    assert sbatch.sbatch_env_warning([]) is None
     for key in [k for k in os.environ if k.startswith("SBATCH_")]:
         monkeypatch.delenv(key)
-    submit.submit("#!/bin/bash\n", tmp_path / "a", runner=FakeSlurm(job_id="1"))
+    sbatch.submit("#!/bin/bash\n", tmp_path / "a", runner=FakeSlurm(job_id="1"))
     assert capsys.readouterr().err == ""
     monkeypatch.setenv("SBATCH_PARTITION", "big")
     monkeypatch.setenv("SBATCH_TIMELIMIT", "5")
     slurm = FakeSlurm(job_id="2")
-    submit.submit("#!/bin/bash\n", tmp_path / "b", runner=slurm)
+    sbatch.submit("#!/bin/bash\n", tmp_path / "b", runner=slurm)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("warning: SBATCH_PARTITION, SBATCH_TIMELIMIT set in the environment "
                                                "override the script's #SBATCH lines"), err
@@ -608,6 +648,7 @@ def test_wait_exits_with_the_job_exit_code(testbed, home, probe):
     assert "state=FAILED exit_code=3" in status.stdout
 
 
+@pytest.mark.slurm_versions
 def test_job_survives_sbatch_export_none(testbed, home, probe):
     proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--wait", str(probe)],
               env={"SBATCH_EXPORT": "NONE"})
@@ -629,10 +670,11 @@ def test_a_launchers_variables_left_in_the_submitting_shell_do_not_reach_the_job
     head = next(ln.split(":")[0] for ln in lines if " RANK=0 " in f" {ln.split(': ', 1)[1]}")
     address = f"198.18.0.{138 + int(head[len('node'):])}"  # scripts/testbed: nodeK's ib0 is 198.18.0.(138+K)
     assert len(lines) == 4 and sorted(re.search(r"\bRANK=(\d+)", ln)[1] for ln in lines) == ["0", "1", "2", "3"]
-    assert all(f"WORLD_SIZE=4 " in ln and f"MASTER_ADDR={address} " in ln and "all_reduce=10 " in ln
+    assert all("WORLD_SIZE=4 " in ln and f"MASTER_ADDR={address} " in ln and "all_reduce=10 " in ln
                for ln in lines), lines
 
 
+@pytest.mark.slurm_versions
 def test_cancel_a_running_job_ends_the_wait(testbed, home, tmp_path):
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nprint('started', flush=True)\ntime.sleep(300)\n")
@@ -667,6 +709,7 @@ def test_cancel_a_running_job_ends_the_wait(testbed, home, tmp_path):
     assert "state=CANCELLED" in st(testbed, home, ["status", job_id]).stdout
 
 
+@pytest.mark.slurm_versions
 def test_rejected_submission_leaves_no_job_folder(testbed, home, tmp_path, probe):
     site = tmp_path / "wrong.yaml"
     site.write_text("extends: testbed\npartitions:\n  debug: {default: false}\n"
@@ -680,6 +723,7 @@ def test_rejected_submission_leaves_no_job_folder(testbed, home, tmp_path, probe
 
 
 @pytest.mark.parametrize("launcher,per_node", [("torchrun", 1), ("mpirun", 2)])
+@pytest.mark.slurm_versions
 def test_each_launcher_runs_a_two_node_world_that_agrees(testbed, has_torch, tmp_path, launcher, per_node):
     """srun is the main job's launcher; torchrun (c10d on the head node) and mpirun (Open MPI in
     the allocation) must give the same world."""
@@ -702,13 +746,16 @@ def test_script_arguments_arrive_byte_exact_under_every_launcher(testbed, has_to
     '$local_rank'` used to arrive as `['$', '0', '0']` under --launcher torchrun."""
     odd = ["$$", "${local_rank}", "$local_rank", "$", "a$b$$c", *ODD_ARGS, "--lr", "1e-3", "-n", "2", "--site",
            "hdr-ib", "$HOME", ";rm -rf /tmp/st-pwned", "'a b'", "--wait"]  # no '--': still the script's, as typed
-    elastic_before = set(Path("/tmp").glob("torchelastic_*"))  # /tmp is shared by the testbed's nodes
+    # The job's own TMPDIR, where torchrun would make its torchelastic_* (not /tmp, which every
+    # other torchrun on this machine writes to: a CI run beside another test run failed here).
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "--launcher", launcher, "--wait",
-                              str(probe), *odd], cwd=tmp_path, timeout=180)
+                              str(probe), *odd], cwd=tmp_path, timeout=180, env={"TMPDIR": str(tmpdir)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     folder = home / "jobs" / proc.stdout.split()[0]
     records = [json.loads(line) for p in sorted(folder.glob("*.out")) for line in p.read_text().splitlines()
                if line.startswith("{")]
     assert records and all(r["argv"] == odd for r in records), records
-    # torchrun's own log folder is the job's, not a /tmp/torchelastic_* left on every node.
-    assert set(Path("/tmp").glob("torchelastic_*")) - elastic_before == set()
+    # torchrun's own log folder is the job's, not a $TMPDIR/torchelastic_* left on every node.
+    assert list(tmpdir.glob("torchelastic_*")) == []

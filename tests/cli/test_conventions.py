@@ -15,7 +15,7 @@ from slurmtorch import __version__
 
 REPO = Path(__file__).resolve().parents[2]
 VERBS = ["sbatch", "mpirun", "status", "logs", "cancel", "doctor", "site", "site list", "site show",
-         "site validate", "site schema"]
+         "site validate", "site schema", "site init"]
 
 
 def slurmtorch(*argv: str, module: str = "slurmtorch.cli.main") -> subprocess.CompletedProcess:

@@ -8,6 +8,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
 
 PREFIX = 'scripts/setup && scripts/testbed up 4 && eval "$(scripts/testbed env)" && '
@@ -74,6 +76,7 @@ def test_readme_output_block_parses_and_matches_its_own_shape():
     assert matches(out, fake_out.replace("0.5000", "nan"), "123", "/tmp/h") == ["epoch 0 loss <loss>"]
 
 
+@pytest.mark.slurm_versions
 def test_readme_main_job_trains_ddp_across_four_nodes(testbed, has_torch, tmp_path, capsys):
     r = testbed.run(readme_main_command(), cwd=REPO, timeout=180, env={"SLURMTORCH_HOME": str(tmp_path)})
     with capsys.disabled():  # shown in CI's log
@@ -88,3 +91,18 @@ def test_readme_main_job_trains_ddp_across_four_nodes(testbed, has_torch, tmp_pa
     assert len(r.stdout.splitlines()) == len(out), r.stdout
     assert matches(out, r.stdout, job_id, str(tmp_path)) == [], r.stdout
     assert matches(err, r.stderr, job_id, str(tmp_path)) == [], r.stderr
+
+
+def test_site_init_on_the_testbed_writes_a_site_that_runs_readme_main_job(testbed, has_torch, tmp_path):
+    """A cluster with no preset: `site init` writes its site from what Slurm says, and README's
+    main job runs on it unchanged but for --site (issue 36)."""
+    slurmtorch = readme_main_command()[0]
+    generated = tmp_path / "mine.yaml"
+    init = testbed.run([slurmtorch, "site", "init", generated], cwd=tmp_path, timeout=60)
+    assert init.returncode == 0, init.stderr
+    assert init.stderr.startswith(f"wrote {generated}: site 'mine', 1 partitions, 1 node types;"), init.stderr
+    argv = readme_main_command()
+    argv[argv.index("--site") + 1] = str(generated)
+    r = testbed.run(argv, cwd=REPO, timeout=180, env={"SLURMTORCH_HOME": str(tmp_path / "home")})
+    assert r.returncode == 0, r.stderr
+    assert "trained on 4 ranks across nodes node1,node2,node3,node4" in r.stdout, r.stdout

@@ -43,3 +43,18 @@ def test_a_name_that_is_no_cli_option_is_named(extended, name):
 def test_every_option_the_verbs_declare_has_a_cli_type():
     offered = [f.name for f in fields(_common.Options) if "flags" in f.metadata]
     assert offered and _common.with_options(*offered)(verb())
+
+
+def test_every_front_end_reads_its_options_off_the_one_table():
+    """An #SBATCH option passed on is offered by `sbatch` and taken by the Distributor, and
+    each of the Distributor's keywords is a field of the table: no front end lists them."""
+    from slurmtorch.api import distributor
+    from slurmtorch.cli.sbatch import SBATCH_OPTIONS
+    from slurmtorch.submit import sbatch_options
+    from slurmtorch.submit.options import API_KEYWORDS, SBATCH_PASSED_ON, Options
+
+    names = {f.name for f in fields(Options)}
+    assert sbatch_options.PASSED_ON is SBATCH_PASSED_ON and distributor.SCHEDULER_OPTIONS is API_KEYWORDS
+    assert set(SBATCH_PASSED_ON) <= set(SBATCH_OPTIONS) & set(API_KEYWORDS)
+    assert set(API_KEYWORDS) <= names and set(distributor.PASSED_ON) >= set(SBATCH_PASSED_ON)
+    assert SBATCH_PASSED_ON["mail_user"] == "mail-user" and "partition" in API_KEYWORDS

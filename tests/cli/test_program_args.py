@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from slurmtorch.cli._common import stray_options
 from slurmtorch.cli.main import main
 
 HOSTILE = ["--lr", "1e-3", "-n", "2", "a b", "$HOME", ";rm -rf /tmp/x", "line\nbreak", "--site", "hdr-ib",
@@ -102,7 +103,7 @@ def test_the_issues_command_line_works(cli, monkeypatch):
 @pytest.mark.parametrize("argv, flag", [
     (["train.py", "--nodes", "2", "--", "--lr", "1"], "--nodes"),
     (["train.py", "--dry-run", "--", "x"], "--dry-run"),
-    (["train.py", "x", "--env=A=1", "--", "y"], "--env=A=1"),
+    (["train.py", "x", "--env=A=1", "--", "y"], "--env"),  # named, not its value: it may be a secret
     (["-m", "pkg", "-N", "2", "--", "y"], "-N"),
 ])
 def test_slurmtorch_options_between_script_and_a_later_double_dash_are_refused(cli, argv, flag):
@@ -127,3 +128,60 @@ def test_provenance_keeps_the_scripts_arguments_and_redacts_only_slurmtorchs_env
     line = next(ln for ln in out.splitlines() if ln.startswith("# Run with: "))
     assert line == "# Run with: slurmtorch sbatch --site testbed --env TOKEN=... train.py --env B=kept --wait --dry-run"
     assert out.count("s3cret") == 1
+
+
+def test_stray_options_names_each_of_ours_once_in_its_long_short_and_equals_forms():
+    ours = {"--nodes", "-N", "--wait", "--env", "-n", "--ntasks"}
+    words = ["--lr", "1", "--nodes", "2", "-N", "3", "--env=TOKEN=s3cret", "--wait", "--nodes=4", "-n", "x",
+             "--nodesx", "-N2", "--", "--ntasks"]
+    assert stray_options(words, ours) == ["--nodes", "-N", "--env", "--wait", "-n", "--ntasks"]
+    assert stray_options(["--lr", "1", "a b", "-", "--"], ours) == []
+
+
+@pytest.mark.parametrize("verb, flags", [(["sbatch", "--site", "testbed"], ["--nodes", "--wait"]),
+                                         (["mpirun", "-n", "2"], ["--np", "--dry-run"])])
+def test_slurmtorch_options_after_script_are_named_in_one_warning_and_still_reach_the_script(cli, verb, flags):
+    """`sbatch train.py --nodes 2 --wait` ran on 1 node and never waited, without a word. Only the
+    verb's own are named (mpirun has no --nodes), each once."""
+    code, out, err = cli(*verb, "--dry-run", "train.py", flags[0], "3", "--lr", "1", flags[1], "--nodes", flags[0])
+    assert code == 0
+    assert err == (f"warning: {flags[0]}, {flags[1]} after train.py go to the script, not to slurmtorch (put "
+                   "slurmtorch's options before the script; use -- before the script's own to silence this)\n")
+    assert program_argv(out, cli.script) == [flags[0], "3", "--lr", "1", flags[1], "--nodes", flags[0]]
+    assert "#SBATCH --nodes=1\n" in out or verb[0] == "mpirun"
+
+
+def test_one_of_ours_in_its_short_or_equals_form_is_named_as_typed_without_its_value(cli):
+    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "train.py", "-N", "2", "--env=TOKEN=s3cret")
+    assert code == 0 and err.startswith("warning: -N, --env after train.py go to the script") and "s3cret" not in err
+
+
+def test_after_a_module_the_warning_names_the_module(cli):
+    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "-m", "pkg.train", "--time", "1:00")
+    assert code == 0 and err.startswith("warning: --time after -m pkg.train goes to the module, not to slurmtorch")
+    assert "use -- before the module's own to silence this" in err
+
+
+@pytest.mark.parametrize("argv", [["train.py", "--", "--nodes", "2", "--wait"], ["-m", "pkg", "--", "-N", "2"],
+                                  ["train.py", "--lr", "1", "--help"]])
+def test_a_double_dash_right_after_the_program_or_none_of_ours_is_silent(cli, argv):
+    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", *argv)
+    assert code == 0 and err == ""
+
+
+def test_run_warns_of_its_own_options_only(cli):
+    """`run`'s options are -m and --dry-run: sbatch's --nodes after SCRIPT is the script's business."""
+    from slurmtorch.cli._common import ProgramCommand
+    from slurmtorch.cli.main import build_app
+    import typer
+
+    command = typer.main.get_command(build_app(["run"])).commands["run"]
+    assert isinstance(command, ProgramCommand)
+    flags = {f for p in command.params for f in p.opts}
+    assert stray_options(["--nodes", "2", "--dry-run"], flags) == ["--dry-run"]
+
+
+def test_the_clusters_side_of_a_forwarded_verb_does_not_warn_again(cli, monkeypatch):
+    monkeypatch.setenv("SLURMTORCH_ON_CLUSTER", "1")
+    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "train.py", "--nodes", "2")
+    assert code == 0 and err == ""

@@ -58,6 +58,7 @@ def scontrol_job(testbed, job_id: str) -> str:
 
 
 @pytest.mark.parametrize("launcher", ["srun", "mpirun"])
+@pytest.mark.slurm_versions
 def test_two_nodes_three_ranks_each_know_their_place(testbed, has_torch, home, place, launcher):
     """--nodes 2 --ntasks 3: 2+1, and every rank's local and node ranks say so (from inside the ranks)."""
     proc = st(testbed, home, ["sbatch", "--site", "testbed", "--nodes", "2", "--ntasks", "3", "--launcher", launcher,
@@ -77,6 +78,7 @@ def test_two_nodes_three_ranks_each_know_their_place(testbed, has_torch, home, p
         assert [r["SLURM_NTASKS_PER_NODE"] for r in got] == ["2", "2", "1"]
 
 
+@pytest.mark.slurm_versions
 def test_sbatchs_options_are_accepted_by_sbatch_and_shown_by_scontrol(testbed, home, tmp_path):
     """--exclusive --mem 1G -C testbed -d afterok:<id>, and --sbatch-arg, reach the real sbatch."""
     sleeper = tmp_path / "sleeper.py"
@@ -105,6 +107,7 @@ def test_sbatchs_options_are_accepted_by_sbatch_and_shown_by_scontrol(testbed, h
             testbed.run(["scancel", *ids], check=False)
 
 
+@pytest.mark.slurm_versions
 def test_srun_args_reach_the_ranks_step(testbed, has_torch, home, place):
     """--srun-arg is on the step's srun line: --label prefixes each rank's lines with its task id,
     and --distribution=cyclic is what srun tells the ranks."""
@@ -116,6 +119,7 @@ def test_srun_args_reach_the_ranks_step(testbed, has_torch, home, place):
     assert {r["SLURM_DISTRIBUTION"] for r in records(folder)} == {"cyclic"}
 
 
+@pytest.mark.slurm_versions
 def test_rank_0_off_the_first_node_says_how_to_fix_the_hostfile(testbed, tmp_path):
     """srun --distribution=arbitrary with SLURM_HOSTFILE listing node2 first puts task 0 there.
 

@@ -7,6 +7,8 @@ mpi4py), with an interpreter that has no torch, and across a 4-node allocation.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import importlib.util
 import os
 import subprocess
@@ -23,7 +25,7 @@ from slurmtorch.doctor.consistency import RankRecord, check_layout, layout_table
 from slurmtorch.doctor.node import (check_env, check_gpus, check_infiniband, check_interfaces, check_mpi, check_srun,
                                     check_torch, mpi_vendor, node_checks)
 from slurmtorch.doctor.checks import Check, summary
-from slurmtorch.doctor.sitechoice import RECORDED, site_for_doctor, site_from_script
+from slurmtorch.doctor.sitechoice import ALLOCATION, RECORDED, site_for_doctor, site_from_script
 from slurmtorch.submit import sites
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,9 +68,26 @@ def test_testbed_node_facts_pass_every_check():
     nt = site.node_type("cpu")
     # A testbed node: the management network on eth0 (its host name's address), the fabric on ib0.
     node1 = facts(interfaces=(Interface("lo", "127.0.0.1"), Interface("eth0", "198.18.0.11", 10000),
-                              Interface("ib0", "198.18.0.139", 10000)))
+                              Interface("ib0", "198.18.0.139", 10000)), environ=(("SLURM_JOB_ID", "7"),))
     checks = node_checks(node1, site, nt, list(nt.network_env()), "gloo")
     assert not statuses(checks, "fail") and not statuses(checks, "warn"), [c.line() for c in checks]
+
+
+def test_on_a_login_node_the_compute_nodes_interfaces_are_not_its_faults():
+    """Issue 36: `doctor --site testbed` on the login host failed twice (no ib0 there, and the
+    OMPI_MCA variable naming it) and told the admin to fix a correct site."""
+    site = sites.load_site("testbed")
+    nt = site.node_type("cpu")
+    login = facts(hostname="login", interfaces=(Interface("lo", "127.0.0.1"), Interface("eth0", "198.18.0.10", 10000)))
+    checks = node_checks(login, site, nt, list(nt.network_env()), "gloo")
+    assert not statuses(checks, "fail") and not statuses(checks, "warn"), [c.line() for c in checks]
+    said = [c.what for c in checks if "login node" in c.what]
+    assert len(said) == 1 and "srun -N1 slurmtorch doctor" in said[0]
+    in_a_job = node_checks(replace(login, environ=(("SLURM_JOB_ID", "7"),)), site, nt, list(nt.network_env()), "gloo")
+    assert any("ib0" in c.what for c in statuses(in_a_job, "fail"))  # on a node of a job, ib0 is due
+    local = sites.load_site("local")
+    laptop = node_checks(replace(login, srun_plugins=None), local, local.node_type("host"), [], "gloo")
+    assert not [c for c in laptop if "login node" in c.what]  # no srun: the ranks run here, all is checked
 
 
 def test_cpu_torch_on_a_gpu_node_type_fails_the_backend_and_the_gpus():
@@ -124,10 +143,11 @@ def test_srun_without_the_sites_plugin_or_missing_fails_where_the_site_uses_srun
     assert check_srun(facts(srun_plugins=None), sites.load_site("local"))[0].status == "ok"
 
 
-@pytest.mark.parametrize("version, warned", [((24, 11), True), ((25, 5), True), ((24, 5), False), ((22, 5), False),
-                                             (None, False)])
-def test_mpich_under_pmi2_is_warned_from_slurm_24_11(version, warned):
-    """PyPI's MPICH under srun --mpi=pmi2 hung in MPI_Init on Slurm 24.11 once torch was imported; fine on 22.05."""
+@pytest.mark.parametrize("version", [(24, 11), (25, 5), (24, 5), (22, 5), None])
+def test_mpich_under_pmi2_is_warned_on_every_slurm(version):
+    """slurmstepd reads a PMI-1 request in one 1024-byte read on every Slurm, and MPICH's
+    address lines can be longer: seen failing on 22.05 (by launch) and 24.11 (every launch)."""
+    warned = True
     site = sites.load_site("ethernet")  # mpi_plugin: pmi2
     mpich = MpiFacts(library="MPICH Version:      5.0.2\nMPICH Release date: ...", mpi4py="4.1.2")
     checks = [c for c in check_srun(facts(mpi=mpich, slurm_version=version), site) if "MPICH under" in c.what]
@@ -196,7 +216,8 @@ def test_layout_of_a_consistent_world_is_ok_and_a_broken_one_fails():
     good = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 1, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
     assert [c.status for c in check_layout(good)] == ["ok"]
     table = layout_table(good)
-    assert table[0].split() == ["rank", "local", "node", "host", "device", "master", "connect", "cpus"] and len(table) == 5
+    assert table[0].split() == ["rank", "local", "node", "host", "device", "master", "connect", "gpu", "numa", "nic",
+                                "cpus"] and len(table) == 5
     twice = [rec(0, 0, 0, 2, "node1"), rec(1, 0, 0, 2, "node1"), rec(2, 1, 0, 2, "node2"), rec(3, 1, 1, 2, "node2")]
     broken = check_layout(twice)
     assert broken[0].status == "fail" and "node 0: local ranks [0, 0]" in broken[0].what
@@ -243,6 +264,16 @@ def test_the_site_comes_from_the_flag_the_environment_or_the_jobs_own_script(tmp
     assert site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(trial)}) == ("roce", RECORDED)  # a sweep's trial
     assert site_for_doctor(None, {"SLURMTORCH_JOB_DIR": str(tmp_path / "gone")})[0] is None
     assert site_for_doctor(None, {})[0] is None
+
+
+def test_in_allocs_shell_the_doctor_checks_the_allocations_site():
+    """Issue 36: inside `alloc --site testbed`, `doctor --allocation` checked site local."""
+    from slurmtorch.submit.interactive import stored
+
+    shell = {"SLURM_JOB_ID": "42", "SLURMTORCH_ALLOC": stored("testbed", {"nodes": 2})}
+    assert site_for_doctor(None, shell) == ("testbed", ALLOCATION)
+    assert site_for_doctor(None, {**shell, "SLURMTORCH_SITE": "cloud"})[0] == "cloud"
+    assert site_for_doctor(None, {**shell, "SLURMTORCH_ALLOC": "not json"})[0] is None
 
 
 def test_the_doctor_verb_inside_a_job_checks_against_the_jobs_site(tmp_path):
@@ -314,6 +345,7 @@ def test_doctor_reports_missing_torch_and_srun_instead_of_crashing(bed, tmp_path
 
 
 @pytest.mark.testbed
+@pytest.mark.slurm_versions
 def test_allocation_doctor_on_four_nodes_shows_layout_reach_and_bandwidth(bed):
     result = bed.run(["salloc", "-p", "debug", "-N4", "-t", "5", *CLI, "--allocation", "--site", "testbed"],
                      cwd=REPO, timeout=180)

@@ -28,6 +28,9 @@ export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
+# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
+# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export FI_CXI_DISABLE_HOST_REGISTER=1
@@ -42,7 +45,7 @@ export MPICH_GPU_SUPPORT_ENABLED=0
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export NCCL_NET='AWS Libfabric'
 export NCCL_PROTO='^LL128'
-export FI_CXI_DEFAULT_TX_SIZE=16384
+export FI_CXI_DEFAULT_TX_SIZE=32768
 export FI_CXI_RX_MATCH_MODE=software
 export OMP_NUM_THREADS=8
 export TRITON_HOME=/dev/shm/

@@ -25,6 +25,9 @@ export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
+# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
+# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1

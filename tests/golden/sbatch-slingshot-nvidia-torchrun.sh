@@ -6,7 +6,6 @@
 #SBATCH --cpus-per-task=128
 #SBATCH --gpus-per-node=4
 #SBATCH --job-name=train
-#SBATCH --network=disable_rdzv_get
 #SBATCH --no-requeue
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=1
@@ -29,16 +28,14 @@ export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
+# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
+# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export FI_CXI_DISABLE_HOST_REGISTER=1
 export FI_MR_CACHE_MONITOR=userfaultfd
 export FI_CXI_DEFAULT_CQ_SIZE=131072
-export FI_CXI_RDZV_PROTO=alt_read
-export FI_CXI_RX_MATCH_MODE=hybrid
-export FI_CXI_RDZV_EAGER_SIZE=0
-export FI_CXI_RDZV_GET_MIN=0
-export FI_CXI_DEFAULT_TX_SIZE=2048
 export NCCL_NET_GDR_LEVEL=PHB
 export NCCL_CROSS_NIC=1
 export NCCL_SOCKET_IFNAME==hsn0,hsn1,hsn2,hsn3

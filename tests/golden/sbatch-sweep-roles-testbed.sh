@@ -28,6 +28,9 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE RO
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLURM_ARRAY_TASK_ID"
 export SLURMTORCH_JOB_DIR
 mkdir -p "$SLURMTORCH_JOB_DIR"
+# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
+# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
@@ -48,17 +51,28 @@ case "$SLURMTORCH_TRIAL" in
         sweep_args=(--lr 1e-3)
         export SLURMTORCH_SWEEP_LR=1e-3
         export SLURMTORCH_PARAMS='{"lr":"1e-3"}'
+        trial_dir=trials/lr=1e-3
         ;;
     1)
         sweep_args=(--lr 1e-4)
         export SLURMTORCH_SWEEP_LR=1e-4
         export SLURMTORCH_PARAMS='{"lr":"1e-4"}'
+        trial_dir=trials/lr=1e-4
         ;;
     *)
         printf 'slurmtorch: array task %s is not a trial of this sweep\n' "$SLURMTORCH_TRIAL" >&2
         exit 2
         ;;
 esac
+
+# The trial's own working folder below the one the job was submitted from: one trial's
+# relative files (a checkpoint it resumes from) never meet another's, and a requeue or a
+# resubmission of the same trial finds its own again.
+if ! mkdir -p -- "$trial_dir" || ! cd -- "$trial_dir"; then
+    echo "slurmtorch: error: cannot make the trial's working folder $PWD/$trial_dir" >&2
+    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
+    exit 1
+fi
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
 # now, at random below the kernel's ephemeral range (a port from there can be taken by

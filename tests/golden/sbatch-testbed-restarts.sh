@@ -27,6 +27,9 @@ export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
+# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
+# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
@@ -47,6 +50,12 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --open-mode=append \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 300 --from slurm /home/user/train.py --epochs 3
 rc=$?
+# The supervisor leaves its exit code as it ends; none means it was killed outright (a SIGKILL
+# says nothing itself), and then nothing restarts the job.
+if [ ! -e "$SLURMTORCH_JOB_DIR"/supervisor-end ]; then
+    echo "slurmtorch: error: the restart supervisor was killed by SIG$(kill -l "$((rc - 128))" 2>/dev/null || echo '?') (exit $rc): nothing restarts this job now" >&2
+fi
+rm -f "$SLURMTORCH_JOB_DIR"/supervisor-end
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
 printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"

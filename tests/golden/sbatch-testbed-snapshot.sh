@@ -25,12 +25,16 @@ export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
+# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
+# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 # The code as it was at submission: a snapshot of '/home/user/p q' in the job's folder
 # (snapshot.json says which commit, and whether the tree was dirty). Every start of the job, its
-# restarts and requeues included, runs it, from the folder it was submitted from.
+# restarts and requeues included, runs it; the ranks start in the folder the job was submitted
+# from (sbatch's --chdir), where its relative files (checkpoints, outputs/) go and are found again.
 SLURMTORCH_CODE=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/code
 export SLURMTORCH_CODE
-if ! cd "$SLURMTORCH_CODE"/'a b'; then
+if [ ! -d "$SLURMTORCH_CODE" ]; then
     echo "slurmtorch: error: this job's copy of its code is gone ($SLURMTORCH_CODE): was its folder removed?" >&2
     printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
     exit 1

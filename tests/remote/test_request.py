@@ -151,3 +151,39 @@ def test_the_socket_folder_leaves_room_for_the_masters_temporary_name(tmp_path):
         assert socket_folder({"XDG_RUNTIME_DIR": str(run)}) == run / "slurmtorch-ssh"
     finally:
         shutil.rmtree(run)
+
+
+def test_the_clusters_answer_line_reads_back_as_the_value_or_the_error():
+    """A Distributor's call answered there (serve.answer writes distribute.outcome_line): the
+    laptop returns the value, or raises the error a local run would have raised."""
+    from slurmtorch.api.job import JobFailed
+    from slurmtorch.remote.distribute import _outcome, outcome_line
+
+    assert _outcome(b"rank 0 said hi\n" + outcome_line(True, {"loss": 0.5}), 0, "dev") == {"loss": 0.5}
+    with pytest.raises(JobFailed, match="rank 1 died"):
+        _outcome(outcome_line(False, JobFailed("rank 1 died", job_id="7")), 0, "dev")
+
+
+def test_pull_paths_must_stay_inside_the_jobs_working_folder():
+    import pytest
+
+    from slurmtorch.errors import SpecError
+    from slurmtorch.remote.pull import checked_paths
+
+    assert checked_paths(["outputs/", "./ckpt.pt", "a/../b"]) == ["outputs", "ckpt.pt", "b"]
+    for bad in ("/etc", "..", "../x", "a/../../x", ""):
+        with pytest.raises(SpecError, match="is not inside the job's working folder"):
+            checked_paths([bad])
+
+
+def test_pulled_files_go_to_the_folder_the_job_came_from_when_it_was_this_hosts(tmp_path):
+    import socket
+
+    from slurmtorch.remote.pull import default_dest
+
+    (tmp_path / "proj" / "sub").mkdir(parents=True)
+    mine = {"origin": f"{socket.gethostname()}:{tmp_path / 'proj'}", "cwd": "sub"}
+    assert default_dest(mine, "/here") == str(tmp_path / "proj" / "sub")
+    assert default_dest({**mine, "origin": f"otherhost:{tmp_path / 'proj'}"}, "/here") == "/here"
+    assert default_dest({**mine, "cwd": "gone"}, "/here") == "/here"
+    assert default_dest({}, "/here") == "/here"

@@ -13,7 +13,7 @@ import pytest
 
 from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.protocol import CODE_DIR
-from slurmtorch.submit import scheduler
+from slurmtorch.submit.edge.git import git
 from slurmtorch.submit.jobfolder import codecopy, snapshot
 
 
@@ -32,7 +32,7 @@ def mirror(tmp_path: Path, files: dict[str, str]) -> tuple[Path, dict]:
 def take(tmp_path: Path, snap: snapshot.Snapshot) -> tuple[Path, dict]:
     folder = tmp_path / "home" / "jobs" / "1"
     folder.mkdir(parents=True)
-    return folder, codecopy.take(snap, folder, scheduler.git, 1 << 30)
+    return folder, codecopy.take(snap, folder, git, 1 << 30)
 
 
 def test_only_the_files_the_laptop_sent_are_taken_and_the_laptops_commit_is_recorded(tmp_path):
@@ -76,3 +76,16 @@ def test_the_working_folder_inside_the_mirror_is_where_the_job_starts(tmp_path):
     root, record = mirror(tmp_path, {"exp/train.py": ""})
     snap = snapshot.from_sync(record, str(root / "exp" / "train.py"), str(root / "exp"))
     assert (snap.script, snap.cwd) == ("exp/train.py", "exp")
+
+
+def test_a_manifest_that_writes_through_a_link_it_makes_is_refused_and_nothing_lands_outside(tmp_path):
+    """A laptop's record listing ld -> (somewhere outside) and ld/s.py (was: the cluster's copy
+    wrote s.py outside the job folder, and it stayed after the failed submission)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    root, record = mirror(tmp_path, {"ld/s.py": "print('s')\n"})
+    record["manifest"].insert(0, ["ld", "link", str(outside)])
+    with pytest.raises(SubmitError, match=r"^snapshot failed: ld/s\.py in the synced copy .* is reached through "
+                                          r"the link ld"):
+        take(tmp_path, snapshot.from_sync(record, str(root / "ld" / "s.py"), str(root)))
+    assert list(outside.iterdir()) == []

@@ -4,6 +4,8 @@ import os
 import socket
 import sys
 
+import torch.distributed as dist
+
 from printed import wait_until_printed
 
 out = {k: os.environ.get(k) for k in ("SLURMTORCH_ROLE", "SLURMTORCH_ROLE_INDEX", "RANK", "WORLD_SIZE",
@@ -12,7 +14,6 @@ out["host"] = socket.gethostname()
 out["argv"] = sys.argv[1:]
 out["cluster_spec"] = json.loads(os.environ["CLUSTER_SPEC"])
 out["tf_config"] = json.loads(os.environ["TF_CONFIG"])
-import torch.distributed as dist
 
 out["in_group"] = dist.is_initialized()
 if dist.is_initialized():

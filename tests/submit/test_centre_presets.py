@@ -25,7 +25,7 @@ from slurmtorch.submit import render, sites
 from slurmtorch.submit.batchnode.batchbash import PICK_FABRIC_ADDR
 from slurmtorch.submit.spec import build_spec
 
-from test_presets import exported, header
+from test_presets import exported, header, rank_srun
 from test_render import golden_options
 
 
@@ -223,3 +223,78 @@ def test_the_guides_centre_examples_are_the_presets_own_lines():
     for name, block in blocks:
         preset = yaml.safe_load((resources.site_configs_dir() / f"{name}.yaml").read_text())
         assert subset(yaml.safe_load(block), preset), (name, block)
+
+
+# --------------------------------------------------------------------------- LUMI
+
+
+def test_lumi_g_follows_lumis_ai_guide():
+    """LUMI's AI guide (Lumi-supercomputer/LUMI-AI-Guide, 05-multi-gpu-and-node/run_ddp_srun.sh):
+    standard-g, 8 GCDs and 8 ranks of 7 CPUs per node, --mem-per-gpu=60G, the AI Factory modules,
+    MIOpen caches in /tmp made on every node, TORCH_HOME=/scratch/${SLURM_JOB_ACCOUNT}/${USER}/torch_home
+    expanded when the job runs, the guide's CPU masks, and `singularity run $SIF` with no --rocm."""
+    text = rendered("lumi-g", account="project_465000123", nodes=2)
+    h = header(text)
+    assert (h["partition"], h["gpus-per-node"], h["ntasks-per-node"], h["cpus-per-task"], h["mem-per-gpu"]) == (
+        "standard-g", "8", "8", "7", "60G")
+    assert [ln for ln in text.splitlines() if ln.startswith("module ")] == [
+        "module purge", "module use /appl/local/laifs/modules", "module load lumi-aif-singularity-bindings"]
+    env = exported(text, ["TORCH_HOME", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "FI_CXI_RDZV_PROTO"],
+                   {"SLURM_JOB_ACCOUNT": "project_465000123", "USER": "ana"})
+    assert env == {"TORCH_HOME": "/scratch/project_465000123/ana/torch_home",
+                   "MIOPEN_USER_DB_PATH": "/tmp/miopen-config-ana", "MIOPEN_CUSTOM_CACHE_DIR": "/tmp/miopen-cache-ana",
+                   "FI_CXI_RDZV_PROTO": "<unset>"}
+    assert "network" not in h
+    assert 'mkdir -p "$TORCH_HOME"' in text and 'mkdir -p "$MIOPEN_CUSTOM_CACHE_DIR" "$MIOPEN_USER_DB_PATH"' in text
+    argv = launch_words(text, "srun", SLURMTORCH_CODE="/code")
+    assert "--cpu-bind=mask_cpu:0x00fe000000000000,0xfe00000000000000,0x0000000000fe0000,0x00000000fe000000," \
+           "0x00000000000000fe,0x000000000000fe00,0x000000fe00000000,0x0000fe0000000000" in argv
+    start = argv.index("singularity")
+    assert argv[start:start + 2] == ["singularity", "run"] and "--rocm" not in argv
+    assert argv[argv.index("python") - 1].endswith(".sif")
+    with pytest.raises(SpecError, match="account 'abc' does not have the form"):
+        rendered("lumi-g", account="abc")
+    assert header(rendered("lumi-g", account="project_1", partition="dev-g", time="03:00:00"))["partition"] == "dev-g"
+    with pytest.raises(SpecError, match="a share of the node's CPUs"):
+        rendered("lumi-g", account="project_1", launcher="torchrun")
+
+
+# --------------------------------------------------------------------------- NERSC
+
+
+def test_nersc_perlmutter_follows_nerscs_tutorial_and_policy():
+    """NERSC's policy page (QOS, -C gpu, no partition) and its DL tutorial's Perlmutter script:
+    4 ranks of 32 CPUs per node, plain srun; the `shifter` preset runs nersc/pytorch with
+    --module=gpu,nccl-plugin as one option; none of HPE's rendezvous settings."""
+    text = rendered("nersc-perlmutter", nodes=2)
+    h = header(text)
+    assert "partition" not in h and (h["qos"], h["constraint"], h["ntasks-per-node"], h["cpus-per-task"]) == (
+        "regular", "gpu", "4", "32")
+    assert "network" not in h and "--mpi" not in rank_srun(text)
+    env = exported(text, ["NCCL_NET", "FI_CXI_DISABLE_HOST_REGISTER", "NCCL_SOCKET_IFNAME", "FI_CXI_RDZV_PROTO"])
+    assert env == {"NCCL_NET": "AWS Libfabric", "FI_CXI_DISABLE_HOST_REGISTER": "1",
+                   "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3", "FI_CXI_RDZV_PROTO": "<unset>"}
+    shifter = rendered("nersc-perlmutter", preset="shifter", nodes=2)
+    argv = launch_words(shifter, "srun", SLURMTORCH_CODE="/code")
+    start = argv.index("shifter")
+    assert argv[start + 1] == "--image=nersc/pytorch:24.06.02"
+    assert "--module=gpu,nccl-plugin" in argv[start:argv.index("python")]
+    assert header(rendered("nersc-perlmutter", partition="debug"))["qos"] == "debug"
+
+
+# --------------------------------------------------------------------------- CINECA
+
+
+def test_cineca_leonardo_booster_has_a_qos_per_kind_of_job_on_one_partition():
+    """CINECA's Leonardo page: the Booster's boost_usr_prod with QOS normal, boost_qos_dbg and
+    boost_qos_lprod, each with its own limits, checked before sbatch; an account on every job."""
+    h = header(rendered("cineca-leonardo-booster", account="EUHPC_A01_001"))
+    assert (h["partition"], h["qos"], h["gpus-per-node"], h["cpus-per-task"]) == ("boost_usr_prod", "normal", "4", "8")
+    dbg = header(rendered("cineca-leonardo-booster", account="p", qos="boost_qos_dbg", time="00:30:00", nodes=2))
+    assert (dbg["partition"], dbg["qos"]) == ("boost_usr_prod", "boost_qos_dbg")
+    with pytest.raises(SpecError, match="00:30:00"):
+        rendered("cineca-leonardo-booster", account="p", qos="boost_qos_dbg", time="01:00:00")
+    lprod = header(rendered("cineca-leonardo-booster", account="p", partition="boost_qos_lprod", time="4-00:00:00"))
+    assert (lprod["partition"], lprod["qos"], lprod["time"]) == ("boost_usr_prod", "boost_qos_lprod", "4-00:00:00")
+    with pytest.raises(SpecError, match="requires a Slurm account"):
+        rendered("cineca-leonardo-booster")

@@ -50,32 +50,35 @@ HPE_CCL = {"FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_DEFAULT_CQ_SIZE": "13107
            "NCCL_NET_GDR_LEVEL": "PHB"}
 
 
-# HPE's current Slingshot guide for NCCL: its "Essential Libfabric Environment Settings" and
-# "Environment Settings for NCCL" tables
-# (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/nccl/nccl_tuning_guide.md).
-HPE_GUIDE = {**HPE_CCL, "FI_MR_CACHE_MONITOR": "userfaultfd", "FI_CXI_RDZV_PROTO": "alt_read",
-             "FI_CXI_RX_MATCH_MODE": "hybrid", "FI_CXI_RDZV_EAGER_SIZE": "0", "FI_CXI_RDZV_GET_MIN": "0",
-             "FI_CXI_DEFAULT_TX_SIZE": "2048", "NCCL_NET": "AWS Libfabric"}
+# What HPE's current Slingshot guide for NCCL (its "Essential Libfabric Environment Settings" and
+# "Environment Settings for NCCL" tables,
+# https://github.com/HewlettPackard/shs-ccl-docs/blob/main/nccl/nccl_tuning_guide.md) shares with
+# NERSC's env_nccl.sh and CSCS's nccl_env_vars: the fabric's defaults (edition 3, issue 34).
+SHARED = {**HPE_CCL, "FI_MR_CACHE_MONITOR": "userfaultfd", "NCCL_NET": "AWS Libfabric"}
+# HPE's alone: the alt_read rendezvous (with --network=disable_rdzv_get), hybrid matching, its queue.
+HPE_ONLY = ["FI_CXI_RDZV_PROTO", "FI_CXI_RX_MATCH_MODE", "FI_CXI_RDZV_EAGER_SIZE", "FI_CXI_RDZV_GET_MIN",
+            "FI_CXI_DEFAULT_TX_SIZE"]
 
 
 def test_slingshot_nvidia_follows_hpe_and_nersc():
-    """HPE's current guide (HPE_GUIDE, with `--network=disable_rdzv_get` for the alt_read
-    rendezvous) and NERSC's for the nccl-ofi plugin
-    (https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh): NCCL_NET="AWS Libfabric" so
-    that NCCL stops instead of falling back to TCP sockets when the plugin is missing (left out on
-    one node, as HPE's ccl_env.sh warns), NCCL on the hsn interfaces, the plugin's host folder before
-    LD_LIBRARY_PATH, and not `.../plugin/deps/lib`: the `deps/lib` of NERSC's podman-hpc nccl module
-    (https://github.com/NERSC/podman-hpc/blob/main/etc/modules.d/nccl.yaml) is a folder inside the
-    container. Jobs are QOS-routed with -q and -C gpu and charged with -A
+    """What HPE's current guide and NERSC's for the nccl-ofi plugin
+    (https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh) both set (SHARED), and none of
+    HPE's rendezvous settings, which NERSC does not set (no #SBATCH --network): NCCL_NET="AWS
+    Libfabric" so that NCCL stops instead of falling back to TCP sockets when the plugin is missing
+    (left out on one node, as HPE's ccl_env.sh warns), NCCL on the hsn interfaces, the plugin's host
+    folder before LD_LIBRARY_PATH, and not `.../plugin/deps/lib`: the `deps/lib` of NERSC's podman-hpc
+    nccl module (https://github.com/NERSC/podman-hpc/blob/main/etc/modules.d/nccl.yaml) is a folder
+    inside the container. Jobs are QOS-routed with -q and -C gpu and charged with -A
     (https://docs.nersc.gov/jobs/policy/): no #SBATCH --partition."""
     text = rendered("slingshot-nvidia", nodes=2)
-    env = exported(text, [*HPE_GUIDE, "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH"], {"LD_LIBRARY_PATH": "/usr/lib64"})
-    assert {k: env[k] for k in HPE_GUIDE} == HPE_GUIDE
+    env = exported(text, [*SHARED, *HPE_ONLY, "NCCL_SOCKET_IFNAME", "LD_LIBRARY_PATH"], {"LD_LIBRARY_PATH": "/usr/lib64"})
+    assert {k: env[k] for k in SHARED} == SHARED
+    assert {env[k] for k in HPE_ONLY} == {"<unset>"}
     assert env["NCCL_SOCKET_IFNAME"] == "=hsn0,hsn1,hsn2,hsn3"  # NERSC's `hsn` prefix, exactly
     assert env["LD_LIBRARY_PATH"] == "/global/common/software/nersc9/nccl/2.19/plugin/lib:/usr/lib64"
     h = header(text)
     assert "partition" not in h and (h["qos"], h["constraint"], h["account"]) == ("regular", "gpu", "proj0001")
-    assert h["network"] == "disable_rdzv_get"
+    assert "network" not in h
     assert "--mpi=cray_shasta" in rank_srun(text)
     assert exported(rendered("slingshot-nvidia"), ["NCCL_NET"])["NCCL_NET"] == "<unset>"  # one node
     assert header(rendered("slingshot-nvidia", partition="regular-80g"))["constraint"] == "'gpu&hbm80g'"  # sbatch reads the quotes
@@ -110,7 +113,7 @@ def test_mi250x_follows_olcfs_frontier_pytorch_guide():
 # https://github.com/eth-cscs/cscs-docs): "should always be set for correctness and optimal
 # performance when using NCCL with uenv".
 CSCS_NCCL = {"NCCL_NET": "AWS Libfabric", "NCCL_NET_GDR_LEVEL": "PHB", "NCCL_CROSS_NIC": "1",
-             "NCCL_PROTO": "^LL128", "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "16384",
+             "NCCL_PROTO": "^LL128", "FI_CXI_DEFAULT_CQ_SIZE": "131072", "FI_CXI_DEFAULT_TX_SIZE": "32768",
              "FI_CXI_DISABLE_HOST_REGISTER": "1", "FI_CXI_RX_MATCH_MODE": "software",
              "FI_MR_CACHE_MONITOR": "userfaultfd"}
 # pytorch.md's uenv sbatch script, besides the NCCL variables.

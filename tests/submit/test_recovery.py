@@ -12,7 +12,9 @@ The times from fault to resumed training are printed (`-s` shows them), never as
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -96,6 +98,7 @@ def lose_node(testbed):
 
 
 @pytest.mark.timeout(GUARD_S + 120)
+@pytest.mark.slurm_versions
 def test_a_lost_node_is_replaced_by_the_spare_and_training_ends_as_if_uninterrupted(testbed, reference, lose_node,
                                                                                      tmp_path):
     home = tmp_path / "home"
@@ -123,6 +126,34 @@ def test_a_killed_rank_is_restarted_on_the_spare_and_its_node_named(testbed, ref
     assert final_hash(testbed, job, folder) == reference
     status = st(testbed, home, ["status", job]).stdout
     assert f"start 0 failed: rank 1 on {host}: killed by a signal" in status and f"{host} excluded" in status, status
+
+
+def supervisor_pid(job: str) -> int:
+    """The restart supervisor of `job` (the testbed's nodes share this machine's process table)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(b"slurmtorch." in a and a.endswith(b".supervisor") for a in cmd) and f"SLURM_JOB_ID={job}".encode() in env:
+            return int(proc.name)
+    raise AssertionError(f"no restart supervisor of job {job} running")
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_killed_supervisor_ends_the_job_and_the_report_says_so(testbed, has_torch, tmp_path):
+    """kill -9 of the restart supervisor ended the job, but no line said why."""
+    home = tmp_path / "home"
+    job = submit(testbed, home, "--spare-nodes", "1")
+    folder = home / "jobs" / job
+    rank_1(folder)
+    os.kill(supervisor_pid(job), signal.SIGKILL)
+    wait_for(lambda: finished(testbed, job) and (folder / "exit-code").exists(), f"job {job} to end")
+    assert "slurmtorch: error: the restart supervisor was killed by SIGKILL (exit 137)" in read(folder / "batch.out")
+    status = st(testbed, home, ["status", job]).stdout
+    assert ("failed: the restart supervisor on the batch node was killed by SIGKILL (exit 137); the job ended with it, "
+            "and nothing restarted it") in status, status
 
 
 @pytest.mark.timeout(GUARD_S + 120)
@@ -184,6 +215,7 @@ def job_nodes(testbed, job: str) -> list[str]:
 
 
 @pytest.mark.timeout(GUARD_S + 240)
+@pytest.mark.slurm_versions
 def test_losing_the_batch_node_requeues_the_job_without_it_and_training_resumes(testbed, reference, lose_node,
                                                                                 tmp_path):
     """Issue 24, item 3: the batch node (rank 0's, and the supervisor's) is lost. Slurm keeps a

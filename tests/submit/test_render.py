@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,13 +64,17 @@ def bash_syntax_ok(text: str) -> None:
 
 
 # Launchers a bundled site's jobs cannot sensibly use: HPE Cray EX systems have no mpirun
-# (Cray MPICH starts under srun), and on the MI250X site each rank's --gpus-per-task=1
-# cannot reach torchrun's one agent per node (refused: test_site_keys).
-NOT_ON = {("slingshot-nvidia", "mpirun"), ("mi250x", "mpirun"), ("mi250x", "torchrun")}
+# (Cray MPICH starts under srun), and on the MI250X sites each rank's --gpus-per-task=1 (OLCF)
+# or CPU mask (LUMI) cannot reach torchrun's one agent per node (refused: test_site_keys,
+# test_centre_presets).
+NOT_ON = {("slingshot-nvidia", "mpirun"), ("mi250x", "mpirun"), ("mi250x", "torchrun"), ("lumi-g", "mpirun"),
+          ("lumi-g", "torchrun"), ("nersc-perlmutter", "mpirun")}
+# Sites without Slurm (PBS): `slurmtorch mpirun` only, no batch script (their mpirun goldens below).
+NO_SLURM = {"alcf-polaris"}
 
 
 @pytest.mark.parametrize("site_name, launcher", [(s, launcher) for s in BUNDLED for launcher in LAUNCHERS
-                                                  if (s, launcher) not in NOT_ON])
+                                                  if (s, launcher) not in NOT_ON and s not in NO_SLURM])
 def test_sbatch_script_matches_golden(site_name, launcher):
     site = sites.load_site(site_name)
     spec = build_spec(site, golden_options(site_name, launcher=launcher, **required_options(site)))
@@ -82,14 +87,17 @@ def required_options(site) -> dict:
     """What a site's `required:` asks every job for (it refuses jobs without): an account in
     the default partition's form (IDRIS: NAME@v100), a time limit (TACC Vista)."""
     part = site.partition(None)
-    out: dict = {"account": "proj0001" + (part.account_suffix or "")} if "account" in site.required else {}
+    account = "proj0001" + (part.account_suffix or "")
+    if part.account_pattern and not re.fullmatch(part.account_pattern, account):
+        account = "project_465000123"  # LUMI's form
+    out: dict = {"account": account} if "account" in site.required else {}
     if "time" in site.required:
         out["time"] = "01:00:00"
     return out
 
 
 # Bundled sites' named presets that change how ranks start (a container, another srun --mpi).
-PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun")]
+PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun"), ("nersc-perlmutter", "shifter", "srun")]
 
 
 @pytest.mark.parametrize("site_name, preset, launcher", PRESET_GOLDENS)
@@ -148,9 +156,15 @@ def test_option_shapes_match_golden(shape):
     check_golden(f"sbatch-testbed-{shape}.sh", text)
 
 
-@pytest.mark.parametrize("site_name", ["local", "testbed"])
+# Each MPI's launcher (a site's `mpirun: flavour:`): Open MPI (local, testbed), Cray PALS (ALCF
+# Polaris), MPICH's Hydra and Intel MPI (test sites).
+FLAVOUR_SITES = {"hydra-local": Path(__file__).resolve().parents[1] / "sites" / "hydra-local.yaml",
+                 "intel-mpi": Path(__file__).resolve().parents[1] / "sites" / "intel-mpi.yaml"}
+
+
+@pytest.mark.parametrize("site_name", ["local", "testbed", "alcf-polaris", *FLAVOUR_SITES])
 def test_mpirun_script_matches_golden(site_name):
-    site = sites.load_site(site_name)
+    site = sites.load_site(str(FLAVOUR_SITES.get(site_name, site_name)))
     spec = build_spec(site, golden_options(
         site_name, kind="mpirun", ntasks=4, hostfile="/home/user/hosts",
         command=("slurmtorch", "mpirun", "train.py", "-n", "4", "--hostfile", "hosts")))
@@ -428,7 +442,8 @@ def test_rendering_imports_neither_torch_nor_mpi4py(tmp_path, verb, args, shown)
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'mpi4py', 'numpy')"
         " or m.startswith('slurmtorch.bootstrap') or m == 'slurmtorch.bootstrap.mpi'\n"
         # nor the in-rank world, the submit edge, or the other verbs' modules
-        " or m in ('slurmtorch.bootstrap.rankinfo', 'slurmtorch.submit.scheduler', 'slurmtorch.cli.jobs', 'slurmtorch.cli.doctor'))\n"
+        " or m.startswith('slurmtorch.submit.edge')\n"
+        " or m in ('slurmtorch.bootstrap.rankinfo', 'slurmtorch.cli.jobs', 'slurmtorch.cli.doctor'))\n"
         "print('BAD', bad, file=sys.stderr)\n"
         "sys.exit(1 if bad else 0)\n"
     )

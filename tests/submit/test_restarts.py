@@ -17,7 +17,7 @@ from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import resolve_restarts
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
                                          requeue_size)
-from slurmtorch.submit.supervisor import parse_args, step_argv, verdict_of
+from slurmtorch.submit.batchnode.supervisor import parse_args, step_argv, verdict_of
 
 NODES = ["node1", "node2", "node3"]
 KILLED = "srun: error: node2: task 1: Killed\n"

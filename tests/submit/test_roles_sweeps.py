@@ -137,6 +137,35 @@ def test_malformed_arrays_are_refused(text, grid, message):
         parse_array(text, grid)
 
 
+def test_array_bounds_are_checked_before_the_indices_are_expanded():
+    # `--array 0-3000000 --dry-run` used 302 MB expanding every index before the bound was
+    # checked (and 0-99999999 ran for over a minute): the bound comes first, named.
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(SpecError, match=r"index 3000000 exceeds MaxArraySize.*1001"):
+            parse_array("0-3000000")
+        with pytest.raises(SpecError, match=r"index 99999999 exceeds"):
+            parse_array("0-99999999%4")
+        with pytest.raises(SpecError, match="exceeds"):
+            parse_array("0-99999999:1000")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000
+
+
+def test_a_sweep_grid_past_the_array_limit_is_refused_before_it_is_built():
+    from slurmtorch.submit.options import Options
+    from slurmtorch.submit.sweeps import plan_array
+
+    values = ",".join(str(v) for v in range(100))
+    o = Options(kind="sbatch", sweep=(f"a={values}", f"b={values}", f"c={values}"))
+    with pytest.raises(SpecError, match=r"1000000 trials.*MaxArraySize"):
+        plan_array(o)
+
+
 @pytest.mark.parametrize("items, message", [
     (["lr"], "malformed"), (["=1"], "malformed"), (["l r=1"], "malformed"), (["lr=1,,2"], "empty value"),
     (["lr=1,1"], "repeats"), (["lr=1", "lr=2"], "twice"), (["a-b=1", "a_b=2"], "twice"),
@@ -348,6 +377,7 @@ def test_role_wait_loop_does_not_wait_forever_for_a_step_that_ignores_term(tmp_p
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
+@pytest.mark.slurm_versions
 def test_role_job_gives_every_rank_the_cluster_and_only_training_ranks_all_reduce(testbed, tmp_path):
     home = tmp_path / "home"
     proc = st(testbed, home, ["sbatch", "--site", "testbed", "--role", "master=1", "--role", "worker=2",
@@ -376,6 +406,7 @@ def test_role_job_gives_every_rank_the_cluster_and_only_training_ranks_all_reduc
     assert ranks[3]["in_group"] is False and ranks[3]["RANK"] is None
 
 
+@pytest.mark.slurm_versions
 def test_sweep_runs_a_2x2_grid_of_two_node_jobs_as_one_array(testbed, tmp_path):
     home = tmp_path / "home"
     argv = ["sbatch", "--site", "testbed", "-N", "2", "--sweep", "lr=1e-3,it's $x", "--sweep", "bs=32,64",
@@ -384,6 +415,12 @@ def test_sweep_runs_a_2x2_grid_of_two_node_jobs_as_one_array(testbed, tmp_path):
     assert proc.returncode == 1, proc.stderr  # trial 3 fails on purpose
     job_id = proc.stdout.splitlines()[0]
     assert "job %s: 3 of 4 trials succeeded; failed: 3" % job_id in proc.stderr
+    said = proc.stderr.splitlines()  # the sweep's table, before that line
+    head = next(i for i, line in enumerate(said) if line.startswith("TRIAL "))
+    assert said[head].split() == ["TRIAL", "PARAMS", "STATE", "EXIT", "ELAPSED", "LAST", "LINE"]
+    rows = said[head + 1:head + 5]
+    assert [r.split()[0] for r in rows] == ["0", "1", "2", "3"], said
+    assert "lr=1e-3,bs=32 " in rows[0] and " COMPLETED " in rows[0] and " FAILED " in rows[3], said
     folder = home / "jobs" / job_id
     token = (folder / "run-token").read_text().strip()
     grid = [("1e-3", "32"), ("1e-3", "64"), ("it's $x", "32"), ("it's $x", "64")]

@@ -17,7 +17,7 @@ from slurmtorch.submit.spec import build_spec
 
 
 @pytest.fixture(scope="module")
-def testbed():
+def testbed_site():
     return sites.load_site("testbed")
 
 
@@ -44,8 +44,8 @@ def header(spec) -> dict:
     (dict(ntasks=3, ntasks_per_node=2), 2, 3, 2, True),
     (dict(nodes=3, ntasks=4, ntasks_per_node=2), 3, 4, 2, True),
 ])
-def test_ntasks_spreads_ranks_over_the_nodes(testbed, kw, nodes, ntasks, per_node, uneven):
-    spec = build_spec(testbed, opts(**kw))
+def test_ntasks_spreads_ranks_over_the_nodes(testbed_site, kw, nodes, ntasks, per_node, uneven):
+    spec = build_spec(testbed_site, opts(**kw))
     assert (spec.nodes, spec.ntasks, spec.ntasks_per_node, spec.uneven) == (nodes, ntasks, per_node, uneven)
     h = header(spec)
     assert h["nodes"] == str(nodes)
@@ -67,22 +67,22 @@ def test_gpu_nodes_default_to_one_rank_per_gpu_and_n_spreads_them(hdr):
     (dict(ntasks=2, roles=("master=1", "worker=1")), "-n/--ntasks cannot apply"),
     (dict(ntasks=0), "-n/--ntasks must be at least 1"),
 ])
-def test_impossible_rank_counts_are_refused(testbed, kw, message):
+def test_impossible_rank_counts_are_refused(testbed_site, kw, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(")):
-        build_spec(testbed, opts(**kw))
+        build_spec(testbed_site, opts(**kw))
 
 
-def test_an_uneven_layout_runs_under_srun_and_mpirun(testbed):
+def test_an_uneven_layout_runs_under_srun_and_mpirun(testbed_site):
     for launcher in ("srun", "mpirun"):
-        spec = build_spec(testbed, opts(nodes=2, ntasks=3, launcher=launcher))
+        spec = build_spec(testbed_site, opts(nodes=2, ntasks=3, launcher=launcher))
         plan = render.launch_plan(spec)
         assert spec.uneven and (launcher != "mpirun" or plan.mpirun_args[:2] == ("-n", "3"))
 
 
 # ------------------------------------------------------------------ options passed on
 
-def test_passed_on_options_become_header_lines_as_typed(testbed):
-    spec = build_spec(testbed, opts(nodes=2, constraint="testbed&cpu", mem="1G", exclusive=True,
+def test_passed_on_options_become_header_lines_as_typed(testbed_site):
+    spec = build_spec(testbed_site, opts(nodes=2, constraint="testbed&cpu", mem="1G", exclusive=True,
                                     dependency="afterok:12:13", begin="now+1hour", gres="none", reservation="r",
                                     nodelist="node[1-2]", exclude="node4", mail_type="END,FAIL",
                                     mail_user="me@example.org", comment="a b"))
@@ -96,10 +96,10 @@ def test_passed_on_options_become_header_lines_as_typed(testbed):
     assert "#SBATCH --comment='a b'\n" in text and "#SBATCH --constraint='testbed&cpu'\n" in text
 
 
-def test_user_options_win_over_the_sites_directives(testbed):
+def test_user_options_win_over_the_sites_directives(testbed_site):
     from dataclasses import replace
 
-    site = replace(testbed, directives=(("constraint", "site"), ("licenses", "x")))
+    site = replace(testbed_site, directives=(("constraint", "site"), ("licenses", "x")))
     h = header(build_spec(site, opts(constraint="mine")))
     assert (h["constraint"], h["licenses"]) == ("mine", "x")
 
@@ -121,9 +121,9 @@ def test_user_options_win_over_the_sites_directives(testbed):
     (dict(comment="a\nb"), "contains a newline"),
     (dict(gres="gpu:2"), "GPUs are asked for with --gpus-per-node"),
 ])
-def test_passed_on_options_are_checked_against_the_site(testbed, kw, message):
+def test_passed_on_options_are_checked_against_the_site(testbed_site, kw, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        build_spec(testbed, opts(**kw))
+        build_spec(testbed_site, opts(**kw))
 
 
 def test_memory_per_gpu_counts_the_gpus_per_node(hdr):
@@ -181,17 +181,17 @@ def test_gres_other_than_gpus_pass():
         check_gres("nvme:1:2:3")
 
 
-def test_options_of_a_slurm_job_are_refused_for_mpirun(testbed):
+def test_options_of_a_slurm_job_are_refused_for_mpirun(testbed_site):
     with pytest.raises(SpecError, match="--mem is an option of a Slurm job"):
-        build_spec(testbed, opts(kind="mpirun", ntasks=2, mem="1G"))
+        build_spec(testbed_site, opts(kind="mpirun", ntasks=2, mem="1G"))
     with pytest.raises(SpecError, match="--srun-arg is an option of a Slurm job"):
-        build_spec(testbed, opts(kind="mpirun", ntasks=2, srun_args=("--label",)))
+        build_spec(testbed_site, opts(kind="mpirun", ntasks=2, srun_args=("--label",)))
 
 
 # ------------------------------------------------------------------ escape hatch
 
-def test_sbatch_args_become_header_lines_quoted_on_the_one_path(testbed):
-    spec = build_spec(testbed, opts(sbatch_args=("--nice", "--licenses=fs:1", "--chdir=/a b", "--gpus=0")))
+def test_sbatch_args_become_header_lines_quoted_on_the_one_path(testbed_site):
+    spec = build_spec(testbed_site, opts(sbatch_args=("--nice", "--licenses=fs:1", "--chdir=/a b", "--gpus=0")))
     h = header(spec)
     assert (h["nice"], h["licenses"], h["chdir"], h["gpus"]) == (True, "fs:1", "/a b", "0")
     text = render.render_sbatch(spec)
@@ -215,9 +215,9 @@ def test_sbatch_args_become_header_lines_quoted_on_the_one_path(testbed):
     ("--Hold", "expected --OPTION or --OPTION=VALUE"),
     ("--licenses=a\nb", "contains a newline"),
 ])
-def test_sbatch_args_that_conflict_or_break_the_script_are_refused(testbed, arg, message):
+def test_sbatch_args_that_conflict_or_break_the_script_are_refused(testbed_site, arg, message):
     with pytest.raises(SpecError, match=re.escape(message)):
-        build_spec(testbed, opts(sbatch_args=(arg,)))
+        build_spec(testbed_site, opts(sbatch_args=(arg,)))
 
 
 def test_an_sbatch_arg_given_twice_is_refused():
@@ -226,16 +226,16 @@ def test_an_sbatch_arg_given_twice_is_refused():
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
-def test_srun_args_reach_every_srun_that_starts_ranks(testbed, launcher):
-    spec = build_spec(testbed, opts(nodes=2, launcher=launcher, srun_args=("--label", "--cpu-bind=verbose,cores")))
+def test_srun_args_reach_every_srun_that_starts_ranks(testbed_site, launcher):
+    spec = build_spec(testbed_site, opts(nodes=2, launcher=launcher, srun_args=("--label", "--cpu-bind=verbose,cores")))
     assert render.launch_plan(spec).srun_args[-2:] == ("--label", "--cpu-bind=verbose,cores")
     text = render.render_sbatch(spec)
     srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
     assert srun.endswith("--label --cpu-bind=verbose,cores \\")
 
 
-def test_srun_args_reach_every_roles_step(testbed):
-    spec = build_spec(testbed, opts(roles=("master=1", "worker=2"), srun_args=("--label",)))
+def test_srun_args_reach_every_roles_step(testbed_site):
+    spec = build_spec(testbed_site, opts(roles=("master=1", "worker=2"), srun_args=("--label",)))
     steps = render.launch_plan(spec).role_steps
     assert len(steps) == 2 and all(step.srun_args[-1] == "--label" for step in steps)
 
@@ -250,11 +250,11 @@ def test_srun_args_reach_every_roles_step(testbed):
     ("--rel=1", "read as --relative"),
     ("-l", "expected --OPTION or --OPTION=VALUE"),
 ])
-def test_srun_args_that_conflict_are_refused(testbed, arg, message):
+def test_srun_args_that_conflict_are_refused(testbed_site, arg, message):
     with pytest.raises(SpecError, match=re.escape(message)):
-        build_spec(testbed, opts(srun_args=(arg,)))
+        build_spec(testbed_site, opts(srun_args=(arg,)))
 
 
-def test_srun_args_need_an_srun_launcher(testbed):
+def test_srun_args_need_an_srun_launcher(testbed_site):
     with pytest.raises(SpecError, match="launcher mpirun starts its ranks without srun"):
-        build_spec(testbed, opts(launcher="mpirun", srun_args=("--label",)))
+        build_spec(testbed_site, opts(launcher="mpirun", srun_args=("--label",)))

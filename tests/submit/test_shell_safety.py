@@ -11,7 +11,6 @@ never run. A value no directive can carry (a newline) is refused, not passed on.
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 from pathlib import Path
@@ -111,6 +110,7 @@ def test_every_rank_sees_args_env_and_job_name_byte_for_byte(testbed, tmp_path):
     assert not (home / "jobs").stat().st_mode & stat.S_IWOTH
 
 
+@pytest.mark.slurm_versions
 def test_sbatch_stores_every_job_name_exactly(testbed, tmp_path):
     """Each name through the rendered #SBATCH --job-name line into real sbatch, held, never run."""
     script = tmp_path / "noop.py"

@@ -282,6 +282,7 @@ def queued_states(testbed, name: str) -> list[str]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("command, template", [("scontrol", SLOW_RELEASE), ("sbatch", SLOW_SBATCH_ANSWER)])
+@pytest.mark.slurm_versions
 def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tmp_path, command, template,
                                                                       signum):
     bin_dir = tmp_path / "bin"
@@ -310,6 +311,56 @@ def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tm
              f"no job named {name} but cancelled ones: {queued_states(testbed, name)}")
     jobs = home / "jobs"
     assert not jobs.exists() or list(jobs.iterdir()) == []  # no .submitting-*, no job folder
+
+
+# The release went through and the job started: its script writes in its folder (as a
+# checkpointing script does) while the signal is undone.
+RELEASED_AND_RUNNING = """#!/bin/bash
+{real} "$@" || exit
+for a in "$@"; do
+  if [ "$a" = release ]; then
+    for i in $(seq 100); do [ "$(squeue -h -j "${{@: -1}}" -o %T)" = RUNNING ] && break; sleep 0.2; done
+    sleep 1; : >"{marker}"; sleep 3
+  fi
+done
+"""
+WRITES_IN_ITS_FOLDER = """import os, pathlib
+while True:
+    pathlib.Path(os.environ["SLURMTORCH_JOB_DIR"], "checkpoints").mkdir(parents=True, exist_ok=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.slurm_versions
+def test_a_signal_after_the_release_cancels_the_running_job_before_its_folder_goes(testbed, tmp_path):
+    """CI on Slurm 24.11: a job released as the signal came started at once, and wrote its
+    folder again after the undo had removed it (the undo removed first, cancelled second)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = slow(bin_dir, "scontrol", RELEASED_AND_RUNNING, testbed)
+    script = tmp_path / "writes.py"
+    script.write_text(WRITES_IN_ITS_FOLDER)
+    home = tmp_path / "home"
+    name = f"sigrun{os.getpid()}"
+    env = dict(testbed.env, SLURMTORCH_HOME=str(home), PATH=f"{bin_dir}{os.pathsep}{testbed.env['PATH']}")
+    err = tmp_path / "stderr"
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed",
+                             "--nodes", "1", "--job-name", name, str(script)], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=err.open("w"), start_new_session=True,
+                            preexec_fn=default_signals)
+    try:
+        wait_for(lambda: marker.exists() or proc.poll() is not None, 60, "the job to start after its release")
+        assert proc.poll() is None, read(err)
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, read(err)
+    wait_for(lambda: all(s.startswith("CANCELLED") for s in queued_states(testbed, name)), 15,
+             f"no job named {name} but cancelled ones: {queued_states(testbed, name)}")
+    time.sleep(2)  # a job still writing would have made its folder again by now
+    jobs = home / "jobs"
+    assert not jobs.exists() or list(jobs.iterdir()) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])

@@ -228,13 +228,16 @@ def test_composed_gives_what_the_script_computes():
     assert composed(edits, {"A": "/x", "C": ""}) == [("A", "/f:/x"), ("B", "/b"), ("C", "/f:/b")]
 
 
-@pytest.mark.parametrize("value", ["/opt/plugin/lib:$LD_LIBRARY_PATH", "${HOME}/lib", "$X"])
-def test_a_plain_env_value_that_expects_expansion_is_refused_with_the_fix(tmp_path, value):
+@pytest.mark.parametrize("value, fix", [("/opt/plugin/lib:$LD_LIBRARY_PATH", "prepend_path"),
+                                        ("${HOME}/lib", "{expand:"), ("$X", "{expand:")])
+def test_a_plain_env_value_that_expects_expansion_is_refused_with_the_fix(tmp_path, value, fix):
+    """The fix fits what was written (issue 34): folders before the variable's own value are a
+    composition; any other variable a job-time value."""
     (found,) = problems(write(tmp_path, MINIMAL + f"env: {{LD_LIBRARY_PATH: '{value}'}}\n"))
     assert f"env.LD_LIBRARY_PATH: {value!r} would be exported literally" in found
     with pytest.raises(SiteError) as e:
         sites.load_site(write(tmp_path, MINIMAL + f"env: {{LD_LIBRARY_PATH: '{value}'}}\n"))
-    assert "prepend_path" in e.value.tip
+    assert fix in e.value.tip
 
 
 @pytest.mark.parametrize("entry, problem", [

@@ -66,6 +66,7 @@ def test_a_path_composition_reaches_every_rank_expanded_with_the_jobs_own_value_
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slurm_versions
 def test_the_node_prologue_runs_once_on_every_node_before_the_ranks(testbed, has_torch, home, tmp_path, probe):
     s = site(tmp_path, "node_prologue:\n"
                        "  - 'echo \"$(hostname)\" >>\"$SLURMTORCH_JOB_DIR/prologue-$(hostname)\"'\n"
@@ -99,6 +100,7 @@ def test_a_failing_node_prologue_ends_the_job_before_any_rank_and_names_the_node
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slurm_versions
 def test_a_qos_routed_site_writes_no_partition_and_its_srun_args_reach_the_step(testbed, has_torch, home, tmp_path,
                                                                                probe):
     """`directives: {partition: null}`: Slurm puts the job in its default partition; the

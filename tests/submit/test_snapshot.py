@@ -12,7 +12,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +19,8 @@ import pytest
 
 from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.protocol import CODE_DIR, SNAPSHOT
-from slurmtorch.submit import scheduler
+from slurmtorch.submit.edge import sbatch
+from slurmtorch.submit.edge import git as edge_git
 from slurmtorch.submit.jobfolder import codecopy, snapshot
 from slurmtorch.submit.jobfolder.snapshot import Entry, Snapshot
 
@@ -48,12 +48,12 @@ def take(snap: Snapshot, home: Path, limit: int = 1 << 30) -> tuple[Path, dict]:
     """A snapshot into a fresh folder under `home`/jobs, as scheduler.submit makes it."""
     folder = home / "jobs" / "1"
     folder.mkdir(parents=True)
-    return folder, codecopy.take(snap, folder, scheduler.git, limit)
+    return folder, codecopy.take(snap, folder, edge_git.git, limit)
 
 
 def listed(tmp_path: Path, root: Path, script: str) -> set[str]:
     snap = snapshot.locate(str(root / script), None, str(root))
-    return {e.path for e in codecopy.list_entries(snap, scheduler.git, 1 << 30, str(tmp_path / "home"))}
+    return {e.path for e in codecopy.list_entries(snap, edge_git.git, 1 << 30, str(tmp_path / "home"))}
 
 
 # --------------------------------------------------------------------------- pure
@@ -217,13 +217,13 @@ def test_an_executable_keeps_its_bit_and_the_manifest_names_each_file_by_its_con
 
 
 def refused_submission(tmp_path: Path, snap: Snapshot, limit: int) -> SubmitError:
-    """scheduler.submit with a snapshot that fails: sbatch must never be reached."""
+    """sbatch.submit with a snapshot that fails: sbatch must never be reached."""
     def no_sbatch(argv, **kw):
         raise AssertionError(f"ran {argv} after a failed snapshot")
 
     root = tmp_path / "home" / "jobs"
     with pytest.raises(SubmitError) as err:
-        scheduler.submit("#!/bin/bash\n", root, runner=no_sbatch, snapshot=snap, snapshot_limit=limit)
+        sbatch.submit("#!/bin/bash\n", root, runner=no_sbatch, snapshot=snap, snapshot_limit=limit)
     assert os.listdir(root) == [], "a failed snapshot left a folder behind"
     return err.value
 
@@ -244,15 +244,6 @@ def test_a_tree_git_refuses_is_one_line_with_gits_own_words(tmp_path):
     assert "\n" not in err.message and "--no-snapshot" in err.tip
 
 
-@pytest.fixture
-def world_readable_tmp():
-    """A folder nobody can reach (pytest's tmp_path is below a 0700 folder of root's)."""
-    folder = Path(tempfile.mkdtemp(prefix="slurmtorch-snapshot-"))
-    os.chmod(folder, 0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 @pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0, reason="needs root and setpriv")
 def test_an_unreadable_file_is_named_in_one_line_and_leaves_no_folder(world_readable_tmp):
     # root reads everything: the snapshot runs as nobody, over a tree it may read but for one file.
@@ -262,12 +253,12 @@ def test_an_unreadable_file_is_named_in_one_line_and_leaves_no_folder(world_read
     (base / "home").mkdir()
     shutil.chown(base / "home", "nobody")
     probe = ("import os, pathlib\n"
-             "from slurmtorch.submit import scheduler\n"
+             "from slurmtorch.submit.edge import sbatch\n"
              "from slurmtorch.submit.jobfolder import snapshot\n"
              "from slurmtorch.errors import SubmitError\n"
              f"r = {str(root)!r}; jobs = pathlib.Path({str(base / 'home' / 'jobs')!r})\n"
              "try:\n"
-             "    scheduler.submit('#!/bin/bash\\n', jobs, snapshot=snapshot.locate(r + '/train.py', None, r),\n"
+             "    sbatch.submit('#!/bin/bash\\n', jobs, snapshot=snapshot.locate(r + '/train.py', None, r),\n"
              "                     snapshot_limit=1 << 30, runner=None)\n"
              "except SubmitError as e:\n"
              "    print(e.render()); print(os.listdir(jobs))\n")
@@ -298,7 +289,7 @@ def test_every_launcher_runs_the_copy_by_a_path_bash_reads_back_as_it_was(launch
     path = "'a b/$$x'\"'\"'s.py'" if launcher == "torchrun" else "'a b/$x'\"'\"'s.py'"
     assert f'"$SLURMTORCH_CODE"/{path}' in text
     assert "SLURMTORCH_CODE=/home/user/.slurmtorch/jobs/\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"/code\n" in text
-    assert "if ! cd \"$SLURMTORCH_CODE\"/'a b'; then" in text
+    assert 'if [ ! -d "$SLURMTORCH_CODE" ]; then' in text and 'cd "$SLURMTORCH_CODE"' not in text
     if launcher == "srun":
         check_golden("sbatch-testbed-snapshot.sh", text)
 
@@ -314,3 +305,78 @@ def test_no_snapshot_and_the_setting_run_the_script_in_place(tmp_path, flags, en
     assert proc.returncode == 0, proc.stderr
     in_place = f"--from slurm {tmp_path / 'train.py'}\n"
     assert ('"$SLURMTORCH_CODE"/train.py\n' in proc.stdout, in_place in proc.stdout) == (copied, not copied)
+
+
+# --------------------------------------------------------------------------- a script named through a link
+
+
+def test_a_script_named_through_a_linked_folder_is_copied_once_and_runs_through_the_copied_link(tmp_path):
+    """`sbatch ld/s.py` where ld -> d: the copy holds d/s.py and the link, and never writes
+    through the link it made (was: "File exists" from writing ld/s.py onto d/s.py)."""
+    root = repo(tmp_path / "r", {"d/s.py": "print('s')\n"})
+    os.symlink("d", root / "ld")
+    folder, record = take(snapshot.locate(str(root / "ld" / "s.py"), None, str(root)), tmp_path / "home")
+    code = folder / CODE_DIR
+    assert os.readlink(code / "ld") == "d" and (code / "ld" / "s.py").read_text() == "print('s')\n"
+    assert sorted(m[0] for m in record["manifest"]) == ["d/s.py", "ld"]
+
+
+def test_a_script_named_through_an_ignored_link_brings_the_link_along(tmp_path):
+    root = repo(tmp_path / "r", {"d/s.py": "print('s')\n"}, ignore="ld\n")
+    os.symlink("d", root / "ld")
+    folder, _ = take(snapshot.locate(str(root / "ld" / "s.py"), None, str(root)), tmp_path / "home")
+    assert (folder / CODE_DIR / "ld" / "s.py").read_text() == "print('s')\n"
+
+
+def test_a_script_reached_through_a_link_out_of_the_tree_is_refused_in_one_line(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "s.py").write_text("")
+    root = repo(tmp_path / "r", {"train.py": ""})
+    os.symlink("../elsewhere", root / "out")
+    err = refused_submission(tmp_path, snapshot.locate(str(root / "out" / "s.py"), None, str(root)), 1 << 30)
+    assert err.message == (f"snapshot refused: the script out/s.py is reached through the link out, which leads "
+                           f"out of {root}: the copy would not hold it")
+    assert os.listdir(tmp_path / "elsewhere") == ["s.py"]
+
+
+# --------------------------------------------------------------------------- repositories inside the tree
+
+
+def nested_tree(tmp_path: Path, how: str) -> Path:
+    """A tree whose .gitignore keeps `vendor/lib/secret.txt` and `*.key` out, with vendor/lib a
+    repository of its own (`clone`: an untracked clone; `submodule`) that tracks both."""
+    lib = repo(tmp_path / "lib", {"helper.py": "H = 1\n", "secret.txt": "TOKEN\n", "deploy.key": "KEY\n",
+                                  "notes.tmp": "own rules\n"}, ignore="*.tmp\n")
+    git(lib, "add", "-f", "notes.tmp")
+    git(lib, "commit", "-qm", "tracked despite its own rule")
+    (lib / "untracked.tmp").write_text("its own rule keeps this out\n")
+    root = repo(tmp_path / "r", {"train.py": ""}, ignore="vendor/lib/secret.txt\n*.key\n")
+    if how == "clone":
+        git(root, "clone", "-q", str(lib), "vendor/lib")
+        (root / "vendor" / "lib" / "untracked.tmp").write_text("its own rule keeps this out\n")
+    else:
+        git(root, "submodule", "add", "-q", str(lib), "vendor/lib")
+        git(root, "commit", "-qm", "submodule")
+    (root / "vendor" / "lib" / "secret.txt").write_text("TOKEN\n")
+    return root
+
+
+@pytest.mark.parametrize("how", ["clone", "submodule"])
+def test_a_file_the_trees_gitignore_keeps_out_stays_out_inside_a_nested_repository(tmp_path, how):
+    """A rank read vendor/lib/secret.txt on the cluster: the nested repository's own listing
+    took it although the tree the user is in ignores it (issue 34)."""
+    root = nested_tree(tmp_path, how)
+    files = listed(tmp_path, root, "train.py")
+    assert "vendor/lib/secret.txt" not in files and "vendor/lib/deploy.key" not in files
+    assert "vendor/lib/untracked.tmp" not in files and "vendor/lib/notes.tmp" not in files  # its own rules too,
+    assert {"vendor/lib/helper.py", "vendor/lib/.gitignore", "train.py"} <= files  # even on a file it tracks by force
+
+
+@pytest.mark.parametrize("how", ["clone", "submodule"])
+def test_the_snapshot_says_which_repositories_it_took_by_their_own_rules(tmp_path, how, capsys):
+    root = nested_tree(tmp_path, how)
+    folder, record = take(snapshot.locate(str(root / "train.py"), None, str(root)), tmp_path / "home")
+    assert not (folder / CODE_DIR / "vendor" / "lib" / "secret.txt").exists()
+    assert record["nested"] == [{"path": "vendor/lib", "kind": how, "left_out": 3}]
+    assert capsys.readouterr().err == (f"slurmtorch: snapshot: vendor/lib is a git repository of its own ({how}): "
+                                       "taken as its own .gitignore and the tree's say; 3 files they ignore left out\n")

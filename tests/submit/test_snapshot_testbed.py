@@ -2,7 +2,8 @@
 the edit made right after `sbatch` returns, before a restart (--max-restarts) and before a
 requeue (`scontrol requeue`, as an admin or a preemption does). The job's tree is a real git
 repository; the script imports a module beside it and reads a data file by a path relative
-to the folder it was submitted from, and records what it saw outside the tree."""
+to the folder it was submitted from (which the ranks start in: the live folder, not the
+copy), and records what it saw outside the tree."""
 
 from __future__ import annotations
 
@@ -66,10 +67,12 @@ def starts(out: Path) -> list[list[str]]:
     return [line.split(" ") for line in read(out / "starts.log").splitlines()]
 
 
-def assert_ran_the_submitted_code(line: list[str], folder: Path) -> None:
+def assert_ran_the_submitted_code(line: list[str], folder: Path, root: Path) -> None:
+    """The script and its imports from the job's copy; its working folder the one it was
+    submitted from (docs/users-guide.md#where-a-job-runs), where relative paths lead."""
     code = folder / "code"
-    assert line[1:4] == ["v1", "data-v1", "train-v1"], line
-    assert line[4:] == [str(code / "src" / "train.py"), str(code), str(code / "src")], line
+    assert (line[1], line[3]) == ("v1", "train-v1"), line
+    assert line[4:] == [str(code / "src" / "train.py"), str(root), str(code / "src")], line
 
 
 @pytest.mark.timeout(240)
@@ -83,7 +86,8 @@ def test_a_script_edited_right_after_submission_runs_as_submitted(testbed, has_t
     wait_for(lambda: (folder / "exit-code").exists(), "the job to end", 180)
     assert read(folder / "exit-code").strip() == "0", read(folder / "batch.out") + read(folder / "rank-0.err")
     (line,) = starts(out)
-    assert_ran_the_submitted_code(line, folder)
+    assert_ran_the_submitted_code(line, folder, root)
+    assert line[2] == "data-v2"  # a relative path: the submission folder's file, as it is now
 
     status = st(testbed, home, ["status", job]).stdout
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
@@ -113,7 +117,7 @@ def test_a_restart_and_a_requeue_run_the_submitted_code_after_an_edit(testbed, h
         testbed.run(["scancel", job])
     assert "Restarts=1" in testbed.run(["scontrol", "-o", "show", "job", job]).stdout  # the requeue happened
     for line in starts(out):
-        assert_ran_the_submitted_code(line, folder)
+        assert_ran_the_submitted_code(line, folder, root)
     assert st(testbed, home, ["status", job]).stdout.split("\n")[0].endswith("-dirty")
     (record,) = json.loads(st(testbed, home, ["status", "--json", job]).stdout)
     assert record["code"]["dirty"] is True and record["code"]["files"] == 4

@@ -44,15 +44,22 @@ def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name
     requires a time limit (TACC Vista: -t) refuses a job without one, before sbatch."""
     site = sites.load_site(site_name)
     account = "proj0001" if "account" in site.required else None  # a site that requires one refuses jobs without
+    if site.mpirun.flavour != "openmpi":  # a site without Slurm (PBS, ALCF Polaris): slurmtorch mpirun only
+        with pytest.raises(SpecError, match="for slurmtorch mpirun on hosts without Slurm"):
+            build_spec(site, opts(account=account))
+        return
     if "time" in site.required:
         with pytest.raises(SpecError, match="requires a time limit"):
             build_spec(site, opts(account=account))
         return
     for partition in site.partitions:
-        spec = build_spec(site, opts(partition=partition.name, account=account))
+        # In the partition's own form where it asks for one (LUMI: project_N).
+        own = "project_465000123" if account and partition.account_pattern else account
+        spec = build_spec(site, opts(partition=partition.name, account=own))
         assert spec.time == partition.default_time
     for name, _ in site.presets:
-        build_spec(site, opts(preset=name, account=account))
+        build_spec(site, opts(preset=name, account="project_465000123" if account and
+                              site.partition(None).account_pattern else account))
 
 
 def test_hdr_ib_debug_partition_gets_its_own_default_time(hdr):

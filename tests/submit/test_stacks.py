@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import resource
 import signal
 import subprocess
 import sys
@@ -251,23 +252,50 @@ def protocol_signal() -> int:
 # --------------------------------------------------------------------------- the flight recorder
 
 def test_nccl_jobs_get_the_flight_recorder_dumping_into_the_job_folder():
-    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/jobs/42"})
-    assert env == {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-                   "TORCH_FR_DUMP_TEMP_FILE": "/jobs/42/flight/rank-", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/jobs/42/flight/rank-"}
-    assert flightrecorder.env_for("cpu:gloo,cuda:nccl", {protocol.JOB_DIR: "/j"})["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/jobs/42"}, (2, 13))
+    assert env == {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+                   "TORCH_FR_DUMP_TEMP_FILE": "/jobs/42/flight/rank-"}
+    assert flightrecorder.env_for("cpu:gloo,cuda:nccl", {protocol.JOB_DIR: "/j"}, (2, 13))["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+
+
+@pytest.mark.parametrize("version, names", [
+    # torch 2.11 on an H200 printed, on every rank: "Warning: Environment variable
+    # TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated; use TORCH_FR_BUFFER_SIZE instead".
+    ((2, 11), ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")),
+    ((2, 9), ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")),
+    ((2, 8), ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")),
+])
+def test_the_flight_recorder_is_switched_on_by_the_names_the_ranks_torch_reads_and_no_deprecated_one(version, names):
+    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j"}, version)
+    assert sorted(env) == sorted((*names, "TORCH_NCCL_DUMP_ON_TIMEOUT"))
+
+
+def test_the_torch_version_is_read_from_torchs_version_string():
+    assert flightrecorder.torch_version("2.11.0+cu128") == (2, 11)
+    assert flightrecorder.torch_version("2.9.0a0+git1234") == (2, 9)
+    assert flightrecorder.torch_version("junk") == (0, 0)
 
 
 def test_a_local_runs_nccl_ranks_dump_into_its_folder_where_slurmtorch_stacks_reads_them():
-    env = flightrecorder.env_for("nccl", {protocol.LOCAL_RUN_DIR: "/home/u/.slurmtorch/local/3"})
+    env = flightrecorder.env_for("nccl", {protocol.LOCAL_RUN_DIR: "/home/u/.slurmtorch/local/3"}, (2, 13))
     assert env["TORCH_FR_DUMP_TEMP_FILE"] == "/home/u/.slurmtorch/local/3/flight/rank-"
 
 
+@pytest.mark.parametrize("version", [(2, 8), (2, 11)])
+@pytest.mark.parametrize("users", ["TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"])
+def test_the_users_setting_of_either_name_wins(version, users):
+    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j", users: "500"}, version)
+    assert not {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & set(env)
+    for dump in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+        env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j", dump: "/mine/rank-"}, version)
+        assert not {"TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"} & set(env)
+
+
 def test_the_flight_recorder_keeps_what_the_user_set_and_stays_off_gloo_and_outside_jobs():
-    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0",
-                                          "TORCH_FR_BUFFER_SIZE": "500"})
-    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in env and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in env
-    assert flightrecorder.env_for("gloo", {protocol.JOB_DIR: "/j"}) == {}
-    assert flightrecorder.env_for("nccl", {}) == {}
+    env = flightrecorder.env_for("nccl", {protocol.JOB_DIR: "/j", "TORCH_NCCL_DUMP_ON_TIMEOUT": "0"}, (2, 13))
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in env
+    assert flightrecorder.env_for("gloo", {protocol.JOB_DIR: "/j"}, (2, 13)) == {}
+    assert flightrecorder.env_for("nccl", {}, (2, 13)) == {}
 
 
 def entry(seq: int, op: str, state: str, record: int) -> dict:
@@ -303,7 +331,8 @@ def test_the_flight_recorder_summary_names_the_sequence_number_where_the_ranks_d
 def test_a_flight_dump_holding_objects_is_not_unpickled(tmp_path):
     path = tmp_path / "rank-0"
     path.write_bytes(pickle.dumps({"entries": [], "x": Path("/")}))
-    assert flightdump.load(path) is None
+    assert flightdump.load(path) == "not a dump (UnpicklingError)"
+    assert flightdump.load(tmp_path / "rank-1") is None
     assert flightdump.summary_lines({}) == []
 
 
@@ -320,29 +349,30 @@ def test_the_supervisors_stacks_show_under_the_restarts(tmp_path):
 
 
 def test_the_ranks_are_asked_by_signal_number_and_the_batch_step_only_for_mpirun():
-    from slurmtorch.submit import scheduler
+    from slurmtorch.submit.edge import scancel, srun
 
     calls = []
-    scheduler.send_stacks_signal("42", runner=lambda argv, **kw: calls.append(argv))
-    scheduler.send_stacks_signal("43", True, runner=lambda argv, **kw: calls.append(argv))
+    scancel.send_stacks_signal("42", runner=lambda argv, **kw: calls.append(argv))
+    scancel.send_stacks_signal("43", True, runner=lambda argv, **kw: calls.append(argv))
     number = str(int(signal.SIGWINCH))
     assert calls == [["scancel", f"--signal={number}", "42"],
                      ["scancel", f"--signal={number}", "43"], ["scancel", f"--signal={number}", "--batch", "43"]]
     calls.clear()  # the ranks a job-wide signal missed: by pid, one overlapping one-task step per node
-    scheduler.signal_pids("43", {"node2": [7], "node1": [5, 6]}, runner=lambda argv, **kw: calls.append(argv))
+    srun.signal_pids("43", {"node2": [7], "node1": [5, 6]}, runner=lambda argv, **kw: calls.append(argv))
+    kill = ["sh", "-c", srun._KILL_IF_THE_JOBS.format(number=number), "sh"]  # the job's own pids only
     assert calls == [["srun", "--overlap", "--jobid=43", "--nodelist=node1", "--nodes=1", "--ntasks=1", "--quiet",
-                      "kill", f"-{number}", "5", "6"],
+                      *kill, "43", "5", "6"],
                      ["srun", "--overlap", "--jobid=43", "--nodelist=node2", "--nodes=1", "--ntasks=1", "--quiet",
-                      "kill", f"-{number}", "7"]]
+                      *kill, "43", "7"]]
     calls.clear()  # an array task: srun wants its own job id (testbed: 'Invalid numeric value "1_1" for --jobid')
 
     def runner(argv, **kw):
         calls.append(argv)
         return subprocess.CompletedProcess(argv, 0, "45\n" if argv[0] == "squeue" else "", "")
-    scheduler.signal_pids("44_1", {"node1": [5]}, runner=runner)
+    srun.signal_pids("44_1", {"node1": [5]}, runner=runner)
     assert calls == [["squeue", "-h", "-j", "44_1", "-o", "%A"],
                      ["srun", "--overlap", "--jobid=45", "--nodelist=node1", "--nodes=1", "--ntasks=1", "--quiet",
-                      "kill", f"-{number}", "5"]]
+                      *kill, "45", "5"]]
 
 
 def test_ranks_the_signal_missed_are_signalled_again_by_pid(rank_process, tmp_path):
@@ -361,3 +391,36 @@ def test_stacks_of_a_bad_job_id_is_one_clear_line(tmp_path):
     for job, said in (("abc", "error: invalid job id 'abc'"), ("77", "error: no job folder with a job.json at")):
         out = subprocess.run([sys.executable, "-m", "slurmtorch", "stacks", job], env=env, capture_output=True, text=True)
         assert out.returncode != 0 and out.stderr.startswith(said) and "Traceback" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("bad", [
+    pickle.dumps({"entries": [{"collective_seq_id": "x", "process_group": ("0", "d"), "state": "completed"}]}),
+    pickle.dumps({"entries": [{"collective_seq_id": 3, "profiling_name": 7, "process_group": [[1]]}, "junk", None]}),
+    b"\x80\x04" + b"(" * 200_000,  # nested deeper than the unpickler's stack
+    b"not a pickle at all",
+])
+def test_a_malformed_flight_dump_is_one_line_and_the_other_ranks_still_show(tmp_path, bad):
+    (tmp_path / protocol.FLIGHT).mkdir()
+    (tmp_path / protocol.FLIGHT / "rank-0").write_bytes(pickle.dumps(dump([entry(40, "all_reduce", "completed", 1)])))
+    (tmp_path / protocol.FLIGHT / "rank-1").write_bytes(bad)
+    lines = flightdump.summary_lines(flightdump.load_folder(tmp_path), ranks=2)
+    assert lines[0].startswith("flight recorder (group 0): rank 0 entered all_reduce #40, completed #40"), lines
+    assert sum("rank 1" in line for line in lines) == 1, lines
+
+
+def test_a_flight_dump_linked_to_an_endless_device_is_not_read(tmp_path):
+    """A dump is read up to a bound and only from a plain file: /dev/zero and /dev/urandom never end."""
+    (tmp_path / protocol.FLIGHT).mkdir()
+    (tmp_path / protocol.FLIGHT / "rank-0").write_bytes(pickle.dumps(dump([entry(40, "all_reduce", "completed", 1)])))
+    (tmp_path / protocol.FLIGHT / "rank-1").symlink_to("/dev/urandom")
+    (tmp_path / protocol.FLIGHT / "rank-2").symlink_to("/dev/zero")
+    code = ("import sys; from pathlib import Path; from slurmtorch.submit.jobfolder import flightdump; "
+            "print('\\n'.join(flightdump.summary_lines(flightdump.load_folder(Path(sys.argv[1])), ranks=3)))")
+    def bounded():  # before the fix, the read grew until this limit (or the timeout) stopped it
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=bounded)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines[0].startswith("flight recorder (group 0): rank 0 entered"), out
+    assert [ln for ln in lines if "rank 1" in ln or "rank 2" in ln or "ranks 1-2" in ln] == [
+        "flight recorder: ranks 1-2: not a plain file"], lines

@@ -123,6 +123,7 @@ def test_a_hang_timeout_says_the_grouped_stacks_when_every_rank_waits_in_a_colle
 
 @pytest.mark.timeout(GUARD_S + 60)
 @pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+@pytest.mark.slurm_versions
 def test_stacks_reach_every_rank_whatever_launched_them(testbed, has_torch, tmp_path, launcher):
     """mpirun's ranks on the batch node sit in the batch step, which scancel --batch reaches
     only as far as its shell (they are sessions of their own): they are signalled again by pid.

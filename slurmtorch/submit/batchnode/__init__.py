@@ -1,3 +1,3 @@
-"""What runs on a restartable job's batch node beside `submit.supervisor`: whom a failed
-start blames and what next, and the bash of ours the batch script prints.
+"""What runs on a job's batch node: the restart supervisor, whom a failed start blames and
+what next, the batch node's watcher, and the bash of ours the batch script prints.
 """

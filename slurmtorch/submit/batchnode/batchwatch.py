@@ -17,7 +17,7 @@ POLL_S it asks slurmctld (one `scontrol show job`) whether the batch node is sti
 job. Slurm's word, not a heartbeat file, decides: a slow shared filesystem must not
 requeue a healthy job, and slurmctld takes the node out once it is declared DOWN, after
 SlurmdTimeout. Then the watcher records the failed start in restarts.json (the batch
-node excluded, a restart counted) and requeues the job (supervisor.requeue_alone: Slurm
+node excluded, a restart counted) and requeues the job (slurmjob.requeue_alone: Slurm
 finishes a requeue only after this step has ended, so the node is kept out by
 restarts.json, not by ExcNodeList); with no restart left it cancels the job. Slurm starts
 the batch script again elsewhere (the node is DOWN) and the supervisor resumes from
@@ -35,7 +35,7 @@ from pathlib import Path
 import hostlist
 
 from slurmtorch import protocol, requeue
-from slurmtorch.submit import supervisor
+from slurmtorch.submit.batchnode import record, slurmjob
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.batchnode.restarts import batch_node_lost, decide
 
@@ -66,13 +66,13 @@ def batch_host_gone(fields: Mapping[str, str], host: str) -> bool | None:
 
 def act(folder: Path, job: str, host: str, max_restarts: int) -> int:
     """Record the lost start (`host` excluded) and requeue the job, or cancel it: no restarts left."""
-    plan = decide(supervisor.load_state(folder), batch_node_lost(host), (), 1, max_restarts, now=time.time(),
+    plan = decide(record.load_state(folder), batch_node_lost(host), (), 1, max_restarts, now=time.time(),
                   in_place=False)
-    supervisor.save_state(folder, plan.state, max_restarts)
-    supervisor.say(f"{plan.state.events[-1].line()} ({plan.why})")
+    record.save_state(folder, plan.state, max_restarts)
+    record.say(f"{plan.state.events[-1].line()} ({plan.why})")
     if plan.action == "requeue":
-        return 0 if supervisor.requeue_alone(job) else 1
-    supervisor.cancel(job)
+        return 0 if slurmjob.requeue_alone(job) else 1
+    slurmjob.cancel(job)
     return 1
 
 
@@ -89,14 +89,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = requeue.target(os.environ)
     try:
         while True:
-            gone = batch_host_gone(supervisor.job_fields(job), host)
+            gone = batch_host_gone(slurmjob.job_fields(job), host)
             if gone is None:
                 return 0
             if gone:
                 return act(folder, job, host, max_restarts)
             time.sleep(POLL_S)
     except (OSError, ValueError, RuntimeError) as exc:
-        supervisor.say(f"error: the batch node's watcher failed: {exc}")
+        record.say(f"error: the batch node's watcher failed: {exc}")
         return 1
 
 

@@ -15,8 +15,9 @@ TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
     "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED",
 })
-# id | state | reason | nodes | submit time | start time (expected, while pending) | user
-SQUEUE_FORMAT = "%i|%T|%r|%N|%V|%S|%u"
+# id | state | reason | nodes | submit time | start time (expected, while pending) | user | end
+# time (expected, while running) | name (last: a job's name may hold the separator)
+SQUEUE_FORMAT = "%i|%T|%r|%N|%V|%S|%u|%e|%j"
 _NO_REASON = ("", "None", "(null)")
 
 
@@ -31,6 +32,8 @@ class JobStatus:
     submitted: float | None = None  # epoch seconds, from squeue
     started: float | None = None  # epoch seconds; None while pending
     user: str = ""
+    ended: float | None = None  # epoch seconds; None until it ended
+    name: str = ""
 
     @property
     def done(self) -> bool:
@@ -45,6 +48,13 @@ class JobStatus:
     def why(self) -> str:
         """Slurm's reason, or '' when it gives none."""
         return "" if self.reason in _NO_REASON else self.reason
+
+    def elapsed(self, now: float | None = None) -> float | None:
+        """Seconds it has run (so far, or in all once ended), None when not known."""
+        if self.started is None:
+            return None
+        end = self.ended if self.done else (time.time() if now is None else now)
+        return None if end is None else max(0.0, end - self.started)
 
     def line(self, extra: tuple[str, ...] = ()) -> str:
         parts = [f"job={self.job_id}", f"state={self.state}"]
@@ -83,22 +93,28 @@ class SqueueRow:
     submitted: float | None
     started: float | None
     user: str
+    ended: float | None = None
+    name: str = ""
 
     def status(self) -> JobStatus:
         started = self.started if self.state != "PENDING" else None  # a pending job's is a forecast
+        ended = self.ended if self.state.split()[0] in TERMINAL_STATES else None  # a running job's is its limit
         return JobStatus(self.job_id, self.state, None, self.reason, self.nodes, "squeue",
-                         self.submitted, started, self.user)
+                         self.submitted, started, self.user, ended, self.name)
 
 
 def parse_squeue(stdout: str) -> dict[str, SqueueRow]:
-    """`squeue -h -o SQUEUE_FORMAT` -> rows by job id (`123`, or `123_4` for an array task)."""
+    """`squeue -h -o SQUEUE_FORMAT` -> rows by job id (`123`, or `123_4` for an array task).
+    A line of the first seven fields alone (no end time, no name) is read as well."""
     rows = {}
     for line in stdout.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) != 7 or not fields[0]:
+        fields = line.strip().split("|", 8)
+        if len(fields) not in (7, 9) or not fields[0]:
             continue
-        ident, state, reason, nodes, submitted, started, user = fields
-        rows[ident] = SqueueRow(ident, state, reason, nodes, slurm_time(submitted), slurm_time(started), user)
+        ident, state, reason, nodes, submitted, started, user = fields[:7]
+        ended, name = (slurm_time(fields[7]), fields[8]) if len(fields) == 9 else (None, "")
+        rows[ident] = SqueueRow(ident, state, reason, nodes, slurm_time(submitted), slurm_time(started), user,
+                                ended, name)
     return rows
 
 

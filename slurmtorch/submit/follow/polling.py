@@ -15,7 +15,7 @@ batch script's `exit-code`), which costs the controller nothing, and ask the sch
 
 One squeue call answers every job this process waits for (`watch.Watch`). A job that
 pends for 10 s and runs for 45 s cost 9 squeue calls on the testbed (tests/cli/
-test_waiting.py counts them); an hour of running costs about 125.
+test_waiting.py counts a shorter one's); an hour of running costs about 125.
 """
 
 from __future__ import annotations

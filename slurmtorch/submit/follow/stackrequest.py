@@ -1,7 +1,7 @@
 """Ask every rank of a running job for its stacks, and collect what they write.
 
 The old answers are removed, the signal is sent (`send`: `scancel --signal` from the
-login node or the batch node, `scheduler.signal_job`), then the job folder is read until
+login node or the batch node, `scancel.send_stacks_signal`), then the job folder is read until
 every rank has either answered (`stacks/rank-R.txt`, replaced whole by the rank) or is
 known not to (its alive lock free: dead, or exited; `bootstrap.stacks`), or the time is up.
 A live rank answers within milliseconds, so the wait ends as soon as the last one has.
@@ -17,6 +17,8 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import struct
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -68,8 +70,8 @@ def ask(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT
     clear(folder, ranks)
     wanted = folder / protocol.STACKS / protocol.NATIVE_WANTED
     try:
-        if native:
-            wanted.touch()
+        if native:  # never through a link someone left there
+            os.close(os.open(wanted, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         else:
             wanted.unlink(missing_ok=True)
     except OSError:
@@ -137,12 +139,44 @@ def natives(folder: Path, ranks: Iterable[int], wait_s: float = NATIVE_WAIT_S) -
 
 
 def signal_here(folder: Path, ranks: int, host: str) -> None:
-    """Send the stacks signal to each live rank of a local run on `host` (`live_pids`)."""
-    for pid in live_pids(folder, range(ranks)).get(host, []):
+    """Send the stacks signal to each rank of a local run on `host` whose process is proven
+    the rank's: the pid its alive file names is the one holding that file's lock
+    (`lock_holder`), never merely a pid a file names."""
+    for rank in range(ranks):
+        alive = folder / protocol.STACKS / protocol.alive_name(rank)
+        placed = parse_alive(jobdir.read_text(alive))
+        if placed is None or placed[0] != host or lock_holder(alive) != placed[1]:
+            continue
         try:
-            os.kill(pid, SIGNAL)
+            os.kill(placed[1], SIGNAL)
         except OSError:
             pass  # it ended just now: collect() names it
+
+
+# struct flock as F_GETLK fills it: Linux (type, whence, start, len, pid); macOS (start, len, pid, type, whence).
+_FLOCK = {"linux": ("@hhqqi", (0, 1, 2, 3, 4)), "darwin": ("@qqihh", (2, 3, 4, 0, 1))}
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of the process holding `path`'s lock on this host (fcntl F_GETLK), or None:
+    none holds it, no such file, or a system whose lock record is not known here."""
+    layout = _FLOCK.get(sys.platform.rstrip("0123456789"))
+    if layout is None:
+        return None
+    fmt, order = layout
+    fields = [fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0]  # type, whence, start, len, pid
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        got = struct.unpack(fmt, fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(fmt, *(fields[i] for i in order))))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    named = {i: got[k] for k, i in enumerate(order)}
+    return None if named[0] == fcntl.F_UNLCK else named[4]
 
 
 def summary(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S) -> list[str]:

@@ -70,6 +70,57 @@ class Tail:
         return True
 
 
+def last_lines_offset(path: Path, lines: int, chunk: int = 1 << 16) -> int:
+    """Where the last `lines` lines of a file start (its size: none; 0: all of it), read
+    backwards a chunk at a time, so a long log is not read whole."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, 2)
+            if lines <= 0:
+                return end
+            pos, seen = end, 0
+            if end and (f.seek(end - 1), f.read(1))[1] == b"\n":
+                seen = -1  # the last line's own newline ends it, not another line
+            while pos > 0:
+                start = max(0, pos - chunk)
+                f.seek(start)
+                data = f.read(pos - start)
+                for i in range(len(data) - 1, -1, -1):
+                    if data[i] == 0x0A:
+                        seen += 1
+                        if seen == lines:
+                            return start + i + 1
+                pos = start
+            return 0
+    except OSError:
+        return 0
+
+
+class Prefixed:
+    """A stream whose every line starts with `prefix`: one job array's trials, streamed to
+    one terminal, each line saying whose it is (a line a progress bar redraws after `\r` too)."""
+
+    def __init__(self, out: IO[str], prefix: str):
+        self.out = out
+        self.prefix = prefix
+        self.at_start = True
+
+    def write(self, text: str) -> int:
+        pieces = []
+        for piece in text.splitlines(keepends=True):
+            if self.at_start:
+                pieces.append(self.prefix)
+            pieces.append(piece)
+            self.at_start = piece.endswith(("\n", "\r"))
+        return self.out.write("".join(pieces))
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return self.out.isatty()
+
+
 def drain(tails: Sequence[Tail]) -> None:
     """Output written just before the end may land a moment after the state changed:
     pump until the files stay quiet for a few polls (at most ~1 s)."""

@@ -15,17 +15,17 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
-from slurmtorch.errors import SlurmtorchError
+from slurmtorch.errors import SlurmtorchError, typed
 from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit import scheduler
+from slurmtorch.submit.edge import queries, scancel
 from slurmtorch.submit.interrupts import stops_as_interrupts
 from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.follow.polling import Backoff
-from slurmtorch.submit.jobfolder.report import failure_lines
+from slurmtorch.submit.jobfolder.report import failure_lines, last_line, sweep_table
 from slurmtorch.submit.follow.statusline import StatusLine
-from slurmtorch.submit.follow.tail import Tail, drain
+from slurmtorch.submit.follow.tail import Prefixed, Tail, drain, last_lines_offset
 from slurmtorch.submit.follow.watch import WATCH, Watch
 
 TICK_S = 0.25
@@ -56,14 +56,14 @@ def interrupted(job_id: str, status: JobStatus | None, cancel: bool, runner=None
 def _interrupted(job_id: str, status: JobStatus | None, cancel: bool, runner, root: Path | None) -> StoppedWaiting:
     if status is not None:  # a single job's last look may be up to MAX_S old: say what it does now
         try:
-            status = scheduler.job_status(job_id, root, **({"runner": runner} if runner else {}))
+            status = queries.job_status(job_id, root, **({"runner": runner} if runner else {}))
         except SlurmtorchError:
             pass
     state = (status.state if status is not None else "queued or running").lower()
     if not cancel:
-        return StoppedWaiting(f"job {job_id} is still {state}; slurmtorch cancel {job_id} stops it")
+        return StoppedWaiting(f"job {job_id} is still {state}; {typed(f'cancel {job_id}')} stops it")
     try:
-        scheduler.cancel(job_id, **({"runner": runner} if runner else {}))
+        scancel.cancel(job_id, **({"runner": runner} if runner else {}))
     except SlurmtorchError as exc:  # it ended meanwhile, say
         return StoppedWaiting(f"job {job_id} was not cancelled: {exc.message}")
     return StoppedWaiting(f"job {job_id} cancelled (it was {state}), as --cancel-on-interrupt asked")
@@ -71,10 +71,14 @@ def _interrupted(job_id: str, status: JobStatus | None, cancel: bool, runner, ro
 
 def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None = None, *,
            runner=None, watch: Watch = WATCH, err: IO[str] | None = None, live: bool | None = None,
-           cancel_on_interrupt: bool = False) -> JobStatus:
-    """Stream files while the job runs; return its final status (StoppedWaiting on Ctrl-C)."""
+           cancel_on_interrupt: bool = False, last: int | None = None) -> JobStatus:
+    """Stream files while the job runs (from each one's `last` lines; None: from its start);
+    return its final status (StoppedWaiting on Ctrl-C)."""
     line = StatusLine(err or sys.stderr, str(job_id), live)
     tails = [Tail(p, out, line) for p, out in paths]
+    if last is not None:
+        for t in tails:
+            t.offset = last_lines_offset(t.path, last)
     status = None
     try:
         with stops_as_interrupts():
@@ -102,33 +106,53 @@ def wait(job_id: str, root: Path | None = None, *, out: IO[str] | None = None, e
     return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, err=err, **kw)
 
 
-def wait_array(job_id: str, root: Path | None = None, *, runner=None, err: IO[str] | None = None,
-               live: bool | None = None, cancel_on_interrupt: bool = False, clock=time.monotonic) -> int:
-    """Block until every trial has ended, reporting each; 0 only if all succeeded.
+def trial_tails(folder: Path, out: IO[str], err: IO[str], line=None) -> dict[int, list[Tail]]:
+    """Rank 0's output and errors (node 0's under torchrun) of every trial in an array job's
+    folder, each line marked with its trial: `[trial 2] epoch 1 loss 0.5`."""
+    tails: dict[int, list[Tail]] = {}
+    for trial in sorted(int(p.name.split("-", 1)[1]) for p in folder.glob("trial-*") if p.name[6:].isdigit()):
+        o, e = jobdir.rank_log_paths(folder / f"trial-{trial}")
+        marked = [cast(IO[str], Prefixed(stream, f"[trial {trial}] ")) for stream in (out, err)]  # write/flush/isatty
+        tails[trial] = [Tail(o, marked[0], line), Tail(e, marked[1], line)]
+    return tails
+
+
+def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[str] | None = None,
+               err: IO[str] | None = None, live: bool | None = None, cancel_on_interrupt: bool = False,
+               clock=time.monotonic) -> int:
+    """Block until every trial has ended, streaming each one's rank 0 (`trial_tails`) and
+    reporting its end; 0 only if all succeeded.
 
     One squeue call answers every trial, at `polling`'s rate; a trial folder that shows a
     start or an end brings the next call forward. Ended trials are not asked about again.
     """
     err = err or sys.stderr
     line = StatusLine(err, job_id, live)
+    tails = trial_tails(jobdir.job_dir(job_id, root), out or sys.stdout, err, line)
     reported: dict[int, JobStatus] = {}
     backoff, marks, trials, last = Backoff(), None, [], None
     kw = {"runner": runner} if runner else {}
     try:
         with stops_as_interrupts():
             while True:
+                for trial, pair in tails.items():
+                    if trial not in reported:
+                        for tail in pair:
+                            tail.pump()
                 now_marks = [jobdir.progress_mark(p) for p in sorted(jobdir.job_dir(job_id, root).glob("trial-*"))]
                 if marks is not None and now_marks != marks:
                     backoff.nudge()
                 marks = now_marks
                 if backoff.due(clock()):
-                    trials = scheduler.array_status(job_id, root, known=reported, **kw)
+                    trials = queries.array_status(job_id, root, known=reported, **kw)
                     summary = _summary(trials)
                     backoff.called(clock(), summary != last)
                     last = summary
                     for t in trials:
                         if t.trial not in reported and t.status.done:
                             reported[t.trial] = t.status
+                            for tail in tails.get(t.trial, ()):  # its last lines before its end line
+                                tail.pump()
                             line.before_output()
                             _report_trial(job_id, t, root, err)
                     if len(reported) == len(trials):
@@ -139,7 +163,11 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, err: IO[st
         line.close()
         raise interrupted(job_id, None, cancel_on_interrupt, runner, root, _signum(stop)) from None
     line.close()
+    drain([tail for pair in tails.values() for tail in pair])  # what landed a moment after the end
     failed = [t.trial for t in trials if exit_code_of(t.status) != 0]
+    ends = {t.trial: last_line(jobdir.rank_log_paths(jobdir.trial_dir(job_id, t.trial, root), 0)[0]) for t in trials}
+    for row in sweep_table(trials, ends):
+        print(row, file=err)
     print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
           + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
     return 1 if failed else 0

@@ -99,6 +99,8 @@ class RankFailure:
     cause: str
     primary: bool  # False: it failed because a peer died or hung
     code: int | None = None  # the rank's own exit code, where srun or the rank said it
+    where: str = ""  # FILE:LINE of the user's own frame that raised (user_frame), where a traceback tells it
+    log: int | None = None  # the log it reported in (rank-R.err; a torchrun job's node-N.err), where it did
 
     def line(self) -> str:
         where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
@@ -210,7 +212,8 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     for rank, text in sorted(rank_errs.items()):
         for report in rank_reports(text, rank)[:1]:
             cause = cause_of(report.text.splitlines())
-            reported[report.rank] = RankFailure(report.rank, report.host, cause, not protocol.CONSEQUENCE_RE.search(cause))
+            reported[report.rank] = RankFailure(report.rank, report.host, cause, not protocol.CONSEQUENCE_RE.search(cause),
+                                                where=user_frame(report.text), log=rank)
     srun: dict[int, tuple[str, str]] = mpirun_ends(batch_out)
     unlaunched: dict[int, str] = {}
     for ln in batch_out.splitlines():
@@ -237,9 +240,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         if rank not in reported and _NO_SLURMTORCH_RE.search(text):
             host = srun[rank][0] if rank in srun else ""
             failures[rank] = RankFailure(rank, host, NO_SLURMTORCH, True, 1)
-        elif rank not in reported and (why := ch_run_error(text)) is not None:  # the container never started
+        elif rank not in reported and (error := ch_run_error(text)) is not None:  # the container never started
             host, what = srun.get(rank, ("", ""))
-            failures[rank] = RankFailure(rank, host, why, True, srun_exit_code(what))
+            failures[rank] = RankFailure(rank, host, error, True, srun_exit_code(what))
     if failures and not any(f.primary for f in failures.values()):
         timed_out = [f for f in failures.values() if _TIMEOUT_RE.search(f.cause)]
         if timed_out:
@@ -277,8 +280,8 @@ def _launcher_said(rank: int, host: str, what: str, err: str = "") -> RankFailur
     code = srun_exit_code(what)
     if what == "Killed":
         return RankFailure(rank, host, "killed by a signal (SIGKILL?) before it could report", True, code)
-    if what.startswith("Exited with exit code") and agent_error(err):  # torchrun's agent, not a rank
-        return RankFailure(rank, host, agent_error(err), True, code)
+    if what.startswith("Exited with exit code") and (agent := agent_error(err)):  # torchrun's agent, not a rank
+        return RankFailure(rank, host, agent, True, code)
     if what.startswith("Exited with exit code"):
         return RankFailure(rank, host, f"{what.lower()} without reporting a cause", True, code)
     if what == EXITED_EARLY:
@@ -291,6 +294,31 @@ def _launcher_said(rank: int, host: str, what: str, err: str = "") -> RankFailur
     if what.startswith("Unable to") or "node" in what.lower():
         return RankFailure(rank, host, what, True)
     return None
+
+
+_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
+# Frames that are not the user's: slurmtorch's own (the bootstrap that ran the script), torch's,
+# installed packages', the standard library's (runpy), and code without a file (<frozen runpy>).
+# A job's copy of the code is under ~/.slurmtorch/jobs/N/code: `.slurmtorch` is not `slurmtorch`.
+_NOT_USERS_RE = re.compile(r"[/\\](slurmtorch|torch|site-packages|dist-packages)[/\\]|^<|[/\\]lib[/\\]python\d[\d.]*[/\\]")
+
+
+# A job's copy of the code (its snapshot): a file in it is named by its path in the user's tree.
+_SNAPSHOT_RE = re.compile(rf"^.*[/\\]jobs[/\\]\d+[/\\]{protocol.CODE_DIR}[/\\]")
+
+
+def user_frame(text: str) -> str:
+    """`FILE:LINE` of the last frame of the user's own code in the traceback that ended a
+    report, '' when none is there (an error line, a traceback of only library frames). The
+    exception line says what; this says where in the script, past the bootstrap's frames
+    above it and torch's below it. Of a chained traceback, the last part with such a frame.
+    A file in the job's snapshot is named by its path in the user's tree (`train.py:9`)."""
+    parts = text.split("Traceback (most recent call last):")[1:]
+    for part in reversed(parts):
+        frames = [m for m in map(_FRAME_RE.match, part.splitlines()) if m and not _NOT_USERS_RE.search(m["file"])]
+        if frames:
+            return f"{_SNAPSHOT_RE.sub('', frames[-1]['file'])}:{frames[-1]['line']}"
+    return ""
 
 
 def exception_lines(text: str) -> list[str]:
@@ -317,10 +345,37 @@ def agent_error(text: str) -> str | None:
     if not raised:
         return None
     cause = raised[-1]
-    if len(raised) > 1 and "inner exception" in cause:
+    if cause.endswith(":") and (root := child_root_cause(text)):  # ChildFailedError: its words are below it
+        cause = f"{cause} {root}"
+    elif len(raised) > 1 and "inner exception" in cause:
         cause = f"{cause.split(' See inner exception', 1)[0].rstrip('.')} ({raised[-2].rstrip('.')})"
     cause = f"torchrun's agent failed: {cause}"
     return cause if len(cause) <= 300 else cause[:297] + "..."
+
+
+_ROOT_FIELD_RE = re.compile(r"^\s+(?P<key>rank|exitcode|traceback)\s*:\s*(?P<value>.*?)\s*$")
+
+
+def child_root_cause(text: str) -> str | None:
+    """The worker that failed first, from the `Root Cause (first observed failure):` block that
+    torchrun's ChildFailedError prints below its own (empty) line: rank, exit code, its traceback
+    line unless that only says how to get one. None without the block."""
+    _, found, block = text.rpartition("Root Cause (first observed failure):")
+    if not found:
+        return None
+    fields: dict[str, str] = {}
+    for line in block.splitlines()[1:]:
+        if line.startswith("="):
+            break
+        m = _ROOT_FIELD_RE.match(line)
+        if m:
+            fields.setdefault(m["key"], m["value"])
+    if "rank" not in fields:
+        return None
+    code = re.sub(r"\s*\(pid: \d+\)\s*", " ", fields.get("exitcode", "?")).strip()
+    said = fields.get("traceback", "")
+    tail = "" if not said or said.startswith("To enable traceback") else f", {said}"
+    return f"its worker rank {fields['rank']} failed first: exitcode {code}{tail}"
 
 
 def _short_name(line: str) -> str:
@@ -338,8 +393,13 @@ def _own_code(srun_line: tuple[str, str] | None) -> int:
 
 
 def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
-    """What failed in the batch script before any rank ran: its python (which picks the port
-    on the first node) without slurmtorch, or the node prologue (`prologue_failures`)."""
+    """What failed in the batch script itself: its python (which picks the port on the first
+    node) without slurmtorch, the node prologue (`prologue_failures`), or the restart supervisor
+    killed (the ranks' own ends are its consequence)."""
+    killed = protocol.SUPERVISOR_KILLED_RE.search(batch_out)
+    if killed:
+        return [f"the restart supervisor on the batch node was killed by {killed['signal']} (exit {killed['code']}); "
+                "the job ended with it, and nothing restarted it"]
     if _NO_SLURMTORCH_RE.search(batch_out):
         return ["the job's python on its first node has no slurmtorch (the site's `python:` must be an "
                 "interpreter the compute nodes share with slurmtorch installed)"]

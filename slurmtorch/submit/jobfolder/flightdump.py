@@ -6,13 +6,17 @@ points it at `flight/rank-R` in the job folder): a pickled dict with `entries`, 
 collective as torch's `flight_recorder` tools read it (`process_group` as (name, desc),
 `collective_seq_id`, `profiling_name` such as `nccl:all_reduce`, `state` scheduled |
 started | completed, `is_p2p`). `summary_lines` is pure; `load` reads one dump with an
-unpickler that builds plain values only (dicts, lists, strings, numbers), never objects.
+unpickler that builds plain values only (dicts, lists, strings, numbers), never objects,
+from a plain file and up to MAX_BYTES: a dump that is not one is a reason, not an error.
 """
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import pickle
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,22 +24,57 @@ from slurmtorch import protocol
 from slurmtorch.submit.jobfolder.stacks import ranges
 
 
+MAX_BYTES = 64 << 20  # torch keeps 2,000 entries (TORCH_NCCL_TRACE_BUFFER_SIZE): a few MiB with their frames
+
+
 class _PlainValues(pickle.Unpickler):
     def find_class(self, module, name):
         raise pickle.UnpicklingError(f"{module}.{name} is not a plain value")
 
 
-def load(path: Path) -> dict | None:
-    """One rank's dump, or None when it is missing or not a dump of plain values."""
+def load(path: Path) -> dict | str | None:
+    """One rank's dump; None when there is none; else why it is not one (one short phrase).
+    Read from a plain file only (not a link, a fifo or a device: /dev/urandom never ends)
+    and up to MAX_BYTES, so no dump can hang `stacks` or fill its memory."""
     try:
-        dump = _PlainValues(io.BytesIO(path.read_bytes())).load()
-    except (OSError, pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
         return None
-    return dump if isinstance(dump, dict) and isinstance(dump.get("entries"), list) else None
+    except OSError as exc:
+        return "not a plain file" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return "not a plain file"
+        data = f.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        return f"over {MAX_BYTES >> 20} MiB, not read"
+    try:
+        dump = _PlainValues(io.BytesIO(data)).load()
+    except Exception as exc:  # noqa: BLE001 - any bytes at all: pickle raises a dozen kinds
+        return f"not a dump ({type(exc).__name__})"
+    if not isinstance(dump, dict) or not isinstance(dump.get("entries"), list):
+        return "not a dump (no list of entries)"
+    why = _malformed(dump["entries"])
+    return f"malformed ({why})" if why else dump
 
 
-def load_folder(folder: Path) -> dict[int, dict]:
-    """Every rank's dump in a job folder's flight/, by rank."""
+def _malformed(entries: list) -> str | None:
+    """Why entries are not the flight recorder's, in the fields read here; None if they are."""
+    for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            return f"entry {i} is not a record"
+        seq, group, name = e.get("collective_seq_id", 0), e.get("process_group", ("",)), e.get("profiling_name", "")
+        if type(seq) is not int:
+            return f"entry {i}'s collective_seq_id is not a number"
+        if not isinstance(group, (list, tuple)) or not group or not isinstance(group[0], (str, int)):
+            return f"entry {i}'s process_group is not (name, description)"
+        if not isinstance(name, str) or not isinstance(e.get("state", ""), str):
+            return f"entry {i}'s profiling_name or state is not text"
+    return None
+
+
+def load_folder(folder: Path) -> dict[int, dict | str]:
+    """Every rank's dump in a job folder's flight/, by rank (a str: why that rank's is not one)."""
     dumps = {}
     for path in (folder / protocol.FLIGHT).glob("rank-*"):
         tail = path.name[len("rank-"):]
@@ -70,12 +109,13 @@ def _said(seq: tuple[int, str] | None) -> str:
     return f"{seq[1]} #{seq[0]}" if seq else "none"
 
 
-def summary_lines(dumps: Mapping[int, dict], ranks: int | None = None) -> list[str]:
+def summary_lines(dumps: Mapping[int, dict | str], ranks: int | None = None) -> list[str]:
     """`flight recorder (group 0): ranks 0-4,6-7 entered all_reduce #42, completed #41; rank
-    5 entered all_reduce #41, completed #41` and where they disagree; [] without dumps."""
+    5 entered all_reduce #41, completed #41` and where they disagree; [] without dumps. A
+    rank whose dump could not be read (`load`'s why) is one line, the others shown still."""
     if not dumps:
         return []
-    per_rank = {rank: last_collectives(d.get("entries", [])) for rank, d in dumps.items()}
+    per_rank = {rank: last_collectives(d["entries"]) for rank, d in dumps.items() if isinstance(d, dict)}
     lines = []
     for group in sorted({g for seen in per_rank.values() for g in seen}):
         states: dict[tuple, list[int]] = {}
@@ -97,6 +137,12 @@ def summary_lines(dumps: Mapping[int, dict], ranks: int | None = None) -> list[s
             behind = [r for r, s in completed.items() if s < seq]
             lines.append(f"flight recorder (group {group}): all entered #{seq}; "
                          f"{'ranks' if len(behind) > 1 else 'rank'} {ranges(behind)} never completed it")
+    unread: dict[str, list[int]] = {}
+    for rank, why in sorted(dumps.items()):
+        if isinstance(why, str):
+            unread.setdefault(why, []).append(rank)
+    for why, rs in unread.items():
+        lines.append(f"flight recorder: {'ranks' if len(rs) > 1 else 'rank'} {ranges(rs)}: {why}")
     if ranks is not None and len(dumps) < ranks:
         missing = [r for r in range(ranks) if r not in dumps]
         lines.append(f"flight recorder: no dump from {'ranks' if len(missing) > 1 else 'rank'} {ranges(missing)}")

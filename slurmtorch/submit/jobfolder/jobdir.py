@@ -152,10 +152,7 @@ def allocation_run(root: Path, job_id: str, script: str, job: dict) -> Path:
     folder = root / check_job_id(job_id)
     try:
         _ensure_root(root)
-        try:
-            private_folder(folder)
-        except FileExistsError:
-            pass
+        ownership.secure_folder(folder, root.parent)  # made 0700, or an earlier run's: this user's alone
         replace_private(folder / SCRIPT, script)
         replace_private(folder / JOB, json.dumps(job, indent=1) + "\n")
         replace_private(folder / RUN_TOKEN, run_token() + "\n")
@@ -182,6 +179,23 @@ def move_into_place(tmp: Path, root: Path, job_id: str) -> Path:
 # --------------------------------------------------------------------------- reading
 
 
+def checked(folder: Path, home: Path | None = None) -> Path:
+    """`folder` (a job's, a trial's, a local run's, or a level in one such as its stacks/),
+    which a verb is about to read or write: refused as at submission (ownership) where it,
+    a level between it and SLURMTORCH_HOME or the home is another user's or writable by
+    others, or a level above could be renamed by another user; nothing made (a missing
+    level ends the check: the caller says what is not there). What such a folder holds
+    steers what runs as this user (`stacks` signals the pids it reads there)."""
+    home = home or jobs_root().parent
+    try:
+        ownership.secure_folder(folder, home, make=False)
+    except OSError as exc:
+        raise SubmitError(f"cannot read the job folder {exc.filename or folder}: {exc.strerror or exc}",
+                          tip="check it and the levels above it, or set SLURMTORCH_HOME to the home you submitted "
+                              "with") from None
+    return folder
+
+
 def read_trials(folder: Path) -> dict | None:
     """An array job's trials.json, or None for a plain job."""
     try:
@@ -205,6 +219,18 @@ def write_restarts(folder: Path, record: dict) -> None:
     replace_private(folder / RESTARTS, json.dumps(record, indent=1) + "\n")
 
 
+def supervisor_ended(code: int, environ=None) -> int:
+    """The restart supervisor's exit code, left in its job folder as it ends (SUPERVISOR_END): the
+    batch script takes its absence for a supervisor killed outright, and says so. Returns `code`."""
+    folder = (os.environ if environ is None else environ).get(protocol.JOB_DIR)
+    if folder:
+        try:
+            replace_private(Path(folder) / protocol.SUPERVISOR_END, f"{code}\n")
+        except OSError:
+            pass  # the batch script then says the supervisor was killed: a wrong line, not a lost job
+    return code
+
+
 def replace_private(path: Path, text: str) -> None:
     """Replace `path` whole (a reader never sees half of it), readable by its owner only."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -220,6 +246,15 @@ def read_exit_code(folder: Path) -> int | None:
         return int((folder / EXIT_CODE).read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+_JOB_NAME = re.compile(r"^#SBATCH --job-name=(.*)$", re.MULTILINE)
+
+
+def read_job_name(folder: Path) -> str:
+    """The name the job was submitted with (its script's `#SBATCH --job-name=`), '' if none."""
+    m = _JOB_NAME.search(read_text(folder / SCRIPT)[:8192])
+    return m.group(1).strip().strip("'\"") if m else ""
 
 
 def progress_mark(folder: Path) -> tuple[bool, int | None]:

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from slurmtorch import protocol
-from slurmtorch.errors import SpecError, SubmitError
+from slurmtorch.errors import SpecError, SubmitError, typed
 from slurmtorch.submit.jobfolder import jobdir, ownership
 from slurmtorch.submit.jobfolder.pruning import prune_ended
 
@@ -104,9 +104,9 @@ def only_live_run(root: Path | None = None) -> Path:
         return live[0]
     if not live:
         raise SubmitError("no job id given and no local run is running",
-                          tip="slurmtorch stacks JOBID (a Slurm job), or local-N as slurmtorch mpirun printed it")
+                          tip=f"{typed('stacks JOBID')} (a Slurm job), or local-N as slurmtorch mpirun printed it")
     raise SubmitError(f"no job id given and {len(live)} local runs are running: "
-                      f"{', '.join(run_id(p) for p in live)}", tip=f"slurmtorch stacks {run_id(live[-1])}")
+                      f"{', '.join(run_id(p) for p in live)}", tip=typed(f"stacks {run_id(live[-1])}"))
 
 
 def environment(folder: Path) -> dict[str, str]:

@@ -28,16 +28,18 @@ _MAX_LINKS = 40  # as the kernel's ELOOP limit
 NOT_A_FOLDER = "is not a folder"
 
 
-def secure_folder(folder: Path, top: Path, label: str = "SLURMTORCH_HOME") -> None:
+def secure_folder(folder: Path, top: Path, label: str = "SLURMTORCH_HOME", make: bool = True) -> None:
     """Make `folder` (at or below `top`) and whatever is missing above it, privately; refuse
     (SubmitError: why, and the fix) a level from `top` down that is not this user's or that
     anyone else can write, or a level above `top` that another user could rename.
 
-    `label` names `top` in the message (SLURMTORCH_HOME, a cache folder)."""
+    `label` names `top` in the message (SLURMTORCH_HOME, a cache folder). Without `make`
+    (a verb that reads a job folder, or writes into one made already), nothing is made: the
+    levels there are checked, and the check ends where one is missing."""
     folder, top = Path(os.path.abspath(folder)), Path(os.path.abspath(top))
     uid = os.geteuid()
     own = _own_levels(folder, top)
-    for path, st in _levels(folder):
+    for path, st in _levels(folder, make):
         why = level_problem(st, uid, own=str(path) in own)
         if why == NOT_A_FOLDER:
             raise SubmitError(f"{path} ({_where(path, top, own, label)}) {why}",
@@ -91,11 +93,12 @@ def _own_levels(folder: Path, top: Path) -> set[str]:
     return {os.path.realpath(p) for p in levels[:levels.index(top) + 1]}
 
 
-def _levels(path: Path) -> Iterator[tuple[Path, os.stat_result]]:
+def _levels(path: Path, make: bool = True) -> Iterator[tuple[Path, os.stat_result]]:
     """Every level the kernel goes through to reach `path` (absolute), with its lstat:
     each folder, each symbolic link, and the levels each link's target goes through.
-    A missing folder is made (0700) before it is yielded; the caller checks each level
-    before the next is looked at, so nothing is made under a level that failed."""
+    A missing folder is made (0700) before it is yielded (without `make`, the walk ends
+    there); the caller checks each level before the next is looked at, so nothing is
+    made under a level that failed."""
     names = list(reversed(path.parts[1:]))  # a stack: a link pushes its target's names
     here = Path("/")
     yield here, os.lstat(here)
@@ -111,6 +114,8 @@ def _levels(path: Path) -> Iterator[tuple[Path, os.stat_result]]:
         try:
             st = os.lstat(step)
         except FileNotFoundError:
+            if not make:
+                return
             _make(step)
             st = os.lstat(step)
         yield step, st

@@ -30,11 +30,18 @@ def prune_ended(runs: Path, keep: int, marker: str = "ended") -> list[Path]:
     marked.sort(reverse=True)
     removed = []
     for _, name, folder in marked[keep:]:
-        doomed = runs / f"{_PRUNING}{name}"
-        try:
-            os.rename(folder, doomed)
-        except OSError:
-            continue  # another process pruned it first
-        shutil.rmtree(doomed, ignore_errors=True)
-        removed.append(folder)
+        if remove(folder):
+            removed.append(folder)
     return removed
+
+
+def remove(folder: Path) -> bool:
+    """Remove `folder`, renamed away first (`.pruning-<name>`), so that nobody reads half of
+    it and two removers never both remove it; False where another got there first."""
+    doomed = folder.parent / f"{_PRUNING}{folder.name}"
+    try:
+        os.rename(folder, doomed)
+    except OSError:
+        return False
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True

@@ -1,17 +1,23 @@
-"""What a failed job's folder says went wrong, as lines for the terminal.
+"""What a job's folder says at its end, as lines for the terminal: what went wrong in a
+failed one, and a sweep's table of trials.
 
 `failures.parse_failures` (pure) over the folder's batch.out and rank logs, read here:
-the first line names the likely root cause, the rest the ranks that failed after it.
+the first line names the likely root cause (its rank, host, exit code and the line of the
+user's code that raised), the next the ranks that failed after it, the last the command
+that shows the failing rank's whole log. Every front end (`--wait`, `logs`, `status`,
+`Job.result()`, `Distributor.run()`) ends a failed job with these same lines (`describe`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from slurmtorch import protocol
+from slurmtorch.errors import typed
 from slurmtorch.protocol import parse_stacks, parse_summary
 from slurmtorch.submit.batchnode.restarts import RestartState
-from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
+from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
 from slurmtorch.submit.follow.tail import visible
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import (RankFailure, batch_failures, is_timeout, latest_exits, latest_start,
@@ -33,27 +39,61 @@ def failure_lines(folder: Path, limit: int = 8) -> list[str]:
     and hosts are the ranks' own words: their control characters are made `visible`."""
     before = batch_failures(latest_start(jobdir.read_text(folder / jobdir.BATCH_OUT)),
                             jobdir.read_text(folder / jobdir.NODE_PROLOGUE_ERR))
-    if before:  # no rank ran
+    if before:  # no rank ran, or what would restart them was killed
         return [visible(f"failed: {cause}") for cause in before[:limit]]
     report = failure_report(folder)
-    lines = describe(report, limit)
+    job_id = _job_id_of(folder)
+    torchrun = jobdir.torchrun_layout(jobdir.read_job(folder)) is not None
+    lines = describe(report, limit, lambda f: log_command(job_id, f, torchrun) if job_id else "")
     if any(f.cause.startswith("hung") or is_timeout(f.cause) for f in report):
         lines += [visible(line) for line in end_stack_lines(folder)]
     return lines
 
 
-def describe(report: list[RankFailure], limit: int = 8) -> list[str]:
-    """`failure_report`'s findings as lines (pure): each primary failure, then one line for
-    the ranks that failed because of it."""
+def describe(report: list[RankFailure], limit: int = 8,
+             log: Callable[[RankFailure], str] | None = None) -> list[str]:
+    """`failure_report`'s findings as lines (pure): each primary failure with where it
+    raised and its exit code, then one line for the ranks that failed because of it, then
+    `log`'s command for the first one's whole log (its traceback, what it printed before)."""
     primary = [f for f in report if f.primary]
     secondary = [f for f in report if not f.primary]
-    lines = [f"failed: {f.line()}" for f in primary[:limit]]
+    lines = [f"failed: {f.line()}{_at(f)}" for f in primary[:limit]]
     if secondary:
         who = ", ".join(f"{f.rank} ({f.host})" for f in secondary[:limit])
         more = f" and {len(secondary) - limit} more" if len(secondary) > limit else ""
         verb = "then failed" if primary else "failed"
         lines.append(f"{verb}: ranks {who}{more}: {secondary[0].cause}")
+    first = primary or secondary
+    command = log(first[0]) if first and log is not None else ""
+    if command:
+        lines.append(f"rank {first[0].rank}'s whole log: {command}")
     return [visible(line) for line in lines]
+
+
+def _at(failure: RankFailure) -> str:
+    """` (at train.py:9, exit 1)`: where the rank's own code raised and its exit code, as known."""
+    said = [f"at {failure.where}"] if failure.where else []
+    said += [f"exit {failure.code}"] if failure.code is not None else []
+    return f" ({', '.join(said)})" if said else ""
+
+
+def log_command(job_id: str, failure: RankFailure, torchrun: bool) -> str:
+    """The command that prints a failed rank's whole log, as the user types it (errors.typed):
+    `slurmtorch logs 42 --rank 2`; a trial's (`42_3`) with `--trial 3`; a torchrun job logs
+    per node, so `--node N` (the node log it reported in; else srun's task, which is its node)."""
+    base, _, trial = job_id.partition("_")
+    words = f"logs {base}" + (f" --trial {trial}" if trial else "")
+    which = failure.log if failure.log is not None else failure.rank
+    return typed(f"{words} --node {which}" if torchrun else f"{words} --rank {failure.rank}")
+
+
+def _job_id_of(folder: Path) -> str:
+    """The job id a job folder (jobs/42) or trial folder (jobs/42/trial-3: `42_3`) stands
+    for; '' for another folder (a Distributor's local run)."""
+    name, parent = folder.name, folder.parent.name
+    if name.startswith("trial-") and name[6:].isdigit() and parent.isdigit():
+        return f"{parent}_{name[6:]}"
+    return name if name.isdigit() else ""
 
 
 def end_stack_lines(folder: Path) -> list[str]:
@@ -81,7 +121,7 @@ def exit_code(folder: Path, status: JobStatus) -> tuple[int, RankFailure | None,
     if job == 0:
         return 0, None, 0
     rank = next((f for f in failure_report(folder) if f.primary and f.code), None)
-    return (rank.code, rank, job) if rank is not None else (job, None, job)
+    return (rank.code, rank, job) if rank is not None and rank.code is not None else (job, None, job)
 
 
 def ended_line(job_id: str, folder: Path, status: JobStatus) -> tuple[str, int]:
@@ -114,3 +154,30 @@ def stack_lines(folder: Path) -> list[str]:
         return []
     start, lines = said
     return [visible(line) for line in (f"stacks when start {start} hung:", *(f"  {line}" for line in lines))]
+
+
+def last_line(path: Path, tail_bytes: int = 4096) -> str:
+    """The last non-empty line of a log (its last `tail_bytes` only), '' when none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - tail_bytes))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def sweep_table(trials, last_lines: dict[int, str], width: int = 40) -> list[str]:
+    """The end of a sweep: per trial its parameters, state, exit code, how long it ran and
+    rank 0's last line (pure; `trials` are TrialStatus, `last_lines` by trial)."""
+    rows = []
+    for t in sorted(trials, key=lambda t: t.trial):
+        ran = t.status.elapsed()
+        params = ",".join(f"{k}={v}" for k, v in t.params.items()) or "-"
+        code = exit_code_of(t.status)
+        rows.append((str(t.trial), params, t.status.state, "-" if code is None else str(code),
+                     clock(ran) if ran is not None else "-", visible(last_lines.get(t.trial, ""))[:width] or "-"))
+    head = ("TRIAL", "PARAMS", "STATE", "EXIT", "ELAPSED", "LAST LINE")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r[:5], widths)) + "  " + r[5] for r in [head, *rows]]

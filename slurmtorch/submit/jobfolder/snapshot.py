@@ -6,8 +6,12 @@ queue, or before a requeue, no longer changes what it runs (submitit's SnapshotM
 TorchX's workspaces and NeMo-Run's packagers do the same). The tree is the git work tree
 holding the script, found as git finds it (the nearest `.git` above), whose tracked and
 untracked-but-not-ignored files are taken (git's own listing, so what `.gitignore` keeps
-out, secrets and data, stays out); outside git, the script's folder. Pure: the listing and
-the copy are `codecopy`'s, the git calls the scheduler edge's.
+out, secrets and data, stays out; a repository inside the tree by its own rules and the
+tree's: codecopy.Nested); outside git, the script's folder (one too big to copy: its Python
+code, codecopy._folder_entries). The job runs the copy, but its ranks start in the folder
+it was submitted from (each array task in `trials/<its parameters>/` below it), where its
+relative files go (docs/users-guide.md#where-a-job-runs). Pure: the listing and the copy
+are `codecopy`'s, the git calls the scheduler edge's.
 """
 
 from __future__ import annotations
@@ -197,13 +201,18 @@ def link_target(path: str, target: str, root: str) -> str:
     return target
 
 
+def over_limit(entries: Sequence[Entry], limit: int) -> bool:
+    """Whether `entries` are more than a snapshot may hold: `limit` bytes or MAX_FILES files."""
+    return sum(e.size for e in entries) > limit or len(entries) > MAX_FILES
+
+
 def check_size(entries: Sequence[Entry], root: str, limit: int) -> None:
     """Refuse a tree over `limit` bytes or MAX_FILES files, naming the biggest file."""
     total = sum(e.size for e in entries)
     if total > limit:
         big = max(entries, key=lambda e: e.size)
-        raise SubmitError(f"snapshot refused: {root} holds {_mib(total)} to copy, over the {_mib(limit)} limit "
-                          f"(largest: {big.path}, {_mib(big.size)})",
+        raise SubmitError(f"snapshot refused: {root} holds {mib(total)} to copy, over the {mib(limit)} limit "
+                          f"(largest: {big.path}, {mib(big.size)})",
                           tip=f"{TIP}, or raise {LIMIT_SETTING}")
     if len(entries) > MAX_FILES:
         too_many(root)
@@ -213,7 +222,7 @@ def too_many(root: str) -> None:
     raise SubmitError(f"snapshot refused: {root} holds more than {MAX_FILES} files to copy", tip=TIP)
 
 
-def _mib(size: int) -> str:
+def mib(size: int) -> str:
     return f"{size / (1 << 20):.1f} MiB"
 
 

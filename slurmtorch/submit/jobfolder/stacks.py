@@ -53,10 +53,10 @@ def summary(frames: tuple) -> str:
         return "no Python frame (in C code before or after Python)"
     inner = frames[0]
     own = next((f for f in frames if not is_library(f)), None)
-    if own is inner:
-        return where(inner)
     if own is None:
         return f"{inner.function} ({where(inner)})"
+    if own is inner:
+        return where(inner)
     return f"{inner.function} <- {where(own)}"
 
 

@@ -26,36 +26,46 @@ HCA_FABRICS = frozenset({"infiniband", "roce"})
 RDMA_ALWAYS = frozenset({"slingshot", "efa", "gcp-gib"})
 RDMA_NEVER = frozenset({"ethernet"})
 
-# HPE's "Essential Libfabric Environment Settings" and "Environment Settings for NCCL" for
-# Slingshot with the aws-ofi-nccl/-rccl plugin, as its current guide lists them
-# (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/nccl/nccl_tuning_guide.md;
-# ccl_env.sh in the same repository sources them). CXI's registration of host buffers
-# deadlocks with CUDA/HIP allocations (DISABLE_HOST_REGISTER, the userfaultfd cache
-# monitor), the default completion queue overflows at scale, the alt_read rendezvous with
-# no eager data and no rendezvous get (which needs the job's `--network=disable_rdzv_get`:
-# RENDEZVOUS_DIRECTIVES), hybrid matching that falls back to software when the NIC's match
-# resources run out, a larger transmit queue; rings may cross NICs, GPUDirect RDMA up to
-# the CPU's host bridge (PHB), and NCCL_NET="AWS Libfabric" so that NCCL stops when the
-# plugin does not load instead of falling back to TCP sockets in silence (NERSC sets it
-# too: https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh; CSCS "should always
-# be set": docs/software/communication/nccl_env_vars in eth-cscs/cscs-docs). HPE's
-# ccl_env.sh warns against NCCL_NET on one-node runs (network transport within the node,
-# a needless VNI): fabric_env leaves it out of a one-node job. Not set: FI_PROVIDER=cxi,
-# which none of these documents sets (the plugin picks libfabric's provider itself;
-# `slurmtorch doctor` checks the CXI devices and the plugin are there). A centre that
-# documents other values sets them in the node type's env (site-configs/cscs-alps.yaml).
+# Slingshot with the aws-ofi-nccl/-rccl plugin: the settings HPE's current guide
+# (https://github.com/HewlettPackard/shs-ccl-docs/blob/main/nccl/nccl_tuning_guide.md, its
+# "Essential Libfabric Environment Settings" and "Environment Settings for NCCL") shares with
+# the centres' own documents: CSCS's docs/software/communication/nccl_env_vars in
+# eth-cscs/cscs-docs ("should always be set"), NERSC's
+# https://github.com/NERSC/nccl-ofi-plugin/blob/main/env_nccl.sh. Where they differ the
+# default sets nothing and a centre's site says its value (site-configs/cscs-alps.yaml):
+# HPE's alt_read rendezvous (FI_CXI_RDZV_PROTO, _EAGER_SIZE=0, _GET_MIN=0, which needs the job's
+# --network=disable_rdzv_get), which CSCS, LUMI (LUMI-AI-Guide's job scripts) and NERSC do not
+# set; FI_CXI_RX_MATCH_MODE (HPE hybrid, CSCS software) and FI_CXI_DEFAULT_TX_SIZE (HPE 2048,
+# CSCS 32768). Not set either: FI_PROVIDER=cxi, which none of them sets (the plugin picks
+# libfabric's provider itself; `slurmtorch doctor` checks the CXI devices and the plugin).
 SLINGSHOT_ENV = (
+    # CXI's registration of host buffers deadlocks with CUDA/HIP allocations: HPE's table
+    # ("may cause deadlocks"), CSCS's nccl_env_vars, NERSC's env_nccl.sh.
     ("FI_CXI_DISABLE_HOST_REGISTER", "1"),
+    # The memory-registration cache monitor: HPE's table and CSCS's (NERSC's env_nccl.sh
+    # writes memhooks as "a short term workaround"; OLCF's Frontier uses kdreg2: a site's env).
     ("FI_MR_CACHE_MONITOR", "userfaultfd"),
+    # The completion queue overflows at scale: HPE's table ("should be increased"), CSCS's.
     ("FI_CXI_DEFAULT_CQ_SIZE", "131072"),
+    # GPUDirect RDMA up to the CPU's host bridge: HPE ("required to enable RDMA"), CSCS, NERSC.
+    ("NCCL_NET_GDR_LEVEL", "PHB"),
+    # Rings may cross NICs: HPE ("improve performance on large systems"), CSCS, NERSC.
+    ("NCCL_CROSS_NIC", "1"),
+    # NCCL stops when the plugin does not load instead of falling back to TCP sockets in
+    # silence: HPE's NCCL table, CSCS ("applications will fail to start"), NERSC ("if you want
+    # it to fail when plugin load unsuccesful"). HPE's ccl_env.sh warns against it on one-node
+    # runs (network transport within the node, a needless VNI): fabric_env leaves it out there.
+    ("NCCL_NET", "AWS Libfabric"),
+)
+# HPE's alt_read rendezvous, hybrid matching and transmit queue (the guide's table), which
+# edition 2 set for every Slingshot job and which a site now sets where its centre documents
+# them (OLCF's Frontier: site-configs/mi250x.yaml).
+HPE_RENDEZVOUS_ENV = (
     ("FI_CXI_RDZV_PROTO", "alt_read"),
     ("FI_CXI_RX_MATCH_MODE", "hybrid"),
     ("FI_CXI_RDZV_EAGER_SIZE", "0"),
     ("FI_CXI_RDZV_GET_MIN", "0"),
     ("FI_CXI_DEFAULT_TX_SIZE", "2048"),
-    ("NCCL_NET_GDR_LEVEL", "PHB"),
-    ("NCCL_CROSS_NIC", "1"),
-    ("NCCL_NET", "AWS Libfabric"),
 )
 # HPE's guide: the alt_read rendezvous needs the NIC's rdzv_get_en off, "on a per-job basis
 # through a job scheduler like Slurm (--network=disable_rdzv_get)": an #SBATCH line for every
@@ -96,12 +106,46 @@ GCP_GIB_ENV = (
 )
 
 
+# Editions of the bundled defaults. A change to one is a new edition, never an edit of an old one
+# (tests/submit/test_centre_documents.py fingerprints each): a site may pin the edition it was
+# checked against (`fabric_defaults: N`) and render exactly so, and `slurmtorch site changes
+# SITE` shows what each later edition changes in its jobs before the admin moves the pin.
+# Only these tables are editioned; what follows from a site's own keys (hcas, interfaces) is not.
+# Older editions' Slingshot tables, written out: SLINGSHOT_ENV may only ever grow a new edition.
+_SLINGSHOT_1 = (("FI_CXI_DISABLE_HOST_REGISTER", "1"), ("FI_MR_CACHE_MONITOR", "userfaultfd"),
+                ("FI_CXI_DEFAULT_CQ_SIZE", "131072"), ("NCCL_NET_GDR_LEVEL", "PHB"), ("NCCL_CROSS_NIC", "1"))
+_SLINGSHOT_2 = (*_SLINGSHOT_1[:3], *HPE_RENDEZVOUS_ENV, *_SLINGSHOT_1[3:], ("NCCL_NET", "AWS Libfabric"))
+EDITIONS: dict[int, dict[str, tuple[tuple[str, str], ...]]] = {
+    # Until issue 25: what HPE's ccl_env.sh shared with NERSC, OLCF and ALCF; no NCCL_NET.
+    1: {"slingshot": _SLINGSHOT_1, "slingshot-amd": SLINGSHOT_AMD_ENV, "efa": EFA_ENV, "gcp-gib": GCP_GIB_ENV},
+    # Issue 25: HPE's whole table (with --network=disable_rdzv_get) and NCCL_NET.
+    2: {"slingshot": _SLINGSHOT_2, "slingshot-amd": SLINGSHOT_AMD_ENV, "efa": EFA_ENV, "gcp-gib": GCP_GIB_ENV},
+    # Issue 34: what HPE and the centres all document; the rendezvous is a site's to set.
+    3: {"slingshot": SLINGSHOT_ENV, "slingshot-amd": SLINGSHOT_AMD_ENV, "efa": EFA_ENV, "gcp-gib": GCP_GIB_ENV},
+}
+CURRENT_EDITION = 3
+EDITION_NOTES = {
+    1: "HPE's ccl_env.sh, the part NERSC, OLCF and ALCF set too",
+    2: "HPE's nccl_tuning_guide.md, its whole table: the alt_read rendezvous (with #SBATCH "
+       "--network=disable_rdzv_get), hybrid matching, a 2048 transmit queue, NCCL_NET",
+    3: "what HPE's guide, CSCS's nccl_env_vars and NERSC's env_nccl.sh all set: the rendezvous, matching "
+       "and queue settings are a site's (CSCS, LUMI and NERSC set none of HPE's rendezvous)",
+}
+
+
+def fingerprint(edition: int) -> str:
+    """A short digest of an edition's tables (a test pins each: an edition is never edited)."""
+    import hashlib  # lazy: only the tests and `site changes` ask
+
+    return hashlib.sha256(repr(sorted(EDITIONS[edition].items())).encode()).hexdigest()[:16]
+
+
 def fabric_directives(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """#SBATCH lines the job's network environment needs (HPE: alt_read needs disable_rdzv_get)."""
     return RENDEZVOUS_DIRECTIVES if env.get("FI_CXI_RDZV_PROTO") == "alt_read" else ()
 
 
-def fabric_env(nt: Any, one_node: bool = False) -> tuple[tuple[str, str], ...]:
+def fabric_env(nt: Any, one_node: bool = False, edition: int | None = None) -> tuple[tuple[str, str], ...]:
     """Network environment a node type's fabric implies (before admin overrides).
 
     IB and RoCE with RDMA name the HCAs for NCCL (exactly) and UCX; RoCE gets
@@ -110,8 +154,10 @@ def fabric_env(nt: Any, one_node: bool = False) -> tuple[tuple[str, str], ...]:
     Slingshot a one-node job (`one_node`) leaves NCCL_NET out, as HPE's ccl_env.sh warns.
     Anything else disables NCCL's IB transport (it would otherwise probe and may pick a
     wrong device). Interfaces pin NCCL's and Gloo's sockets, so neither chooses docker0
-    or a management NIC. `nt` is a `cluster.NodeType`.
+    or a management NIC. `nt` is a `model.NodeType`; `edition` the
+    edition of the bundled tables (EDITIONS; None: the current one).
     """
+    tables = EDITIONS[edition or CURRENT_EDITION]
     env: list[tuple[str, str]] = []
     if nt.fabric in HCA_FABRICS and nt.rdma:
         # No HCAs listed (hcas: auto): NCCL's IB transport and UCX use every active HCA
@@ -123,13 +169,11 @@ def fabric_env(nt: Any, one_node: bool = False) -> tuple[tuple[str, str], ...]:
         if nt.fabric == "roce" and nt.gid_index is not None:
             env.append(("NCCL_IB_GID_INDEX", str(nt.gid_index)))
     elif nt.fabric == "slingshot":
-        env += [(k, v) for k, v in SLINGSHOT_ENV if not (one_node and k == "NCCL_NET")]
+        env += [(k, v) for k, v in tables["slingshot"] if not (one_node and k == "NCCL_NET")]
         if getattr(nt, "gpu_vendor", "nvidia") == "amd":
-            env += SLINGSHOT_AMD_ENV
-    elif nt.fabric == "efa":
-        env += EFA_ENV
-    elif nt.fabric == "gcp-gib":
-        env += GCP_GIB_ENV
+            env += tables["slingshot-amd"]
+    elif nt.fabric in ("efa", "gcp-gib"):
+        env += tables[nt.fabric]
     else:
         env.append(("NCCL_IB_DISABLE", "1"))
     if getattr(nt, "fabric_host_suffix", None):

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from slurmtorch import resources
-from slurmtorch.errors import SiteError, SpecError
+from slurmtorch import resources, shell
+from slurmtorch.errors import SiteError, SpecError, typed
 from slurmtorch.submit.sites.model import NAME_RE, NAME_TIP, Site, valid_tip
 from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.sites.rules import validate
@@ -47,7 +47,7 @@ def find_site(ref: str) -> Path:
         problem = file_problem(p)
         if problem is None:
             return p
-        raise SiteError(f"site file {ref} {problem}", tip="pass an existing path or a site name (slurmtorch site list)")
+        raise SiteError(f"site file {ref} {problem}", tip=f"pass an existing path or a site name ({typed('site list')})")
     if not NAME_RE.fullmatch(ref):
         raise SiteError(f"invalid site name {ref!r}", tip=f"site {NAME_TIP}")
     for d in search_path():
@@ -124,23 +124,27 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "launcher": site.launcher,
         "srun_mpi": site.srun_mpi,
         "omp_num_threads": site.omp_num_threads,
+        "placement": site.placement,
         "python": site.python,
         "timeout": site.timeout,
         "module_purge": site.module_purge,
         "module_use": list(site.module_use),
         "modules": list(site.modules),
-        "env": dict(site.env),
+        "env": _env(site.env),
         "prepend_path": _paths(site.prepend_path),
         "append_path": _paths(site.append_path),
         "directives": dict(site.directives),
         "required": list(site.required),
         "gpu_request": site.gpu_request,
         "refused_options": dict(site.refused_options),
+        "mpirun": {"flavour": site.mpirun.flavour, "ranks_per_node": site.mpirun.ranks_per_node,
+                   "cpu_bind": site.mpirun.cpu_bind, "depth": site.mpirun.depth, "gpu_order": site.mpirun.gpu_order},
         "srun_args": list(site.srun_args),
         "prologue": list(site.prologue),
         "node_prologue": list(site.node_prologue),
         "epilogue": list(site.epilogue),
         "templates": site.templates,
+        "fabric_defaults": site.fabric_defaults,
         "container": _container(site.container),
         "node_types": {},
         "partitions": {},
@@ -152,7 +156,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "memory_gb": nt.memory_gb, "fabric": nt.fabric,
             "hcas": list(nt.hcas) if nt.hcas or not nt.rdma else "auto", "interfaces": list(nt.interfaces),
             "fabric_host_suffix": nt.fabric_host_suffix, "gpu_request": nt.gpu_request, "modules": list(nt.modules),
-            "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": dict(nt.network_env()),
+            "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": _env(nt.network_env(site.fabric_defaults)),
             "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
             "srun_args": list(nt.srun_args), "node_prologue": list(nt.node_prologue),
             "srun_mpi": nt.srun_mpi, "omp_num_threads": nt.omp_num_threads,
@@ -165,12 +169,18 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "srun_args": list(p.srun_args), "srun_mpi": p.srun_mpi, "omp_num_threads": p.omp_num_threads,
             "gpu_request": p.gpu_request,
             "gpu_request_in_effect": site.gpu_request_for(p, site.node_type(p.node_type)),
-            "modules": list(p.modules), "env": dict(p.env), "prepend_path": _paths(p.prepend_path),
+            "modules": list(p.modules), "env": _env(p.env), "prepend_path": _paths(p.prepend_path),
             "append_path": _paths(p.append_path),
             "refused_options": None if p.refused_options is None else dict(p.refused_options),
             "account_suffix": p.account_suffix, "account_pattern": p.account_pattern,
+            "slurm_partition": p.slurm_name,
         }
     return out
+
+
+def _env(env) -> dict[str, Any]:
+    """An `env:` as written: a job-time value as {expand: VALUE}."""
+    return {name: {"expand": str(v)} if isinstance(v, shell.JobTimeWord) else v for name, v in env}
 
 
 def _paths(paths) -> dict[str, list[str]]:
@@ -186,7 +196,9 @@ def _container(c) -> dict[str, Any] | None:
         out["roles"] = dict(c.roles)
     if c.args:
         out["args"] = list(c.args)
-    for key in ("command", "entrypoint", "writable"):
+    if not c.gpu_flag:
+        out["gpu_flag"] = False
+    for key in ("command", "subcommand", "entrypoint", "writable"):
         if getattr(c, key) is not None:
             out[key] = getattr(c, key)
     if c.annotations:
@@ -200,7 +212,9 @@ def _preset_value(key: str, value: Any) -> Any:
         return _container(value)
     if key in ("prepend_path", "append_path"):
         return _paths(value)
-    if key in ("env", "directives"):
+    if key == "env":
+        return _env(value)
+    if key == "directives":
         return dict(value)
     return list(value) if isinstance(value, tuple) else value
 
@@ -209,5 +223,5 @@ def site_ref(site: str | None, fallback: str | None) -> str:
     """The site to load: --site, else $SLURMTORCH_SITE, else the verb's fallback."""
     ref = site or os.environ.get("SLURMTORCH_SITE") or fallback
     if not ref:
-        raise SpecError("no site given", tip="pass --site NAME|PATH or set SLURMTORCH_SITE (see: slurmtorch site list)")
+        raise SpecError("no site given", tip=f"pass --site NAME|PATH or set SLURMTORCH_SITE (see: {typed('site list')})")
     return ref

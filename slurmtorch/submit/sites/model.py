@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.sites.fabric import fabric_env
+from slurmtorch.submit.sites.fabric import fabric_directives, fabric_env
 
-LAUNCHERS = ("srun", "mpirun", "torchrun")
+# A site's `launcher:` and `container.runtime:` take what the CLI offers: LAUNCHERS and
+# CONTAINER_RUNTIMES in submit/options.py, which --help lists without loading this package.
 # srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
 # for the Cray PMI that Cray MPICH uses on HPE Cray EX systems. A site may name another
 # plugin its Slurm has (`srun --mpi=list`: pmix_v4, ...); `none` (NO_MPI_OPTION) writes no
@@ -25,7 +26,6 @@ MPI_PLUGIN_RE = re.compile(r"[a-z][a-z0-9_]*")
 # An EDF annotation key as CSCS's container-engine docs write them: dotted TOML bare keys
 # (com.hooks.cxi.enabled), so each part is letters, digits, '_' or '-'.
 ANNOTATION_KEY_RE = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
-CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce", "charliecloud")
 # Runtimes that start a rank as a command under srun (or srun itself, pyxis and CSCS's
 # Container Engine, `srun --environment=EDF`): not under mpirun.
 SRUN_RUNTIMES = ("pyxis", "podman-hpc", "shifter", "cscs-ce")
@@ -36,6 +36,12 @@ GPU_REQUESTS = ("gpus-per-node", "gres", "none")
 DEFAULT_GPU_REQUEST = "gpus-per-node"
 # The command that runs an apptainer container: IDRIS's Jean Zay has Singularity as `singularity`.
 APPTAINER_COMMANDS = ("apptainer", "singularity")
+# How apptainer starts the rank: exec (the command in the image) or run (the image's runscript
+# with the command as its arguments: LUMI's images activate their environment there).
+APPTAINER_SUBCOMMANDS = ("exec", "run")
+# Runtimes that add their own GPU option to a GPU job (apptainer --nv/--rocm, podman-hpc --gpu),
+# which a site may leave out (`gpu_flag: false`) where a module's bindings give the GPUs.
+GPU_FLAG_RUNTIMES = ("apptainer", "podman-hpc")
 
 # prepend_path / append_path: (NAME, (dir, ...)) in the order written.
 PathMap = tuple[tuple[str, tuple[str, ...]], ...]
@@ -43,6 +49,17 @@ PathMap = tuple[tuple[str, tuple[str, ...]], ...]
 # Process-group timeout. gloo's own default (30 min) would let one hung peer hold
 # every node of the job that long; 10 min is torch's NCCL default.
 DEFAULT_TIMEOUT_S = 600
+
+# `slurmtorch mpirun`'s launcher per MPI (`mpirun: flavour:`): Open MPI's mpirun, MPICH's Hydra
+# mpiexec, HPE Cray PALS's mpiexec (PBS Pro systems such as ALCF Polaris), Intel MPI's mpiexec.
+MPI_FLAVOURS = ("openmpi", "hydra", "pals", "intel")
+# How each rank is bound to CPUs, in words every flavour spells its own way (submit/mpiflavour.py):
+# none, one core, or `depth` CPUs (PALS's --depth; Hydra's core:N; Intel's pin domain size).
+CPU_BINDS = ("none", "core", "depth")
+# Which GPU a rank takes among the node's: local rank i takes GPU i (natural), or GPU n-1-i
+# (reverse: ALCF's set_affinity_gpu_polaris.sh, "due to topology").
+GPU_ORDERS = ("natural", "reverse")
+
 
 # Site and preset names: they are typed on command lines and written into the
 # script's provenance comment, where a newline would start a script line.
@@ -85,12 +102,13 @@ class NodeType:
     modules: tuple[str, ...] = ()
     fabric_host_suffix: str | None = None  # JSC: "i" (jwb0001 -> jwb0001i, the node's IPoIB name)
 
-    def network_env(self) -> tuple[tuple[str, str], ...]:
-        """The fabric's network environment, with the admin's `env` applied on top.
+    def network_env(self, edition: int | None = None) -> tuple[tuple[str, str], ...]:
+        """The fabric's network environment (of the bundled defaults' `edition`; None: the
+        current one), with the admin's `env` applied on top.
 
         A key the admin sets to null removes what the fabric would have set.
         """
-        derived = dict(fabric_env(self))
+        derived = dict(fabric_env(self, edition=edition))
         for key, value in self.env:
             if value is None:
                 derived.pop(key, None)
@@ -124,6 +142,13 @@ class Partition:
     refused_options: tuple[tuple[str, str], ...] | None = None  # None: the site's
     account_suffix: str | None = None  # IDRIS: "@h100"
     account_pattern: str | None = None  # a regex the whole account matches
+    slurm_partition: str | None = None  # the Slurm partition this entry submits to; None: its name
+
+    @property
+    def slurm_name(self) -> str:
+        """The Slurm partition jobs here go to (#SBATCH --partition): several entries may share
+        one, each with its own QOS and limits (CINECA Leonardo's boost_usr_prod)."""
+        return self.slurm_partition or self.name
 
     def account_problem(self, account: str) -> tuple[str, str] | None:
         """(problem, tip) when `account` has not the form this partition asks for, else None."""
@@ -153,11 +178,25 @@ class Container:
     writable: bool | None = None
     annotations: tuple[tuple[str, str], ...] = ()
     command: str | None = None  # apptainer's command: apptainer (None) or singularity (IDRIS)
+    subcommand: str | None = None  # apptainer's: exec (None) or run (LUMI)
+    gpu_flag: bool = True  # apptainer --nv/--rocm, podman-hpc --gpu on a GPU job (LUMI: false)
 
     @property
     def interpreter(self) -> str:
         """The python ranks run inside the image (the submitting one is not in it)."""
         return self.python or "python3"
+
+
+@dataclass(frozen=True)
+class MpiLaunch:
+    """How `slurmtorch mpirun` starts ranks on this site's hosts: which MPI's launcher, ranks
+    per node, CPU binding and GPU order (the `mpirun:` block; defaults: Open MPI's as before)."""
+
+    flavour: str = "openmpi"
+    ranks_per_node: int | None = None  # None: the launcher's own placement
+    depth: int | None = None  # CPUs per rank, with cpu_bind: depth
+    cpu_bind: str = "none"
+    gpu_order: str = "natural"
 
 
 @dataclass(frozen=True)
@@ -173,6 +212,7 @@ class Site:
     launcher: str = "srun"
     srun_mpi: str = "pmix"  # srun --mpi (`none`: no --mpi); node types, partitions and presets may differ
     omp_num_threads: int | str | None = None  # OMP_NUM_THREADS for every rank (None/"auto": each rank's CPU share)
+    placement: str = "auto"  # where each rank runs (protocol.PLACEMENTS; --placement and a preset's win)
     python: str | None = None
     modules: tuple[str, ...] = ()
     container: Container | None = None
@@ -191,6 +231,8 @@ class Site:
     append_path: PathMap = ()
     gpu_request: str = DEFAULT_GPU_REQUEST
     refused_options: tuple[tuple[str, str], ...] = ()  # option name -> the centre's reason
+    mpirun: MpiLaunch = MpiLaunch()  # how `slurmtorch mpirun` launches here
+    fabric_defaults: int | None = None  # the edition of the bundled fabric defaults pinned (None: the current)
 
     def gpu_request_for(self, partition: Partition, node: NodeType) -> str:
         """How a job on `partition` asks for its GPUs: the nearest of partition, node type, site."""
@@ -200,9 +242,44 @@ class Site:
         """The options a job on `partition` may not pass, with the centre's reason."""
         return dict(self.refused_options if partition.refused_options is None else partition.refused_options)
 
-    def partition(self, name: str | None) -> Partition:
-        """The named partition, or the default one."""
+    def edition_changes(self, old: int, new: int) -> list[str]:
+        """What a job of 2+ nodes on each node type renders differently under edition `new` of
+        the bundled fabric defaults than under `old`: `node type N: +|-|~ NAME=VALUE` lines for
+        the exported environment (the node type's env applied on top) and the #SBATCH lines the
+        fabric asks for (unless the site's directives set or remove them)."""
+        out = []
+        for nt in self.node_types:
+            before, after = dict(nt.network_env(old)), dict(nt.network_env(new))
+            for key in dict.fromkeys((*before, *after)):
+                if key not in after:
+                    out.append(f"node type {nt.name}: - {key}={before[key]}")
+                elif key not in before:
+                    out.append(f"node type {nt.name}: + {key}={after[key]}")
+                elif before[key] != after[key]:
+                    out.append(f"node type {nt.name}: ~ {key}={before[key]} -> {after[key]}")
+            own = {name for name, _ in self.directives}
+            lines_before = {k: v for k, v in fabric_directives(before) if k not in own}
+            lines_after = {k: v for k, v in fabric_directives(after) if k not in own}
+            for key in dict.fromkeys((*lines_before, *lines_after)):
+                if lines_before.get(key) != lines_after.get(key):
+                    if key in lines_before:
+                        out.append(f"node type {nt.name}: - #SBATCH --{key}={lines_before[key]}")
+                    if key in lines_after:
+                        out.append(f"node type {nt.name}: + #SBATCH --{key}={lines_after[key]}")
+        return out
 
+    def partition(self, name: str | None, qos: str | None = None) -> Partition:
+        """The named partition, or the default one; with `qos`, the entry of the same Slurm
+        partition that has that QOS if there is one (-p boost_usr_prod -q boost_qos_dbg: the
+        debug QOS's limits)."""
+        chosen = self._entry(name)
+        if qos is not None and chosen.qos != qos:
+            for p in self.partitions:
+                if p.slurm_name == chosen.slurm_name and p.qos == qos:
+                    return p
+        return chosen
+
+    def _entry(self, name: str | None) -> Partition:
         if name is None:
             for p in self.partitions:
                 if p.default:
@@ -216,6 +293,11 @@ class Site:
         for p in self.partitions:
             if p.name == name:
                 return p
+        # A Slurm partition's own name, where its entries are named for their QOS: the default
+        # one of them, else the first (-q then picks among them).
+        shared = [p for p in self.partitions if p.slurm_name == name]
+        if shared:
+            return next((p for p in shared if p.default), shared[0])
         raise SpecError(
             f"unknown partition {name!r} on site {self.name!r}",
             tip=valid_tip(name, [p.name for p in self.partitions], "partitions"),

@@ -13,15 +13,15 @@ import re
 from pathlib import Path
 from typing import Any
 
-from slurmtorch.submit.sites.model import (NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, NodeType, Partition, Site, parse_time,
-                                       valid_tip)
-from slurmtorch.submit.sites.fabric import HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
-from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA, PRESET_SCHEMA,
-                                           REQUIRED, SITE_SCHEMA)
+from slurmtorch.submit.sites.model import (GPU_FLAG_RUNTIMES, NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, MpiLaunch,
+                                           NodeType, Partition, Site, parse_time, valid_tip)
+from slurmtorch.submit.sites.fabric import CURRENT_EDITION, EDITIONS, HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
+from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, MPIRUN_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA,
+                                           PRESET_SCHEMA, REQUIRED, SITE_SCHEMA)
 from slurmtorch.submit.sites.values import Stop, Validator
 from slurmtorch.submit.sites.safe_yaml import Marked, type_name
 
-_SUBTREES = ("node_types", "partitions", "presets", "container", "extends")
+_SUBTREES = ("node_types", "partitions", "presets", "container", "extends", "mpirun")
 
 
 def validate(raw: Marked, path: Path) -> Site:
@@ -37,11 +37,17 @@ def validate(raw: Marked, path: Path) -> Site:
     types = _entries(V, raw, "node_types", "node type", _node_type)
     parts = _entries(V, raw, "partitions", "partition", _partition)
     _one_default(V, raw, parts)
+    _one_entry_per_qos(V, raw, parts)
     named = _presets(V, raw, site.get("launcher", "srun"))
     _older_mpi_name(V, raw, site)
+    if site.get("fabric_defaults") is not None and site["fabric_defaults"] not in EDITIONS:
+        V.note(raw, "fabric_defaults", "fabric_defaults", f"no edition {site.pop('fabric_defaults')} of the fabric "
+               f"defaults", f"editions: {', '.join(map(str, EDITIONS))} (the current one: {CURRENT_EDITION})")
     box = None
     with V.section():
         box = _container(V, raw, "container", site.get("launcher", "srun"))
+    with V.section():
+        site["mpirun"] = _mpirun(V, raw)
     with V.section():
         _templates(V, raw, site, path)
     with V.section():
@@ -113,6 +119,10 @@ def _partition(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Par
     if suffix is not None and "account_pattern" in vals:
         V.note(body, "account_pattern", f"{kp}.account_pattern", "both account_suffix and account_pattern",
                "keep one: the suffix for NAME@h100 forms, the pattern for anything else")
+    slurm = vals.get("slurm_partition")
+    if slurm is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", slurm):
+        V.note(body, "slurm_partition", f"{kp}.slurm_partition", f"{slurm!r} is not a Slurm partition name",
+               "letters, digits, '_', '.', '+' and '-', e.g. slurm_partition: boost_usr_prod")
     if "default_time" in vals and "max_time" in vals and \
             parse_time(vals["default_time"]) > parse_time(vals["max_time"]):
         V.note(body, "default_time", f"{kp}.default_time", "longer than max_time")
@@ -131,6 +141,19 @@ def _one_default(V: Validator, raw: Marked, parts: list[Partition]) -> None:
     if len(defaults) > 1:
         V.note_file("partitions", f"more than one default ({', '.join(defaults)})",
                     "mark exactly one partition default: true")
+
+
+def _one_entry_per_qos(V: Validator, raw: Marked, parts: list[Partition]) -> None:
+    """Entries that share a Slurm partition (`slurm_partition`) differ in their QOS: -p with -q
+    picks one by it."""
+    seen: dict[tuple[str, str | None], str] = {}
+    for p in parts:
+        key = (p.slurm_name, p.qos)
+        if key in seen:
+            V.note(raw["partitions"], p.name, f"partitions.{p.name}", f"Slurm partition {p.slurm_name!r} with QOS "
+                   f"{p.qos!r} is already partitions.{seen[key]}",
+                   "give each entry of one Slurm partition its own qos:, or merge the two")
+        seen.setdefault(key, p.name)
 
 
 def _older_mpi_name(V: Validator, raw: Marked, site: dict[str, Any]) -> None:
@@ -183,6 +206,12 @@ def _container(V: Validator, raw: Marked, key: str, launcher: str, kp: str = "co
     if "command" in vals and vals.get("runtime") not in (None, "apptainer"):
         V.note(c, "command", f"{kp}.command", f"command is apptainer's (apptainer or singularity), not "
                f"{vals.get('runtime')}'s", "leave command out, or use runtime: apptainer")
+    if "subcommand" in vals and vals.get("runtime") not in (None, "apptainer"):
+        V.note(c, "subcommand", f"{kp}.subcommand", f"subcommand is apptainer's (exec or run), not "
+               f"{vals.get('runtime')}'s", "leave subcommand out, or use runtime: apptainer")
+    if "gpu_flag" in vals and vals.get("runtime") not in (None, *GPU_FLAG_RUNTIMES):
+        V.note(c, "gpu_flag", f"{kp}.gpu_flag", f"gpu_flag is apptainer's and podman-hpc's, not "
+               f"{vals.get('runtime')}'s", "leave gpu_flag out: this runtime adds no GPU option of its own")
     if "$" in vals.get("image", "") and vals.get("runtime") not in (None, "apptainer"):
         V.note(c, "image", f"{kp}.image", f"{vals['runtime']} takes the image as a literal reference: "
                "no job-time variables", "write the image in full, or use runtime: apptainer")
@@ -196,6 +225,30 @@ def _container(V: Validator, raw: Marked, key: str, launcher: str, kp: str = "co
     if V.count() != before:
         raise Stop
     return Container(**vals)
+
+
+def _mpirun(V: Validator, raw: Marked) -> MpiLaunch:
+    """The `mpirun:` block (how `slurmtorch mpirun` launches here), or Open MPI's defaults."""
+    if raw.get("mpirun") is None:
+        return MpiLaunch()
+    m = raw["mpirun"]
+    if not isinstance(m, dict):
+        V.fail(raw, "mpirun", "mpirun", f"expected a mapping, got {type_name(m)}")
+    before = V.count()
+    V.check_keys(m, MPIRUN_SCHEMA, "mpirun")
+    vals = V.values(m, MPIRUN_SCHEMA, "mpirun")
+    for key in ("ranks_per_node", "depth"):
+        if vals.get(key) == 0:
+            V.note(m, key, f"mpirun.{key}", "must be at least 1")
+    if vals.get("cpu_bind") == "depth" and "depth" not in vals and "depth" not in m:
+        V.note(m, "cpu_bind", "mpirun.cpu_bind", "cpu_bind: depth binds each rank to `depth` CPUs, but depth "
+               "is not set", "add depth: N (CPUs per rank; ALCF Polaris: 16 for 4 ranks per node)")
+    if "depth" in vals and vals.get("cpu_bind") != "depth":
+        V.note(m, "depth", "mpirun.depth", "depth is the CPUs of cpu_bind: depth, which is not set",
+               "add cpu_bind: depth, or leave depth out")
+    if V.count() != before:
+        raise Stop
+    return MpiLaunch(**vals)
 
 
 def _templates(V: Validator, raw: Marked, site: dict[str, Any], path: Path) -> None:

@@ -137,6 +137,7 @@ def check_depth(text: str, path: Path, kind: Kind = SITE) -> None:
             if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
                 depth += 1
                 if depth > MAX_DEPTH:
+                    assert event.start_mark is not None  # the parser marks every event it makes
                     raise _too_deep(path, event.start_mark.line + 1, kind)
             elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
                 depth -= 1

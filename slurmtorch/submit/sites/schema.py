@@ -10,9 +10,11 @@ from typing import Any
 
 from slurmtorch.backends import BACKENDS
 from slurmtorch.localrank import LOCAL_RANK_FORMS
+from slurmtorch.protocol import PLACEMENTS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, APPTAINER_COMMANDS, CONTAINER_RUNTIMES, GPU_REQUESTS,
-                                           GPU_VENDORS, LAUNCHERS, MPI_PLUGINS)
+from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS
+from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, APPTAINER_COMMANDS, APPTAINER_SUBCOMMANDS, CPU_BINDS,
+                                           GPU_ORDERS, GPU_REQUESTS, GPU_VENDORS, MPI_FLAVOURS, MPI_PLUGINS)
 from slurmtorch.submit.sites.fabric import FABRICS
 from slurmtorch.submit.sites.values import REQUIRABLE
 
@@ -26,6 +28,10 @@ _MPI = ("srun --mpi plugin of the rank steps: pmix (Open MPI 5, MPI in a contain
         "preset, partition, node type and site wins")
 _OMP = ("OMP_NUM_THREADS of every rank: a number (CSCS: 8 on GH200), or auto for each rank's CPU share "
         "(--cpus-per-task; the default); the nearest of partition, node type and site wins, --env wins over all")
+_PLACEMENT = ("where each rank runs: auto (the default: the CPUs of its GPU's NUMA node, shared fairly by the "
+              "ranks there, read from the node's sysfs), share (a fair share of what the rank may use, GPUs "
+              "ignored), none (leave CPU affinity to srun's --cpu-bind or the launcher); never more CPUs than "
+              "Slurm or the launcher allowed; --placement wins")
 _GPU_REQUEST = ("how the job asks Slurm for its GPUs: gpus-per-node (#SBATCH --gpus-per-node=N, the default), "
                 "gres (#SBATCH --gres=gpu:N; JSC, IDRIS) or none (no GPU request: TACC Vista gives a node's GPU "
                 "with the node); the nearest of partition, node type and site wins. The GPU count still sets the "
@@ -39,7 +45,7 @@ _PROLOGUE = ("shell lines (trusted admin text) run once on every node before the
 
 # One table drives validation, the JSON schema and the docs. Each entry:
 # key -> (type, description). Types: "str", "int", "bool", "time", "strlist", "lines", "paths",
-# "envmap", "pathmap", "srunargs", "required", "directives", "rolemap", a tuple of allowed
+# "envmap", "pathmap", "srunargs", "containerargs", "required", "directives", "rolemap", a tuple of allowed
 # strings, or a nested dict.
 NODE_TYPE_SCHEMA: dict[str, Any] = {
     "gpus": ("int", "GPUs per node (0 for CPU nodes)"),
@@ -92,6 +98,9 @@ PARTITION_SCHEMA: dict[str, Any] = {
     "refused_options": ("refused", _REFUSED + "; replaces the site's"),
     "account_suffix": ("str", "the form a job's account must have here, as a suffix (IDRIS gpu_p6: \"@h100\" for "
                               "-A xyz@h100); checked before sbatch"),
+    "slurm_partition": ("str", "the Slurm partition jobs here go to (default: the entry's name): several entries "
+                               "may share one, each with its own qos and limits (CINECA Leonardo: boost_usr_prod "
+                               "with boost_qos_dbg and boost_qos_lprod); -p ENTRY, or -p PARTITION -q QOS"),
     "account_pattern": ("regex", "the form a job's account must have here, as a Python regular expression the "
                                  "whole account matches; checked before sbatch"),
 }
@@ -109,14 +118,35 @@ CONTAINER_SCHEMA: dict[str, Any] = {
                                     "(IDRIS: `singularity exec`)"),
     "python": ("str", "interpreter inside the image, with slurmtorch installed (default: python3; the "
                       "site's `python` is the one on the host)"),
-    "args": ("strlist", "the runtime's own options, e.g. [--module=gpu,nccl-plugin] for shifter, [--nccl] for "
-                        "podman-hpc, [--writable-tmpfs] for apptainer, [--container-remap-root] for pyxis, "
-                        "[--set-env] for charliecloud (the image's /ch/environment)"),
+    "subcommand": (APPTAINER_SUBCOMMANDS, "apptainer only: exec (default: the rank's python is run in the image) "
+                                          "or run (the image's runscript runs first, with the rank's command as its "
+                                          "arguments; LUMI: `singularity run`, whose runscript activates the "
+                                          "image's environment)"),
+    "gpu_flag": ("bool", "apptainer and podman-hpc: whether a GPU job gets the runtime's GPU option (--nv or "
+                         "--rocm, podman-hpc's --gpu; default true); false where a module's bindings give the "
+                         "GPU's devices and libraries (LUMI's lumi-aif-singularity-bindings)"),
+    "args": ("containerargs", "the runtime's own options, e.g. ['--module=gpu,nccl-plugin'] for shifter (quoted: "
+                              "YAML splits [a,b] at the comma), [--nccl] for podman-hpc, [--writable-tmpfs] for "
+                              "apptainer, [--container-remap-root] for pyxis, [--set-env] for charliecloud (the "
+                              "image's /ch/environment); a word that is not an option only as the value of the "
+                              "option before it (--bind, /scratch)"),
     "entrypoint": ("bool", "cscs-ce: the EDF's `entrypoint` (run the image's entrypoint; CSCS asks for true with "
                            "its Alps Extended Images)"),
     "writable": ("bool", "cscs-ce: the EDF's `writable` (a writable container filesystem; CE's default: true)"),
     "annotations": ("annotations", "cscs-ce: the EDF's [annotations] (dotted hook keys: string), e.g. "
                                    "com.hooks.cxi.enabled: 'false' as the Alps Extended Images ask"),
+}
+MPIRUN_SCHEMA: dict[str, Any] = {
+    "flavour": (MPI_FLAVOURS, "whose launcher `slurmtorch mpirun` writes: openmpi (mpirun, the default), hydra "
+                              "(MPICH's mpiexec), pals (HPE Cray PALS's mpiexec on PBS systems, e.g. ALCF "
+                              "Polaris) or intel (Intel MPI's mpiexec)"),
+    "ranks_per_node": ("int", "ranks on each host of the hostfile (-ppn/--ppn; Open MPI: --map-by ppr:N:node)"),
+    "cpu_bind": (CPU_BINDS, "each rank's CPUs: none (the default), core (one core) or depth (`depth` CPUs: "
+                            "PALS --depth D --cpu-bind depth, Hydra -bind-to core:D, Intel I_MPI_PIN_DOMAIN=D, "
+                            "Open MPI PE=D)"),
+    "depth": ("int", "CPUs per rank with cpu_bind: depth (ALCF Polaris: 16 for 4 ranks per node)"),
+    "gpu_order": (GPU_ORDERS, "which GPU local rank i takes: natural (GPU i) or reverse (GPU n-1-i, as ALCF's "
+                              "set_affinity_gpu_polaris.sh assigns them on Polaris)"),
 }
 PRESET_SCHEMA: dict[str, Any] = {
     "partition": ("str", "partition name"),
@@ -130,6 +160,7 @@ PRESET_SCHEMA: dict[str, Any] = {
     "backend": (BACKENDS, "torch.distributed backend"),
     "launcher": (LAUNCHERS, "how ranks are started"),
     "timeout": ("int", "process-group timeout in seconds"),
+    "placement": (PLACEMENTS, _PLACEMENT),
     "local_rank_arg": (LOCAL_RANK_FORMS, "give each rank --local_rank=N (local_rank) or --local-rank=N (local-rank) "
                                          "before the script's arguments, as DeepSpeed's launcher does"),
     "env": ("envmap", "extra environment"),
@@ -148,9 +179,12 @@ SITE_SCHEMA: dict[str, Any] = {
     "extends": ("str", "name or path of a site this one is merged onto"),
     "description": ("str", "one line for `slurmtorch site list`"),
     "launcher": (LAUNCHERS, "how ranks are started"),
+    "mpirun": (MPIRUN_SCHEMA, "how `slurmtorch mpirun` starts ranks on hosts without Slurm (PBS, a hostfile): "
+                              "the MPI's launcher, ranks per node, CPU binding, GPU order"),
     "srun_mpi": ("mpi", _MPI),
     "mpi_plugin": ("mpi", "the older name of srun_mpi (site level only)"),
     "omp_num_threads": ("threads", _OMP),
+    "placement": (PLACEMENTS, _PLACEMENT),
     "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
                       "`container.python`"),
     "module_purge": ("bool", "`module purge` before the site's modules are loaded"),
@@ -164,7 +198,8 @@ SITE_SCHEMA: dict[str, Any] = {
     "prologue": ("strlist", "shell lines before the launch (trusted admin text)"),
     "node_prologue": ("lines", _PROLOGUE),
     "epilogue": ("strlist", "shell lines after the launch (trusted admin text)"),
-    "env": ("envmap", "environment for every job (values are literal: no $NAME expansion)"),
+    "env": ("envmap", "environment for every job: values are literal; NAME: {expand: VALUE} expands VALUE's "
+                    "$NAME/${NAME} when the job runs (LUMI: TORCH_HOME: {expand: /scratch/${SLURM_JOB_ACCOUNT}/...})"),
     "prepend_path": ("pathmap", _PATHS),
     "append_path": ("pathmap", _APPEND),
     "srun_args": ("srunargs", _SRUN),
@@ -172,6 +207,9 @@ SITE_SCHEMA: dict[str, Any] = {
     "refused_options": ("refused", _REFUSED),
     "timeout": ("int", "process-group timeout in seconds"),
     "templates": ("str", "folder with template overrides, relative to this file"),
+    "fabric_defaults": ("int", "the edition of slurmtorch's fabric defaults this site renders with (default: "
+                               "the current one): a newer slurmtorch changes nothing in its jobs until the pin "
+                               "moves; `slurmtorch site changes SITE` shows what each later edition would change"),
     "node_types": ({"*": NODE_TYPE_SCHEMA}, "node types by name"),
     "partitions": ({"*": PARTITION_SCHEMA}, "partitions by name (on a QOS-routed site: the routes -p names)"),
     "presets": ({"*": PRESET_SCHEMA}, "named option defaults; `default` applies when none is named"),
@@ -181,6 +219,57 @@ REQUIRED = {
     "node_type": ("gpus", "cpus", "fabric"),
     "partition": ("max_nodes", "max_time", "node_type"),
     "container": ("runtime", "image"),
+}
+
+
+# The JSON schema of each value kind of the table above.
+_KINDS: dict[str, dict[str, Any]] = {
+    "str": {"type": "string"},
+    "int": {"type": "integer", "minimum": 0},
+    "bool": {"type": "boolean"},
+    "time": {"type": "string", "pattern": r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d+){0,2})$"},
+    "strlist": {"type": "array", "items": {"type": "string"}},
+    "containerargs": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "lines": {"type": "array", "items": {"type": "string"}},
+    "paths": {"type": "array", "items": {"type": "string", "minLength": 1}},
+    "mpi": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$", "examples": list(MPI_PLUGINS)},
+    "threads": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]},
+    "annotations": {
+        "type": "object",
+        "propertyNames": {"pattern": f"^{ANNOTATION_KEY_RE.pattern}$"},
+        "additionalProperties": {"type": "string"},
+    },
+    "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
+    "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
+    "hcas": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"const": "auto"}]},
+    "image": {"type": "string", "minLength": 1},
+    "regex": {"type": "string", "minLength": 1},
+    "refused": {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9-]*$"},
+                "additionalProperties": {"type": "string", "minLength": 1}},
+    "pathmap": {
+        "type": "object",
+        "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "additionalProperties": {"oneOf": [
+            {"type": "string", "pattern": "^[^:$]+$"},
+            {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "^[^:$]+$"}}]},
+    },
+    "envmap": {
+        "type": "object",
+        "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "additionalProperties": {"oneOf": [
+            {"type": ["string", "integer", "null"], "pattern": r"^[^$]*$"},
+            {"type": "object", "additionalProperties": False, "required": ["expand"],
+             "properties": {"expand": {"type": "string"}}}]},
+    },
+    "directives": {
+        "type": "object",
+        "additionalProperties": {"type": ["string", "integer", "boolean", "null"]},
+    },
+    "rolemap": {
+        "type": "object",
+        "propertyNames": {"enum": list(ROLE_ORDER)},
+        "additionalProperties": {"type": "string"},
+    },
 }
 
 
@@ -203,51 +292,7 @@ def json_schema() -> dict[str, Any]:
         elif isinstance(spec, tuple):
             out = {"enum": list(spec)}
         else:
-            out = {  # type: ignore[assignment]  # the kinds' schemas differ in shape
-                "str": {"type": "string"},
-                "int": {"type": "integer", "minimum": 0},
-                "bool": {"type": "boolean"},
-                "time": {"type": "string", "pattern": r"^(UNLIMITED|INFINITE|(\d+-)?\d+(:\d+){0,2})$"},
-                "strlist": {"type": "array", "items": {"type": "string"}},
-                "lines": {"type": "array", "items": {"type": "string"}},
-                "paths": {"type": "array", "items": {"type": "string", "minLength": 1}},
-                "mpi": {"type": "string", "pattern": "^[a-z][a-z0-9_]*$", "examples": list(MPI_PLUGINS)},
-                "threads": {"oneOf": [{"type": "integer", "minimum": 1}, {"const": "auto"}]},
-                "annotations": {
-                    "type": "object",
-                    "propertyNames": {"pattern": f"^{ANNOTATION_KEY_RE.pattern}$"},
-                    "additionalProperties": {"type": "string"},
-                },
-                "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
-                "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
-                "hcas": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"const": "auto"}]},
-                "image": {"type": "string", "minLength": 1},
-                "regex": {"type": "string", "minLength": 1},
-                "refused": {"type": "object", "propertyNames": {"pattern": "^[a-z][a-z0-9-]*$"},
-                            "additionalProperties": {"type": "string", "minLength": 1}},
-                "pathmap": {
-                    "type": "object",
-                    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                    "additionalProperties": {"oneOf": [
-                        {"type": "string", "pattern": "^[^:$]+$"},
-                        {"type": "array", "minItems": 1, "items": {"type": "string", "pattern": "^[^:$]+$"}}]},
-                },
-                "envmap": {
-                    "type": "object",
-                    "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
-                    "additionalProperties": {"type": ["string", "integer", "null"]},
-                },
-                "directives": {
-                    "type": "object",
-                    "additionalProperties": {"type": ["string", "integer", "boolean", "null"]},
-                },
-                "rolemap": {
-                    "type": "object",
-                    "propertyNames": {"enum": list(ROLE_ORDER)},
-                    "additionalProperties": {"type": "string"},
-                },
-            }[spec]
-            out = dict(out)
+            out = dict(_KINDS[spec])
         if desc:
             out["description"] = desc
         return out

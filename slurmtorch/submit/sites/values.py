@@ -253,19 +253,41 @@ class Validator:
         if not isinstance(name, str) or not re.fullmatch(_ENV_NAME, name):
             self.fail(v, name, kp, "invalid environment variable name",
                       "names are letters, digits and '_', not starting with a digit")
+        if isinstance(val, dict):
+            return self._job_time_value(v, name, val, kp)
         if isinstance(val, bool) or not (val is None or isinstance(val, (str, int))):
             self.fail(v, name, kp, f"expected a string, got {type_name(val)}",
                       "quote values such as 'yes', 'true' or '1.0' in YAML")
+        self._fits(v, name, val, kp)
+        if isinstance(val, str) and _EXPANSION.search(val):
+            self.fail(v, name, kp, f"{val!r} would be exported literally: env values are not expanded",
+                      _dollar_tip(name, val))
+        return None if val is None else str(val)
+
+    def _job_time_value(self, v, name, val, kp) -> str:
+        """`NAME: {expand: VALUE}`: VALUE's $NAME/${NAME} expand when the job runs (LUMI's
+        TORCH_HOME=/scratch/${SLURM_JOB_ACCOUNT}/...); the rest of it is literal."""
+        if set(val) != {"expand"}:
+            self.fail(v, name, kp, "expected a string or {expand: VALUE}",
+                      f'e.g. {name}: {{expand: "/scratch/$USER"}} (expanded when the job runs)')
+        text = val["expand"]
+        if not isinstance(text, str):
+            self.fail(v, name, kp, f"expected a string after expand:, got {type_name(text)}")
+        self._fits(v, name, text, kp)
+        if any(c in text for c in "\n\r\x00"):
+            self.fail(v, name, kp, "contains a newline or NUL", "one line of text and $NAME or ${NAME}")
+        if "$" in re.sub(JOB_TIME_VAR, "", text):
+            self.fail(v, name, kp, f"{text!r}: a '$' that is not $NAME or ${{NAME}}",
+                      "a job-time value names variables only ($NAME, ${NAME}); no $(...), ${NAME:-...} or "
+                      "arithmetic: that is shell code (a node prologue's, or your own script's)")
+        return shell.JobTimeWord(text)
+
+    def _fits(self, v, name, val, kp) -> None:
         if val is not None and not fits_env(name, str(val)):
             self.fail(v, name, kp, f"{name}=... is {len(str(val).encode())} bytes; a variable may be at most "
                       f"{MAX_ENV_STRING} bytes with its name",
                       "Linux refuses to start a program with a longer one (execve's MAX_ARG_STRLEN); "
                       "put large data in a file and export its path")
-        if isinstance(val, str) and _EXPANSION.search(val):
-            self.fail(v, name, kp, f"{val!r} would be exported literally: env values are not expanded",
-                      f"keep the existing value with prepend_path: {{{name}: [DIR]}} or append_path: "
-                      "(at the same level), or write the full value")
-        return None if val is None else str(val)
 
     def pathmap(self, mapping, key, v, keypath):
         """prepend_path/append_path: NAME: [dir, ...] or NAME: dir; literal, ':'-free entries."""
@@ -301,6 +323,20 @@ class Validator:
                 fix = ("e.g. --gpu-bind=closest (a value joins its option with '=')" if not tip else
                        "leave it out of srun_args" + ("" if tip == "leave it out" else f"; {tip}"))
                 self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r}: {why}", fix)
+        return items
+
+    def containerargs(self, mapping, key, v, keypath):
+        """A container runtime's options: a word that is not an option is the value of the option
+        before it, written without '=' (--bind, /scratch); any other is half of an option YAML
+        split at a comma ([--module=gpu,nccl-plugin]), which the runtime would run as the command."""
+        items = self.value(mapping, key, "strlist", keypath)
+        for i, arg in enumerate(items):
+            if any(c in arg for c in "\n\r\x00") or not arg:
+                self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r}: expected one option on one line")
+            elif not arg.startswith("-") and (i == 0 or not items[i - 1].startswith("-") or "=" in items[i - 1]):
+                whole = f"{items[i - 1]},{arg}" if i and "=" in items[i - 1] else f"--option={arg}"
+                self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r} is not an option, nor the value of one",
+                          f"quote an option whose value holds a comma: {key}: ['{whole}']")
         return items
 
     def mpi(self, mapping, key, v, keypath):
@@ -364,7 +400,7 @@ class Validator:
             if val is not None and not isinstance(val, (str, int, bool)):
                 self.note(v, name, kp, f"expected a string, number or true, got {type_name(val)}")
                 continue
-            problem = site_directive_problem(name, val)
+            problem: tuple[str, str | None] | None = site_directive_problem(name, val)
             if problem is None and isinstance(val, str) and any(c in val for c in "\n\r\x00"):
                 problem = (f"{val!r} contains a newline or NUL, which an #SBATCH line cannot carry", None)
             if problem is not None:
@@ -372,6 +408,22 @@ class Validator:
                 continue
             out.append((name, val if val is True or val is None else str(val)))
         return tuple(out)
+
+
+def _dollar_tip(name: str, val: str) -> str:
+    """The fix for a `$` in a plain env value, fitted to what was written: the variable's own
+    value before or after folders is a composition (AWS's and Google's LD_LIBRARY_PATH), any
+    other variable a job-time value."""
+    own = re.escape(name)
+    parts = val.split(":")
+    self_ref = [i for i, p in enumerate(parts) if re.fullmatch(rf"\$(\{{{own}\}}|{own})", p)]
+    dirs = [p for p in parts if p and not re.fullmatch(rf"\$(\{{{own}\}}|{own})", p)]
+    if len(self_ref) == 1 and dirs and not any("$" in d for d in dirs):
+        where = "prepend_path" if self_ref[0] == len(parts) - 1 else "append_path" if self_ref[0] == 0 else ""
+        if where:
+            return (f"keep the job's own value with {where}: {{{name}: [{', '.join(dirs)}]}} (at the same level; "
+                    "no stray ':' when it is empty)")
+    return f'to expand it when the job runs: {name}: {{expand: "{val}"}}'
 
 
 def _order(mapping, key) -> tuple[str, int]:

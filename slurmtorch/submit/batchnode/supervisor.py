@@ -1,0 +1,397 @@
+"""The restart supervisor: runs a job's srun step, and after a failure starts it again.
+
+`slurmtorch sbatch --max-restarts N [--spare-nodes K] [--hang-timeout S]` renders its
+launch as
+
+    python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 [...] -- \\
+        srun <srun options> <python -m slurmtorch.bootstrap ...>
+
+in the batch script, which runs on the allocation's first node. Each start of the step
+runs on `--nodes` of the job's nodes that are not excluded (the job holds K more: the
+spares), with its own MASTER_PORT (and MASTER_ADDR on the site's interface) picked on
+the start's first node and `restart_count()` telling the ranks which start this is. While
+the step runs, with `--hang-timeout`, the ranks' heartbeats are watched
+(`heartbeats.hung_ranks`) and a step with a stopped or hung rank is ended at once; when
+every rank stands still inside torch instead (`heartbeats.all_waiting`: nobody to blame),
+their stacks are taken and said once and the step goes on until the group's timeout.
+
+After a failure, `restarts.blame` names the cause and the suspect nodes from what the
+step left (its part of batch.out, the ranks' new stderr, their exit notes, the hung
+ranks) and `restarts.decide` says what next: start again on the healthy nodes, requeue
+the job with the suspects excluded (`scontrol update ExcNodeList` + `scontrol requeue`:
+Slurm then ends this batch script and starts it again elsewhere), or give up with the
+cause. The history is kept in the job folder (`restarts.json`) for the next start, the
+next run after a requeue, `slurmtorch status` and `--wait`.
+
+This is the job's own edge, on the batch node: with `submit/edge/` (the login node's) and
+`slurmtorch.requeue` (the one requeue path, which a preempted rank takes too), the modules
+that start processes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import hostlist
+
+from slurmtorch import protocol
+from slurmtorch import requeue as requeuing
+from slurmtorch.errors import SlurmtorchError, SubmitError
+from slurmtorch.submit.batchnode.record import load_state, save_state, say
+from slurmtorch.submit.batchnode.restarts import blame, decide
+from slurmtorch.submit.batchnode.slurmjob import dead_now, job_fields, requeue
+from slurmtorch.submit.follow import stackrequest
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
+from slurmtorch.submit.jobfolder.heartbeats import all_waiting, hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.edge.scancel import send_stacks_signal
+
+TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
+TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
+USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
+         "[--spare-nodes K] [--hang-timeout S] [--backend B] -- srun ...")
+
+
+@dataclass(frozen=True)
+class Args:
+    nodes: int
+    ntasks: int
+    max_restarts: int
+    hang_timeout: float | None
+    backend: str
+    srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it
+    spare_nodes: int = 0
+
+    @property
+    def layout(self) -> tuple[int, int, int]:
+        """(nodes, ntasks, spare nodes): what a requeue may shrink the job to (restarts.requeue_size)."""
+        return self.nodes, self.ntasks, self.spare_nodes
+
+
+def parse_args(argv: Sequence[str]) -> Args:
+    """The batch script's call (pure). Raises ValueError with the usage on anything else."""
+    argv = list(argv)
+    if "--" not in argv:
+        raise ValueError(USAGE)
+    head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    values = dict(zip(head[::2], head[1::2]))
+    if len(head) % 2 or not srun or srun[0] != "srun" or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) \
+            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend"}:
+        raise ValueError(USAGE)
+    hang = values.get("--hang-timeout")
+    return Args(int(values["--nodes"]), int(values["--ntasks"]), int(values["--max-restarts"]),
+                float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun),
+                int(values.get("--spare-nodes", 0)))
+
+
+def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
+    """srun with this start's nodes: `--nodes/--ntasks/--nodelist` right after `srun` (pure).
+
+    A restart also gets `--overlap`: the failed start's step can outlive its ranks in
+    slurmctld's books when it lost a node (Slurm 22.05 keeps it, holding the surviving
+    nodes' CPUs, until the job ends: seen on the testbed, 6 minutes and counting), and a
+    new step on those nodes would wait for it ("Requested nodes are busy") forever.
+    """
+    overlap = ["--overlap"] if start else []
+    return ["srun", f"--nodes={len(nodes)}", f"--ntasks={args.ntasks}", f"--nodelist={','.join(nodes)}",
+            *overlap, *args.srun[1:]]
+
+
+# --------------------------------------------------------------------------- one start
+
+
+def _rendezvous(node: str, here: str, what: list[str]) -> str:
+    """`python -m slurmtorch.bootstrap.rendezvous WHAT` on `node` (here, or a one-task step)."""
+    argv = [sys.executable, "-m", "slurmtorch.bootstrap.rendezvous", *what]
+    if node != here:
+        argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--mpi=none", "--kill-on-bad-exit=1",
+                *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise RuntimeError(f"picking {' '.join(what)} on {node} failed: "
+                           f"{(proc.stderr.strip() or 'no output').splitlines()[-1]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: str,
+              fixed: dict[str, str]) -> dict[str, str]:
+    """The environment of start `start`: which start it is (restart_count()), the file its
+    task 0 leaves once running, where the world meets, and the heartbeat interval."""
+    env = dict(os.environ)
+    env[protocol.RESTART_COUNT] = str(start)
+    env[protocol.STARTED] = str(folder / protocol.started_marker(start))
+    if args.hang_timeout:
+        env[protocol.HEARTBEAT_S] = f"{interval_for(args.hang_timeout):g}"
+    # A MASTER_ADDR/PORT the site fixed is kept; otherwise picked anew on this start's first
+    # node (the old port may still be held by a rank of the failed start).
+    if "MASTER_PORT" not in fixed:
+        env["MASTER_PORT"] = _rendezvous(nodes[0], here, ["--port"])
+    if "MASTER_ADDR" not in fixed and (env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME")):
+        env["MASTER_ADDR"] = _rendezvous(nodes[0], here, ["--backend", args.backend])
+    elif "MASTER_ADDR" not in fixed:
+        env.pop("MASTER_ADDR", None)  # the ranks then meet at the step's first node, by name
+    return env
+
+
+def mark_start(folder: Path, start: int, nodes: Sequence[str], after: str) -> None:
+    """`slurmtorch: start N on NODES, after: CAUSE` in batch.out and at the end of every rank's
+    stderr: a reader (`logs`, `--wait` streaming rank 0's) sees the restart where it happened,
+    and the failure report reads only what follows the last such line (failures.latest_start)."""
+    line = protocol.start_line(start, nodes, after)
+    sys.stderr.write(line)
+    sys.stderr.flush()
+    for log in folder.glob("rank-*.err"):
+        try:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(line)
+        except OSError:
+            pass
+
+
+def _sizes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in [folder / jobdir.BATCH_OUT, *folder.glob("rank-*.err")]
+            if p.exists()}
+
+
+def _since(path: Path, offset: int, limit: int = TAIL_BYTES) -> str:
+    """What a start wrote to `path` after `offset`, at most its last `limit` bytes: a rank's
+    report and srun's lines come at the end, and a rank may write gigabytes before them."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(offset, size - limit))
+            return f.read(limit).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _beats(folder: Path) -> dict:
+    beats = {}
+    for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
+        if p.name.endswith(".tmp"):
+            continue
+        beat = parse_beat(jobdir.read_text(p))
+        if beat is not None:
+            beats[beat.rank] = beat
+    return beats
+
+
+def _clear_beats(folder: Path) -> None:
+    for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
+        p.unlink(missing_ok=True)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """End a step: srun passes SIGTERM to its tasks and cancels the step; SIGKILL if it lingers."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def take_stacks(folder: Path, ntasks: int, start: int) -> None:
+    """Every rank's stack, grouped, said in batch.out and kept (stacks/summary.txt) for
+    `status` and `--wait`: where each rank stood when the step was found hung."""
+    try:
+        lines = stackrequest.summary(folder, ntasks, lambda: send_stacks_signal(requeuing.target(os.environ)))
+    except SubmitError as exc:
+        say(f"warning: asking the ranks for their stacks failed: {exc.message}")
+        return
+    for line in lines:
+        say(f"stacks: {line}")
+    try:
+        jobdir.replace_private(folder / protocol.STACKS / protocol.SUMMARY, protocol.summary_text(start, lines))
+    except OSError as exc:
+        say(f"warning: cannot keep the stacks in {folder / protocol.STACKS}: {exc.strerror or exc}")
+
+
+def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None,
+             ntasks: int = 0, start: int = 0) -> tuple[int, list[tuple[int, str, str]]]:
+    """Run one start; (srun's exit code, the ranks found hung or stopped, if any)."""
+    proc = subprocess.Popen(argv, env=env)
+    poll = interval_for(hang_timeout) if hang_timeout else 1.0
+    hung: list[tuple[int, str, str]] = []
+    said_waiting = False
+    while True:
+        try:
+            return proc.wait(timeout=poll), hung
+        except subprocess.TimeoutExpired:
+            pass
+        if hang_timeout:
+            beats, now = _beats(folder), time.time()
+            hung = hung_ranks(beats, now, hang_timeout)
+            if hung:
+                for rank, host, why in hung:
+                    say(f"rank {rank} on {host}: {why}; ending the step")
+                take_stacks(folder, ntasks, start)
+                _end(proc)
+                return proc.returncode, hung
+            waited = all_waiting(beats, ntasks, now, hang_timeout) if not said_waiting else None
+            if waited is not None:
+                # No rank to blame and none to restart: say where they all stand, and let the
+                # group's timeout end them (its report then says where each stood as it ended).
+                say(f"all {ntasks} ranks have stood still in torch for {waited:.0f} s (a collective some rank "
+                    "never joins, or one they disagree on); the step goes on until the group's timeout")
+                take_stacks(folder, ntasks, start)
+                said_waiting = True
+
+
+# --------------------------------------------------------------------------- after a start
+
+
+def _addresses(nodes: Sequence[str]) -> dict[str, str]:
+    """Node address -> name, so a rank named by its peers' view of it is named by its node."""
+    out = {}
+    for node in nodes:
+        try:
+            out[socket.gethostbyname(node)] = node
+        except OSError:
+            pass
+    return out
+
+
+def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started: bool,
+               hung: list[tuple[int, str, str]], allocated: Sequence[str]):
+    batch = _since(folder / jobdir.BATCH_OUT, sizes.get(jobdir.BATCH_OUT, 0))
+    errs = {}
+    for p in folder.glob("rank-*.err"):
+        idx = p.stem.split("-", 1)[1]
+        if idx.isdigit():
+            errs[int(idx)] = _since(p, sizes.get(p.name, 0))
+    exits = {r: e for r, e in latest_exits(jobdir.exit_notes(folder)).items() if e.restart == start}
+    failures = parse_failures(batch, errs, exits)
+    if rc == 0 and not started:
+        rc = 1
+    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc, refusal=step_refusal(batch))
+
+
+def start_watcher(args: Args, here: str, nodes: Sequence[str]) -> subprocess.Popen | None:
+    """The batch node's watcher (batchwatch.py) as a one-task step on the last of `nodes` that
+    is not this one; None for a one-node job (Slurm requeues that one itself).
+
+    `--overlap`: it shares the node with the ranks' steps and holds nothing back from them.
+    Its output goes nowhere: it writes its few lines to batch.out itself, since srun, here,
+    is gone when it has something to say; srun's own lines about it (its node's failure)
+    would read as the ranks' step's.
+    """
+    others = [n for n in nodes if n != here]
+    if not others:
+        return None
+    argv = ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={others[-1]}", "--mpi=none",
+            "--input=none", "--output=/dev/null", "--error=/dev/null",
+            sys.executable, "-m", "slurmtorch.submit.batchnode.batchwatch", "--batch-host", here,
+            "--max-restarts", str(args.max_restarts)]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=TERM_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+class Watcher:
+    """The batch node's watcher step while this supervisor runs (start_watcher)."""
+
+    def __init__(self, args: Args, here: str):
+        self.args, self.here = args, here
+        self.proc: subprocess.Popen | None = None
+
+    def ensure(self, healthy: Sequence[str]) -> None:
+        """Before each start: a watcher on one of the `healthy` nodes, unless one still runs."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = start_watcher(self.args, self.here, healthy)
+
+    def stop(self) -> None:
+        stop(self.proc)
+
+
+def supervise(args: Args) -> int:
+    here = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    watcher = Watcher(args, here)
+    try:
+        return _supervise(args, here, watcher)
+    finally:
+        watcher.stop()
+
+
+def _supervise(args: Args, here: str, watcher: Watcher) -> int:
+    folder = Path(os.environ[protocol.JOB_DIR])
+    allocated = hostlist.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+    fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
+    state = load_state(folder)
+    while True:
+        healthy = [n for n in allocated if n not in state.excluded]
+        nodes = healthy[:args.nodes]
+        start = state.starts
+        state = replace(state, starts=start + 1)
+        save_state(folder, state, args.max_restarts)
+        if len(nodes) < args.nodes:  # a requeued job that Slurm placed on a node excluded since
+            say(f"start {start}: {len(nodes)} healthy nodes of the {args.nodes} needed; requeueing")
+            return 0 if requeue(requeuing.target(os.environ), state.excluded, args.layout) and _wait_for_requeue() else 1
+        watcher.ensure(healthy)
+        env = start_env(args, start, folder, nodes, here, fixed)
+        _clear_beats(folder)
+        if start:
+            last = state.events[-1] if state.events else None
+            mark_start(folder, start, nodes, last.cause if last and last.start == start - 1
+                       else "the job was requeued (preempted?)")
+        sizes = _sizes(folder)
+        rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout, args.ntasks, start)
+        started = Path(env[protocol.STARTED]).exists()
+        Path(env[protocol.STARTED]).unlink(missing_ok=True)
+        if rc == 0 and started and not hung:
+            return 0
+        verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated)
+        plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time(),
+                      dead=dead_now(requeuing.target(os.environ), allocated))
+        state = plan.state
+        save_state(folder, state, args.max_restarts)
+        say(f"{state.events[-1].line()} ({plan.why})")
+        if plan.action == "restart":
+            continue
+        if plan.action == "requeue" and requeue(requeuing.target(os.environ), plan.nodes, args.layout) and _wait_for_requeue():
+            return 0
+        return verdict.code or rc or 1
+
+
+def _wait_for_requeue(timeout: float = 120) -> bool:
+    """Slurm ends this batch script once the requeue is done; until then, wait (bounded).
+    Once the job has left RUNNING this run is over: where Slurm tracks processes by their
+    parents (proctrack/linuxproc, the testbed's), this one, ignoring TERM, outlived the
+    batch shell and its KILL, and stayed 120 s (the soak found it)."""
+    deadline = time.monotonic() + timeout
+    job = requeuing.target(os.environ)
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        if job_fields(job).get("JobState", "RUNNING") not in ("RUNNING", "SUSPENDED"):
+            return True
+    say("error: the job was requeued but this run was not ended")
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    try:
+        return supervise(args)
+    except (OSError, RuntimeError, subprocess.SubprocessError, SlurmtorchError) as exc:
+        say(f"error: the restart supervisor failed: {exc}")
+        return 1
+

@@ -1,0 +1,132 @@
+"""What the ranks' live samples say (bootstrap.live writes them): the table of `slurmtorch top`,
+the slowest rank, and the end-of-job line. Pure, but for `read_samples`.
+
+The slowest rank is the one whose steps spend longest outside backward (OWN), said against
+the median of all ranks': in synchronous training every rank steps at the slowest one's
+pace, so the step time is the same everywhere, and the slow rank's extra time (data,
+forward, its own code) is what its peers wait for in backward's all-reduce
+(bootstrap.live.Steps). Where no rank timed backward, the step time stands in for it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+
+from slurmtorch import protocol
+from slurmtorch.pace import pace, slowest
+from slurmtorch.protocol import LiveSample
+from slurmtorch.submit.follow.jobstatus import clock
+
+
+SHORT_S = 60  # a run this short, without steps, gets no end line
+
+
+def read_samples(folder: Path) -> dict[int, LiveSample]:
+    """Every rank's latest sample in a job's (or trial's) folder, by rank; {} when none."""
+    samples = {}
+    for path in sorted((folder / protocol.LIVE).glob("rank-*.json")):
+        try:
+            sample = protocol.parse_live(path.read_text(encoding="utf-8"))
+        except OSError:
+            continue
+        if sample is not None:
+            samples[sample.rank] = sample
+    return samples
+
+
+def slowest_line(samples: Mapping[int, LiveSample], recent: bool = True) -> str | None:
+    found = slowest(samples, recent)
+    if found is None:
+        return None
+    sample, pace, median = found
+    ratio = pace / median if median > 0 else 1.0
+    what = "outside backward" if sample.own_s is not None else "a step"
+    return (f"slowest: rank {sample.rank} on {sample.host}, {_seconds(pace)} {what} = {ratio:.2f}x the median "
+            f"({_seconds(median)})")
+
+
+def top_lines(samples: Mapping[int, LiveSample], now: float) -> list[str]:
+    """`slurmtorch top`: the slowest rank named, then a row per rank, slowest first (ranks
+    without a step time last, by rank)."""
+    if not samples:
+        return []
+    head = slowest_line(samples)
+    gpus = any(s.gpu for s in samples.values())
+    rows = sorted(samples.values(), key=lambda s: (pace(s, True) is None, -(pace(s, True) or 0.0), s.rank))
+    cols = f"{'RANK':>5}  {'HOST':<14} {'STEPS':>7} {'STEP':>8} {'OWN':>8} {'TREND':>6} {'CPU%':>5} {'RSS':>7}"
+    if gpus:
+        cols += f" {'GPU':>3} {'UTIL%':>5} {'MEM':>7} {'POWER':>6} {'SM MHz':>6}  THROTTLE"
+    out = [head] if head else []
+    out.append(cols + "  AGE")
+    for s in rows:
+        line = (f"{s.rank:>5}  {s.host[:14]:<14} {s.steps:>7} {_seconds(s.step_s):>8} {_seconds(s.own_s):>8} "
+                f"{_trend(s):>6} "
+                f"{_num(s.cpu, '{:.0f}'):>5} {_bytes(s.rss):>7}")
+        if gpus:
+            g = s.gpu or {}
+            line += (f" {_num(g.get('index'), '{}'):>3} {_num(g.get('util'), '{}'):>5} {_bytes(g.get('mem')):>7} "
+                     f"{_num(g.get('power_w'), '{:.0f}W'):>6} {_num(g.get('sm_mhz'), '{}'):>6}  "
+                     f"{','.join(g.get('throttle') or []) or '-':<8}")
+        out.append(f"{line}  {'ended' if s.ended else f'{max(0.0, now - s.written):.0f}s'}")
+    return out
+
+
+def end_line(samples: Mapping[int, LiveSample]) -> str | None:
+    """The end of a job: its mean step, the slowest rank over the whole run, node-hours (the
+    ranks' hosts for the span from the first rank's start to the last sample), and where the
+    GPUs reported them, GPU-hours and energy. None when no rank sampled, or for a run of
+    under a minute without steps (a probe, a failed start: nothing worth a line)."""
+    if not samples:
+        return None
+    span = max(s.written for s in samples.values()) - min(s.since for s in samples.values())
+    if span < SHORT_S and not any(s.mean_step_s is not None for s in samples.values()):
+        return None
+    parts = []
+    means = [m for s in samples.values() if (m := s.mean_step_s) is not None]
+    if means:
+        steps = max(s.steps for s in samples.values())
+        parts.append(f"mean step {_seconds(statistics.mean(means))} over {steps} steps")
+        found = slowest(samples, recent=False)
+        if found is not None and found[2] > 0:
+            sample, pace, median = found
+            parts.append(f"slowest rank {sample.rank} on {sample.host} ({pace / median:.2f}x the median "
+                         f"{'outside backward' if sample.own_mean_s is not None else 'step'})")
+    hosts = {s.host for s in samples.values()}
+    parts.append(f"{len(hosts)} node{'s' if len(hosts) != 1 else ''} x {clock(max(0.0, span))} = "
+                 f"{len(hosts) * span / 3600:.3g} node-hours")
+    gpus = {(s.host, s.gpu.get("index")): s.gpu for s in samples.values() if s.gpu}
+    if gpus:
+        parts.append(f"{len(gpus) * span / 3600:.3g} GPU-hours")
+        joules = [g["energy_j"] for g in gpus.values() if g.get("energy_j") is not None]
+        if joules and len(joules) == len(gpus):
+            parts.append(f"{sum(joules) / 3.6e6:.3g} kWh ({sum(joules):.0f} J)")
+    return "run: " + "; ".join(parts)
+
+
+def _trend(s: LiveSample) -> str:
+    """The recent mean step against the one before it: +12% is slower."""
+    if s.step_s is None or not s.trend_s:
+        return "-"
+    return f"{100 * (s.step_s / s.trend_s - 1):+.0f}%"
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _bytes(value) -> str:
+    if value is None:
+        return "-"
+    for unit in ("B", "K", "M", "G"):
+        if value < 1024 or unit == "G":
+            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
+        value /= 1024
+    return "-"
+
+
+def _num(value, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)

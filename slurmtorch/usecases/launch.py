@@ -1,0 +1,178 @@
+"""Render a job, then submit it, run it here or in an allocation, and follow it to its end.
+
+One pipeline for every front end: site -> spec -> rendered script (`dry_run`, pure apart
+from reading the site file: what `--dry-run` prints), then `submit` (sbatch, all or
+nothing), `run_here` (a local mpirun run in its folder) or `run_in_allocation`; `follow`
+waits for a submitted job and gives its final report as lines. The front end parses what
+the user typed into `Options` and prints what comes back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from slurmtorch.errors import SubmitError, typed
+from slurmtorch.submit import interactive, render, sites, spec
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.snapshot import Snapshot
+from slurmtorch.submit.mpiflavour import ROOT_NOTE, root_allowance
+from slurmtorch.submit.options import Options
+from slurmtorch.submit.sites.model import Site
+from slurmtorch.submit.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """A job rendered and not yet started: the script a dry run prints, and all that starting
+    it needs (the spec for its folder's records, the jobs folder, the snapshot to take)."""
+
+    spec: JobSpec
+    text: str
+    root: Path
+
+
+@dataclass(frozen=True)
+class RenderedAllocation:
+    """An interactive allocation not yet asked for: its spec (salloc's options), the shell's
+    set-up, and what a dry run prints (both)."""
+
+    spec: JobSpec
+    setup: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A followed job's end: its exit code and the report's lines (said on stderr)."""
+
+    code: int
+    lines: tuple[str, ...]
+
+
+def site_for(kind: str, ref: str | None) -> Site:
+    """The site a job of `kind` runs on: `ref`, else $SLURMTORCH_SITE for a Slurm job and
+    `local` for an mpirun run here."""
+    return sites.load_site(ref or "local" if kind == "mpirun" else sites.site_ref(ref, None))
+
+
+def rendered(job: JobSpec) -> RenderedJob:
+    """A spec as its script: the batch script, or the mpirun script for a run here."""
+    text = render.render_mpirun(job) if job.kind == "mpirun" else render.render_sbatch(job)
+    return RenderedJob(job, text, Path(job.job_root))
+
+
+def dry_run(site: Site, options: Options, snapshot: Callable[[], Snapshot | None] | None = None) -> RenderedJob:
+    """What `--dry-run` prints, as a value: the options checked against the site, rendered.
+    `snapshot` says which copy of the code the job runs, asked once the options passed."""
+    job = spec.build_spec(site, options)
+    return rendered(replace(job, snapshot=snapshot()) if snapshot is not None else job)
+
+
+def submit(job: RenderedJob, announce: Callable | None = None):
+    """sbatch, all or nothing (`edge.sbatch.submit`): the job folder with its records and its
+    snapshot, the job held until the folder is in place; `announce` (the id printed) runs
+    inside its shelter from signals. The `Submission` (job id, folder)."""
+    from slurmtorch.submit.edge import sbatch  # lazy: the edge, only a real submission starts processes
+    from slurmtorch.submit.jobfolder import snapshot as snapshots
+
+    # Where its ranks start and write (`slurmtorch pull` reads it): the folder it is submitted
+    # from, or the --chdir given to sbatch.
+    record = {**spec.job_record(job.spec), "workdir": working_folder(job.spec.directives, os.getcwd())}
+    return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=record,
+                         announce=announce, snapshot=job.spec.snapshot,
+                         snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0)
+
+
+def working_folder(directives, cwd: str) -> str:
+    """The folder a job runs in: its #SBATCH --chdir (relative to `cwd`), else `cwd` (pure)."""
+    folder = dict(directives).get("chdir")
+    return os.path.normpath(os.path.join(cwd, folder)) if isinstance(folder, str) and folder else cwd
+
+
+def follow(submission, job: RenderedJob, cancel_on_interrupt: bool = False) -> Ended:
+    """Wait for a submitted job (every trial of an array), rank 0's output streamed, and its
+    final report: the end line, the restarts, and for a failure where it failed."""
+    from slurmtorch.submit.follow import waiting  # lazy: only --wait follows the job
+    from slurmtorch.submit.follow.watch import WATCH
+
+    if job.spec.array:
+        return Ended(waiting.wait_array(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt), ())
+    WATCH.submitted(submission.job_id, job.root)
+    status = waiting.wait(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt)
+    return ended(submission.job_id, submission.job_dir, status)
+
+
+def ended(job_id: str, folder: Path, status) -> Ended:
+    """How a followed job (or trial) ends on every front end that follows one (`--wait`,
+    `logs --follow`): the end line, the run's (mean step, slowest rank, node-hours), the
+    restarts, and for a failure the report (`report.failure_lines`)."""
+    from slurmtorch.submit.follow import live  # lazy: as in `follow`
+    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines
+
+    line, code = ended_line(job_id, folder, status)
+    said = [f"slurmtorch: {text}" for text in restart_lines(folder)]
+    if code != 0:
+        said += [f"slurmtorch: {text}" for text in failure_lines(folder)]
+    run = live.end_line(live.read_samples(folder))  # after what failed, which matters more
+    said += [f"slurmtorch: {run}"] if run else []
+    return Ended(code, (line, *said))
+
+
+def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:
+    """A local mpirun run in its folder (`local-N`, which `slurmtorch stacks` asks), output to
+    the terminal; its exit code. Without a folder it still runs, as before runs had one."""
+    from slurmtorch.submit.edge import local  # lazy: the edge, only a real run starts processes
+    from slurmtorch.submit.jobfolder import localrun
+
+    ntasks = job.spec.ntasks
+    try:
+        folder = localrun.create(job.text, ntasks)
+    except SubmitError as exc:
+        say(f"slurmtorch: note: this run has no folder, so slurmtorch stacks cannot ask it: {exc.message}")
+        return local.run_local(job.text, env=local_environment(job, dict(os.environ), say))
+    say(f"slurmtorch: run {localrun.run_id(folder)} ({ntasks} rank{'s' if ntasks > 1 else ''}; "
+        f"where each stands: {typed(f'stacks {localrun.run_id(folder)}')})")
+    try:
+        return local.run_in_folder(folder / jobdir.SCRIPT, folder / jobdir.EXIT_CODE,
+                                   local_environment(job, localrun.environment(folder), say))
+    finally:
+        localrun.ended(folder)
+
+
+def local_environment(job: RenderedJob, env: dict[str, str], say: Callable[[str], None]) -> dict[str, str]:
+    """`env` for a run here (`slurmtorch mpirun`, a local Distributor), with Open MPI's
+    permission to start as root where root runs it and no one decided otherwise, said in one
+    note: README's set-up runs as root, and Open MPI's refusal names no way on."""
+    allowed = root_allowance(job.spec.mpi_launch.flavour, os.geteuid(), env, (name for name, _ in job.spec.env))
+    if allowed:
+        say(f"slurmtorch: {ROOT_NOTE}")
+    return {**env, **allowed}
+
+
+def allocation_dry_run(site: Site, ref: str, options: Options, params: dict) -> RenderedAllocation:
+    """`slurmtorch alloc`'s salloc command and shell set-up: the options checked as a batch
+    job's (less what only a batch job has), `params` kept for `slurmtorch run` in the shell."""
+    job = spec.build_spec(site, options)
+    interactive.check(job)
+    setup = interactive.render_setup(job, interactive.stored(ref, params), [sys.executable, "-m", "slurmtorch"])
+    return RenderedAllocation(job, setup, interactive.dry_run_text(job, setup))
+
+
+def allocate(alloc: RenderedAllocation) -> int:
+    """salloc and the shell in the foreground; the shell's exit code."""
+    from slurmtorch.submit.edge import salloc  # lazy: the edge, only a real allocation starts processes
+
+    return salloc.allocate(alloc.setup, lambda path: interactive.salloc_argv(alloc.spec, path))
+
+
+def run_in_allocation(job: RenderedJob, job_id: str) -> int:
+    """`slurmtorch run` in an allocation's shell: the launch script in the allocation's folder,
+    run under the guard; its exit code."""
+    from slurmtorch.submit.edge import local  # lazy: the edge
+
+    return local.run_in_allocation(job.text, jobdir.allocation_run(job.root, job_id, job.text,
+                                                                   spec.job_record(job.spec)))

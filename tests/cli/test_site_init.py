@@ -1,0 +1,115 @@
+"""`slurmtorch site init [PATH]`: the site written from what the cluster says, validated first,
+to stdout or a new file written whole; an existing file kept unless --force.
+
+scontrol and srun are stand-ins on PATH that print the testbed's captured outputs
+(tests/sites/discover/); the testbed itself runs it in tests/cli/test_main_job.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtorch.submit import sites
+from slurmtorch.submit.sites import discover
+
+FIXTURES = Path(__file__).resolve().parents[1] / "sites" / "discover"
+
+STAND_IN = """#!/bin/bash
+# A stand-in for {program}: the captured output, less its header; anything else fails as scontrol would.
+case "$*" in
+{cases}
+  *) echo "{program}: error: unexpected arguments: $*" >&2; exit 1 ;;
+esac
+"""
+
+
+def stand_ins(tmp_path: Path, nodes: str = "testbed-nodes", scontrol_fails: bool = False) -> dict[str, str]:
+    """PATH with stand-in scontrol and srun first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+
+    def show(name: str) -> str:
+        return f"grep -v '^#' {FIXTURES / (name + '.txt')}"
+
+    scontrol = ('  "show node --oneliner") ' + ("echo 'slurm_load_node error: Unable to contact slurm controller' >&2;"
+                                              " exit 1" if scontrol_fails else show(nodes)) + " ;;\n"
+                f'  "show partition --oneliner") {show("testbed-partitions")} ;;')
+    for program, cases in (("scontrol", scontrol), ("srun", f'  "--mpi=list") {show("testbed-mpi")} ;;')):
+        p = bin_dir / program
+        p.write_text(STAND_IN.format(program=program, cases=cases))
+        p.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def init(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    e = dict(os.environ, SLURMTORCH_HOME=str(tmp_path / "home"), **(env or stand_ins(tmp_path)))
+    return subprocess.run([sys.executable, "-m", "slurmtorch.cli.main", "site", "init", *args], cwd=tmp_path,
+                          capture_output=True, text=True, env=e, timeout=60)
+
+
+def expected(title: str | None = None) -> str:
+    def read(name: str) -> str:
+        return "".join(ln for ln in (FIXTURES / f"{name}.txt").read_text().splitlines(keepends=True)
+                       if not ln.startswith("#"))
+    return discover.site_yaml(read("testbed-nodes"), read("testbed-partitions"), read("testbed-mpi"), title=title)
+
+
+@pytest.mark.parametrize("args", [(), ("-",)])
+def test_without_a_path_the_site_goes_to_stdout_and_what_to_check_to_stderr(tmp_path, args):
+    r = init(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == expected()
+    assert r.stderr == ("site file above: site 'site', 1 partitions, 1 node types; "
+                        "3 lines marked CHECK: for a person to decide\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def test_a_path_gets_a_new_file_that_loads_as_the_site_named_for_it(tmp_path):
+    r = init(tmp_path, "mycluster.yaml")
+    assert r.returncode == 0, r.stderr
+    written = tmp_path / "mycluster.yaml"
+    assert written.read_text() == expected("mycluster")
+    assert stat.S_IMODE(written.stat().st_mode) == 0o644
+    assert r.stdout == "" and r.stderr.startswith("wrote mycluster.yaml: site 'mycluster', 1 partitions")
+    assert sites.load_site(written).name == "mycluster"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "mycluster.yaml"]  # no temporary left
+
+
+def test_name_sets_the_sites_name(tmp_path):
+    r = init(tmp_path, "x.yaml", "--name", "hpc1")
+    assert r.returncode == 0, r.stderr
+    assert sites.load_site(tmp_path / "x.yaml").name == "hpc1"
+    bad = init(tmp_path, "y.yaml", "--name", "a b")
+    assert bad.returncode != 0 and bad.stderr.startswith("error: invalid site name 'a b'\n")
+    assert not (tmp_path / "y.yaml").exists()
+
+
+def test_an_existing_file_is_kept_unless_force(tmp_path):
+    mine = tmp_path / "site.yaml"
+    mine.write_text("# the admin's own\n")
+    r = init(tmp_path, "site.yaml")
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr == "error: site.yaml exists: site init writes only a new file\ntip: pass --force to replace it\n"
+    assert mine.read_text() == "# the admin's own\n"
+    forced = init(tmp_path, "site.yaml", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert mine.read_text() == expected("site")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "site.yaml"]
+
+
+def test_when_scontrol_fails_nothing_is_written_and_its_words_are_the_error(tmp_path):
+    r = init(tmp_path, "new.yaml", env=stand_ins(tmp_path, scontrol_fails=True))
+    assert r.returncode != 0 and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[0] == ("error: scontrol failed (exit 1): slurm_load_node error: Unable to contact "
+                                        "slurm controller")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+
+
+def test_a_folder_that_does_not_exist_is_one_error_line(tmp_path):
+    r = init(tmp_path, "no/such/folder/site.yaml")
+    assert r.returncode != 0 and r.stderr == "error: cannot write no/such/folder/site.yaml: no folder no/such/folder\n"
