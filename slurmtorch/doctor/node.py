@@ -182,19 +182,21 @@ def _plugin_available(plugin: str, plugins: Sequence[str]) -> bool:
 
 def mpich_pmi2_check(version) -> Check:
     """MPICH under srun --mpi=pmi2, any Slurm: slurmstepd takes a PMI-1 request in one read of
-    at most 1024 bytes (Slurm's mpi/pmi2/pmi1.c, "TODO: read until newline"), and MPICH's
-    `put` lines for its UCX address exchange run past that when the bytes carry few runs of
-    zeros (MPL_hex_encode shortens only those). The rest is read as a request of its own:
-    `mpi/pmi2: value not properly terminated in client request`, and MPI_Init aborts or
-    hangs. PyPI's MPICH 5.0.2 on 22.05: by launch and checkout path (1 of the 6 MPICH srun
-    launches of one CI run; 0 of 40 in another folder); on 24.11: every launch. Rendered srun jobs take their world from Slurm and never call MPI_Init;
-    a user's own `srun --mpi=pmi2 ... python -m slurmtorch.bootstrap`, or a script using MPI, does."""
+    at most 1024 bytes (Slurm's mpi/pmi2/pmi1.c, "TODO: read until newline"). MPICH's UCX
+    netmod puts 4096 bytes from its address, most of them whatever the heap holds after it
+    (ucx_init.c: "FIXME: use the actual addrname_len"), hex-encoded in segments; heap text
+    makes a line longer than 1024 bytes, the rest is read as a request of its own (`mpi/pmi2:
+    value not properly terminated in client request`), and MPI_Init aborts or hangs. By
+    launch, path and Slurm (RELIABILITY.md); its ofi netmod puts only the address. Rendered
+    srun jobs take their world from Slurm and never call MPI_Init; a user's own `srun
+    --mpi=pmi2 ... python -m slurmtorch.bootstrap`, or a script using MPI, does."""
     where = f" on Slurm {version[0]}.{version[1]}" if version else ""
     return Check(WARN, f"MPICH under srun --mpi=pmi2{where}: MPI_Init can abort or hang (slurmstepd reads a PMI-1 "
                        "request in one 1024-byte read, MPICH's address lines can be longer: `mpi/pmi2: invalid "
                        "client request`); the bootstrap ends such a rank at its --timeout",
-                 "launch MPI ranks with MPICH's own mpiexec inside the allocation (launcher: mpirun), or use an MPI "
-                 "built with PMIx and mpi_plugin: pmix")
+                 "launch MPI ranks with MPICH's own mpiexec inside the allocation (launcher: mpirun), set "
+                 "MPIR_CVAR_CH4_NETMOD=ofi where MPICH has that netmod, or use an MPI built with PMIx and "
+                 "mpi_plugin: pmix")
 
 
 def check_srun(facts: NodeFacts, site) -> list[Check]:
