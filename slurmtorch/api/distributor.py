@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch import protocol
+from slurmtorch.api.clusterjob import ClusterJob
 from slurmtorch.api.handles import Handle, LocalHandle, SlurmHandle
 from slurmtorch.api.job import Job, JobFailed, RemoteError, say
 from slurmtorch.api.layout import Layout, plan_layout
 from slurmtorch.api.payload import prepare
-from slurmtorch.api.runfolder import create_run_folder, run_folder_error
+from slurmtorch.api.runfolder import RUN_FOLDER, create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.jobfolder import jobdir, localrun
@@ -78,11 +79,11 @@ class Distributor:
     exclusive, dependency, begin, gres, reservation, nodelist, exclude, mail_type,
     mail_user, comment, sbatch_args and srun_args (lists of `--option=value`), cluster_spec
     (CLUSTER_SPEC's shape: ai-platform or vertex), and recovery's
-    max_restarts, spare_nodes and hang_timeout (see `slurmtorch sbatch --help`; the
+    max_restarts, spare_nodes, hang_timeout and replace_straggler (see `slurmtorch sbatch --help`; the
     function resumes from `slurmtorch.checkpoint_dir()` when `slurmtorch.restart_count()`
     is above 0). `progress=False` silences run()'s state lines and rank 0's streamed output.
-    `cluster`: run() it on that cluster of ~/.config/slurmtorch/clusters.yaml over SSH, with
-    the cluster's site (default $SLURMTORCH_CLUSTER, unless `local_mode`); docs/python-api.md.
+    `cluster`: run() or submit() it on that cluster of ~/.config/slurmtorch/clusters.yaml over
+    SSH, with the cluster's site (default $SLURMTORCH_CLUSTER, unless `local_mode`); docs/python-api.md.
     """
 
     def __init__(self, num_processes: int = 1, nodes: int | None = None, use_gpu: bool = False,
@@ -138,7 +139,7 @@ class Distributor:
 
             if forward.elsewhere(self.cluster):
                 return distribute.run(self, target, args, kwargs)
-        job = self.submit(target, *args, **kwargs)
+        job = self.submit_prepared(*prepare(target, args, kwargs))  # no file, no job before prepare passes
         try:
             return job.result(stream=self.progress)
         except JobFailed:
@@ -147,11 +148,15 @@ class Distributor:
             job._cancel_quietly()
             raise
 
-    def submit(self, target: Callable | str | os.PathLike, *args: Any, **kwargs: Any) -> Job:
-        """Start the job and return at once; the Job answers state/result/logs/cancel."""
-        if self.cluster and not os.environ.get(protocol.ON_CLUSTER):
-            raise SpecError("submit() waits on no cluster: with cluster=, use run()",
-                            tip="run() submits there, waits there and brings rank 0's answer back")
+    def submit(self, target: Callable | str | os.PathLike, *args: Any, **kwargs: Any) -> Job | ClusterJob:
+        """Start the job and return at once; the Job answers state/result/logs/cancel, and
+        `Job.attach(job.job_id)` finds it again from another process. With `cluster=`, the job
+        is submitted there and each question goes over SSH (a `ClusterJob`)."""
+        if self.cluster:
+            from slurmtorch.remote import distribute, forward  # lazy: only cluster= needs ssh's edge
+
+            if forward.elsewhere(self.cluster):
+                return ClusterJob(distribute.submit(self, target, args, kwargs), self.cluster)
         meta, payload, name = prepare(target, args, kwargs)  # no file, no job before this passes
         return self.submit_prepared(meta, payload, name)
 
@@ -181,7 +186,7 @@ class Distributor:
                                                lambda line: print(line, file=sys.stderr, flush=True))
                 handle: Handle = LocalHandle.start(text, workdir, run_id, spec.ntasks, env)
             else:
-                s = launch.submit(rendered)
+                s = launch.submit(rendered, record={RUN_FOLDER: str(workdir)})
                 handle = SlurmHandle(s.job_id, s.job_dir, rendered.root, jobdir.torchrun_layout(job_record(spec)))
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -9,21 +9,26 @@ reads. Where the job runs (Slurm, or mpirun here) is its handle's business.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from slurmtorch.api.handles import Handle
-from slurmtorch.api.runfolder import close_run_folder
+from slurmtorch import protocol
+from slurmtorch.api.handles import Handle, SlurmHandle
+from slurmtorch.api.runfolder import ENDED, KEEP_RUNS, RUN_FOLDER, close_run_folder
 from slurmtorch.bootstrap import runfn
-from slurmtorch.errors import SlurmtorchError, SpecError
+from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.statusline import StatusLine
 from slurmtorch.submit.follow.tail import Tail, drain
 from slurmtorch.submit.follow.waiting import TICK_S
 from slurmtorch.submit.jobfolder import failures, jobdir
 from slurmtorch.submit.jobfolder.report import describe
+
+if TYPE_CHECKING:
+    from slurmtorch.api.clusterjob import ClusterJob
 
 
 class JobFailed(SlurmtorchError):
@@ -74,6 +79,18 @@ class Job:
         # Once a result was returned its run folder may be pruned (close_run_folder), and with
         # it what a local run's handle reads its state from: the final status is kept here.
         self._succeeded: JobStatus | None = None
+
+    @classmethod
+    def attach(cls, job_id: str | int, *, cluster: str | None = None) -> Job | ClusterJob:
+        """The Distributor job `job_id`, submitted earlier from any process (a notebook whose
+        kernel died): state, wait, result, logs and cancel as the Job submit() returned.
+        `cluster`: one submitted there from this laptop (default $SLURMTORCH_CLUSTER)."""
+        cluster = cluster or os.environ.get(protocol.CLUSTER) or None
+        if cluster and not os.environ.get(protocol.ON_CLUSTER):
+            from slurmtorch.api.clusterjob import ClusterJob
+
+            return ClusterJob(str(job_id), cluster)
+        return _attached(str(job_id))
 
     @property
     def job_id(self) -> str:
@@ -186,6 +203,10 @@ class Job:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            if (self.workdir / ENDED).exists():
+                raise SlurmtorchError(f"job {self.job_id} completed, and its result was read already by the Job "
+                                      "that waited for it (the run folder keeps the logs, not the result)",
+                                      tip="keep the value where result() returned it") from None
             raise JobFailed(f"job {self.job_id} completed but rank 0 left no result in {self.workdir}",
                             tip=self._handle.log_tip(), job_id=self.job_id, state=status.state,
                             job_exit_code=exit_code) from None
@@ -267,6 +288,30 @@ class Job:
                 (self.workdir / name).unlink()
             except FileNotFoundError:
                 pass
+
+
+def _attached(job_id: str) -> Job:
+    """`Job.attach` here: the job's folder (checked as every verb checks one), its job.json's
+    run folder, and that folder's meta (what was called)."""
+    root = jobdir.jobs_root()
+    folder = jobdir.job_dir(job_id, root)
+    if not folder.is_dir():
+        raise SpecError(f"no job {job_id} in {root}",
+                        tip="the id submit() gave (job.job_id), with SLURMTORCH_HOME as it was then")
+    record = jobdir.read_job(jobdir.checked(folder)) or {}
+    run = record.get(RUN_FOLDER)
+    if not run:
+        raise SpecError(f"job {job_id} was not submitted by a Distributor: it has no answer to attach to",
+                        tip=f"follow it with {typed(f'status {job_id}')} or {typed(f'logs {job_id} --follow')}")
+    workdir = Path(str(run))
+    try:
+        meta = json.loads((jobdir.checked(workdir) / runfn.META).read_text())
+    except (OSError, ValueError):
+        raise SubmitError(f"job {job_id}'s run folder {workdir} is gone or unreadable",
+                          tip=f"only the newest {KEEP_RUNS} answered runs' folders are kept") from None
+    name = str(meta.get("name") or Path(str(meta.get("script", ""))).name)
+    handle = SlurmHandle(job_id, folder, root, jobdir.torchrun_layout(record))
+    return Job(handle, workdir, str(meta.get("kind", "function")), name, int(record.get("ntasks", 1)))
 
 
 def say(text: str) -> None:

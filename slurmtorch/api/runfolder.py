@@ -20,10 +20,11 @@ from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder import ownership
 from slurmtorch.submit.jobfolder.pruning import prune_ended
 
-__all__ = ["ENDED", "KEEP_RUNS", "close_run_folder", "create_run_folder", "prune_ended", "run_folder_error"]
+__all__ = ["ENDED", "KEEP_RUNS", "RUN_FOLDER", "close_run_folder", "create_run_folder", "prune_ended", "run_folder_error"]
 
 ENDED = "ended"  # in a run folder: its answer was read; holds `completed` or `failed: <the error's first line>`
 KEEP_RUNS = 20  # ended run folders kept, newest first (docs/python-api.md says so)
+RUN_FOLDER = "run_folder"  # in a Distributor job's job.json: its run folder, which `Job.attach` finds by id
 
 
 def create_run_folder(workdir: Path) -> None:

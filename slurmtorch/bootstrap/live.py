@@ -28,7 +28,7 @@ from typing import Any
 
 from slurmtorch import protocol
 from slurmtorch.bootstrap.heartbeat import periodic_file
-from slurmtorch.pace import slowest
+from slurmtorch.pace import Streak
 
 WINDOW = 20  # step intervals in the recent mean; the window before them is the trend
 # NVML's clock-event (throttle) reason bits, by name (nvml.h's nvmlClocksEventReason*).
@@ -145,14 +145,14 @@ class Sampler:
 
 class Straggler:
     """Rank 0's watch (SLURMTORCH_STRAGGLER=MARGIN): a rank slower than the median by the margin
-    (pace.slowest) in `RUNS` samples running is named once on rank 0's stderr, which `--wait`
+    (pace.Streak) in `RUNS` samples running is named once on rank 0's stderr, which `--wait`
     streams and the job's logs keep."""
 
     RUNS = 3
 
     def __init__(self, folder: str, margin: float) -> None:
         self.folder, self.margin = folder, margin
-        self.streak: tuple[int, int] = (-1, 0)  # (rank, samples running)
+        self.streak = Streak(margin, self.RUNS)
         self.named: set[int] = set()
 
     def look(self) -> str | None:
@@ -167,14 +167,10 @@ class Straggler:
                     continue
                 if sample is not None:
                     samples[sample.rank] = sample
-        found = slowest(samples)
-        if found is None or found[2] <= 0 or found[1] < (1 + self.margin) * found[2]:
-            self.streak = (-1, 0)
+        found = self.streak.feed(samples)
+        if found is None or found[0].rank in self.named:
             return None
         sample, slow, median = found
-        self.streak = (sample.rank, self.streak[1] + 1 if self.streak[0] == sample.rank else 1)
-        if self.streak[1] < self.RUNS or sample.rank in self.named:
-            return None
         self.named.add(sample.rank)
         return (f"slurmtorch: straggler: rank {sample.rank} on {sample.host} spends {slow / median:.2f}x the median "
                 f"time {'outside backward' if sample.own_s is not None else 'a step'} ({slow:.3g} s against "

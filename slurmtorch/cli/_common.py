@@ -35,7 +35,8 @@ def option(name: str, help: str | None = None) -> Any:
 
 
 # An Options field's type (a string: the module uses postponed annotations) -> its CLI type.
-_CLI_TYPES = {"int | None": Optional[int], "str | None": Optional[str], "bool | None": Optional[bool],
+_CLI_TYPES = {"int | None": Optional[int], "float | None": Optional[float], "str | None": Optional[str],
+              "bool | None": Optional[bool],
               "tuple[str, ...]": Optional[List[str]]}
 
 
@@ -85,8 +86,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                            "nodelist", "exclude", "hostfile", "reservation", "time", "account", "qos")),
     ("What runs", ("module", "launcher", "backend", "timeout", "placement", "env", "local_rank_arg", "init_args",
                    "cluster_spec", "container_image", "container_runtime", "roles", "role_images", "snapshot")),
-    ("Sweeps, restarts and signals", ("array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "requeue",
-                                      "signal")),
+    ("Sweeps, restarts and signals", ("array", "sweep", "max_restarts", "spare_nodes", "hang_timeout",
+                                      "replace_straggler", "requeue", "signal")),
     ("When and who is told", ("job_name", "dependency", "begin", "mail_type", "mail_user", "comment")),
     ("Following it", ("dry_run", "wait", "cancel_on_interrupt", "parsable", "cluster")),
     ("Passed on as typed", ("sbatch_args", "srun_args", "mpirun_args")),

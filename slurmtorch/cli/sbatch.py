@@ -19,7 +19,8 @@ SBATCH_OPTIONS = (
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
     "backend", "launcher", "timeout", "local_rank_arg", "init_args", "cluster_spec", "placement", "env", "requeue",
     "signal", "roles", "container_image", "container_runtime",
-    "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "sbatch_args", "srun_args",
+    "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "replace_straggler",
+    "sbatch_args", "srun_args",
 )
 
 

@@ -26,6 +26,32 @@ _SETTINGS = ("num_processes", "nodes", "use_gpu", "site", "preset", "backend", "
 
 def run(dist: Any, target: Any, args: tuple, kwargs: dict) -> Any:
     """The laptop's side: rank 0's value, or the error a local run would raise."""
+    return _send(dist, target, args, kwargs, wait=True)
+
+
+def submit(dist: Any, target: Any, args: tuple, kwargs: dict) -> str:
+    """`Distributor(cluster=).submit`: the call submitted there; its job id, once sbatch took it."""
+    return _send(dist, target, args, kwargs, wait=False)
+
+
+# What a ClusterJob may ask of a job there, and the keywords each takes (`Job`'s methods).
+QUESTIONS = {"state": (), "wait": ("timeout",), "result": ("timeout", "stream"),
+             "logs": ("rank", "stream", "node"), "cancel": ()}
+
+
+def ask(name: str, job_id: str, question: str, kwargs: dict) -> Any:
+    """A `ClusterJob`'s question about job `job_id` on cluster `name`: `Job.attach` there,
+    the method's answer back here, or the error it raised there, raised here."""
+    from slurmtorch.remote import clusters, request, ssh
+
+    cluster = clusters.find(name)
+    call = {"job": str(job_id), "question": question, "kwargs": kwargs}
+    code, out = ssh.call(ssh.connect(cluster), request.command(cluster, __version__, ["--distribute"]),
+                         request.header(None, call=call))
+    return _outcome(out, code, cluster.name)
+
+
+def _send(dist: Any, target: Any, args: tuple, kwargs: dict, wait: bool) -> Any:
     from slurmtorch.api.payload import prepare
     from slurmtorch.remote import clusters, request, ssh
 
@@ -37,7 +63,7 @@ def run(dist: Any, target: Any, args: tuple, kwargs: dict) -> Any:
     settings = {k: getattr(dist, k) for k in _SETTINGS}
     settings["site"] = settings["site"] or cluster.site
     call = {"settings": settings, "options": dist.scheduler_options, "meta": meta, "name": name,
-            "payload": base64.b64encode(payload or b"").decode()}
+            "payload": base64.b64encode(payload or b"").decode(), "wait": wait}
     conn = ssh.connect(cluster)
     command = request.command(cluster, __version__, ["--distribute"])
     code, out = ssh.call(conn, command, request.header(None, call=call))

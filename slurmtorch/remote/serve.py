@@ -53,27 +53,44 @@ def main(argv: list[str], cluster: str = "1") -> None:
 
 
 def answer(call: dict) -> int:
-    """A Distributor's call from the laptop (remote.distribute): submitted with its settings,
-    waited for, and the outcome written on stdout as one line."""
+    """A Distributor's call from the laptop (remote.distribute): submitted with its settings
+    and waited for (`run`), or only submitted (`submit`: the job id), or a question about a
+    job submitted so (`ClusterJob`: `Job.attach` by id); the outcome written on stdout as
+    one line."""
     import cloudpickle  # noqa: F401 - the ranks need it too; its absence is their error, said here first
 
     from slurmtorch.api.distributor import Distributor
-    from slurmtorch.api.job import JobFailed, RemoteError
+    from slurmtorch.api.job import Job
     from slurmtorch.errors import SlurmtorchError
-    from slurmtorch.remote.distribute import outcome_line
+    from slurmtorch.remote.distribute import QUESTIONS, outcome_line
 
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # rank 0's output, streamed, goes with the state lines to stderr
     sys.stdout = sys.stderr
-    settings = call["settings"]
-    dist = Distributor(**settings, **call["options"])
     try:
-        job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
-        value, ok = job.result(stream=bool(settings.get("progress", True))), True
-    except (RemoteError, JobFailed) as exc:
+        if "job" in call:
+            question = str(call["question"])
+            if question not in QUESTIONS:
+                raise SlurmtorchError(f"unknown question {question!r} about job {call['job']}",
+                                      tip="the laptop's slurmtorch is another version: install the cluster's")
+            kwargs = {k: v for k, v in dict(call.get("kwargs") or {}).items() if k in QUESTIONS[question]}
+            value = getattr(Job.attach(str(call["job"])), question)(**kwargs)
+        else:
+            settings = call["settings"]
+            dist = Distributor(**settings, **call["options"])
+            job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
+            if call.get("wait", True):
+                value = job.result(stream=bool(settings.get("progress", True)))
+            else:
+                value = job.job_id
+        ok = True
+    except (SlurmtorchError, TimeoutError) as exc:  # RemoteError and JobFailed are SlurmtorchErrors
         value, ok = exc, False
-    except SlurmtorchError as exc:
-        value, ok = exc, False
+    except KeyboardInterrupt:
+        if "job" not in call:
+            raise
+        # the laptop's Ctrl-C, relayed, while a ClusterJob waited: it ends the wait; the job goes on
+        value, ok = KeyboardInterrupt(f"job {call['job']} goes on there"), False
     out.write(outcome_line(ok, value))
     out.flush()
     return 0

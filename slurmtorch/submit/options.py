@@ -178,6 +178,11 @@ class Options:
         "--hang-timeout", metavar="SECONDS",
         help="with --max-restarts: end and restart a step in which a rank has stopped, or is stuck in its "
              "own code while the others wait for it, for SECONDS (well below --timeout)", api=True)
+    replace_straggler: float | None = _flag(
+        "--replace-straggler", metavar="MARGIN",
+        help="with --max-restarts and --spare-nodes: a rank slower than the median by MARGIN (0.2: 20%) in 3 "
+             "live samples running has its node replaced by a spare, as a failed node is: the step ends and "
+             "starts again without that node", api=True)
     # The escape hatch: anything else, as typed, quoted on the one path.
     sbatch_args: tuple[str, ...] = _flag(
         "--sbatch-arg", metavar="--OPTION[=VALUE]", default=(),

@@ -1,4 +1,4 @@
-"""`--max-restarts`, `--spare-nodes`, `--hang-timeout`: checked against the job before rendering.
+"""`--max-restarts`, `--spare-nodes`, `--hang-timeout`, `--replace-straggler`: checked against the job before rendering.
 
 A job that restarts itself runs its srun step under the restart supervisor
 (`supervisor.py`) with `--nodes` of the job's nodes, holding `--spare-nodes` more to
@@ -7,23 +7,34 @@ replace a failed one at once. Refused here, with what would work: the options wi
 --max-restarts; the supervisor runs srun steps), role jobs (one step per role), jobs in a
 container (the supervisor runs beside the ranks, on the node, and needs slurmtorch there),
 more nodes than the partition allows, and a hang timeout the process-group timeout would
-beat anyway.
+beat anyway; a straggler's node replaced with no spare to replace it by.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import Options, positive
 
 
+class Recovery(NamedTuple):
+    """What the restart supervisor is told; max_restarts None: no supervisor."""
+
+    max_restarts: int | None = None
+    spare_nodes: int = 0
+    hang_timeout: int | None = None
+    replace_straggler: float | None = None
+
+
 def resolve_restarts(o: Options, launcher: str, roles: bool, in_container: bool, nodes: int, max_nodes: int,
-                     partition: str, timeout: int) -> tuple[int | None, int, int | None]:
-    """(max restarts or None, spare nodes, hang timeout or None)."""
+                     partition: str, timeout: int) -> Recovery:
     if o.max_restarts is None:
-        for flag, value in (("--spare-nodes", o.spare_nodes), ("--hang-timeout", o.hang_timeout)):
+        for flag, value in (("--spare-nodes", o.spare_nodes), ("--hang-timeout", o.hang_timeout),
+                            ("--replace-straggler", o.replace_straggler)):
             if value is not None:
                 raise SpecError(f"{flag} needs --max-restarts", tip=f"e.g. --max-restarts 3 {flag} {value}")
-        return None, 0, None
+        return Recovery()
     restarts = positive("--max-restarts", o.max_restarts, tip="leave it out for a job that ends at its first failure")
     if o.kind != "sbatch":
         raise SpecError("--max-restarts needs slurmtorch sbatch (restarts run on a Slurm allocation)")
@@ -51,4 +62,12 @@ def resolve_restarts(o: Options, launcher: str, roles: bool, in_container: bool,
             raise SpecError(f"--hang-timeout {hang} is not shorter than the process-group --timeout {timeout}: "
                             "the timeout would end a hung step first",
                             tip=f"use --hang-timeout {max(1, timeout // 4)}, or a longer --timeout")
-    return restarts, spare, hang
+    straggler = o.replace_straggler
+    if straggler is not None:
+        if not 0 < straggler < 10:
+            raise SpecError(f"--replace-straggler is the margin over the median, e.g. 0.2 for 20%; got {straggler:g}")
+        if not spare:
+            raise SpecError("--replace-straggler replaces a slow rank's node by a spare, and the job has none",
+                            tip=f"add --spare-nodes 1 (or set SLURMTORCH_STRAGGLER={straggler:g} to have the slow "
+                                "rank named only)")
+    return Recovery(restarts, spare, hang, straggler)

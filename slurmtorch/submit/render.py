@@ -241,6 +241,8 @@ def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
         args += ["--spare-nodes", str(spec.spare_nodes)]
     if spec.hang_timeout is not None:
         args += ["--hang-timeout", str(spec.hang_timeout)]
+    if spec.replace_straggler is not None:
+        args += ["--replace-straggler", f"{spec.replace_straggler:g}"]
     return (*args, "--backend", spec.backend)
 
 

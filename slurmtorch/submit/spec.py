@@ -99,6 +99,7 @@ class JobSpec:
     max_restarts: int | None = None
     spare_nodes: int = 0
     hang_timeout: int | None = None
+    replace_straggler: float | None = None  # the supervisor's margin for handing a slow rank's node to a spare
     # Path compositions over the job's inherited value (environment.PathEdit), exported
     # after `env` as front:$NAME:back.
     env_paths: tuple[PathEdit, ...] = ()
@@ -169,8 +170,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     container, role_containers = resolve_containers(site, o, roles, launcher, preset)
     check_edf_env(container, env_paths, env)
     in_container = container is not None or any(c for _, c in role_containers)
-    max_restarts, spare_nodes, hang_timeout = resolve_restarts(o, launcher, roles is not None, in_container, nodes,
-                                                               partition.max_nodes, partition.name, timeout)
+    recovery = resolve_restarts(o, launcher, roles is not None, in_container, nodes, partition.max_nodes,
+                                partition.name, timeout)
     account, qos = account_and_qos(o, preset, partition, site)
     job = JobSpec(
         kind=o.kind,
@@ -215,9 +216,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
                                                *preset.get("srun_args", ())), refused, partition.name),
         mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
-        max_restarts=max_restarts,
-        spare_nodes=spare_nodes,
-        hang_timeout=hang_timeout,
+        **recovery._asdict(),  # max_restarts, spare_nodes, hang_timeout, replace_straggler
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
         **script_conventions(o, preset),

@@ -72,17 +72,19 @@ def dry_run(site: Site, options: Options, snapshot: Callable[[], Snapshot | None
     return rendered(replace(job, snapshot=snapshot()) if snapshot is not None else job)
 
 
-def submit(job: RenderedJob, announce: Callable | None = None):
+def submit(job: RenderedJob, announce: Callable | None = None, record: dict | None = None):
     """sbatch, all or nothing (`edge.sbatch.submit`): the job folder with its records and its
     snapshot, the job held until the folder is in place; `announce` (the id printed) runs
-    inside its shelter from signals. The `Submission` (job id, folder)."""
+    inside its shelter from signals; `record`: what the front end adds to job.json (the
+    Distributor's run folder, which `Job.attach` finds by id). The `Submission` (job id, folder)."""
     from slurmtorch.submit.edge import sbatch  # lazy: the edge, only a real submission starts processes
     from slurmtorch.submit.jobfolder import snapshot as snapshots
 
     # Where its ranks start and write (`slurmtorch pull` reads it): the folder it is submitted
     # from, or the --chdir given to sbatch.
-    record = {**spec.job_record(job.spec), "workdir": working_folder(job.spec.directives, os.getcwd())}
-    return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=record,
+    written = {**spec.job_record(job.spec), "workdir": working_folder(job.spec.directives, os.getcwd()),
+               **(record or {})}
+    return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=written,
                          announce=announce, snapshot=job.spec.snapshot,
                          snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0)
 

@@ -88,7 +88,7 @@ def test_rank_0_names_a_rank_slower_by_the_margin_for_three_samples_running_once
                     "(0.13 s against 0.1 s) for 3 samples running (SLURMTORCH_STRAGGLER=0.2)\n")
     assert watch.look() is None  # once
     write_samples(tmp_path, {2: 0.11})  # within the margin: the streak ends
-    assert watch.look() is None and watch.streak == (-1, 0)
+    assert watch.look() is None and (watch.streak.rank, watch.streak.count) == (-1, 0)
     write_samples(tmp_path, {1: 0.2})
     assert [watch.look() for _ in range(3)][-1].startswith("slurmtorch: straggler: rank 1 on node2")
 
@@ -112,3 +112,25 @@ def test_a_gpus_sample_has_every_figure_it_gives_and_none_for_the_rest():
     got = gpu_figures("3", 100.0, 160.5, (("util", lambda: 97), ("power_w", fails)))
     assert got == {"index": "3", "util": 97, "power_w": None, "energy_j": 60.5}
     assert gpu_figures("0", None, 5.0, ())["energy_j"] is None
+
+
+def sample(rank: int, own: float) -> protocol.LiveSample:
+    parsed = protocol.parse_live(protocol.live_record(
+        written=0.0, since=0.0, rank=rank, host=f"node{rank + 1}", steps=50, step_s=0.5, own_s=own, trend_s=None,
+        own_mean_s=own, first_step=None, last_step=None, cpu=None, rss=None, gpu=None, ended=False))
+    assert parsed is not None
+    return parsed
+
+
+def test_a_streak_answers_once_on_the_look_that_makes_it_and_restarts_when_another_rank_is_slowest():
+    from slurmtorch.pace import Streak
+
+    streak = Streak(0.2, runs=3)
+    slow2 = {r: sample(r, 0.13 if r == 2 else 0.10) for r in range(4)}
+    slow1 = {r: sample(r, 0.15 if r == 1 else 0.10) for r in range(4)}
+    assert [streak.feed(slow2) for _ in range(2)] == [None, None]
+    found = streak.feed(slow2)
+    assert found is not None and found[0].rank == 2 and (found[1], found[2]) == (0.13, 0.10)
+    assert streak.feed(slow2) is None  # past the run: said once
+    assert [streak.feed(slow1) is not None for _ in range(3)] == [False, False, True]  # another rank: counted anew
+    assert streak.feed({r: sample(r, 0.10) for r in range(4)}) is None and streak.count == 0

@@ -13,7 +13,7 @@ from slurmtorch.cli import _common
 @dataclass(frozen=True)
 class Extended:
     nodes: int | None = field(default=None, metadata={"flags": ("--nodes",), "help": "h", "metavar": None})
-    ratio: float | None = field(default=None, metadata={"flags": ("--ratio",), "help": "h", "metavar": None})
+    ratio: complex | None = field(default=None, metadata={"flags": ("--ratio",), "help": "h", "metavar": None})
     python: str = "python3"  # no flags: not a CLI option
 
 
@@ -30,7 +30,7 @@ def extended(monkeypatch):
 
 
 def test_a_field_type_the_cli_has_no_option_type_for_is_named_with_the_fix(extended):
-    with pytest.raises(TypeError, match=r"Options\.ratio is 'float \| None'.*_CLI_TYPES"):
+    with pytest.raises(TypeError, match=r"Options\.ratio is 'complex \| None'.*_CLI_TYPES"):
         _common.with_options("nodes", "ratio")(verb())
 
 

@@ -42,11 +42,11 @@ export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Launch: the srun step below on 2 of the job's 3 nodes, under the restart supervisor
 # (at most 3 restarts). After a failure it names the cause. A node it blames (lost, a rank
-# killed by a signal, a rank stuck for 20 s) is excluded and the step starts again on the
+# killed by a signal, a rank stuck for 20 s, a rank 20% slower than the median) is excluded and the step starts again on the
 # others, or the job is requeued without it; a failure of the script itself is retried once.
 # Each start picks its own MASTER_PORT and exports SLURMTORCH_RESTART_COUNT; the history is
 # in $SLURMTORCH_JOB_DIR/restarts.json (`slurmtorch status`). Rank logs go to $SLURMTORCH_JOB_DIR.
-/opt/venv/bin/python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 --spare-nodes 1 --hang-timeout 20 --backend gloo -- \
+/opt/venv/bin/python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 --spare-nodes 1 --hang-timeout 20 --replace-straggler 0.2 --backend gloo -- \
     srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --open-mode=append \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 300 --from slurm /home/user/train.py --epochs 3
 rc=$?

@@ -257,6 +257,35 @@ def test_a_distributor_on_the_laptop_gets_rank_0s_answer_and_a_ranks_error(clust
     assert done.stdout.splitlines() == ["answer [0, 2, 0.5]", "raised RemoteError True", "log True"], done.stdout
 
 
+@pytest.mark.timeout(300)
+def test_a_laptop_submits_without_waiting_and_a_new_python_attaches_by_id(cluster, has_torch, tmp_path):
+    """Issue 38: the laptop's Python may end while its job runs; a new one finds it by id."""
+    laptop = cluster
+    first = textwrap.dedent('''
+        from slurmtorch import Distributor
+        def world(lr):
+            import torch.distributed as dist
+            print("rank", dist.get_rank())
+            return [dist.get_world_size(), lr]
+        job = Distributor(num_processes=2, nodes=2, cluster="testbed", progress=False).submit(world, 0.5)
+        print(type(job).__name__, job.job_id)
+    ''')
+    done = laptop.run(["python", "-c", first], cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr
+    kind, job_id = done.stdout.split()
+    assert kind == "ClusterJob"
+    second = textwrap.dedent(f'''
+        from slurmtorch import Job
+        job = Job.attach({job_id!r}, cluster="testbed")
+        print("answer", job.result(timeout=180, stream=False))
+        print("state", job.state())
+        print("logs", job.logs(1, "out").strip())
+    ''')
+    done = laptop.run(["python", "-c", second], cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["answer [2, 0.5]", "state COMPLETED", "logs rank 1"], done.stdout
+
+
 def run_once_in_alloc_over_ssh(laptop, root: Path, out: Path, leave: str) -> int:
     """`alloc --cluster testbed` from `root`, `run train.py OUT once` in its shell (it must exit 0),
     then `leave` (e.g. `exit 3`); the shell's exit code."""

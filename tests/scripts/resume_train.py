@@ -2,7 +2,8 @@
 
 FAULT is MODE:RANK:STEP, acted on in the first start only (restart_count() == 0), except
 `raise-all`, which raises on every rank in every start. MODE: hang (sleeps instead of the
-step's collectives), raise (ValueError), raise-all, kill (SIGKILL itself), none. Rank 0
+step's collectives), raise (ValueError), raise-all, kill (SIGKILL itself), slow (0.3 s more
+in each step from STEP on, outside backward: a straggler), none. Rank 0
 saves model, optimizer and step to slurmtorch.checkpoint_dir() after every step; a start
 with restart_count() > 0 resumes from there. At the end rank 0 prints `final <sha256>` of
 the weights: the same whatever restarts happened (gloo sums two ranks' gradients exactly).
@@ -49,6 +50,8 @@ for step in range(first, steps):
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "hang":
             time.sleep(3600)
+    if mode == "slow" and restart == 0 and rank == bad and step >= at:
+        time.sleep(0.3)
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(16, 8, generator=g)
     loss = ((ddp(x) - x.sum(1, keepdim=True)) ** 2).mean()

@@ -43,9 +43,9 @@ def reference(mpi_env, has_torch, tmp_path_factory) -> str:
     return re.search(r"^final (\w+)$", proc.stdout, re.MULTILINE).group(1)
 
 
-def submit(testbed, home: Path, *opts: str, fault: str = "none:0:0") -> str:
+def submit(testbed, home: Path, *opts: str, fault: str = "none:0:0", env: dict | None = None) -> str:
     out = st(testbed, home, ["sbatch", "--site", "testbed", "--nodes", "2", "--timeout", "60", "-t", "10",
-                             "--max-restarts", "3", *opts, str(TRAIN), STEPS, fault], timeout=60)
+                             "--max-restarts", "3", *opts, str(TRAIN), STEPS, fault], timeout=60, env=env or {})
     assert out.returncode == 0, out.stderr
     return out.stdout.split()[0]
 
@@ -169,6 +169,22 @@ def test_a_hung_rank_is_found_by_its_heartbeat_and_the_step_restarted(testbed, r
     status = st(testbed, home, ["status", job]).stdout
     assert f"start 0 failed: rank 1 on {host}: hung: stuck in its own code" in status, status
     assert "while rank 0 waited for it" in status and f"{host} excluded" in status, status
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_rank_slower_than_the_other_has_its_node_replaced_by_the_spare(testbed, reference, tmp_path):
+    """Issue 37: --replace-straggler hands a slow rank's node to the spare-node path (samples every 1 s)."""
+    home = tmp_path / "home"
+    job = submit(testbed, home, "--spare-nodes", "1", "--replace-straggler", "0.2", fault="slow:1:1",
+                 env={"SLURMTORCH_LIVE_S": "1"})
+    folder = home / "jobs" / job
+    _, host = rank_1(folder)
+    print(f"\nrank 1 slow on {host}: replaced and resumed at {resumed_at(folder):.1f}")
+    assert final_hash(testbed, job, folder) == reference
+    status = st(testbed, home, ["status", job]).stdout
+    assert f"start 0 failed: rank 1 on {host}: a straggler: " in status, status
+    assert f"{host} excluded" in status, status
+    assert f"ending the step to replace {host} (--replace-straggler)" in read(folder / "batch.out")
 
 
 @pytest.mark.timeout(GUARD_S + 120)

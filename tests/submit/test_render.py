@@ -143,7 +143,7 @@ OPTION_SHAPES = {
     "uneven-mpirun": dict(nodes=2, ntasks=3, launcher="mpirun"),
     "torchrun-srun-args": dict(nodes=2, launcher="torchrun", srun_args=("--label",)),
     # --max-restarts: the step under the restart supervisor, on 2 of 3 nodes; uneven too.
-    "restarts": dict(nodes=2, max_restarts=3, spare_nodes=1, hang_timeout=20, timeout=300),
+    "restarts": dict(nodes=2, max_restarts=3, spare_nodes=1, hang_timeout=20, replace_straggler=0.2, timeout=300),
     "restarts-uneven": dict(nodes=2, ntasks=3, max_restarts=2),
 }
 

@@ -8,16 +8,17 @@ import tracemalloc
 
 import pytest
 
+from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.batchnode.batchwatch import batch_host_gone
 from slurmtorch.submit.batchnode.batchwatch import parse_args as watch_args
 from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, parse_failures, step_refusal
 from slurmtorch.submit.jobfolder.heartbeats import Beat, all_waiting, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.options import Options
-from slurmtorch.submit.recovery import resolve_restarts
+from slurmtorch.submit.recovery import Recovery, resolve_restarts
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
                                          requeue_size)
-from slurmtorch.submit.batchnode.supervisor import parse_args, step_argv, verdict_of
+from slurmtorch.submit.batchnode.supervisor import Stragglers, parse_args, step_argv, verdict_of
 
 NODES = ["node1", "node2", "node3"]
 KILLED = "srun: error: node2: task 1: Killed\n"
@@ -205,6 +206,34 @@ def test_the_supervisor_reads_the_batch_scripts_call():
     assert step_argv(args, ["node1", "node3"]) == ["srun", "--nodes=2", "--ntasks=3", "--nodelist=node1,node3",
                                                    "--kill-on-bad-exit=1", "python", "-m", "x", "--", "a"]
     assert "--overlap" in step_argv(args, ["node1", "node3"], start=1)  # the failed start's step may linger
+    assert args.replace_straggler is None
+    args = parse_args(["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--spare-nodes", "1",
+                       "--replace-straggler", "0.2", "--", "srun", "x"])
+    assert (args.spare_nodes, args.replace_straggler) == (1, 0.2)
+
+
+def write_sample(folder, rank: int, own: float, written: float) -> None:
+    (folder / protocol.LIVE).mkdir(exist_ok=True)
+    (folder / protocol.LIVE / protocol.live_name(rank)).write_text(protocol.live_record(
+        written=written, since=0.0, rank=rank, host=f"node{rank + 1}", steps=9, step_s=0.5, own_s=own, trend_s=None,
+        own_mean_s=own, first_step=None, last_step=None, cpu=None, rss=None, gpu=None, ended=False))
+
+
+def test_a_straggler_is_found_in_its_third_round_of_samples_and_earlier_starts_samples_do_not_count(tmp_path):
+    for rank in (0, 1):
+        write_sample(tmp_path, rank, 0.9 if rank else 0.3, written=1.0)  # an earlier start's, slow as they are
+    watch = Stragglers(tmp_path, 0.2, ntasks=2)
+    now = watch.seen
+    assert watch.look() is None  # nothing of this start yet
+    for round_ in (1, 2, 3):
+        write_sample(tmp_path, 0, 0.30, written=now + round_)
+        assert watch.look() is None  # rank 1 has not written this round: no look
+        write_sample(tmp_path, 1, 0.45, written=now + round_)
+        found = watch.look()
+        assert (found is None) == (round_ < 3)
+        assert watch.look() is None  # the same round, looked at again, counts once
+    assert found == (1, "node2", "a straggler: 1.20x the median time outside backward (0.45 s against 0.375 s) "
+                                 "in 3 samples running")
 
 
 @pytest.mark.parametrize("argv", [[], ["--nodes", "2"], ["--nodes", "2", "--", "srun"],
@@ -232,11 +261,12 @@ def resolve(launcher="srun", roles=False, container=False, nodes=2, max_nodes=4,
 
 
 def test_without_max_restarts_nothing_is_supervised():
-    assert resolve() == (None, 0, None)
+    assert resolve() == Recovery(None, 0, None, None)
 
 
-def test_restarts_with_spares_and_a_hang_timeout():
-    assert resolve(max_restarts=3, spare_nodes=1, hang_timeout=15) == (3, 1, 15)
+def test_restarts_with_spares_a_hang_timeout_and_a_straggler_margin():
+    assert resolve(max_restarts=3, spare_nodes=1, hang_timeout=15) == Recovery(3, 1, 15, None)
+    assert resolve(max_restarts=3, spare_nodes=1, replace_straggler=0.2) == Recovery(3, 1, None, 0.2)
 
 
 @pytest.mark.parametrize("opts, match", [
@@ -249,6 +279,10 @@ def test_restarts_with_spares_and_a_hang_timeout():
     ({"max_restarts": 2, "spare_nodes": 3}, "2 nodes \\+ 3 spare need 5, but partition 'debug' allows at most 4"),
     ({"max_restarts": 2, "spare_nodes": -1}, "must not be negative"),
     ({"max_restarts": 2, "hang_timeout": 600}, "not shorter than the process-group --timeout 600"),
+    ({"replace_straggler": 0.2}, "--replace-straggler needs --max-restarts"),
+    ({"max_restarts": 2, "replace_straggler": 0.2}, "replaces a slow rank's node by a spare, and the job has none"),
+    ({"max_restarts": 2, "spare_nodes": 1, "replace_straggler": 0}, "the margin over the median, e.g. 0.2"),
+    ({"max_restarts": 2, "spare_nodes": 1, "replace_straggler": 20}, "the margin over the median, e.g. 0.2"),
 ])
 def test_restart_options_that_cannot_work_are_refused_before_sbatch(opts, match):
     with pytest.raises(SpecError, match=match):

@@ -1,6 +1,6 @@
 """The restart supervisor: runs a job's srun step, and after a failure starts it again.
 
-`slurmtorch sbatch --max-restarts N [--spare-nodes K] [--hang-timeout S]` renders its
+`slurmtorch sbatch --max-restarts N [--spare-nodes K] [--hang-timeout S] [--replace-straggler M]` renders its
 launch as
 
     python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 [...] -- \\
@@ -14,6 +14,9 @@ the step runs, with `--hang-timeout`, the ranks' heartbeats are watched
 (`heartbeats.hung_ranks`) and a step with a stopped or hung rank is ended at once; when
 every rank stands still inside torch instead (`heartbeats.all_waiting`: nobody to blame),
 their stacks are taken and said once and the step goes on until the group's timeout.
+With `--replace-straggler`, the ranks' live samples are looked at once a round (`Stragglers`),
+and a rank slower than the median by the margin in 3 rounds running ends the step as a
+hung one does: its node is blamed, and the next start runs on a spare without it.
 
 After a failure, `restarts.blame` names the cause and the suspect nodes from what the
 step left (its part of batch.out, the ranks' new stderr, their exit notes, the hung
@@ -45,10 +48,12 @@ import hostlist
 from slurmtorch import protocol
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import SlurmtorchError, SubmitError
+from slurmtorch.pace import Streak
 from slurmtorch.submit.batchnode.record import load_state, save_state, say
 from slurmtorch.submit.batchnode.restarts import blame, decide
 from slurmtorch.submit.batchnode.slurmjob import dead_now, job_fields, requeue
 from slurmtorch.submit.follow import stackrequest
+from slurmtorch.submit.follow.live import read_samples
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
 from slurmtorch.submit.jobfolder.heartbeats import all_waiting, hung_ranks, interval_for, parse_beat
@@ -57,7 +62,7 @@ from slurmtorch.submit.edge.scancel import send_stacks_signal
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
 TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
-         "[--spare-nodes K] [--hang-timeout S] [--backend B] -- srun ...")
+         "[--spare-nodes K] [--hang-timeout S] [--replace-straggler MARGIN] [--backend B] -- srun ...")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ class Args:
     backend: str
     srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it
     spare_nodes: int = 0
+    replace_straggler: float | None = None
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -84,12 +90,13 @@ def parse_args(argv: Sequence[str]) -> Args:
     head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     values = dict(zip(head[::2], head[1::2]))
     if len(head) % 2 or not srun or srun[0] != "srun" or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) \
-            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend"}:
+            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend",
+                              "--replace-straggler"}:
         raise ValueError(USAGE)
-    hang = values.get("--hang-timeout")
+    hang, straggler = values.get("--hang-timeout"), values.get("--replace-straggler")
     return Args(int(values["--nodes"]), int(values["--ntasks"]), int(values["--max-restarts"]),
                 float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun),
-                int(values.get("--spare-nodes", 0)))
+                int(values.get("--spare-nodes", 0)), float(straggler) if straggler else None)
 
 
 def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
@@ -215,18 +222,52 @@ def take_stacks(folder: Path, ntasks: int, start: int) -> None:
         say(f"warning: cannot keep the stacks in {folder / protocol.STACKS}: {exc.strerror or exc}")
 
 
+class Stragglers:
+    """--replace-straggler: the ranks' live samples (SLURMTORCH_LIVE_S), looked at once a round
+    (when every rank has written since the last look; what an earlier start wrote is not this
+    start's), and the rank slower than the median by `margin` in 3 rounds running (pace.Streak)."""
+
+    def __init__(self, folder: Path, margin: float, ntasks: int) -> None:
+        self.folder, self.ntasks = folder, ntasks
+        self.streak = Streak(margin)
+        self.seen = time.time()
+
+    def look(self) -> tuple[int, str, str] | None:
+        """(rank, host, why) of a rank to replace, once its third slow round is seen."""
+        samples = read_samples(self.folder)
+        if len(samples) < self.ntasks or min(s.written for s in samples.values()) <= self.seen:
+            return None
+        self.seen = min(s.written for s in samples.values())
+        found = self.streak.feed(samples)
+        if found is None:
+            return None
+        sample, slow, median = found
+        what = "time outside backward" if sample.own_s is not None else "step time"
+        return (sample.rank, sample.host, f"a straggler: {slow / median:.2f}x the median {what} ({slow:.3g} s "
+                                          f"against {median:.3g} s) in {self.streak.runs} samples running")
+
+
 def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None,
-             ntasks: int = 0, start: int = 0) -> tuple[int, list[tuple[int, str, str]]]:
-    """Run one start; (srun's exit code, the ranks found hung or stopped, if any)."""
+             ntasks: int = 0, start: int = 0,
+             straggler: float | None = None) -> tuple[int, list[tuple[int, str, str]]]:
+    """Run one start; (srun's exit code, the ranks found hung, stopped or, with `straggler`,
+    slower than the others by that margin, if any)."""
     proc = subprocess.Popen(argv, env=env)
     poll = interval_for(hang_timeout) if hang_timeout else 1.0
     hung: list[tuple[int, str, str]] = []
     said_waiting = False
+    slow = Stragglers(folder, straggler, ntasks) if straggler else None
     while True:
         try:
             return proc.wait(timeout=poll), hung
         except subprocess.TimeoutExpired:
             pass
+        replaced = slow.look() if slow is not None else None
+        if replaced is not None:
+            rank, host, why = replaced
+            say(f"rank {rank} on {host}: {why}; ending the step to replace {host} (--replace-straggler)")
+            _end(proc)
+            return proc.returncode, [replaced]
         if hang_timeout:
             beats, now = _beats(folder), time.time()
             hung = hung_ranks(beats, now, hang_timeout)
@@ -350,7 +391,8 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
             mark_start(folder, start, nodes, last.cause if last and last.start == start - 1
                        else "the job was requeued (preempted?)")
         sizes = _sizes(folder)
-        rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout, args.ntasks, start)
+        rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout, args.ntasks, start,
+                            args.replace_straggler)
         started = Path(env[protocol.STARTED]).exists()
         Path(env[protocol.STARTED]).unlink(missing_ok=True)
         if rc == 0 and started and not hung:
