@@ -30,7 +30,7 @@ class ClusterJob:
         """Block until the job ends (TimeoutError after `timeout` s); its final state."""
         return self._ask("wait", timeout=timeout)
 
-    def result(self, timeout: float | None = None, *, stream: bool = True) -> Any:
+    def result(self, timeout: float | None = None, *, stream: bool = False) -> Any:
         """Rank 0's return value; raises RemoteError / JobFailed as `Job.result` does. An
         interrupt ends the wait, not the job: ask again, or `cancel()`."""
         return self._ask("result", timeout=timeout, stream=stream)
