@@ -51,6 +51,8 @@ for step in range(first, steps):
         if mode == "hang":
             time.sleep(3600)
     if mode == "slow" and restart == 0 and rank == bad and step >= at:
+        if step == at:
+            print(f"FAULT slow at {time.time():.3f}", file=sys.stderr, flush=True)
         time.sleep(0.3)
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(16, 8, generator=g)

@@ -179,7 +179,10 @@ def test_a_rank_slower_than_the_other_has_its_node_replaced_by_the_spare(testbed
                  env={"SLURMTORCH_LIVE_S": "1"})
     folder = home / "jobs" / job
     _, host = rank_1(folder)
-    print(f"\nrank 1 slow on {host}: replaced and resumed at {resumed_at(folder):.1f}")
+    fault = float(wait_for(lambda: re.search(r"^FAULT slow at ([\d.]+)$", read(folder / "rank-1.err"), re.MULTILINE),
+                           "the slow steps").group(1))
+    print(f"\nrank 1 slow on {host}: slow -> resumed on the spare {resumed_at(folder) - fault:.1f} s "
+          "(--replace-straggler 0.2, a sample every 1 s)")
     assert final_hash(testbed, job, folder) == reference
     status = st(testbed, home, ["status", job]).stdout
     assert f"start 0 failed: rank 1 on {host}: a straggler: " in status, status
