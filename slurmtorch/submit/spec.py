@@ -166,7 +166,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     signal, requeue = resolve_preemption(o, preset)
     check_warning_time(signal, time)
     env.update({**dict(preempt_env(signal, requeue)), **placement_env(o, preset, site, env)})
-    array, trial_ids, sweep, trials = plan_array(o)
+    array, trial_ids, sweep, trials = plan_array(o, site.max_array_size)
     container, role_containers = resolve_containers(site, o, roles, launcher, preset)
     check_edf_env(container, env_paths, env)
     in_container = container is not None or any(c for _, c in role_containers)

@@ -17,34 +17,40 @@ from slurmtorch.submit.options import Options
 _ARRAY_RE = (r"^(?P<ranges>[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*)?"
              r"(?:%(?P<limit>[0-9]+))?$")  # compiled on first use
 _SWEEP_NAME_RE = r"^[A-Za-z_][A-Za-z0-9_-]*$"  # compiled on first use (re's cache): most jobs never need it
-MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001: indices 0..1000
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's MaxArraySize unless the cluster sets it (the site's max_array_size)
 ARRAY_TIP = "e.g. --array 0-19%4 (indices 0..19, at most 4 at a time), --array 1,3,5-7, or --array %2 with --sweep"
-LIMIT_TIP = (f"split it into jobs of at most {MAX_ARRAY_INDEX + 1} tasks (--array 0-{MAX_ARRAY_INDEX}, and the rest "
-             "shifted by an offset your script adds), or ask the site whether its MaxArraySize is larger")
 
 
-def plan_array(o: Options) -> tuple[str | None, tuple[int, ...], tuple[tuple[str, tuple[str, ...]], ...],
-                                      tuple[tuple[int, tuple[tuple[str, str], ...]], ...]]:
+def limit_tip(size: int) -> str:
+    return (f"split it into jobs of at most {size} tasks (--array 0-{size - 1}, and the rest shifted by an offset "
+            "your script adds); a cluster whose MaxArraySize is larger says so in its site's max_array_size")
+
+
+def plan_array(o: Options, max_size: int = DEFAULT_MAX_ARRAY_SIZE) -> tuple[
+        str | None, tuple[int, ...], tuple[tuple[str, tuple[str, ...]], ...],
+        tuple[tuple[int, tuple[tuple[str, str], ...]], ...]]:
     """--sweep and --array as one job array (batch jobs only): (Slurm's --array text, the
     trial ids it selects, the sweep grid (name, values), and every selected trial's
-    parameters); (None, (), (), ()) for a single job."""
+    parameters); (None, (), (), ()) for a single job. `max_size`: the cluster's MaxArraySize."""
     sweep = parse_sweep(o.sweep)
     if o.array is None and not sweep:
         return None, (), (), ()
     if o.kind != "sbatch":
         raise SpecError("--array and --sweep need slurmtorch sbatch")
     trials = math.prod(len(values) for _, values in sweep)
-    if trials > MAX_ARRAY_INDEX + 1:  # refused before the grid is built: it can be huge
+    if trials > max_size:  # refused before the grid is built: it can be huge
         raise SpecError(f"--sweep is a grid of {trials} trials, more than one job array holds "
-                        f"(Slurm's MaxArraySize, {MAX_ARRAY_INDEX + 1} by default)", tip=LIMIT_TIP)
+                        f"(MaxArraySize {max_size})", tip=limit_tip(max_size))
     grid = sweep_grid(sweep)
     array, trial_ids = parse_array(o.array if o.array is not None else "%" + str(len(grid)),
-                                   len(grid) if sweep else None)
+                                   len(grid) if sweep else None, max_size)
     return array, trial_ids, sweep, tuple((t, grid[t] if grid else ()) for t in trial_ids)
 
 
-def parse_array(text: str, grid: int | None = None) -> tuple[str, tuple[int, ...]]:
-    """Check `--array` and expand its indices (pure); returns (Slurm's text, indices).
+def parse_array(text: str, grid: int | None = None,
+                max_size: int = DEFAULT_MAX_ARRAY_SIZE) -> tuple[str, tuple[int, ...]]:
+    """Check `--array` against MaxArraySize `max_size` and expand its indices (pure); returns
+    (Slurm's text, indices).
 
     With a sweep of `grid` trials the indices must be trial ids (0..grid-1), and a bare
     `%N` means every trial, at most N at a time.
@@ -69,9 +75,9 @@ def parse_array(text: str, grid: int | None = None) -> tuple[str, tuple[int, ...
         if hi_i < lo_i or step_i < 1:
             raise SpecError(f"--array {text!r}: range {part!r} is empty", tip=ARRAY_TIP)
         top = lo_i + (hi_i - lo_i) // step_i * step_i
-        if top > MAX_ARRAY_INDEX:  # checked before expanding: 0-99999999 would take minutes and GBs
-            raise SpecError(f"--array {text!r}: index {top} exceeds MaxArraySize (Slurm's default "
-                            f"{MAX_ARRAY_INDEX + 1}: indices 0..{MAX_ARRAY_INDEX})", tip=LIMIT_TIP)
+        if top >= max_size:  # checked before expanding: 0-99999999 would take minutes and GBs
+            raise SpecError(f"--array {text!r}: index {top} exceeds MaxArraySize {max_size} "
+                            f"(indices 0..{max_size - 1})", tip=limit_tip(max_size))
         indices.update(range(lo_i, hi_i + 1, step_i))
     if grid is not None and max(indices) >= grid:
         raise SpecError(f"--array {text!r}: the sweep has {grid} trials (ids 0..{grid - 1}), not {max(indices) + 1}",

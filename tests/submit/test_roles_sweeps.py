@@ -15,7 +15,7 @@ import pytest
 from slurmtorch.submit import render
 from slurmtorch.submit import sites
 from slurmtorch.bootstrap.contracts import env_for
-from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.errors import BootstrapError, SlurmtorchError, SpecError
 from slurmtorch.bootstrap.fromenv import from_roles, from_slurm
 from slurmtorch.roles import parse_roles
 from slurmtorch.submit.spec import build_spec
@@ -164,6 +164,24 @@ def test_a_sweep_grid_past_the_array_limit_is_refused_before_it_is_built():
     o = Options(kind="sbatch", sweep=(f"a={values}", f"b={values}", f"c={values}"))
     with pytest.raises(SpecError, match=r"1000000 trials.*MaxArraySize"):
         plan_array(o)
+
+
+def test_a_site_with_a_larger_max_array_size_takes_arrays_up_to_it_and_says_so_past_it(tmp_path):
+    """Slurm's MaxArraySize is the cluster's (slurm.conf(5): default 1001, at most 4000001):
+    a site that raised it says so in max_array_size, and the limit is its own."""
+    from slurmtorch.submit.options import Options
+
+    (tmp_path / "big.yaml").write_text("extends: testbed\nmax_array_size: 10001\n")
+    big = sites.load_site(str(tmp_path / "big.yaml"))
+    assert build_spec(big, Options(kind="sbatch", script="/x/train.py", array="0-10000%8")).array == "0-10000%8"
+    with pytest.raises(SpecError, match=r"index 10001 exceeds MaxArraySize 10001 \(indices 0\.\.10000\)") as e:
+        build_spec(big, Options(kind="sbatch", script="/x/train.py", array="0-10001"))
+    assert "jobs of at most 10001 tasks" in (e.value.tip or "")
+    with pytest.raises(SpecError, match="index 1001 exceeds MaxArraySize 1001"):  # the default, Slurm's
+        build_spec(sites.load_site("testbed"), Options(kind="sbatch", script="/x/train.py", array="0-1001"))
+    (tmp_path / "past.yaml").write_text("extends: testbed\nmax_array_size: 4000002\n")
+    with pytest.raises(SlurmtorchError, match="past Slurm's own limit on MaxArraySize"):
+        sites.load_site(str(tmp_path / "past.yaml"))
 
 
 @pytest.mark.parametrize("items, message", [

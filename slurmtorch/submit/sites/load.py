@@ -125,6 +125,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "srun_mpi": site.srun_mpi,
         "omp_num_threads": site.omp_num_threads,
         "placement": site.placement,
+        "max_array_size": site.max_array_size,
         "python": site.python,
         "timeout": site.timeout,
         "module_purge": site.module_purge,

@@ -213,6 +213,7 @@ class Site:
     srun_mpi: str = "pmix"  # srun --mpi (`none`: no --mpi); node types, partitions and presets may differ
     omp_num_threads: int | str | None = None  # OMP_NUM_THREADS for every rank (None/"auto": each rank's CPU share)
     placement: str = "auto"  # where each rank runs (protocol.PLACEMENTS; --placement and a preset's win)
+    max_array_size: int = 1001  # the cluster's MaxArraySize (Slurm's default): array indices 0..this - 1
     python: str | None = None
     modules: tuple[str, ...] = ()
     container: Container | None = None

@@ -23,6 +23,8 @@ from slurmtorch.submit.sites.safe_yaml import Marked, type_name
 
 _SUBTREES = ("node_types", "partitions", "presets", "container", "extends", "mpirun")
 
+SLURM_MAX_ARRAY_SIZE = 4000001  # slurm.conf(5): MaxArraySize "may not exceed 4000001"
+
 
 def validate(raw: Marked, path: Path) -> Site:
     """A merged site file as a `Site`, or one SiteError carrying every problem found."""
@@ -43,6 +45,9 @@ def validate(raw: Marked, path: Path) -> Site:
     if site.get("fabric_defaults") is not None and site["fabric_defaults"] not in EDITIONS:
         V.note(raw, "fabric_defaults", "fabric_defaults", f"no edition {site.pop('fabric_defaults')} of the fabric "
                f"defaults", f"editions: {', '.join(map(str, EDITIONS))} (the current one: {CURRENT_EDITION})")
+    if site.get("max_array_size", 0) > SLURM_MAX_ARRAY_SIZE:
+        V.note(raw, "max_array_size", "max_array_size", f"{site.pop('max_array_size')} is past Slurm's own limit "
+               f"on MaxArraySize", f"at most {SLURM_MAX_ARRAY_SIZE}, as the cluster's `scontrol show config` says")
     box = None
     with V.section():
         box = _container(V, raw, "container", site.get("launcher", "srun"))
