@@ -266,7 +266,9 @@ def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
         assert [r[0] for r in rows] == [pending, done], table.stdout
         assert rows[0][1:4] == ["ticks", "PENDING", "-"], table.stdout
         assert rows[1][1:3] == ["ticks", "COMPLETED"] and re.fullmatch(r"\d+:\d\d", rows[1][3]), table.stdout
-        assert rows[1][4:] == ["0", "node1"], table.stdout
+        # the node Slurm ran it on: whichever was free (24.11 once chose node2 while node1 was busy)
+        ran_on = re.search(r"\bNodeList=(\S+)", testbed.run(["scontrol", "show", "job", done]).stdout)
+        assert ran_on and rows[1][4:] == ["0", ran_on.group(1)], table.stdout
         only = st(testbed, home, ["status", "--state", "pending"]).stdout.splitlines()[1:]
         assert [ln.split()[0] for ln in only] == [pending]
         records = json.loads(st(testbed, home, ["status", "--json"]).stdout)
