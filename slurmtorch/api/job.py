@@ -13,9 +13,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from slurmtorch import protocol
+from slurmtorch.api.clusterjob import ClusterJob
 from slurmtorch.api.handles import Handle, SlurmHandle
 from slurmtorch.api.runfolder import ENDED, KEEP_RUNS, RUN_FOLDER, close_run_folder
 from slurmtorch.bootstrap import runfn
@@ -26,9 +27,6 @@ from slurmtorch.submit.follow.tail import Tail, drain
 from slurmtorch.submit.follow.waiting import TICK_S
 from slurmtorch.submit.jobfolder import failures, jobdir
 from slurmtorch.submit.jobfolder.report import describe
-
-if TYPE_CHECKING:
-    from slurmtorch.api.clusterjob import ClusterJob
 
 
 class JobFailed(SlurmtorchError):
@@ -87,8 +85,6 @@ class Job:
         `cluster`: one submitted there from this laptop (default $SLURMTORCH_CLUSTER)."""
         cluster = cluster or os.environ.get(protocol.CLUSTER) or None
         if cluster and not os.environ.get(protocol.ON_CLUSTER):
-            from slurmtorch.api.clusterjob import ClusterJob
-
             return ClusterJob(str(job_id), cluster)
         return _attached(str(job_id))
 

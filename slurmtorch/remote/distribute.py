@@ -42,18 +42,14 @@ QUESTIONS = {"state": (), "wait": ("timeout",), "result": ("timeout", "stream"),
 def ask(name: str, job_id: str, question: str, kwargs: dict) -> Any:
     """A `ClusterJob`'s question about job `job_id` on cluster `name`: `Job.attach` there,
     the method's answer back here, or the error it raised there, raised here."""
-    from slurmtorch.remote import clusters, request, ssh
+    from slurmtorch.remote import clusters
 
-    cluster = clusters.find(name)
-    call = {"job": str(job_id), "question": question, "kwargs": kwargs}
-    code, out = ssh.call(ssh.connect(cluster), request.command(cluster, __version__, ["--distribute"]),
-                         request.header(None, call=call))
-    return _outcome(out, code, cluster.name)
+    return _call(clusters.find(name), {"job": str(job_id), "question": question, "kwargs": kwargs})
 
 
 def _send(dist: Any, target: Any, args: tuple, kwargs: dict, wait: bool) -> Any:
     from slurmtorch.api.payload import prepare
-    from slurmtorch.remote import clusters, request, ssh
+    from slurmtorch.remote import clusters
 
     if isinstance(target, (str, os.PathLike)):
         raise SpecError("Distributor(cluster=...) sends functions; a file goes with its code",
@@ -64,9 +60,16 @@ def _send(dist: Any, target: Any, args: tuple, kwargs: dict, wait: bool) -> Any:
     settings["site"] = settings["site"] or cluster.site
     call = {"settings": settings, "options": dist.scheduler_options, "meta": meta, "name": name,
             "payload": base64.b64encode(payload or b"").decode(), "wait": wait}
-    conn = ssh.connect(cluster)
-    command = request.command(cluster, __version__, ["--distribute"])
-    code, out = ssh.call(conn, command, request.header(None, call=call))
+    return _call(cluster, call)
+
+
+def _call(cluster: Any, call: dict) -> Any:
+    """`call` to the cluster side's `--distribute` (serve's `answer`), over one connection: its
+    answer, or the error raised there, raised here."""
+    from slurmtorch.remote import request, ssh
+
+    code, out = ssh.call(ssh.connect(cluster), request.command(cluster, __version__, ["--distribute"]),
+                         request.header(None, call=call))
     return _outcome(out, code, cluster.name)
 
 

@@ -235,9 +235,10 @@ class Stragglers:
     def look(self) -> tuple[int, str, str] | None:
         """(rank, host, why) of a rank to replace, once its third slow round is seen."""
         samples = read_samples(self.folder)
-        if len(samples) < self.ntasks or min(s.written for s in samples.values()) <= self.seen:
+        newest_of_all = min((s.written for s in samples.values()), default=0.0)  # every rank has written since
+        if len(samples) < self.ntasks or newest_of_all <= self.seen:
             return None
-        self.seen = min(s.written for s in samples.values())
+        self.seen = newest_of_all
         found = self.streak.feed(samples)
         if found is None:
             return None
