@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import shards
 
 REPO = Path(__file__).resolve().parent.parent
 TESTBED = REPO / "scripts" / "testbed"
@@ -30,10 +31,16 @@ def need(condition: bool, why: str) -> None:
     pytest.skip(why)
 
 
-def pytest_collection_modifyitems(items):
+def pytest_addoption(parser):
+    parser.addoption("--shard", metavar="K/N", default=None,
+                     help="run only shard K of N, whole files balanced by time (tests/shards.py); "
+                          ".ci/run runs the shards at once, each on a testbed of its own")
+
+
+def pytest_collection_modifyitems(config, items):
     """Mark every test by the real parts its fixtures need, so `-m "not testbed and not mpi"`
     selects exactly the tests that run without a cluster or mpirun (quick loops, and while
-    another run holds the one testbed this machine can host)."""
+    another run holds the one testbed this machine can host). Then keep `--shard`'s files."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if _uses_conftest_fixture(item, "testbed"):
@@ -42,6 +49,24 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.mpi)
         if "has_torch" in names:
             item.add_marker(pytest.mark.torch)
+    if config.getoption("--shard"):
+        _keep_shard(config, items)
+
+
+def _keep_shard(config, items) -> None:
+    try:
+        k, n = shards.parse(config.getoption("--shard"))
+    except ValueError as e:
+        raise pytest.UsageError(str(e)) from None
+    file_of = {item: item.nodeid.split("::")[0] for item in items}
+    seconds = {}
+    for path in set(file_of.values()):
+        mine = [item for item in items if file_of[item] == path]
+        testbed = sum(1 for item in mine if item.get_closest_marker("testbed"))
+        seconds[path] = shards.estimate(path, testbed, len(mine) - testbed)
+    shard_of = shards.assign(seconds, n)
+    config.hook.pytest_deselected(items=[item for item in items if shard_of[file_of[item]] != k])
+    items[:] = [item for item in items if shard_of[file_of[item]] == k]
 
 
 def _uses_conftest_fixture(item, name: str) -> bool:

@@ -1,0 +1,71 @@
+"""Split the suite into shards of about equal time, whole files each, so that CI runs them at
+once, each on a testbed of its own (`--shard K/N`, .ci/run): the suite waits on Slurm far more
+than it computes (tests/submit/test_recovery.py kept 2 cores 23% busy), so two testbeds side by
+side take about half the time of one.
+
+Seconds per file are from a clean-clone CI run's `--durations` on Slurm 22.05 (2026-11-29).
+A file not listed counts its tests; a stale number only unbalances the shards, never drops a
+test: every file lands in exactly one shard.
+"""
+
+from __future__ import annotations
+
+MEASURED_S = {
+    "tests/submit/test_recovery.py": 375,
+    "tests/bootstrap/test_launchers.py": 205,
+    "tests/bootstrap/test_preempt.py": 157,
+    "tests/submit/test_stacks_testbed.py": 119,
+    "tests/api/test_distributor.py": 115,
+    "tests/bootstrap/test_interop.py": 109,
+    "tests/remote/test_remote_testbed.py": 107,
+    "tests/submit/test_failures.py": 106,
+    "tests/bootstrap/test_cpu_binding.py": 104,
+    "tests/bootstrap/test_scripts_unchanged.py": 90,
+    "tests/cli/test_cli.py": 73,
+    "tests/cli/test_top.py": 56,
+    "tests/bootstrap/test_other_scripts.py": 56,
+    "tests/bootstrap/test_runid.py": 54,
+    "tests/cli/test_waiting.py": 53,
+    "tests/submit/test_snapshot_testbed.py": 41,
+    "tests/submit/test_site_keys_testbed.py": 36,
+    "tests/test_fabric_network.py": 32,
+    "tests/submit/test_signals.py": 28,
+    "tests/submit/test_workdir_testbed.py": 27,
+    "tests/submit/test_roles_sweeps.py": 21,
+    "tests/cli/test_main_job.py": 21,
+    "tests/cli/test_alloc_testbed.py": 21,
+    "tests/doctor/test_doctor.py": 20,
+    "tests/bootstrap/test_placement_launchers.py": 18,
+    "tests/test_containers.py": 16,
+    "tests/bootstrap/test_rendezvous.py": 16,
+}
+# A file not measured: a testbed test is a job or two (seconds), any other a pure function.
+TESTBED_TEST_S = 5.0
+OTHER_TEST_S = 0.02
+
+
+def parse(text: str) -> tuple[int, int]:
+    """`K/N` -> (K, N), 1 <= K <= N; a ValueError names what is wrong."""
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 1 <= int(k) <= int(n):
+        raise ValueError(f"--shard {text!r}: expected K/N with 1 <= K <= N, e.g. 1/2")
+    return int(k), int(n)
+
+
+def estimate(path: str, testbed_tests: int, other_tests: int) -> float:
+    """Seconds a file's tests take: measured, or counted."""
+    if path in MEASURED_S:
+        return float(MEASURED_S[path])
+    return testbed_tests * TESTBED_TEST_S + other_tests * OTHER_TEST_S
+
+
+def assign(seconds: dict[str, float], n: int) -> dict[str, int]:
+    """Each file's shard (1..n): longest first into the least loaded shard, ties by name, so
+    every run of the same files splits them the same way."""
+    load = [0.0] * n
+    shard: dict[str, int] = {}
+    for path in sorted(seconds, key=lambda p: (-seconds[p], p)):
+        k = min(range(n), key=lambda i: (load[i], i))
+        load[k] += seconds[path]
+        shard[path] = k + 1
+    return shard
