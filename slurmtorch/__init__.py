@@ -8,7 +8,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "init", "RankInfo", "Distributor", "Job", "RemoteError", "on_preempt", "restart_count",
+__all__ = ["__version__", "init", "RankInfo", "Distributor", "Job", "Chain", "ChainFailed", "RemoteError", "on_preempt", "restart_count",
            "checkpoint_dir", "run_id"]
 
 _LAZY = {
@@ -16,6 +16,8 @@ _LAZY = {
     "RankInfo": ("slurmtorch.bootstrap.rankinfo", "RankInfo"),
     "Distributor": ("slurmtorch.api.distributor", "Distributor"),
     "Job": ("slurmtorch.api.job", "Job"),
+    "Chain": ("slurmtorch.api.chain", "Chain"),
+    "ChainFailed": ("slurmtorch.api.chain", "ChainFailed"),
     "RemoteError": ("slurmtorch.api.job", "RemoteError"),
     "on_preempt": ("slurmtorch.bootstrap.preempt", "on_preempt"),
     "restart_count": ("slurmtorch.bootstrap.preempt", "restart_count"),

@@ -43,6 +43,7 @@ typer.core.HAS_RICH = False
 _VERBS = {
     "sbatch": ("sbatch", "sbatch", True),
     "mpirun": ("mpirun", "mpirun", True),
+    "chain": ("chain", "chain", False),
     "alloc": ("alloc", "alloc", False),
     "run": ("alloc", "run", True),
     "status": ("jobs", "status", False),

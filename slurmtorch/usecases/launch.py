@@ -72,11 +72,12 @@ def dry_run(site: Site, options: Options, snapshot: Callable[[], Snapshot | None
     return rendered(replace(job, snapshot=snapshot()) if snapshot is not None else job)
 
 
-def submit(job: RenderedJob, announce: Callable | None = None, record: dict | None = None):
+def submit(job: RenderedJob, announce: Callable | None = None, record: dict | None = None, release: bool = True):
     """sbatch, all or nothing (`edge.sbatch.submit`): the job folder with its records and its
     snapshot, the job held until the folder is in place; `announce` (the id printed) runs
     inside its shelter from signals; `record`: what the front end adds to job.json (the
-    Distributor's run folder, which `Job.attach` finds by id). The `Submission` (job id, folder)."""
+    Distributor's run folder, which `Job.attach` finds by id); `release` False: left held (a
+    chain's part, released with the rest). The `Submission` (job id, folder)."""
     from slurmtorch.submit.edge import sbatch  # lazy: the edge, only a real submission starts processes
     from slurmtorch.submit.jobfolder import snapshot as snapshots
 
@@ -86,7 +87,8 @@ def submit(job: RenderedJob, announce: Callable | None = None, record: dict | No
                **(record or {})}
     return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=written,
                          announce=announce, snapshot=job.spec.snapshot,
-                         snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0)
+                         snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0,
+                         release=release)
 
 
 def working_folder(directives, cwd: str) -> str:

@@ -61,8 +61,9 @@ class Submission:
 
 def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None,
            job: dict | None = None, announce: Callable[[Submission], None] | None = None,
-           snapshot: Snapshot | None = None, snapshot_limit: int = 0) -> Submission:
-    """Write the job folder, submit held, rename the folder to the job id, release.
+           snapshot: Snapshot | None = None, snapshot_limit: int = 0, release: bool = True) -> Submission:
+    """Write the job folder, submit held, rename the folder to the job id, release (unless
+    `release` is False: a chain's parts stay held until every part is in, `release_jobs`).
 
     `job` (spec.job_record) is written as job.json; `trials` (spec.trials_record) makes it
     an array job's folder: trials.json and trial-K/. `snapshot`: the code is copied into
@@ -92,8 +93,9 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
             pending.check()
             # Only once renamed is the folder at the job id ours: before, it may be an older job's.
             final = jobdir.move_into_place(tmp, root, job_id)
-            released = True  # from here the job may start, even if scontrol fails to say so
-            runner(["scontrol", "release", job_id])
+            if release:
+                released = True  # from here the job may start, even if scontrol fails to say so
+                runner(["scontrol", "release", job_id])
             pending.check()
         except BaseException:
             _undo(tmp, final, job_id, runner, released)
@@ -102,6 +104,17 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
         if announce is not None:
             announce(submission)
     return submission
+
+
+def release_jobs(job_ids: Sequence[str], *, runner: Runner = run) -> None:
+    """Release jobs submitted held (`submit(release=False)`), all in one scontrol call."""
+    runner(["scontrol", "release", ",".join(job_ids)])
+
+
+def withdraw(submissions: Sequence[Submission], *, runner: Runner = run) -> None:
+    """Undo submissions still held (never started): each job cancelled, its folder removed."""
+    for sub in submissions:
+        _undo(sub.job_dir, None, sub.job_id, runner, released=False)
 
 
 def _undo(tmp: Path, final: Path | None, job_id: str | None, runner: Runner, released: bool) -> None:

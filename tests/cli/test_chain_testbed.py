@@ -1,0 +1,135 @@
+"""On the testbed: chains of jobs through the real sbatch, scontrol and squeue.
+
+Each part is a tiny script that leaves a marker file in the working folder; a part that
+needs the one before checks its marker, so the order is shown by what ran, not by clocks.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import st
+
+# A part: fails with the code given, else checks the marker of the part before and leaves its own.
+PART = """\
+import os, sys
+name, before, code = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if before != "-" and not os.path.exists(before + ".done"):
+    print(f"{name}: {before} has not ended", flush=True)
+    sys.exit(4)
+if code:
+    print(f"{name} fails with {code}", flush=True)
+    sys.exit(code)
+open(name + ".done", "w").close()
+print(f"{name} done", flush=True)
+"""
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def chain_file(folder: Path, parts: list[tuple[str, int, str]], extra: dict[str, str] | None = None) -> Path:
+    """A chain of (name, exit code, after) parts, each running PART, on the testbed site."""
+    (folder / "part.py").write_text(PART)
+    lines = ["site: testbed", "parts:"]
+    before = "-"
+    for name, code, after in parts:
+        lines.append(f"  - {{name: {name}, script: part.py, args: [{name}, '{before}', {code}], after: {after}, "
+                     f"time: '2'{(', ' + extra[name]) if extra and name in extra else ''}}}")
+        before = name
+    path = folder / "chain.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def job_ids(stdout: str) -> dict[str, str]:
+    """`name id` lines, as `slurmtorch chain` prints each part's job id."""
+    return dict(line.split() for line in stdout.splitlines() if re.fullmatch(r"\S+ \d+", line))
+
+
+def scontrol_state(testbed, job_id: str) -> str:
+    out = testbed.run(["scontrol", "show", "job", job_id]).stdout
+    m = re.search(r"JobState=(\S+)", out)
+    return m.group(1) if m else ""
+
+
+@pytest.mark.slurm_versions
+def test_a_failed_middle_part_cancels_the_last_and_is_named(testbed, home, tmp_path):
+    path = chain_file(tmp_path, [("train", 0, "ok"), ("evaluate", 1, "ok"), ("export", 0, "ok")])
+    r = st(testbed, home, ["chain", path, "--wait"], cwd=tmp_path, timeout=90)
+    ids = job_ids(r.stdout)
+    assert r.returncode == 1, r.stderr
+    assert list(ids) == ["train", "evaluate", "export"], r.stdout
+    assert f"slurmtorch: chain failed at part 'evaluate' (job {ids['evaluate']}):" in r.stderr
+    assert f"part 'export': job {ids['export']} never ran: cancelled: part 'evaluate' failed" in r.stderr
+    assert f"job {ids['evaluate']} FAILED (exit 1 from rank 0)" in r.stderr  # the job's own failure report
+    assert f"part 'train': job {ids['train']} COMPLETED (exit 0)" in r.stderr
+    assert (tmp_path / "train.done").exists() and not (tmp_path / "export.done").exists()
+    assert scontrol_state(testbed, ids["export"]) == "CANCELLED"
+    assert not (home / "jobs" / ids["export"] / "batch.out").exists()  # it never started
+    assert "Traceback" not in r.stderr
+
+
+def test_a_chain_whose_parts_all_succeed_runs_them_in_order(testbed, home, tmp_path):
+    path = chain_file(tmp_path, [("train", 0, "ok"), ("evaluate", 0, "ok"), ("export", 0, "singleton")])
+    r = st(testbed, home, ["chain", path, "--wait"], cwd=tmp_path, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert "slurmtorch: chain: all 3 parts completed" in r.stderr
+    assert all((tmp_path / f"{name}.done").exists() for name in ("train", "evaluate", "export"))
+    ids = job_ids(r.stdout)
+    dependency = testbed.run(["scontrol", "show", "job", ids["export"]]).stdout
+    assert "Dependency=" in dependency
+
+
+def test_a_part_after_any_runs_though_the_part_before_failed(testbed, home, tmp_path):
+    path = chain_file(tmp_path, [("train", 3, "ok"), ("export", 0, "any")])
+    (tmp_path / "train.done").touch()  # export checks that train ended, which it did, failing
+    r = st(testbed, home, ["chain", path, "--wait"], cwd=tmp_path, timeout=90)
+    ids = job_ids(r.stdout)
+    assert r.returncode == 3, r.stderr
+    assert f"slurmtorch: chain failed at part 'train' (job {ids['train']}):" in r.stderr
+    assert f"part 'export': job {ids['export']} COMPLETED (exit 0)" in r.stderr
+    assert (tmp_path / "export.done").exists()
+
+
+def test_a_part_sbatch_refuses_cancels_the_parts_already_submitted(testbed, home, tmp_path):
+    path = chain_file(tmp_path, [("train", 0, "ok"), ("evaluate", 0, "ok"), ("export", 0, "ok")],
+                      {"export": "reservation: no-such-reservation"})
+    r = st(testbed, home, ["chain", path, "--wait"], cwd=tmp_path, timeout=90)
+    lines = r.stderr.splitlines()
+    assert r.returncode != 0
+    error = next(line for line in lines if line.startswith("error: "))
+    m = re.search(r"part 'export': .*; parts 'train', 'evaluate' \(jobs (\d+), (\d+)\) cancelled before starting",
+                  error)
+    assert error.startswith("error: chain not submitted: ") and m, r.stderr
+    assert r.stdout == ""  # no part announced
+    for job_id in m.groups():
+        assert scontrol_state(testbed, job_id) in ("CANCELLED", "")
+        assert not (home / "jobs" / job_id).exists()
+    assert not (tmp_path / "train.done").exists()
+    assert "Traceback" not in r.stderr
+
+
+def test_a_python_chain_names_the_failed_part(testbed, home, tmp_path):
+    (tmp_path / "part.py").write_text(PART)
+    program = """\
+import sys
+from slurmtorch import Chain, ChainFailed
+job = Chain([{"name": "train", "script": "part.py", "args": ["train", "-", 5], "time": "2"},
+             {"name": "export", "script": "part.py", "args": ["export", "train", 0]}], site="testbed").submit()
+print(sorted(job.status()), flush=True)
+try:
+    job.wait()
+except ChainFailed as exc:
+    print("failed:", exc.part, exc.job_id == job.job_ids["train"], job.status()["export"])
+"""
+    r = testbed.run([sys.executable, "-c", program], env={"SLURMTORCH_HOME": str(home)}, cwd=tmp_path, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "['export', 'train']"
+    assert r.stdout.splitlines()[-1] == "failed: train True CANCELLED", r.stdout
