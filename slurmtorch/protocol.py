@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ HEARTBEAT_S = "SLURMTORCH_HEARTBEAT_S"  # --hang-timeout: seconds between a rank
 PREEMPT_SIGNAL = "SLURMTORCH_PREEMPT_SIGNAL"  # --signal: the bare signal name, e.g. USR1
 PREEMPT_REQUEUE = "SLURMTORCH_PREEMPT_REQUEUE"  # 1: the preempted job requeues; 0: hooks only
 ROLES = "SLURMTORCH_ROLES"  # a role job's layout, e.g. master=1,worker=3 (roles.parse_roles)
+ROLE_NODES = "SLURMTORCH_ROLE_NODES"  # a heterogeneous role job's nodes in role order (hetjob; fromenv.from_roles)
 TRIAL = "SLURMTORCH_TRIAL"  # an array task's trial
 PARAMS = "SLURMTORCH_PARAMS"  # a sweep trial's parameters, as JSON
 SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_var): its value
@@ -31,8 +31,7 @@ SWEEP_PREFIX = "SLURMTORCH_SWEEP_"  # + a sweep parameter's name (sweeps.sweep_v
 # address, where MASTER_ADDR and torchrun's --local-addr go (rendezvous.site_address).
 FABRIC_HOST_SUFFIX = "SLURMTORCH_FABRIC_HOST_SUFFIX"
 CODE = "SLURMTORCH_CODE"  # the snapshot of the code the job runs (CODE_DIR in its folder)
-# `reverse`: local rank i takes GPU n-1-i of its node (a site's `mpirun: gpu_order:`; ALCF Polaris)
-GPU_ORDER = "SLURMTORCH_GPU_ORDER"
+GPU_ORDER = "SLURMTORCH_GPU_ORDER"  # `reverse`: local rank i takes GPU n-1-i (a site's `mpirun: gpu_order:`; Polaris)
 # --placement / a site's `placement:`: where each rank runs (PLACEMENTS, bootstrap.placement);
 # unset: auto. Also the user's, for a run slurmtorch did not submit.
 PLACEMENT = "SLURMTORCH_PLACEMENT"
@@ -46,8 +45,8 @@ LOCAL_RUN_DIR = "SLURMTORCH_LOCAL_RUN_DIR"
 LIVE_S = "SLURMTORCH_LIVE_S"
 # A margin (0.2: 20 %): rank 0 names a rank slower than the median by it for 3 samples running.
 STRAGGLER = "SLURMTORCH_STRAGGLER"
-SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, TRIAL, PARAMS,
-               CODE)
+SCRIPT_SETS = (JOB_DIR, STARTED, RESTART_COUNT, HEARTBEAT_S, PREEMPT_SIGNAL, PREEMPT_REQUEUE, ROLES, ROLE_NODES,
+               TRIAL, PARAMS, CODE)
 
 # Set by the bootstrap for the user's script (and read by the preemption handler).
 JOB_RANK = "SLURMTORCH_JOB_RANK"  # this process's rank in the whole job, ps/evaluator included

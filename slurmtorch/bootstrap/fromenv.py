@@ -264,12 +264,14 @@ def from_env(env: Mapping[str, str], hostname: str, source: str = "auto") -> Ran
 def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLayout | None = None) -> RankInfo:
     """The world of one role's srun step in a role job (pure).
 
-    Each role runs as its own step (`srun --relative=OFFSET -N COUNT`), so srun's
+    Each role runs as its own step (`srun --nodelist=ITS_NODES -N COUNT`), so srun's
     SLURM_PROCID counts within the role; the job's node list and the layout give
-    every rank's place: job rank = the role's offset + SLURM_PROCID.
+    every rank's place: job rank = the role's offset + SLURM_PROCID. In a heterogeneous
+    job a step's SLURM_JOB_NODELIST is its component's: the batch script lists every
+    role's nodes in SLURMTORCH_ROLE_NODES.
     """
     what = f"cannot derive the {role} rank of a role job"
-    keys = (*SLURM_KEYS, "SLURM_JOB_NODELIST", protocol.ROLES)
+    keys = (*SLURM_KEYS, "SLURM_JOB_NODELIST", protocol.ROLES, protocol.ROLE_NODES)
     if layout is None:
         if not env.get(protocol.ROLES, "").strip():
             raise BootstrapError(f"{what}: {protocol.ROLES} is missing; seen: {seen(env, keys)}",
@@ -280,7 +282,7 @@ def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLay
     import hostlist  # lazy: only srun worlds read a node list
 
     try:
-        job_nodes = tuple(hostlist.expand_hostlist(env.get("SLURM_JOB_NODELIST", "")))
+        job_nodes = tuple(hostlist.expand_hostlist(env.get(protocol.ROLE_NODES) or env.get("SLURM_JOB_NODELIST", "")))
     except Exception as exc:
         raise BootstrapError(f"{what}: {exc}; seen: {seen(env, keys)}", tip=_SLURM_TIP) from None
     if len(job_nodes) < layout.total:

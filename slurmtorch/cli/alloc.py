@@ -15,7 +15,7 @@ from slurmtorch.submit.options import INTERACTIVE_JOB_NAME
 
 # sbatch's options less those only a batch job has (requeueing, arrays and sweeps, the
 # restart supervisor, roles' separate steps, containers) and the program (`slurmtorch run`'s).
-BATCH_ONLY = ("module", "requeue", "signal", "roles", "container_image", "container_runtime", "role_images",
+BATCH_ONLY = ("module", "requeue", "signal", "roles", "ray", "container_image", "container_runtime", "role_images",
               "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "replace_straggler")
 ALLOC_OPTIONS = tuple(name for name in SBATCH_OPTIONS if name not in BATCH_ONLY)
 

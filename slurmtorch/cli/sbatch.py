@@ -18,7 +18,7 @@ SBATCH_OPTIONS = (
     "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
     "backend", "launcher", "timeout", "local_rank_arg", "init_args", "cluster_spec", "placement", "env", "requeue",
-    "signal", "roles", "container_image", "container_runtime",
+    "signal", "roles", "ray", "container_image", "container_runtime",
     "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "replace_straggler",
     "sbatch_args", "srun_args",
 )

@@ -59,8 +59,10 @@ def _tasks_per_node(o: Options, preset: dict[str, Any], gpus: int) -> int:
     return gpus or 1
 
 
-def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node: int) -> RoleLayout | None:
-    """--role counts (None without --role): one srun step per role, one task per node."""
+def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node: int,
+                check_total: bool = True) -> RoleLayout | None:
+    """--role counts (None without --role): one srun step per role, one task per node.
+    `check_total` False: roles with resources of their own, checked per role (hetjob.components)."""
     if not o.roles:
         return None
     if o.kind != "sbatch":
@@ -78,13 +80,19 @@ def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node
     if o.nodes is not None and o.nodes != layout.total:
         raise SpecError(f"--nodes {o.nodes} but the roles add up to {layout.total} nodes",
                         tip="leave --nodes out with --role")
+    if check_total:
+        check_role_total(layout, partition)
+    return layout
+
+
+def check_role_total(layout: RoleLayout, partition: Partition) -> None:
+    """Every role's nodes within the one partition of a role job that is one allocation."""
     if layout.total > partition.max_nodes:
         raise SpecError(
             f"roles {layout.format()} need {layout.total} nodes, but partition {partition.name!r} "
             f"allows at most {partition.max_nodes}",
             tip="lower the role counts, or use another partition",
         )
-    return layout
 
 
 def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_per_node: int,
@@ -101,7 +109,7 @@ def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_
     else:
         nodes = roles.total if roles else positive("--nodes", o.pick(preset, "nodes", 1))
         n = nodes * ntasks_per_node
-    if nodes > partition.max_nodes:
+    if nodes > partition.max_nodes and roles is None:  # a role job's counts: role_layout, hetjob
         raise SpecError(
             f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
             tip=f"use --nodes {partition.max_nodes} or less" + (", or more --ntasks-per-node" if o.ntasks else "")

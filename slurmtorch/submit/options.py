@@ -109,11 +109,19 @@ class Options:
     # salloc allocation, not from a batch script (submit/interactive.py).
     interactive: bool = False
     roles: tuple[str, ...] = _flag(  # raw ROLE=COUNT strings
-        "--role", metavar="ROLE=NODES", default=(),
+        "--role", metavar="ROLE=NODES[:partition=P][:gpus=N]", default=(),
         help="a role job: master|chief=1, worker=N, ps=N, evaluator=N (counts in NODES, one task each; "
              "repeatable). Each rank gets CLUSTER_SPEC/TF_CONFIG with every role's host:port list; the torch "
              "world is master/chief + workers; ps/evaluator get MASTER_ADDR/PORT but no process group. "
-             "--role chief=1 names the leader chief in CLUSTER_SPEC too")
+             "--role chief=1 names the leader chief in CLUSTER_SPEC too. A role's own partition (its node "
+             "type) or GPUs per node, e.g. worker=4:partition=gpu:gpus=4: roles on different resources run "
+             "as one Slurm heterogeneous job")
+    ray: bool | None = _flag(
+        "--ray", api=True,
+        help="start a Ray cluster in the job (the head on the first node, on the site's fabric interface; a "
+             "worker on every other node; one task per node with its CPUs and GPUs), then run the script once "
+             "on the head as its Ray driver, with RAY_ADDRESS set; a Ray node that dies ends the job, naming "
+             "it; Ray is stopped on every node at the end. Ray must be installed where the job's python runs")
     container_image: str | None = _flag("--container-image", metavar="IMAGE",
                                         help="run every rank in IMAGE (default: the preset's, else the site's container)")
     container_runtime: str | None = _flag("--container-runtime", metavar=_choices(CONTAINER_RUNTIMES),
@@ -177,7 +185,8 @@ class Options:
     hang_timeout: int | None = _flag(
         "--hang-timeout", metavar="SECONDS",
         help="with --max-restarts: end and restart a step in which a rank has stopped, or is stuck in its "
-             "own code while the others wait for it, for SECONDS (well below --timeout)", api=True)
+             "own code while the others wait for it, for SECONDS (well below --timeout); with --ray: how long "
+             "the Ray cluster may take to form (default 300)", api=True)
     replace_straggler: float | None = _flag(
         "--replace-straggler", metavar="MARGIN",
         help="with --max-restarts and --spare-nodes: a rank slower than the median by MARGIN (0.2: 20%) in 3 "

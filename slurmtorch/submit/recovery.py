@@ -32,9 +32,10 @@ def resolve_restarts(o: Options, launcher: str, roles: bool, in_container: bool,
     if o.max_restarts is None:
         for flag, value in (("--spare-nodes", o.spare_nodes), ("--hang-timeout", o.hang_timeout),
                             ("--replace-straggler", o.replace_straggler)):
-            if value is not None:
+            if value is not None and not (o.ray and flag == "--hang-timeout"):
                 raise SpecError(f"{flag} needs --max-restarts", tip=f"e.g. --max-restarts 3 {flag} {value}")
-        return Recovery()
+        # --ray: how long its cluster may take to form (submit/raycluster.py).
+        return Recovery(hang_timeout=positive("--hang-timeout", o.hang_timeout) if o.hang_timeout is not None else None)
     restarts = positive("--max-restarts", o.max_restarts, tip="leave it out for a job that ends at its first failure")
     if o.kind != "sbatch":
         raise SpecError("--max-restarts needs slurmtorch sbatch (restarts run on a Slurm allocation)")

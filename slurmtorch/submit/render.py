@@ -20,13 +20,15 @@ from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
 from slurmtorch.roles import TRAINING_ROLES, RoleLayout
-from slurmtorch.submit.batchnode.batchbash import PICK_PORT, REAP_ROLE_STEPS, charliecloud_env, pick_addr
+from slurmtorch.submit.batchnode.batchbash import (PICK_PORT, REAP_ROLE_STEPS, ROLE_NODES_FILE, charliecloud_env,
+                                                   pick_addr)
 from slurmtorch.submit.jobfolder import ownership
 from slurmtorch.submit.containers import EDF_END, EDF_FILE, container_args, edf_text, job_env_names
 from slurmtorch.submit.mpiflavour import mpiexec_line
+from slurmtorch.submit.raycluster import RayPlan, ray_plan
 from slurmtorch.submit.scripttext import InCode, comment_quote, composed_path, script_join, script_quote
 from slurmtorch.submit.sites.model import mpi_option
-from slurmtorch.submit.spec import JobSpec, slurm_pattern_escape
+from slurmtorch.submit.spec import JobSpec, sbatch_line, slurm_pattern_escape
 from slurmtorch.submit.sweeps import sweep_args, sweep_var, trial_folder
 
 # Per-rank log redirection for launchers without srun's --output patterns. It is a
@@ -65,6 +67,9 @@ class RoleStep:
     training: bool
     srun_args: tuple[str, ...]
     rank_argv: tuple[str, ...]
+    # A heterogeneous job: its component, and `env` setting its node type's variables.
+    het_group: int | None = None
+    env_argv: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,8 @@ class Launch:
     rank_log_wrapper: str = RANK_LOG_WRAPPER
     role_steps: tuple[RoleStep, ...] = ()
     role_log_wrapper: str = ROLE_LOG_WRAPPER
+    # A heterogeneous role job: each later component's `#SBATCH` lines (after `#SBATCH hetjob`).
+    het_headers: tuple[tuple[str, ...], ...] = ()
     # srun exits 0 when its step never launched: check that srun's task 0 started
     # (bootstrap.note_started). Containers too: they mount the jobs folder (containers.mounts).
     started_check: bool = False
@@ -135,6 +142,8 @@ class Launch:
     edf: str = ""
     edf_file: str = EDF_FILE
     edf_end: str = EDF_END
+    # --ray: the Ray cluster's steps (submit/raycluster.py); None otherwise.
+    ray: RayPlan | None = None
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -204,17 +213,22 @@ def _redirect(spec: JobSpec) -> str:
 
 def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
     containers = dict(spec.role_containers)
+    het = {c.role: c for c in spec.het_components}
     steps, offset = [], 0
     for role, count in spec.roles:
         prefix, pyxis = container_args(spec, containers.get(role))
+        part = het.get(role)
         # --mpi=none: the ranks take their world from SLURM_* and SLURMTORCH_ROLES, not MPI.
-        # Its nodes: the template adds --nodelist (nodes offset..offset+count-1 of the job's).
-        srun = ["--kill-on-bad-exit=1", "--mpi=none",
+        # Its nodes: the template adds --nodelist (nodes offset..offset+count-1 of the job's),
+        # or, in a heterogeneous job, the role's component is its nodes (--het-group).
+        srun = [*([f"--het-group={part.group}"] if part else []), "--kill-on-bad-exit=1", "--mpi=none",
                 f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
-                f"--cpus-per-task={spec.cpus_per_task}", *pyxis, *spec.srun_args]
+                f"--cpus-per-task={part.cpus_per_task if part else spec.cpus_per_task}", *pyxis, *spec.srun_args]
         argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
+        env = [*(a for name in part.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in part.env)] if part else []
         steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
-                              srun_args=tuple(srun), rank_argv=tuple(argv)))
+                              srun_args=tuple(srun), rank_argv=tuple(argv), het_group=part.group if part else None,
+                              env_argv=("env", *env) if env else ()))
         offset += count
     return tuple(steps)
 
@@ -271,7 +285,9 @@ def launch_plan(spec: JobSpec) -> Launch:
     return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec), edf=edf,
                    in_container=in_container, pick_port=pick_port, pick_addr=pick_addr, charliecloud_env=ch_env,
                    first_node=FIRST_NODE if spec.interactive else (),
-                   roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec))
+                   roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec),
+                   ray=ray_plan(spec, _outputs(spec, slurm_pattern_escape(spec.job_root)
+                                               + f"/{spec.job_dir_pattern}/rank-%t")))
 
 
 def trial_cases(spec: JobSpec) -> tuple[TrialCase, ...]:
@@ -309,8 +325,9 @@ def _launch_plan(spec: JobSpec) -> Launch:
     started_check = spec.max_restarts is None and (bool(spec.roles) or launcher != "mpirun")
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
-                      role_log_wrapper=_role_log_wrapper(_redirect(spec)),
-                      started_check=started_check)
+                      role_log_wrapper=_role_log_wrapper(_redirect(spec)), started_check=started_check,
+                      het_headers=tuple(tuple(sbatch_line(n, v) for n, v in c.directives)
+                                        for c in spec.het_components[1:]))
     container_prefix, pyxis = container_args(spec, spec.container)
 
     if launcher == "torchrun":
@@ -425,6 +442,7 @@ def render_template(name: str, spec: JobSpec, **extra: object) -> str:
                                fabric_host=fabric_host_named(spec),
                                charliecloud_env_in_bash=charliecloud_env(list(launch.charliecloud_env)),
                                reap_role_steps=REAP_ROLE_STEPS, code_dir=protocol.CODE_DIR,
+                               role_nodes_file=ROLE_NODES_FILE,
                                supervisor_end=protocol.SUPERVISOR_END, supervisor_killed=protocol.SUPERVISOR_KILLED,
                                **extra)
     except SlurmtorchError:

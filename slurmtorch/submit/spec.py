@@ -23,6 +23,7 @@ from slurmtorch.submit.allocation import (account_and_qos, check_required_time, 
                                           resolve_target, role_layout, time_limit)
 from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
+from slurmtorch.submit.hetjob import HetComponent, components, split_roles
 from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.mpiflavour import mpirun_arguments
@@ -31,6 +32,7 @@ from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launc
 from slurmtorch.submit.sites.fabric import fabric_directives
 from slurmtorch.submit.options import Options, positive
 from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
+from slurmtorch.submit.raycluster import ray_options
 from slurmtorch.submit.recovery import resolve_restarts
 from slurmtorch.submit.sbatch_options import sbatch_directives, srun_arguments
 from slurmtorch.submit.sweeps import plan_array
@@ -127,6 +129,10 @@ class JobSpec:
     interactive: bool = False
     # `slurmtorch mpirun`: the site's MPI launcher, ranks per node, binding (its `mpirun:` block).
     mpi_launch: MpiLaunch = MpiLaunch()
+    # A role job over different resources: one heterogeneous job component per role (hetjob).
+    het_components: tuple[HetComponent, ...] = ()
+    # --ray: a Ray cluster in the allocation, the script its driver (submit/raycluster.py).
+    ray: bool = False
 
     @property
     def runs_again(self) -> bool:
@@ -150,12 +156,12 @@ def build_spec(site: Site, options: Options) -> JobSpec:
 
     The steps run in a fixed order: of several problems, the earliest step's is named.
     """
-    o = options
-    check_program(o)
+    check_program(options)
+    o, role_asks = split_roles(ray_options(options))  # a role's own partition/GPUs: the leader's are the job's
     preset, partition, node = resolve_target(site, o)
     launcher, backend = choose_launcher(site, o, preset)
     gpus, ntasks_per_node, cpus_per_task = per_node(o, preset, partition, node)
-    roles = role_layout(o, partition, launcher, ntasks_per_node)
+    roles = role_layout(o, partition, launcher, ntasks_per_node, check_total=not role_asks.asks)
     nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles, launcher)
     gpu_request, refused = site.gpu_request_for(partition, node), site.refused_for(partition)
     asked = sbatch_directives(o, node, partition.name, (nodes, gpus, ntasks_per_node, cpus_per_task),
@@ -221,6 +227,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         gpu_vendor=node.gpu_vendor,
         **script_conventions(o, preset),
         interactive=o.interactive,
+        het_components=components(site, o, preset, roles, role_asks, (partition, node)),
+        ray=bool(o.ray),
     )
     return _site_parts(job, site, node, partition, preset, asked)
 
@@ -284,7 +292,8 @@ def sbatch_header(job: JobSpec, base: dict[str, str | bool | None]) -> tuple[tup
             else:
                 out["ntasks-per-node"] = str(job.ntasks_per_node)
             out["cpus-per-task"] = str(job.cpus_per_task)
-        out["nodes"] = str(job.nodes + job.spare_nodes)
+        # A heterogeneous job's header is its first component's (the leader's nodes).
+        out["nodes"] = str(job.het_components[0].nodes if job.het_components else job.nodes + job.spare_nodes)
         if "partition" not in removed:
             assert job.partition is not None  # build_spec sets it for every batch job
             out["partition"] = job.partition
@@ -429,8 +438,11 @@ def trials_record(spec: JobSpec) -> dict | None:
 def job_record(spec: JobSpec) -> dict:
     """What `job.json` in the job's folder holds: its launcher and layout, which say how its
     logs are named (torchrun: one per node), for `logs`, `--wait` and the Distributor."""
-    return {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
-            "ntasks_per_node": spec.ntasks_per_node}
+    record: dict = {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
+                    "ntasks_per_node": spec.ntasks_per_node}
+    if spec.roles:  # the failure report names each rank's role
+        record["roles"] = ",".join(f"{role}={count}" for role, count in spec.roles)
+    return record
 
 
 def slurm_pattern_escape(path: str) -> str:

@@ -143,7 +143,7 @@ def test_preempt_imports_nothing_heavy():
 # resumes from its checkpoint. The signal comes from `scancel --signal=USR1 JOBID`, which
 # is what Slurm's own `--signal` delivery does (every task of every step, not the batch
 # shell) without waiting for the time limit. Slurm holds a requeued job back for
-# `cred_expire` seconds (BeginTime; 2 minutes by default, 30 s on the testbed) so that the
+# `cred_expire` seconds (BeginTime; 2 minutes by default, 10 s on the testbed) so that the
 # new run's steps cannot meet the old run's leftovers: forcing it to start sooner
 # (`scontrol update StartTime=now`) can make the new step fail to launch (its PMIx socket
 # is still taken), which tests/submit/test_failures.py covers.

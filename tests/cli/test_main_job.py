@@ -100,7 +100,8 @@ def test_site_init_on_the_testbed_writes_a_site_that_runs_readme_main_job(testbe
     generated = tmp_path / "mine.yaml"
     init = testbed.run([slurmtorch, "site", "init", generated], cwd=tmp_path, timeout=60)
     assert init.returncode == 0, init.stderr
-    assert init.stderr.startswith(f"wrote {generated}: site 'mine', 1 partitions, 1 node types;"), init.stderr
+    # debug (node[1-4]) and fat (node[3-4], whose nodes have one feature more: a node type of their own)
+    assert init.stderr.startswith(f"wrote {generated}: site 'mine', 2 partitions, 2 node types;"), init.stderr
     argv = readme_main_command()
     argv[argv.index("--site") + 1] = str(generated)
     r = testbed.run(argv, cwd=REPO, timeout=180, env={"SLURMTORCH_HOME": str(tmp_path / "home")})

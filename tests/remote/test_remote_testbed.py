@@ -386,8 +386,10 @@ def test_site_init_over_ssh_writes_the_clusters_site_from_its_login_host(cluster
     """`site init --cluster`: the cluster's login host asks its Slurm; the site comes back on stdout."""
     r = st(cluster, ["site", "init", "--cluster", "testbed"], timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "  # node[1-4]: 4 nodes;" in r.stdout and "\nsrun_mpi: pmix\n" in r.stdout, r.stdout
-    assert "site file above: site 'site', 1 partitions, 1 node types;" in r.stderr, r.stderr
+    # node3 and node4 have one feature more (fat, their own partition too): a node type of their own.
+    assert "  # node[1-2]: 2 nodes;" in r.stdout and "  # node[3-4]: 2 nodes;" in r.stdout, r.stdout
+    assert "\nsrun_mpi: pmix\n" in r.stdout, r.stdout
+    assert "site file above: site 'site', 2 partitions, 2 node types;" in r.stderr, r.stderr
 
 
 def test_sshd_stopped_is_one_line_with_the_fix(cluster):

@@ -47,8 +47,10 @@ def test_bundled_sites_include_the_required_examples():
 def test_testbed_site_matches_the_local_cluster():
     site = sites.load_site("testbed")
     assert site.launcher == "srun" and site.srun_mpi == "pmix"
-    (debug,) = site.partitions
+    debug, fat = site.partitions  # fat: node3 and node4, a node type of their own (role jobs over node types)
     assert (debug.name, debug.max_nodes, debug.max_time, debug.default) == ("debug", 4, "1-00:00:00", True)
+    assert (fat.name, fat.max_nodes, fat.max_time, fat.default, fat.node_type) == ("fat", 2, "1-00:00:00", False, "fat")
+    assert site.node_type("fat").cpus == site.node_type("cpu").cpus  # the same machines
     cpu = site.node_type(debug.node_type)
     assert (cpu.name, cpu.gpus, cpu.cpus, cpu.memory_gb, cpu.fabric, cpu.interfaces, cpu.rdma) == (
         "cpu", 0, 2, 4, "ethernet", ("ib0",), False)  # the fabric's interface, named as IPoIB's
@@ -65,6 +67,7 @@ def test_testbed_site_agrees_with_scripts_testbed():
     if "PartitionName=debug" not in text:
         pytest.skip("scripts/testbed does not define the debug partition yet")
     assert re.search(r"PartitionName=debug .*Default=YES.*MaxTime=1-00:00:00", text)
+    assert re.search(r"PartitionName=fat Nodes=node\[\$\(\(n - 1\)\)-\$n\] MaxTime=1-00:00:00", text)
     cpus = sites.load_site("testbed").node_type("cpu").cpus
     assert re.search(rf"^CPUS_PER_NODE={cpus}$", text, re.M)
     assert "198.18.0" in text

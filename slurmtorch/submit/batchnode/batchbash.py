@@ -8,6 +8,8 @@ script (a flag decides whether each is printed); tests run them in a real bash.
 
 from __future__ import annotations
 
+import re
+
 from slurmtorch import shell
 from slurmtorch.submit.containers import CHARLIECLOUD_ENV
 
@@ -104,6 +106,13 @@ for name in {" ".join(names)}; do
     printf "%s='%s'\\n" "$name" "${{!name}}"
 done >"$SLURMTORCH_JOB_DIR/{CHARLIECLOUD_ENV}\""""
 
+
+# A heterogeneous role job's nodes in its folder, job rank R's on line R+1: srun numbers each
+# role's tasks from 0, so the failure report places srun's lines by host (failures.parse_failures).
+ROLE_NODES_FILE = "role-nodes"
+# The reaper's line below when a role's step fails first; what srun then says of the other
+# roles' tasks (Killed, Terminated) is the stop, not a failure of their own.
+ROLE_STOPPED_RE = re.compile(r"^slurmtorch: role (?P<role>\w+) exited with (?P<code>\d+); stopping the other roles$")
 
 # After a role job's steps started in the background (each `role[$!]=NAME`, and
 # `training[$!]=1` for a training role's), wait for them; `$?` is then the job's code.

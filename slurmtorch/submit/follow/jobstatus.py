@@ -9,7 +9,7 @@ client avoids; the format string is filtered by the controller on every version.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TERMINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
@@ -105,16 +105,27 @@ class SqueueRow:
 
 def parse_squeue(stdout: str) -> dict[str, SqueueRow]:
     """`squeue -h -o SQUEUE_FORMAT` -> rows by job id (`123`, or `123_4` for an array task).
-    A line of the first seven fields alone (no end time, no name) is read as well."""
-    rows = {}
+    A line of the first seven fields alone (no end time, no name) is read as well. A
+    heterogeneous job's components (`123+0`, `123+1`: a role job over node types) are one
+    row, `123`: its leader's (+0, whose batch script is the job), on every component's nodes."""
+    rows: dict[str, SqueueRow] = {}
+    components: dict[str, list[tuple[int, SqueueRow]]] = {}
     for line in stdout.splitlines():
         fields = line.strip().split("|", 8)
         if len(fields) not in (7, 9) or not fields[0]:
             continue
         ident, state, reason, nodes, submitted, started, user = fields[:7]
         ended, name = (slurm_time(fields[7]), fields[8]) if len(fields) == 9 else (None, "")
-        rows[ident] = SqueueRow(ident, state, reason, nodes, slurm_time(submitted), slurm_time(started), user,
-                                ended, name)
+        row = SqueueRow(ident, state, reason, nodes, slurm_time(submitted), slurm_time(started), user, ended, name)
+        leader, plus, offset = ident.partition("+")
+        if plus and offset.isdigit():
+            components.setdefault(leader, []).append((int(offset), row))
+        else:
+            rows[ident] = row
+    for leader, parts in components.items():
+        parts.sort(key=lambda part: part[0])
+        nodes = ",".join(row.nodes for _, row in parts if row.nodes and row.nodes != "(null)")
+        rows[leader] = replace(parts[0][1], job_id=leader, nodes=nodes)
     return rows
 
 

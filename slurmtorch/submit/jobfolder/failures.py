@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from slurmtorch import protocol
 from slurmtorch.protocol import RankExit, cause_of, is_consequence, parse_exit as rank_exit
+from slurmtorch.submit.batchnode.batchbash import ROLE_STOPPED_RE
 
 __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
            "parse_failures", "batch_failures", "prologue_failures", "latest_start", "lost_nodes", "is_consequence"]
@@ -101,10 +103,12 @@ class RankFailure:
     code: int | None = None  # the rank's own exit code, where srun or the rank said it
     where: str = ""  # FILE:LINE of the user's own frame that raised (user_frame), where a traceback tells it
     log: int | None = None  # the log it reported in (rank-R.err; a torchrun job's node-N.err), where it did
+    role: str = ""  # a role job's: its role and index there, e.g. `worker 0`
 
     def line(self) -> str:
         where = f" on {self.host}" if self.host else ""  # unknown for a task that never started
-        return f"rank {self.rank}{where}: {self.cause}"
+        role = f" ({self.role})" if self.role else ""
+        return f"rank {self.rank}{role}{where}: {self.cause}"
 
 
 def latest_exits(texts: list[str]) -> dict[int, RankExit]:
@@ -197,7 +201,7 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
 
 
 def parse_failures(batch_out: str, rank_errs: dict[int, str],
-                   exits: dict[int, RankExit] | None = None) -> list[RankFailure]:
+                   exits: dict[int, RankExit] | None = None, hosts: Sequence[str] = ()) -> list[RankFailure]:
     """Which ranks failed, where, and why: primary causes first (pure; for status/logs/--wait).
 
     Ranks report `rank R on HOST failed:` + a cause (the bootstrap's contract); srun's
@@ -205,7 +209,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     that could not say anything (SIGKILL, a lost node). A rank whose peers all timed
     out but that itself reported nothing and was terminated is the hung one. A rank that
     reported nothing while its peers lost it, and whose script returned (`exits`, from
-    latest_exits), left too early; one that did not went down with its node.
+    latest_exits), left too early; one that did not went down with its node. `hosts`: a
+    heterogeneous role job's node of each job rank (one each), by which srun's lines are
+    placed, since srun numbers each role's tasks from 0.
     """
     exits = exits or {}
     reported: dict[int, RankFailure] = {}
@@ -214,17 +220,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
             cause = cause_of(report.text.splitlines())
             reported[report.rank] = RankFailure(report.rank, report.host, cause, not protocol.CONSEQUENCE_RE.search(cause),
                                                 where=user_frame(report.text), log=rank)
-    srun: dict[int, tuple[str, str]] = mpirun_ends(batch_out)
-    unlaunched: dict[int, str] = {}
-    for ln in batch_out.splitlines():
-        m = _SRUN_TASK_RE.match(ln)
-        if m:
-            for t in _expand_tasks(m["tasks"]):
-                srun.setdefault(t, (m["host"], m["what"]))
-        m = _LAUNCH_FAILED_RE.match(ln)
-        if m:
-            for t in _expand_tasks(m["tasks"]):
-                unlaunched.setdefault(t, m["why"])
+    srun, unlaunched, stopped, after_stop = _launcher_lines(batch_out, hosts)
     # A rank that reported a cause exited on its own: srun's line has its code, else the
     # bootstrap's for a Python exception (1).
     failures = {r: replace(f, code=_own_code(srun.get(r))) for r, f in reported.items()}
@@ -236,6 +232,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         said = None if rank in failures else _launcher_said(rank, host, what, rank_errs.get(rank, ""))
         if said is not None:
             failures[rank] = said
+    for rank, (host, what) in after_stop.items():
+        if rank not in failures and rank not in srun:
+            failures[rank] = RankFailure(rank, host, f"stopped when role {stopped} failed", False, srun_exit_code(what))
     for rank, text in rank_errs.items():  # an interpreter (a container image's) without slurmtorch
         if rank not in reported and _NO_SLURMTORCH_RE.search(text):
             host = srun[rank][0] if rank in srun else ""
@@ -272,6 +271,28 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
         for rank in silent:
             failures[rank] = RankFailure(rank, where, cause, True)
     return sorted(failures.values(), key=lambda f: (not f.primary, f.rank))
+
+
+def _launcher_lines(batch_out: str, hosts: Sequence[str]) -> tuple[dict[int, tuple[str, str]], dict[int, str], str,
+                                                                     dict[int, tuple[str, str]]]:
+    """What the launcher said of each rank (host, words), the ranks whose step never launched
+    (why), and in a role job the role whose failure stopped the others (the reaper's line) and
+    what srun said after it, which is that stop, not the ranks' own failure."""
+    srun: dict[int, tuple[str, str]] = mpirun_ends(batch_out)
+    unlaunched: dict[int, str] = {}
+    stopped = ""
+    after_stop: dict[int, tuple[str, str]] = {}
+    for ln in batch_out.splitlines():
+        stopped = m["role"] if (m := ROLE_STOPPED_RE.match(ln)) else stopped
+        m = _SRUN_TASK_RE.match(ln)
+        if m:
+            for t in [hosts.index(m["host"])] if m["host"] in hosts else _expand_tasks(m["tasks"]):
+                (after_stop if stopped else srun).setdefault(t, (m["host"], m["what"]))
+        m = _LAUNCH_FAILED_RE.match(ln)
+        if m:
+            for t in _expand_tasks(m["tasks"]):
+                unlaunched.setdefault(t, m["why"])
+    return srun, unlaunched, stopped, after_stop
 
 
 def _launcher_said(rank: int, host: str, what: str, err: str = "") -> RankFailure | None:

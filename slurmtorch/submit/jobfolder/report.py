@@ -11,11 +11,14 @@ that shows the failing rank's whole log. Every front end (`--wait`, `logs`, `sta
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from slurmtorch import protocol
-from slurmtorch.errors import typed
+from slurmtorch.errors import BootstrapError, typed
 from slurmtorch.protocol import parse_stacks, parse_summary
+from slurmtorch.roles import parse_roles
+from slurmtorch.submit.batchnode.batchbash import ROLE_NODES_FILE
 from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
 from slurmtorch.submit.follow.tail import visible
@@ -30,8 +33,22 @@ def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[R
     mpirun's launcher.out), rank-*.err / node-*.err and the rank-*.exit notes of ranks whose
     script returned; of a restarted job (--max-restarts), what its latest start wrote."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
-    return parse_failures(latest_start(jobdir.read_text(folder / launcher_log)), errs,
-                          latest_exits(jobdir.exit_notes(folder)))
+    hosts = jobdir.read_text(folder / ROLE_NODES_FILE).split()
+    report = parse_failures(latest_start(jobdir.read_text(folder / launcher_log)), errs,
+                            latest_exits(jobdir.exit_notes(folder)), hosts)
+    return with_roles(report, (jobdir.read_job(folder) or {}).get("roles"))
+
+
+def with_roles(report: list[RankFailure], roles: object) -> list[RankFailure]:
+    """A role job's failures, each with its rank's role and index there (`worker 0`)."""
+    if not isinstance(roles, str) or not roles:
+        return report
+    try:
+        layout = parse_roles(roles)
+        return [replace(f, role="%s %d" % layout.role_of(f.rank)) if 0 <= f.rank < layout.total else f
+                for f in report]
+    except BootstrapError:  # a job.json of another version: the ranks alone
+        return report
 
 
 def failure_lines(folder: Path, limit: int = 8) -> list[str]:

@@ -1,0 +1,316 @@
+"""A `--ray` job's node: Ray started, watched and stopped on one node of the allocation.
+
+Each Ray step of a `--ray` batch script (submit/raycluster.py) runs this with the job's
+python, in the job's container if it has one, as the ranks run the bootstrap:
+
+    python -m slurmtorch.bootstrap.raynode head   HOST:PORT --cpus C --gpus G --backend B --deadline S
+    python -m slurmtorch.bootstrap.raynode worker HOST:PORT --cpus C --gpus G --backend B --deadline S
+    python -m slurmtorch.bootstrap.raynode driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) ARGS
+    python -m slurmtorch.bootstrap.raynode stop   HOST:PORT
+
+`head` and `worker` run `ray start` (not `--block`) in a session of their own, then watch
+that session's raylet (and the head's GCS) every POLL_S: `ray start --block` treats a raylet
+ended by SIGTERM as a clean exit and would go on blocking with no node behind it. A vital
+process gone while the job runs is this node's death: one line naming the node, exit 1,
+and the batch script ends the job. On SIGTERM (the batch script's stop, passed on by srun)
+every process of that session is ended, TERM then KILL, and Ray's folder removed: only this
+job's Ray, where `ray stop` would end every Ray of the user's on the node.
+Each node's own address is on the site's fabric interface (rendezvous.site_address, as a
+rank's MASTER_ADDR), else its host name's: a worker that let Ray pick would take the
+interface of its default route, the management network on most clusters.
+
+`driver` waits for the head to answer and for all N nodes to join (the deadline), then
+runs the script in this process, as `python SCRIPT` would, with RAY_ADDRESS set. `stop`
+runs once per node at the end: anything of this job's Ray still there is ended.
+Only `driver` imports ray, lazily: `slurmtorch --help` and rendering never do.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from slurmtorch import protocol
+from slurmtorch.bootstrap.rendezvous import host_address, site_address, wait_listening
+from slurmtorch.errors import BootstrapError
+
+POLL_S = 0.5  # how often a node's raylet is looked at: its death ends the job this much later at most
+# TERM, then KILL, as `ray stop --force` ends them: a raylet and a GCS given TERM alone were
+# still there 6 s later (Ray 2.60, a loaded 2-core machine); the job is over, nothing to drain.
+GRACE_S = 1.0
+# Ray's unix sockets live under its temp folder (session_*/sockets/plasma_store, ~62 characters
+# more), and a socket's path holds at most 107: the folder is short, in /tmp, one per job and node.
+MAX_TEMP = 107 - 64
+SESSION_FILE = "slurmtorch-session"
+RAY_LOG = "ray-{node}.out"  # in the job's folder: a node's `ray start` output, for the user alone
+VITAL = {"head": ("gcs_server", "raylet"), "worker": ("raylet",)}
+USAGE = ("usage: python -m slurmtorch.bootstrap.raynode (head|worker) HOST:PORT --cpus C --gpus G --backend B "
+         "--deadline S | driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) "
+         "[ARGS...] | stop HOST:PORT")
+
+
+def say(line: str) -> None:
+    sys.stderr.write(f"slurmtorch: {line}\n")
+    sys.stderr.flush()
+
+
+def node_name() -> str:
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".", 1)[0]
+
+
+def temp_dir() -> str:
+    """This job's Ray folder on this node (per node too: nodes may share a /tmp)."""
+    path = f"/tmp/slurmtorch-ray-{os.environ.get('SLURM_JOB_ID', os.getpid())}-{node_name()}"
+    if len(path) > MAX_TEMP:
+        raise BootstrapError(f"Ray's folder {path} is longer than {MAX_TEMP} characters, too long for Ray's sockets")
+    return path
+
+
+def ray_log(node: str) -> str:
+    """Where this node's `ray start` writes: the job's folder (RAY_LOG), else /dev/null."""
+    folder = os.environ.get(protocol.JOB_DIR)
+    return os.path.join(folder, RAY_LOG.format(node=node)) if folder else os.devnull
+
+
+def split_address(head: str) -> tuple[str, int]:
+    """HOST:PORT -> (the host's IPv4 address, port)."""
+    host, _, port = head.rpartition(":")
+    if not host or not port.isdigit():
+        raise BootstrapError(f"the Ray head's address {head!r} is not HOST:PORT")
+    return host_address(host), int(port)
+
+
+def session_processes(sid: int | None, temp: str) -> dict[int, str]:
+    """This user's processes (pid -> name) in session `sid`, or whose command line names `temp`."""
+    found: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if rest[0] == "Z":
+                continue  # ended, not yet reaped: not alive, and nothing to end
+            if sid is not None and int(rest[3]) == sid:
+                found[int(entry)] = name
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if temp.encode() in f.read():
+                    found[int(entry)] = name
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return found
+
+
+def end_processes(sid: int | None, temp: str) -> None:
+    """TERM to this job's Ray processes here, KILL to those left after GRACE_S; its folder removed."""
+    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 2.0)):
+        pids = session_processes(sid, temp)
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + wait
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.1)
+            pids = session_processes(sid, temp)
+        if not pids:
+            break
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def recorded(temp: str) -> tuple[int | None, int | None]:
+    """(the session `run_node` started Ray in here, `run_node`'s own pid), as its folder says."""
+    try:
+        with open(os.path.join(temp, SESSION_FILE)) as f:
+            sid, watcher = f.read().split()
+        return int(sid), int(watcher)
+    except (OSError, ValueError):
+        return None, None
+
+
+def stop_here() -> None:
+    """The end of the job on this node: its raynode told to stop (it ends its Ray and leaves
+    with 0: srun's step ends quietly, where a signal through srun would end it with errors),
+    then whatever of this job's Ray is left ended, and its folder removed."""
+    temp = temp_dir()
+    sid, watcher = recorded(temp)
+    if watcher is not None:
+        try:
+            os.kill(watcher, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_S + 5
+            while time.monotonic() < deadline:
+                os.kill(watcher, 0)
+                time.sleep(0.05)
+        except OSError:
+            pass  # gone: it has stopped its Ray
+    end_processes(sid, temp)
+
+
+def ray_start_argv(kind: str, head: tuple[str, int], own_ip: str, opts: dict[str, str], temp: str) -> list[str]:
+    """`ray start` for this node, with the job's python (Ray's CLI module: `ray` need not be on PATH)."""
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", f"--node-ip-address={own_ip}",
+            f"--num-cpus={opts['--cpus']}", f"--num-gpus={opts['--gpus']}", f"--temp-dir={temp}",
+            # Compute nodes are often offline: Ray would otherwise try to report usage.
+            "--disable-usage-stats"]
+    if kind == "head":
+        return [*argv, "--head", f"--port={head[1]}"]
+    return [*argv, f"--address={head[0]}:{head[1]}"]
+
+
+def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
+    """Start this node's Ray, watch it, stop it when told (SIGTERM); 1 when it died or never started."""
+    node, temp, deadline = node_name(), temp_dir(), float(opts["--deadline"])
+    head = split_address(head_text)
+    own_ip = head[0] if kind == "head" else (
+        site_address(os.environ, socket.gethostname(), opts["--backend"]) or host_address(node))
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    if kind == "worker" and not wait_listening(head[0], head[1], deadline, poll_s=0.1):
+        say(f"error: Ray worker on {node}: the head at {head[0]}:{head[1]} did not answer within {deadline:g} s")
+        return 1
+    os.makedirs(temp, mode=0o700, exist_ok=True)
+    with open(ray_log(node), "ab") as log:  # Ray's banner there; our own lines go to batch.out
+        start = subprocess.Popen(ray_start_argv(kind, head, own_ip, opts, temp), stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+    sid = start.pid  # every Ray process of this node is in this session (Ray calls setpgrp, never setsid)
+    with open(os.path.join(temp, SESSION_FILE), "w") as f:  # for `stop`: Ray's workers rename themselves
+        f.write(f"{sid} {os.getpid()}\n")
+    try:
+        while start.poll() is None and not stopping:
+            time.sleep(0.1)
+        if stopping:
+            return 0
+        if start.returncode != 0:
+            say(f"error: Ray {kind} on {node} did not start: ray start exited with {start.returncode} (its output: "
+                f"{ray_log(node)})")
+            return 1
+        say(f"Ray {kind} on {node} up at {own_ip}" + (f":{head[1]}" if kind == "head" else ""))
+        while not stopping:
+            alive = set(session_processes(sid, temp).values())
+            gone = [name for name in VITAL[kind] if name not in alive]
+            if gone and not stopping:
+                say(f"error: Ray {kind} on {node} died: its {gone[0]} ended (Ray's logs: {temp}/session_latest/logs "
+                    f"on {node})")
+                return 1
+            time.sleep(POLL_S)
+        return 0
+    finally:
+        end_processes(sid, temp)
+
+
+def wait_for_nodes(address: str, nodes: int, deadline: float) -> list[str]:
+    """Connect as a driver and wait until `nodes` Ray nodes are alive; the Slurm nodes still
+    missing at the deadline ([] once all joined)."""
+    import logging
+
+    import hostlist
+    import ray  # lazy: only the driver step needs Ray; rendering a --ray job never imports it
+
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    try:
+        while True:
+            alive = [n for n in ray.nodes() if n.get("Alive")]
+            if len(alive) >= nodes:
+                return []
+            if time.monotonic() >= deadline:
+                return missing_nodes(alive, hostlist.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", "")), nodes)
+            time.sleep(0.2)
+    finally:
+        ray.shutdown()
+
+
+def missing_nodes(alive: list[dict], expected: list[str], wanted: int) -> list[str]:
+    """The job's nodes that no alive Ray node is (by host name, short), pure; where the names
+    do not match Slurm's, how many are missing."""
+    seen = {str(n.get("NodeManagerHostname", "")).split(".", 1)[0] for n in alive}
+    seen |= {str(n.get("NodeManagerAddress", "")) for n in alive}
+    return [e for e in expected if e.split(".", 1)[0] not in seen] or [f"{wanted - len(alive)} node(s)"]
+
+
+def drive(head_text: str, opts: dict[str, str], program: list[str]) -> int:
+    """Once every node has joined, run the script here as Ray's driver, with RAY_ADDRESS set."""
+    started = os.environ.get(protocol.STARTED)
+    if started:  # the batch script's proof that the step launched (bootstrap.runner.note_started)
+        try:
+            os.close(os.open(started, os.O_WRONLY | os.O_CREAT, 0o644))
+        except OSError:
+            pass
+    wait_s = float(opts["--deadline"])
+    deadline = time.monotonic() + wait_s
+    ip, port = split_address(head_text)
+    address = f"{ip}:{port}"
+    if not wait_listening(ip, port, wait_s, poll_s=0.1):
+        say(f"error: the Ray head at {address} did not answer within {wait_s:g} s (its line above says why)")
+        return 1
+    missing = wait_for_nodes(address, int(opts["--nodes"]), deadline)
+    if missing:
+        say(f"error: the Ray cluster was not complete after {wait_s:g} s (--hang-timeout): not joined: "
+            f"{', '.join(missing)}")
+        return 1
+    os.environ["RAY_ADDRESS"] = address
+    run_program(program, opts.get("--import-from"))
+    return 0
+
+
+def run_program(program: list[str], import_from: str | None) -> None:
+    """`python SCRIPT ARGS` or `python -m MODULE ARGS`, in this process (bootstrap.target's way)."""
+    from slurmtorch.bootstrap.target import import_from as use_folder, run_script  # lazy: the driver's only
+    import runpy
+
+    if program[0] == "-m":
+        if import_from:
+            use_folder(import_from)
+        sys.argv = [program[1], *program[2:]]
+        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
+    else:
+        run_script(program[0], program[1:])
+
+
+def parse(argv: Sequence[str]) -> tuple[str, str, dict[str, str], list[str]]:
+    """(kind, HOST:PORT, options, program) from the batch script's words (pure)."""
+    if len(argv) < 2 or argv[0] not in ("head", "worker", "driver", "stop"):
+        raise ValueError(USAGE)
+    kind, head, rest = argv[0], argv[1], list(argv[2:])
+    wanted = {"head": ("--cpus", "--gpus", "--backend", "--deadline"), "worker": ("--cpus", "--gpus", "--backend",
+                                                                                "--deadline"),
+              "driver": ("--nodes", "--deadline"), "stop": ()}[kind]
+    opts: dict[str, str] = {}
+    while rest[:1] and rest[0] in (*wanted, "--import-from") and len(rest) > 1:
+        opts[rest[0]] = rest[1]
+        rest = rest[2:]
+    if set(wanted) - set(opts) or (kind == "driver") != bool(rest) or rest[:1] == ["-m"] and len(rest) < 2:
+        raise ValueError(USAGE)
+    return kind, head, opts, rest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        kind, head, opts, program = parse(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    try:
+        if kind == "driver":
+            return drive(head, opts, program)
+        if kind == "stop":
+            stop_here()
+            return 0
+        return run_node(kind, head, opts)
+    except BootstrapError as exc:
+        say(f"error: Ray on {node_name()}: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

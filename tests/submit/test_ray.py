@@ -1,0 +1,182 @@
+"""`--ray`: a Ray cluster in the allocation (submit/raycluster.py, bootstrap/raynode.py), pure
+parts: the rendered script (golden, read by bash), its steps in a container, the refusals, the
+reaping of its steps in a real bash, raynode's words. tests/submit/test_ray_testbed.py runs
+Ray for real on the testbed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slurmtorch.bootstrap import raynode
+from slurmtorch.errors import SpecError
+from slurmtorch.submit import render, sites
+from slurmtorch.submit.raycluster import AWAIT_STEPS, JOIN_S, REAP
+from slurmtorch.submit.spec import build_spec
+
+from test_render import bash_syntax_ok, check_golden, golden_options, required_options
+
+
+def ray_spec(site: str = "testbed", **kw):
+    return build_spec(sites.load_site(site), golden_options(site, ray=True, nodes=2, **kw))
+
+
+def test_a_ray_job_matches_golden_and_bash_reads_it():
+    spec = ray_spec(script_args=("--name", "a'; echo foo", "$(touch pwned)"))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden("sbatch-testbed-ray.sh", text)
+
+
+def test_the_head_is_on_the_fabric_address_and_the_script_runs_once_as_the_driver():
+    spec = ray_spec()
+    plan = render.launch_plan(spec)
+    text = render.render_sbatch(spec)
+    # MASTER_ADDR: picked on the site's interface (ib0 on the testbed) on this, the first node.
+    assert plan.pick_addr and plan.pick_port
+    assert 'ray_head="${MASTER_ADDR:-${ray_nodes[0]}}:$MASTER_PORT"' in text
+    assert "raynode head \"$ray_head\" --cpus 2 --gpus 0 --backend gloo" in text
+    assert "raynode worker \"$ray_head\"" in text and "raynode stop \"$ray_head\"" in text
+    # One driver: one task on the first node, the script from the job's copy, no torch bootstrap.
+    assert plan.ray is not None and "--ntasks=1" in plan.ray.driver_srun
+    assert plan.ray.driver_args == ("--nodes", "2", "--deadline", str(JOIN_S), "/home/user/train.py", "--epochs", "3")
+    assert "slurmtorch.bootstrap --backend" not in text
+    # One Slurm task per node holding the node's CPUs: Ray's node is the unit.
+    assert (spec.ntasks_per_node, spec.ntasks, spec.cpus_per_task) == (1, 2, 2)
+    assert "--nodes=1" in plan.ray.worker_srun and "--kill-on-bad-exit=1" in plan.ray.worker_srun
+
+
+def test_hang_timeout_is_how_long_the_cluster_may_take_to_form():
+    plan = render.launch_plan(ray_spec(hang_timeout=45)).ray
+    assert plan is not None and plan.deadline == 45 and "45" in plan.node_args
+    with pytest.raises(SpecError, match="--hang-timeout needs --max-restarts"):
+        build_spec(sites.load_site("testbed"), golden_options("testbed", nodes=2, hang_timeout=45))
+
+
+def test_a_module_runs_from_the_jobs_copy_as_the_driver():
+    plan = render.launch_plan(ray_spec(script=None, module="pkg.train")).ray
+    assert plan is not None and plan.driver_args[-4:] == ("-m", "pkg.train", "--epochs", "3")
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(roles=("master=1", "worker=1")), "--ray and --role"),
+    (dict(launcher="mpirun"), "--launcher mpirun cannot"),
+    (dict(launcher="torchrun"), "--launcher torchrun cannot"),
+    (dict(max_restarts=2), "--ray does not restart"),
+    (dict(ntasks=4), "one Ray node per Slurm node"),
+    (dict(ntasks_per_node=2), "one Ray node per Slurm node"),
+    (dict(kind="mpirun"), "a batch job"),
+])
+def test_what_a_ray_job_cannot_be_is_refused_in_one_line(kw, message):
+    with pytest.raises(SpecError, match=message) as exc:
+        ray_spec(**kw)
+    assert "\n" not in exc.value.message
+
+
+def test_a_sites_default_launcher_does_not_stop_a_ray_job():
+    spec = ray_spec("jsc-juwels-booster", **required("jsc-juwels-booster"))  # the site's launcher: mpirun
+    assert spec.launcher == "srun" and render.launch_plan(spec).ray is not None
+
+
+def test_every_ray_step_runs_in_the_jobs_apptainer_container():
+    spec = ray_spec("idris-jean-zay-singularity", **required("idris-jean-zay-singularity"))
+    plan = render.launch_plan(spec).ray
+    assert plan is not None and spec.container is not None
+    assert plan.node_argv[:2] == ("singularity", "exec")
+    assert plan.node_argv[-3:] == (spec.container.interpreter, "-m", "slurmtorch.bootstrap.raynode")
+    bash_syntax_ok(render.render_sbatch(spec))
+
+
+def test_every_ray_step_names_the_pyxis_image():
+    spec = ray_spec("cscs-alps", container_image="nvcr.io#nvidia/pytorch:25.01-py3", container_runtime="pyxis",
+                    **required("cscs-alps"))
+    plan = render.launch_plan(spec).ray
+    assert plan is not None
+    for srun in (plan.head_srun, plan.worker_srun, plan.driver_srun, plan.stop_srun):
+        assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in srun
+    bash_syntax_ok(render.render_sbatch(spec))
+
+
+def required(site_name: str) -> dict:
+    return required_options(sites.load_site(site_name))
+
+
+# ------------------------------------------------------------------ the steps reaped, in a real bash
+
+def reap(driver: str, head: str, worker: str) -> subprocess.CompletedProcess:
+    """REAP and AWAIT_STEPS over three background commands standing in for the srun steps."""
+    script = (f"({driver}) & ray_driver_step=$!\n({head}) & ray_head_step=$!\n({worker}) & ray_worker_step=$!\n"
+              f"{REAP}\n{AWAIT_STEPS}\necho rc=$rc\n")
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def test_the_drivers_code_is_the_jobs():
+    done = reap("sleep 0.3; exit 3", "sleep 1", "sleep 1")
+    assert done.stdout.strip() == "rc=3" and "error" not in done.stderr
+
+
+def test_a_worker_step_that_ends_first_ends_the_job_and_stops_the_driver():
+    done = reap("sleep 30", "sleep 1", "sleep 0.2; exit 1")
+    assert done.stdout.strip() == "rc=1"
+    assert "a Ray node's step ended before the script did" in done.stderr
+
+
+def test_a_head_step_that_ends_first_ends_the_job():
+    done = reap("sleep 30", "sleep 0.2; exit 0", "sleep 2")
+    assert done.stdout.strip() == "rc=1"
+
+
+# ------------------------------------------------------------------ raynode's words
+
+def test_raynode_reads_the_batch_scripts_words():
+    assert raynode.parse(["head", "10.0.0.1:6379", "--cpus", "2", "--gpus", "0", "--backend", "gloo",
+                          "--deadline", "30"]) == ("head", "10.0.0.1:6379", {"--cpus": "2", "--gpus": "0",
+                                                                             "--backend": "gloo",
+                                                                             "--deadline": "30"}, [])
+    kind, _, opts, program = raynode.parse(["driver", "h:1", "--nodes", "2", "--deadline", "9", "s.py", "--nodes", "x"])
+    assert (kind, opts, program) == ("driver", {"--nodes": "2", "--deadline": "9"}, ["s.py", "--nodes", "x"])
+    assert raynode.parse(["driver", "h:1", "--nodes", "2", "--deadline", "9", "--import-from", "/c", "-m", "p"])[2:] \
+        == ({"--nodes": "2", "--deadline": "9", "--import-from": "/c"}, ["-m", "p"])
+    assert raynode.parse(["stop", "h:1"]) == ("stop", "h:1", {}, [])
+
+
+@pytest.mark.parametrize("argv", [[], ["boss", "h:1"], ["head", "h:1", "--cpus", "2"], ["driver", "h:1", "--nodes",
+                                                                                         "2", "--deadline", "9"],
+                                  ["driver", "h:1", "--nodes", "2", "--deadline", "9", "-m"]])
+def test_raynode_refuses_words_it_cannot_read(argv):
+    with pytest.raises(ValueError, match="usage"):
+        raynode.parse(argv)
+
+
+def test_rays_folder_is_per_job_and_node_and_short_enough_for_its_sockets(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "123456")
+    monkeypatch.setenv("SLURMD_NODENAME", "node2")
+    assert raynode.temp_dir() == "/tmp/slurmtorch-ray-123456-node2"
+    monkeypatch.setenv("SLURMD_NODENAME", "n" * 40)
+    with pytest.raises(raynode.BootstrapError, match="too long for Ray's sockets"):
+        raynode.temp_dir()
+
+
+def test_rendering_a_ray_job_imports_no_ray(tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text("import ray\n")
+    code = ("import sys\nfrom slurmtorch.cli.main import main\n"
+            f"try:\n    main(['sbatch', '--site', 'testbed', '-N', '2', '--ray', '--dry-run', {str(script)!r}])\n"
+            "except SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+            "print('HEAVY', [m for m in ('ray', 'torch') if m in sys.modules], file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"SLURMTORCH_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"})
+    assert "HEAVY []" in proc.stderr, proc.stderr
+    assert "raynode driver" in proc.stdout
+
+
+def test_the_nodes_that_did_not_join_are_named_by_their_slurm_names():
+    alive = [{"NodeManagerHostname": "node1.cluster", "NodeManagerAddress": "198.18.0.139"}]
+    assert raynode.missing_nodes(alive, ["node1", "node2", "node3"], 3) == ["node2", "node3"]
+    # Host names that are not Slurm's: every Slurm name is listed, none can be told joined.
+    assert raynode.missing_nodes([{"NodeManagerHostname": "x", "NodeManagerAddress": "10.0.0.1"}], ["a", "b"], 2) \
+        == ["a", "b"]
+    # Every Slurm name seen, yet fewer Ray nodes than wanted: how many are missing.
+    assert raynode.missing_nodes(alive, ["node1"], 2) == ["1 node(s)"]

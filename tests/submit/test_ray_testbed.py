@@ -1,0 +1,141 @@
+"""`--ray` on the real testbed: a 2-node Ray cluster in the allocation, the head on the
+fabric (ib0, 198.18.0.128/25; the node names resolve to eth0, the management network), the
+script its driver; a Ray worker killed ends the job naming its node; nothing of Ray outlives
+the job on any node. Ray (CPU) is a test-only dependency (scripts/setup --tests)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import signal
+
+import pytest
+
+from conftest import need
+from helpers import read, st, wait_for
+
+FABRIC = ipaddress.ip_network("198.18.0.128/25")  # ib0 on every testbed node (docs/test-ground.md)
+
+CLUSTER = '''\
+"""Prints what the Ray driver sees: the cluster's resources and its nodes' addresses."""
+import json, os, sys, time
+import ray
+ray.init()
+nodes = [n for n in ray.nodes() if n["Alive"]]
+print(json.dumps({"resources": ray.cluster_resources(), "addresses": [n["NodeManagerAddress"] for n in nodes],
+                  "hosts": [n["NodeManagerHostname"] for n in nodes], "address": os.environ["RAY_ADDRESS"]}),
+      flush=True)
+if len(sys.argv) > 1:  # the test kills a worker's raylet now; the job must end without this script
+    open(sys.argv[1], "w").close()
+    time.sleep(300)
+'''
+
+
+@pytest.fixture(scope="module")
+def has_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        need(False, "ray is not installed (scripts/setup --tests)")
+
+
+def ray_processes(job: str | None = None) -> dict[int, str]:
+    """Ray's processes on this machine (every testbed node's), pid -> command line; only those
+    of `job`'s Ray folders where given (Ray's workers rename themselves `ray::...`)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = read_bytes(f"/proc/{pid}/comm").strip()
+            cmdline = read_bytes(f"/proc/{pid}/cmdline").replace("\0", " ")
+        except OSError:
+            continue
+        if comm in ("raylet", "gcs_server") or comm.startswith("ray::") or "ray/dashboard" in cmdline:
+            if job is None or f"slurmtorch-ray-{job}-" in cmdline:
+                found[int(pid)] = cmdline
+    return found
+
+
+def read_bytes(path: str) -> str:
+    with open(path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def job_nodes(testbed, job: str) -> list[str]:
+    nodes = testbed.run(["squeue", "-h", "-j", job, "-o", "%N"]).stdout.strip()
+    return testbed.run(["scontrol", "show", "hostnames", nodes]).stdout.split()
+
+
+@pytest.mark.slurm_versions  # srun --overlap steps beside each other, and their signals, by Slurm's version
+@pytest.mark.timeout(180)
+def test_a_ray_job_on_two_nodes_sees_both_nodes_cpus_on_the_fabric_and_leaves_no_process(testbed, has_ray, tmp_path):
+    (tmp_path / "cluster.py").write_text(CLUSTER)
+    home = tmp_path / "home"
+    sub = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "-t", "5", "--ray", "--parsable",
+                             "cluster.py"], cwd=str(tmp_path), timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.split()[0]
+    folder = home / "jobs" / job
+    try:
+        wait_for(lambda: (folder / "exit-code").exists(), "the job to end", 150)
+    finally:
+        testbed.run(["scancel", job])
+    assert read(folder / "exit-code").strip() == "0", read(folder / "batch.out") + read(folder / "rank-0.err")
+    seen = json.loads(read(folder / "rank-0.out"))
+    assert seen["resources"]["CPU"] == 4.0  # 2 per node (scripts/testbed), both nodes'
+    addresses = [ipaddress.ip_address(a) for a in seen["addresses"]]
+    assert len(set(addresses)) == 2 and all(a in FABRIC for a in addresses), seen
+    head, _, port = seen["address"].rpartition(":")
+    assert ipaddress.ip_address(head) in addresses and port.isdigit()
+    wait_for(lambda: st(testbed, home, ["status", job]).stdout.startswith(f"job={job} state=COMPLETED exit_code=0 "),
+             "the job to be COMPLETED", 30)
+    assert ray_processes(job) == {}  # the job ended: every node's Ray was stopped before
+    assert not [p for p in os.listdir("/tmp") if p.startswith(f"slurmtorch-ray-{job}-")]
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_ray_worker_ends_the_job_naming_its_node(testbed, has_ray, tmp_path):
+    (tmp_path / "cluster.py").write_text(CLUSTER)
+    home, ready = tmp_path / "home", tmp_path / "ready"
+    hang = 60
+    sub = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "-t", "5", "--ray", "--hang-timeout",
+                             str(hang), "--parsable", "cluster.py", str(ready)], cwd=str(tmp_path), timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.split()[0]
+    folder = home / "jobs" / job
+    try:
+        wait_for(lambda: ready.exists() or (folder / "exit-code").exists(), "the driver to see the cluster", 120)
+        assert ready.exists(), read(folder / "batch.out") + read(folder / "rank-0.err")
+        worker = job_nodes(testbed, job)[1]
+        (raylet,) = [pid for pid, cmd in ray_processes(job).items()
+                     if cmd.split()[0].endswith("/raylet") and f"slurmtorch-ray-{job}-{worker}/" in cmd]
+        os.kill(raylet, signal.SIGKILL)
+        wait_for(lambda: (folder / "exit-code").exists(), "the job to end within the hang timeout", hang)
+    finally:
+        testbed.run(["scancel", job])
+    batch = read(folder / "batch.out")
+    assert read(folder / "exit-code").strip() == "1", batch
+    assert f"slurmtorch: error: Ray worker on {worker} died: its raylet ended" in batch, batch
+    wait_for(lambda: not ray_processes(job), "no Ray process of the job left", 30)
+
+
+def ray_cpus_and_address():
+    """A Distributor's function as the driver of a --ray job."""
+    import os
+
+    import ray
+
+    ray.init()
+    return ray.cluster_resources()["CPU"], os.environ["RAY_ADDRESS"]
+
+
+@pytest.mark.timeout(180)
+def test_a_distributor_with_ray_runs_the_function_once_as_the_driver(testbed, has_ray, tmp_path, monkeypatch):
+    from slurmtorch import Distributor
+
+    monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLURM_CONF", testbed.env["SLURM_CONF"])
+    monkeypatch.setenv("PATH", testbed.env["PATH"])
+    cpus, address = Distributor(num_processes=2, nodes=2, site="testbed", ray=True, time="5",
+                                progress=False).run(ray_cpus_and_address)
+    assert cpus == 4.0 and ipaddress.ip_address(address.rpartition(":")[0]) in FABRIC
