@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
-from slurmtorch.protocol import LiveSample
+from slurmtorch.rankfiles import LiveSample
 
 
 def pace(s: LiveSample, recent: bool = True) -> float | None:

@@ -1,17 +1,17 @@
-"""What the submit side and the ranks agree on: variable names, the job folder's files, log lines.
+"""What the submit side and the ranks agree on: variable names, the job folder's files, the
+batch script's and the supervisor's lines.
 
 The batch script and the restart supervisor set variables the ranks read; the ranks write
-files and lines that the supervisor, `slurmtorch status`, `--wait` and the Distributor read
-back. Each name and each line's format is written here once, its writer beside its parser,
-so the two sides cannot drift apart. Pure; both sides import it, it imports neither.
+files that the supervisor, `slurmtorch status`, `--wait` and the Distributor read back (what
+a rank writes in them, and how it is read: rankfiles). Each name and each line's format is
+written here once, its writer beside its parser, so the two sides cannot drift apart. Pure;
+both sides import it, it imports neither.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 # --------------------------------------------------------------------------- variables
 
@@ -133,107 +133,6 @@ def timings_name(rank: int) -> str:
     return f"rank-{rank}.json"
 
 
-# --------------------------------------------------------------------------- a rank's failure report
-# A failing rank writes failure_header and then its cause (a traceback, or a BootstrapError's
-# `error: ...` line) to its stderr (bootstrap.exits.fail); submit.failures reads them back.
-# A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint).
-
-FAILURE_HEADER_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed:\s*$")
-# What a rank reports when a *peer* died or hung: a consequence, not the cause.
-# NCCL says so in its own words: a peer that exited or a network error (ncclRemoteError /
-# ncclSystemError), or its watchdog giving up on a collective that never completed.
-CONSEQUENCE_RE = re.compile(
-    r"Connection (reset|closed) by peer|Broken pipe|Connection refused|Timed out|timed out|"
-    r"DistNetworkError|Socket Timeout|ProcessGroupGloo.*(closed|failed)|"
-    r"remote process exited or there was a network error|ncclRemoteError|ncclSystemError|"
-    r"NCCL communicator was aborted|Watchdog caught collective operation timeout", re.IGNORECASE)
-_SOURCE_PLACE_RE = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h):\d+\]\s*")
-
-
-def failure_header(who: int | str, host: str) -> str:
-    return f"rank {who} on {host} failed:"
-
-
-def cause_of(body: list[str]) -> str:
-    """A report's cause in one line: a traceback's exception line, or the error line."""
-    lines = [ln.strip() for ln in body if ln.strip()]
-    if not lines:
-        return "failed (no detail)"
-    if lines[0].startswith("Traceback"):
-        cause = lines[-1]  # the exception line
-    elif lines[0].startswith("error: "):
-        cause = lines[0][len("error: "):]  # a BootstrapError's one line
-    else:
-        cause = lines[0]
-    # gloo prefixes its messages with a source location and suffixes them with advice.
-    cause = _SOURCE_PLACE_RE.sub("", cause)
-    cause = cause.split(". This is typically", 1)[0]
-    return cause if len(cause) <= 240 else cause[:237] + "..."
-
-
-def is_consequence(report: str) -> bool:
-    """Whether a rank's failure text (a traceback or one error line) says a peer died or
-    hung, not what went wrong first: the bootstrap lets such a rank's peers report too."""
-    return bool(CONSEQUENCE_RE.search(cause_of(report.splitlines())))
-
-
-# --------------------------------------------------------------------------- a rank's exit note
-# A rank whose script returned leaves exit_note_name(R) (bootstrap.exits.note_exit).
-
-_EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
-
-
-@dataclass(frozen=True)
-class RankExit:
-    """A rank whose script returned: where, with what code, in which run of a requeued job."""
-
-    rank: int
-    host: str
-    code: int
-    restart: int
-
-
-def exit_line(rank: int, host: str, code: int, restart: int) -> str:
-    return f"rank {rank} on {host} exited {code} restart {restart}\n"
-
-
-def parse_exit(text: str) -> RankExit | None:
-    """An exit note's line, or None for anything else (a torn or foreign file)."""
-    m = _EXIT_RE.match(text)
-    return RankExit(int(m["rank"]), m["host"], int(m["code"]), int(m["restart"])) if m else None
-
-
-# --------------------------------------------------------------------------- a rank's heartbeat
-# With --hang-timeout each rank replaces heartbeat_name(R) in HEARTBEATS every interval
-# (bootstrap.heartbeat); the restart supervisor reads them (submit.heartbeats.hung_ranks).
-
-PLACES = ("torch", "own")  # where the main thread stands: inside torch, or anywhere else
-
-
-@dataclass(frozen=True)
-class Beat:
-    written: float
-    unmoved_since: float
-    place: str  # torch | own
-    rank: int
-    host: str
-
-
-def beat_line(written: float, unmoved_since: float, place: str, rank: int, host: str) -> str:
-    return f"{written:.3f} {unmoved_since:.3f} {place} {rank} {host}\n"
-
-
-def parse_beat(text: str) -> Beat | None:
-    """One heartbeat line (`<written> <unmoved since> <torch|own> <rank> <host>`), or None."""
-    parts = text.split()
-    if len(parts) != 5 or parts[2] not in PLACES:
-        return None
-    try:
-        return Beat(float(parts[0]), float(parts[1]), parts[2], int(parts[3]), parts[4])
-    except ValueError:
-        return None
-
-
 # --------------------------------------------------------------------------- a rank's live sample
 # Each rank replaces LIVE/live_name(R) every SLURMTORCH_LIVE_S seconds (bootstrap.live), a
 # last time with ended=true when its script returned; `slurmtorch top`, `status JOBID` and
@@ -241,56 +140,6 @@ def parse_beat(text: str) -> Beat | None:
 
 def live_name(rank: int) -> str:
     return f"rank-{rank}.json"
-
-
-@dataclass(frozen=True)
-class LiveSample:
-    written: float  # epoch seconds
-    since: float  # when the rank started sampling
-    rank: int
-    host: str
-    steps: int  # optimizer steps so far (0: none seen, or no torch)
-    step_s: float | None  # mean of the recent step intervals
-    own_s: float | None  # their mean time outside backward (bootstrap.live.Steps: what names a slow rank)
-    trend_s: float | None  # the mean step of the intervals before the recent ones
-    own_mean_s: float | None  # the whole run's mean time outside backward
-    first_step: float | None
-    last_step: float | None
-    cpu: float | None  # % of one core since the last sample
-    rss: int | None  # bytes
-    gpu: dict | None  # index, util, mem, mem_total, power_w, sm_mhz, throttle, energy_j (None: no GPU figures)
-    ended: bool  # the rank's script returned
-
-    @property
-    def mean_step_s(self) -> float | None:
-        """The whole run's mean step: the span of its steps over their intervals."""
-        if self.steps < 2 or self.first_step is None or self.last_step is None:
-            return None
-        return (self.last_step - self.first_step) / (self.steps - 1)
-
-
-def live_record(**fields) -> str:
-    """One sample as the JSON object a rank writes (its keys are LiveSample's)."""
-    return json.dumps(fields, separators=(",", ":")) + "\n"
-
-
-def parse_live(text: str) -> LiveSample | None:
-    """One rank's sample, or None for a torn or foreign file."""
-    try:
-        d = json.loads(text)
-        gpu = d.get("gpu")
-        return LiveSample(float(d["written"]), float(d["since"]), int(d["rank"]), str(d["host"]), int(d["steps"]),
-                          _opt(d.get("step_s")), _opt(d.get("own_s")), _opt(d.get("trend_s")),
-                          _opt(d.get("own_mean_s")), _opt(d.get("first_step")),
-                          _opt(d.get("last_step")), _opt(d.get("cpu")),
-                          int(d["rss"]) if d.get("rss") is not None else None,
-                          gpu if isinstance(gpu, dict) else None, bool(d.get("ended")))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _opt(value) -> float | None:
-    return None if value is None else float(value)
 
 
 # --------------------------------------------------------------------------- a rank's stacks
@@ -329,16 +178,6 @@ def alive_name(rank: int | str) -> str:  # "*": the glob of every rank's
     return f"rank-{rank}.alive"
 
 
-def alive_line(host: str, pid: int) -> str:
-    return f"{host} {pid}\n"
-
-
-def parse_alive(text: str) -> tuple[str, int] | None:
-    """(host, pid) from an alive file, or None."""
-    parts = text.split()
-    return (parts[0], int(parts[1])) if len(parts) == 2 and parts[1].isdigit() else None
-
-
 def summary_text(start: int, lines: list[str]) -> str:
     """STACKS/SUMMARY: which start of the step hung, then the grouped lines."""
     return f"start {start}\n" + "".join(f"{line}\n" for line in lines)
@@ -354,117 +193,6 @@ def parse_summary(text: str) -> tuple[int, list[str]] | None:
 def flight_prefix(folder: str) -> str:
     """TORCH_FR_DUMP_TEMP_FILE for a job folder: torch appends the rank (FLIGHT/rank-R)."""
     return f"{folder.rstrip('/')}/{FLIGHT}/rank-"
-
-
-_STACKS_HEADER_RE = re.compile(r"^slurmtorch stacks: rank (?P<rank>\d+) on (?P<host>\S+) pid (?P<pid>\d+) "
-                               r"main (?P<main>0x[0-9a-f]+)$")
-_THREAD_RE = re.compile(r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-f]+)")
-_FRAME_RE = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?{3}) in (?P<function>\S+)')
-
-
-def stacks_header(rank: int, host: str, pid: int, main: int) -> str:
-    """The line before faulthandler's text; `main` is the main thread's ident, as
-    faulthandler prints thread ids."""
-    return f"slurmtorch stacks: rank {rank} on {host} pid {pid} main 0x{main:016x}\n"
-
-
-@dataclass(frozen=True)
-class Frame:
-    file: str  # a native frame's: its library's file name (libtorch_cpu.so)
-    line: int  # 0 where faulthandler could not tell, and for a native frame
-    function: str
-    native: bool = False  # C/C++ (py-spy's native frames), not Python
-
-
-@dataclass(frozen=True)
-class ThreadStack:
-    ident: int
-    current: bool  # the thread that ran the handler
-    frames: tuple  # of Frame, innermost first (faulthandler's "most recent call first")
-
-
-@dataclass(frozen=True)
-class RankStacks:
-    rank: int
-    host: str
-    pid: int
-    main: int
-    threads: tuple  # of ThreadStack
-
-    def main_thread(self) -> ThreadStack | None:
-        return next((t for t in self.threads if t.ident == self.main), self.threads[0] if self.threads else None)
-
-
-def parse_stacks(text: str) -> RankStacks | None:
-    """A stacks file (stacks_header, then faulthandler's dump of every thread; of several
-    dumps, the last), or None for anything else (an empty or foreign file)."""
-    lines = text.splitlines()
-    m = _STACKS_HEADER_RE.match(lines[0]) if lines else None
-    if not m:
-        return None
-    threads: list[ThreadStack] = []
-    for line in lines[1:]:
-        t, f = _THREAD_RE.match(line), _FRAME_RE.match(line)
-        if t:
-            ident = int(t["ident"], 16)
-            if any(seen.ident == ident for seen in threads):
-                threads = []  # a thread seen already: a later dump follows (two requests in a row)
-            threads.append(ThreadStack(ident, t["current"] != "Thread", ()))
-        elif f and threads:
-            frame = Frame(f["file"], int(f["line"]) if f["line"].isdigit() else 0, f["function"])
-            last = threads[-1]
-            threads[-1] = ThreadStack(last.ident, last.current, last.frames + (frame,))
-    return RankStacks(int(m["rank"]), m["host"], int(m["pid"]), int(m["main"], 16), tuple(threads))
-
-
-def native_header(rank: int, pid: int) -> str:
-    """A native frames file's first line; py-spy's JSON (`dump --native --json`), or one
-    `unavailable: WHY` line, follows."""
-    return f"slurmtorch native: rank {rank} pid {pid}\n"
-
-
-UNAVAILABLE = "unavailable: "
-
-
-@dataclass(frozen=True)
-class Native:
-    """A rank's native frames: each thread's (`threads`: (ident, frames innermost first)),
-    or why there are none (`why`)."""
-
-    rank: int
-    pid: int
-    threads: tuple = ()  # of (int, tuple of Frame)
-    why: str = ""
-
-    def frames(self, ident: int) -> tuple | None:
-        return next((frames for i, frames in self.threads if i == ident), None)
-
-
-_NATIVE_HEADER_RE = re.compile(r"^slurmtorch native: rank (?P<rank>\d+) pid (?P<pid>\d+)$")
-
-
-def parse_native(text: str) -> Native | None:
-    """A native frames file, or None for anything else (an empty or torn file). py-spy's
-    JSON: a list of threads, each a `thread_id` (what faulthandler prints as the thread's
-    id) and `frames`, innermost first; a frame with a `module` (its library) is native."""
-    head, _, rest = text.partition("\n")
-    m = _NATIVE_HEADER_RE.match(head)
-    if not m:
-        return None
-    rank, pid = int(m["rank"]), int(m["pid"])
-    if rest.startswith(UNAVAILABLE):
-        return Native(rank, pid, why=rest[len(UNAVAILABLE):].strip())
-    try:
-        threads = [(int(t["thread_id"]), tuple(_py_spy_frame(f) for f in t["frames"])) for t in json.loads(rest)]
-    except (ValueError, TypeError, KeyError):
-        return Native(rank, pid, why="py-spy said something unreadable")
-    return Native(rank, pid, tuple(threads))
-
-
-def _py_spy_frame(f: dict) -> Frame:
-    if f.get("module"):
-        return Frame(str(f.get("short_filename") or f["module"]), 0, str(f["name"]), native=True)
-    return Frame(str(f["filename"]), int(f.get("line") or 0), str(f["name"]))
 
 
 # --------------------------------------------------------------------------- the restart line
@@ -486,6 +214,13 @@ PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
 # templates/sbatch.sh.j2's line when the restart supervisor ended without its SUPERVISOR_END file.
 SUPERVISOR_KILLED = "slurmtorch: error: the restart supervisor was killed"
 SUPERVISOR_KILLED_RE = re.compile(re.escape(SUPERVISOR_KILLED) + r" by (?P<signal>SIG\w+) \(exit (?P<code>\d+)\)")
+# A --ray job's node whose Ray died (bootstrap.raynode, in batch.out): the job's cause, which
+# its step's exit (srun: `task 0: Exited with exit code 1`) would otherwise pass off as a rank's.
+RAY_DIED_RE = re.compile(r"^slurmtorch: error: Ray (?P<kind>head|worker) on (?P<node>\S+) died: (?P<why>.*)$", re.MULTILINE)
+
+
+def ray_died_line(kind: str, node: str, why: str) -> str:
+    return f"slurmtorch: error: Ray {kind} on {node} died: {why}\n"
 
 
 # --------------------------------------------------------------------------- requeue lines

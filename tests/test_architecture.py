@@ -4,7 +4,7 @@
   (slurmtorch/bootstrap): rendering a script must never need a rank's code;
 - the in-rank side imports nothing from the submit side: what both need (variable names,
   the job folder's files, log lines, the requeue) lives at the top level (`protocol`,
-  `requeue`), so a rank never loads the login node's code;
+  `rankfiles`, `requeue`), so a rank never loads the login node's code;
 - subprocesses are run by one room or module per role (submit/edge/ on the login node: its
   runner, and the programs that need more than it (git's bytes, salloc and a local bash in
   the foreground); submit/batchnode/ on a restartable job's batch node (supervisor: the

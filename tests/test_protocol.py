@@ -6,26 +6,27 @@ import re
 from pathlib import Path
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def test_an_exit_note_reads_back_as_written():
-    line = protocol.exit_line(3, "node4", -9, 2)
-    assert protocol.parse_exit(line) == protocol.RankExit(3, "node4", -9, 2)
-    assert protocol.parse_exit(line[:-8]) is None  # torn
+    line = rankfiles.exit_line(3, "node4", -9, 2)
+    assert rankfiles.parse_exit(line) == rankfiles.RankExit(3, "node4", -9, 2)
+    assert rankfiles.parse_exit(line[:-8]) is None  # torn
 
 
 def test_a_heartbeat_reads_back_as_written():
-    line = protocol.beat_line(1795.5, 1790.25, "own", 3, "node4")
-    assert protocol.parse_beat(line) == protocol.Beat(1795.5, 1790.25, "own", 3, "node4")
-    assert protocol.parse_beat(line.replace("own", "elsewhere")) is None
+    line = rankfiles.beat_line(1795.5, 1790.25, "own", 3, "node4")
+    assert rankfiles.parse_beat(line) == rankfiles.Beat(1795.5, 1790.25, "own", 3, "node4")
+    assert rankfiles.parse_beat(line.replace("own", "elsewhere")) is None
 
 
 def test_a_failure_header_and_a_restart_line_are_found_where_written():
-    header = protocol.failure_header(5, "node2")
-    assert protocol.FAILURE_HEADER_RE.match(header)["rank"] == "5"
-    assert protocol.FAILURE_HEADER_RE.match(protocol.failure_header("?(RANK=5)", "node2"))["rank"] == "?(RANK=5)"
+    header = rankfiles.failure_header(5, "node2")
+    assert rankfiles.FAILURE_HEADER_RE.match(header)["rank"] == "5"
+    assert rankfiles.FAILURE_HEADER_RE.match(rankfiles.failure_header("?(RANK=5)", "node2"))["rank"] == "?(RANK=5)"
     log = "old\n" + protocol.start_line(1, ["node3", "node4"], "rank 1 on node2: hung") + "new\n"
     assert [m.group() for m in protocol.START_RE.finditer(log)] == [
         "slurmtorch: start 1 on node3,node4, after: rank 1 on node2: hung"]
@@ -33,8 +34,8 @@ def test_a_failure_header_and_a_restart_line_are_found_where_written():
 
 
 def test_a_consequence_is_told_from_a_cause():
-    assert protocol.is_consequence("Traceback (most recent call last):\nRuntimeError: Connection closed by peer")
-    assert not protocol.is_consequence("Traceback (most recent call last):\nKeyError: 'x'")
+    assert rankfiles.is_consequence("Traceback (most recent call last):\nRuntimeError: Connection closed by peer")
+    assert not rankfiles.is_consequence("Traceback (most recent call last):\nKeyError: 'x'")
 
 
 def test_every_slurmtorch_variable_the_templates_name_is_the_protocols():

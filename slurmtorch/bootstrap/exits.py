@@ -23,6 +23,7 @@ import sys
 import time
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.bootstrap import orphans, stacks
 from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.bootstrap.state import STATE
@@ -42,7 +43,7 @@ def fail(code: int, text: str) -> None:
         sys.stdout.flush()
     except Exception:
         pass
-    sys.stderr.write(f"{protocol.failure_header(who, os.uname().nodename)}\n{text.rstrip()}\n")
+    sys.stderr.write(f"{rankfiles.failure_header(who, os.uname().nodename)}\n{text.rstrip()}\n")
     sys.stderr.flush()
     if info is not None and os.environ.get(protocol.HEARTBEAT_S):
         from slurmtorch.bootstrap import heartbeat  # lazy: only jobs that asked for hang detection
@@ -50,7 +51,7 @@ def fail(code: int, text: str) -> None:
         heartbeat.stop(info.rank)  # it said why it ended: not a rank that stopped answering
     from slurmtorch.bootstrap import mpi  # lazy: ~0.7 ms off a non-MPI rank's start; needed at its end only
 
-    if info is not None and info.world_size > 1 and protocol.is_consequence(text):
+    if info is not None and info.world_size > 1 and rankfiles.is_consequence(text):
         stacks.write_end(sys.exc_info()[2])  # where it waited, for the report beside the hung rank's
         time.sleep(CONSEQUENCE_GRACE_S)
     orphans.end()
@@ -89,7 +90,7 @@ def interrupted() -> None:
 
 def note_exit(code: int, environ=os.environ) -> None:
     """Leave `rank-R.exit` in $SLURMTORCH_JOB_DIR (or a local run's folder): `rank R on HOST exited CODE restart N`
-    (protocol.exit_line; submit.failures reads it). Best effort and cheap (one small
+    (rankfiles.exit_line; submit.failures reads it). Best effort and cheap (one small
     write, nothing imported): a folder this rank cannot write (a container without it, a
     full disk) leaves no file and never fails the rank.
     """
@@ -99,7 +100,7 @@ def note_exit(code: int, environ=os.environ) -> None:
     from slurmtorch.bootstrap.preempt import restart_count  # lazy: at the rank's end only
 
     restart = restart_count(environ)
-    line = protocol.exit_line(info.rank, info.hostname or os.uname().nodename, code, restart)
+    line = rankfiles.exit_line(info.rank, info.hostname or os.uname().nodename, code, restart)
     try:
         fd = os.open(os.path.join(folder, protocol.exit_note_name(info.rank)), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

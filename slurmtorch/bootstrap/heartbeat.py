@@ -12,7 +12,7 @@ in it); `torch` when it stands inside torch (a collective, DDP's backward waitin
 peers' gradients), `own` anywhere else (the script's own code, a sleep). A rank stuck in
 its own code while its peers wait in torch is the hung one; a file that stops being
 written is a rank that stopped (frozen, or gone with its node). The supervisor reads
-these (`submit.heartbeats`; the line is `protocol.beat_line`). No collective, no torch
+these (`submit.heartbeats`; the line is `rankfiles.beat_line`). No collective, no torch
 import: the cost is one small file write per interval.
 """
 
@@ -24,6 +24,7 @@ import threading
 import time
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 
 ENV_INTERVAL = protocol.HEARTBEAT_S
 FOLDER = protocol.HEARTBEATS
@@ -99,7 +100,7 @@ def _beat(path: str, interval: float, main: int, rank: int, host: str) -> None:
         del frame
         try:
             with open(tmp, "w") as f:
-                f.write(protocol.beat_line(now, since, place, rank, host))
+                f.write(rankfiles.beat_line(now, since, place, rank, host))
             os.replace(tmp, path)
         except OSError:
             pass

@@ -2,7 +2,7 @@
 
 Started when the job sets SLURMTORCH_LIVE_S (the batch script does, 10 s unless the user
 set another; 0 turns it off). A daemon thread replaces `$SLURMTORCH_JOB_DIR/.live/rank-R.json`
-every interval with one JSON object (protocol.live_record; a reader never sees half of it).
+every interval with one JSON object (rankfiles.live_record; a reader never sees half of it).
 
 The step time needs nothing in the script: torch's global optimizer hook
 (`register_optimizer_step_post_hook`) notes the time of every `step()` of the first
@@ -27,6 +27,7 @@ from collections import deque
 from typing import Any
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.bootstrap.heartbeat import periodic_file
 from slurmtorch.pace import Streak
 
@@ -128,7 +129,7 @@ class Sampler:
 
     def record(self, ended: bool = False) -> str:
         gpu = self.gpu.sample() if self.gpu is not None else None
-        return protocol.live_record(written=time.time(), since=self.since, rank=self.rank, host=self.host,
+        return rankfiles.live_record(written=time.time(), since=self.since, rank=self.rank, host=self.host,
                                     cpu=self.cpu_percent(), rss=_rss(), gpu=gpu, ended=ended,
                                     **self.steps.figures())
 
@@ -162,7 +163,7 @@ class Straggler:
             if name.endswith(".json"):
                 try:
                     with open(os.path.join(self.folder, name), encoding="utf-8") as f:
-                        sample = protocol.parse_live(f.read())
+                        sample = rankfiles.parse_live(f.read())
                 except OSError:
                     continue
                 if sample is not None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from contextlib import contextmanager
 
-from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.bootstrap import mpiworld, rendezvous
 from slurmtorch.bootstrap.rankinfo import rank_hint
 from slurmtorch.errors import BootstrapError
@@ -165,7 +165,7 @@ def from_comm(env: Mapping[str, str], hostname: str, backend: str = "gloo", init
     line naming the cause and the fix (`deadline`, `mpiworld.init_stalled`).
     """
     t, c = time.perf_counter(), time.process_time()
-    who = protocol.failure_header(rank_hint(env), hostname)
+    who = rankfiles.failure_header(rank_hint(env), hostname)
     try:
         with deadline(init_deadline, who, mpiworld.init_stalled(env, init_deadline)):
             from mpi4py import MPI  # lazy: MPI_Init, only for ranks an MPI launcher started

@@ -5,7 +5,7 @@ reads `all_reduce`, not the gloo or NCCL call it waits in. Where py-spy is insta
 the rank's python, on its PATH, or named by SLURMTORCH_PY_SPY), each stacks request also
 runs `py-spy dump --native --json --pid <this process>` on a thread of its own, started at
 the first request, and writes what it said (or why it could not) to `stacks/rank-R.native.txt`
-(protocol.native_header). Nothing of this runs, or is even looked up, until a request
+(rankfiles.native_header). Nothing of this runs, or is even looked up, until a request
 comes: the rank's normal path is the same with and without py-spy. The Python stacks are
 written first and never wait for it: py-spy pauses the process while it reads it, and
 loading libtorch's symbols takes seconds.
@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 
 TIMEOUT_S = 60.0  # py-spy reading libtorch's symbols on a loaded node takes seconds; a hung one is ended
 YAMA = "/proc/sys/kernel/yama/ptrace_scope"
@@ -78,27 +79,27 @@ def dump(pid: int, environ: Mapping[str, str]) -> str:
     """py-spy's JSON dump of `pid` with native frames, or `unavailable: WHY` (protocol)."""
     exe, why = find(environ)
     if exe is None:
-        return f"{protocol.UNAVAILABLE}{why}\n"
+        return f"{rankfiles.UNAVAILABLE}{why}\n"
     import subprocess  # lazy: only a stacks request runs py-spy
 
     argv = ["/bin/sh", "-c", GATE, exe, "dump", "--native", "--json", "--pid", str(pid)]
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
-        return f"{protocol.UNAVAILABLE}cannot start py-spy: {exc.strerror or exc}\n"
+        return f"{rankfiles.UNAVAILABLE}cannot start py-spy: {exc.strerror or exc}\n"
     allowed = allow_tracer(proc.pid)
     try:
         out, err = proc.communicate(b"\n", timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return f"{protocol.UNAVAILABLE}py-spy took longer than {TIMEOUT_S:.0f} s\n"
+        return f"{rankfiles.UNAVAILABLE}py-spy took longer than {TIMEOUT_S:.0f} s\n"
     finally:
         if allowed:
             allow_tracer(0)  # py-spy has ended: its pid may be another process's next
     if proc.returncode == 0 and out.strip().startswith(b"["):
         return out.decode("utf-8", "replace")
-    return f"{protocol.UNAVAILABLE}{refusal(err.decode('utf-8', 'replace'), proc.returncode, ptrace_scope())}\n"
+    return f"{rankfiles.UNAVAILABLE}{refusal(err.decode('utf-8', 'replace'), proc.returncode, ptrace_scope())}\n"
 
 
 def refusal(stderr: str, code: int, scope: int | None) -> str:

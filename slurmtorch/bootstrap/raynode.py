@@ -200,8 +200,9 @@ def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
             alive = set(session_processes(sid, temp).values())
             gone = [name for name in VITAL[kind] if name not in alive]
             if gone and not stopping:
-                say(f"error: Ray {kind} on {node} died: its {gone[0]} ended (Ray's logs: {temp}/session_latest/logs "
-                    f"on {node})")
+                sys.stderr.write(protocol.ray_died_line(kind, node, f"its {gone[0]} ended (Ray's logs: "
+                                                                    f"{temp}/session_latest/logs on {node})"))
+                sys.stderr.flush()
                 return 1
             time.sleep(POLL_S)
         return 0

@@ -5,7 +5,7 @@ protocol.rank_folder), unless SLURMTORCH_NO_STACKS=1. On `protocol.STACKS_SIGNAL
 faulthandler's C handler dumps every thread's stack, with no GIL and no debugger, even
 while the main thread is blocked inside a collective or a sleep. It writes into a pipe; a
 daemon thread, blocked in read() until then (nothing runs between requests), copies each
-dump into `stacks/rank-R.txt` under `protocol.stacks_header`, replaced whole, so a reader
+dump into `stacks/rank-R.txt` under `rankfiles.stacks_header`, replaced whole, so a reader
 never sees a torn file and the write is flushed at close on a shared filesystem. The write
 end is non-blocking: a dump larger than the pipe is cut short, never a rank held up. Then,
 when the request wants them (`stacks/native-wanted` is there: `slurmtorch stacks`, not the
@@ -36,6 +36,7 @@ import signal
 import threading
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.bootstrap import native
 
 SIGNAL = getattr(signal, f"SIG{protocol.STACKS_SIGNAL}")
@@ -53,7 +54,7 @@ def install(rank: int, host: str, environ=os.environ) -> bool:
     where = os.path.join(folder, protocol.STACKS)
     try:
         os.makedirs(where, 0o700, exist_ok=True)  # `stacks` refuses one others can write (jobdir.checked)
-        hold_alive(os.path.join(where, protocol.alive_name(rank)), protocol.alive_line(host, os.getpid()))
+        hold_alive(os.path.join(where, protocol.alive_name(rank)), rankfiles.alive_line(host, os.getpid()))
         read, write = os.pipe()
     except OSError:
         return False
@@ -64,7 +65,7 @@ def install(rank: int, host: str, environ=os.environ) -> bool:
     os.set_blocking(write, False)
     main = threading.main_thread().ident
     assert main is not None  # set once a thread starts, and the main thread always has
-    header = protocol.stacks_header(rank, host, os.getpid(), main)
+    header = rankfiles.stacks_header(rank, host, os.getpid(), main)
     end = os.path.join(where, protocol.end_stacks_name(rank))
     try:
         ending = os.open(end, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -75,7 +76,7 @@ def install(rank: int, host: str, environ=os.environ) -> bool:
         _HELD.append(ending)
         _END[:] = [end, header]
         faulthandler.register(signal.SIGTERM, file=ending, all_threads=True, chain=True)
-    native_file = (os.path.join(where, protocol.native_name(rank)), protocol.native_header(rank, os.getpid()), environ)
+    native_file = (os.path.join(where, protocol.native_name(rank)), rankfiles.native_header(rank, os.getpid()), environ)
     threading.Thread(target=_copy, args=(read, os.path.join(where, protocol.stacks_name(rank)), header, native_file),
                      name="slurmtorch-stacks", daemon=True).start()
     faulthandler.register(SIGNAL, file=write, all_threads=True, chain=False)

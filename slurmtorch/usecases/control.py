@@ -14,7 +14,7 @@ from pathlib import Path
 from slurmtorch import protocol
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.edge import queries, scancel, srun
-from slurmtorch.protocol import LiveSample
+from slurmtorch.rankfiles import LiveSample
 from slurmtorch.submit.follow import live, stackrequest
 from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus
 from slurmtorch.submit.jobfolder import jobdir, localrun

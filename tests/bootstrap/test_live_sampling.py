@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +29,7 @@ for step in range({steps}):
 """
 
 
-def run_rank(tmp_path, script: str, live_s: str = "0.1") -> protocol.LiveSample | None:
+def run_rank(tmp_path, script: str, live_s: str = "0.1") -> rankfiles.LiveSample | None:
     path = tmp_path / "train.py"
     path.write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "OMPI", "PMI", "PMIX"))}
@@ -39,7 +40,7 @@ def run_rank(tmp_path, script: str, live_s: str = "0.1") -> protocol.LiveSample 
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     sample_file = tmp_path / protocol.LIVE / protocol.live_name(0)
-    return protocol.parse_live(sample_file.read_text()) if sample_file.exists() else None
+    return rankfiles.parse_live(sample_file.read_text()) if sample_file.exists() else None
 
 
 def test_a_training_loop_is_sampled_its_steps_counted_and_its_time_outside_backward_told(tmp_path, has_torch):
@@ -72,7 +73,7 @@ def test_throttle_reasons_are_named_from_nvmls_bits():
 
 def write_samples(folder, own: dict[int, float]) -> None:
     for rank, t in own.items():
-        (folder / protocol.live_name(rank)).write_text(protocol.live_record(
+        (folder / protocol.live_name(rank)).write_text(rankfiles.live_record(
             written=0.0, since=0.0, rank=rank, host=f"node{rank + 1}", steps=50, step_s=0.5, own_s=t, trend_s=None,
             own_mean_s=t, first_step=None, last_step=None, cpu=None, rss=None, gpu=None, ended=False))
 
@@ -114,8 +115,8 @@ def test_a_gpus_sample_has_every_figure_it_gives_and_none_for_the_rest():
     assert gpu_figures("0", None, 5.0, ())["energy_j"] is None
 
 
-def sample(rank: int, own: float) -> protocol.LiveSample:
-    parsed = protocol.parse_live(protocol.live_record(
+def sample(rank: int, own: float) -> rankfiles.LiveSample:
+    parsed = rankfiles.parse_live(rankfiles.live_record(
         written=0.0, since=0.0, rank=rank, host=f"node{rank + 1}", steps=50, step_s=0.5, own_s=own, trend_s=None,
         own_mean_s=own, first_step=None, last_step=None, cpu=None, rss=None, gpu=None, ended=False))
     assert parsed is not None

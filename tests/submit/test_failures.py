@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmtorch import protocol
 from slurmtorch.bootstrap import exits
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
@@ -461,3 +462,15 @@ def test_a_supervisor_killed_outright_is_the_cause_the_report_names_before_the_r
     assert batch_failures(batch, "") == [
         "the restart supervisor on the batch node was killed by SIGKILL (exit 137); the job ended with it, and "
         "nothing restarted it"]
+
+
+def test_a_ray_node_that_died_is_the_cause_not_its_steps_exit_as_a_rank():
+    """A --ray job's worker step exits 1 when its raylet dies; srun's line would read as rank 0's."""
+    batch = ("slurmtorch: Ray head on node1 up at 198.18.0.139:29500\n"
+             + protocol.ray_died_line("worker", "node2", "its raylet ended (Ray's logs: /tmp/r/session_latest/logs "
+                                                         "on node2)")
+             + "slurmtorch: error: a Ray node's step ended before the script did (the line above names the node); "
+               "ending the job\n"
+             "srun: error: node2: task 0: Exited with exit code 1\n")
+    assert batch_failures(batch, "") == [
+        "Ray worker on node2 died: its raylet ended (Ray's logs: /tmp/r/session_latest/logs on node2)"]

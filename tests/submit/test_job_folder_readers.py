@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.submit.edge import srun
 from slurmtorch.submit.follow import stackrequest
 
@@ -133,10 +134,10 @@ HOLDER = textwrap.dedent('''\
 RANK = textwrap.dedent('''\
     import os, signal, sys, time
     from pathlib import Path
-    from slurmtorch import protocol
+    from slurmtorch import rankfiles
     from slurmtorch.bootstrap.stacks import hold_alive
     signal.signal(signal.SIGWINCH, lambda *a: Path(sys.argv[2]).write_text("signalled"))
-    hold_alive(sys.argv[1], protocol.alive_line(os.uname().nodename, os.getpid()))
+    hold_alive(sys.argv[1], rankfiles.alive_line(os.uname().nodename, os.getpid()))
     print("ready", flush=True)
     time.sleep(60)
 ''')
@@ -163,7 +164,7 @@ def test_a_pid_whose_process_does_not_hold_the_alive_lock_is_never_signalled(tmp
     (tmp_path / protocol.STACKS).mkdir()
     victim = start(WATCHER, str(tmp_path / "hit"))
     alive = tmp_path / protocol.STACKS / protocol.alive_name(0)
-    holder = start(HOLDER, str(alive), protocol.alive_line(HOST, victim.pid))
+    holder = start(HOLDER, str(alive), rankfiles.alive_line(HOST, victim.pid))
     rank = start(RANK, str(tmp_path / protocol.STACKS / protocol.alive_name(1)), str(tmp_path / "rank"))
     try:
         assert stackrequest.lock_holder(alive) == holder.pid

@@ -1,9 +1,10 @@
-"""The live view's pure side: the ranks' samples (protocol.live_record) read back, the slowest
+"""The live view's pure side: the ranks' samples (rankfiles.live_record) read back, the slowest
 rank named by its time outside backward, the table and the end-of-job line."""
 
 from __future__ import annotations
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.submit.follow import live
 
 
@@ -13,10 +14,10 @@ def sample(rank, host, step_s=0.5, own_s=None, steps=100, since=1000.0, written=
         first_step = last_step = None
     elif last_step is None:
         last_step = first_step + (steps - 1) * step_s
-    text = protocol.live_record(written=written, since=since, rank=rank, host=host, steps=steps, step_s=step_s,
+    text = rankfiles.live_record(written=written, since=since, rank=rank, host=host, steps=steps, step_s=step_s,
                                 own_s=own_s, trend_s=step_s, own_mean_s=own_mean_s, first_step=first_step,
                                 last_step=last_step, cpu=97.5, rss=3 << 30, gpu=gpu, ended=ended)
-    parsed = protocol.parse_live(text)
+    parsed = rankfiles.parse_live(text)
     assert parsed is not None
     return parsed
 
@@ -31,8 +32,8 @@ def test_a_sample_reads_back_as_written_and_a_torn_one_is_none():
     s = sample(3, "node4", step_s=0.25, own_s=0.1)
     assert (s.rank, s.host, s.steps, s.step_s, s.own_s, s.rss) == (3, "node4", 100, 0.25, 0.1, 3 << 30)
     assert s.mean_step_s == 0.25
-    assert protocol.parse_live('{"written": 1, "rank"') is None
-    assert protocol.parse_live("[]") is None
+    assert rankfiles.parse_live('{"written": 1, "rank"') is None
+    assert rankfiles.parse_live("[]") is None
 
 
 def test_the_slowest_rank_is_named_by_its_time_outside_backward_not_the_shared_step_time():
@@ -88,7 +89,7 @@ def test_samples_are_read_from_the_folder_and_foreign_files_skipped(tmp_path):
     folder = tmp_path / protocol.LIVE
     folder.mkdir()
     for r, s in world().items():
-        (folder / protocol.live_name(r)).write_text(protocol.live_record(**{
+        (folder / protocol.live_name(r)).write_text(rankfiles.live_record(**{
             "written": s.written, "since": s.since, "rank": s.rank, "host": s.host, "steps": s.steps,
             "step_s": s.step_s, "own_s": s.own_s, "trend_s": s.trend_s, "own_mean_s": s.own_mean_s,
             "first_step": s.first_step, "last_step": s.last_step, "cpu": s.cpu, "rss": s.rss, "gpu": None,

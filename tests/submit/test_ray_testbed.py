@@ -116,6 +116,10 @@ def test_a_killed_ray_worker_ends_the_job_naming_its_node(testbed, has_ray, tmp_
     batch = read(folder / "batch.out")
     assert read(folder / "exit-code").strip() == "1", batch
     assert f"slurmtorch: error: Ray worker on {worker} died: its raylet ended" in batch, batch
+    # What the user is told is the Ray node's death, not its step's exit as a rank's.
+    status = st(testbed, home, ["status", job], timeout=60)
+    assert f"failed: Ray worker on {worker} died: its raylet ended" in status.stdout + status.stderr, status
+    assert "rank 0" not in status.stdout + status.stderr, status
     wait_for(lambda: not ray_processes(job), "no Ray process of the job left", 30)
 
 

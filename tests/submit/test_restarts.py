@@ -9,6 +9,7 @@ import tracemalloc
 import pytest
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.batchnode.batchwatch import batch_host_gone
 from slurmtorch.submit.batchnode.batchwatch import parse_args as watch_args
@@ -214,7 +215,7 @@ def test_the_supervisor_reads_the_batch_scripts_call():
 
 def write_sample(folder, rank: int, own: float, written: float) -> None:
     (folder / protocol.LIVE).mkdir(exist_ok=True)
-    (folder / protocol.LIVE / protocol.live_name(rank)).write_text(protocol.live_record(
+    (folder / protocol.LIVE / protocol.live_name(rank)).write_text(rankfiles.live_record(
         written=written, since=0.0, rank=rank, host=f"node{rank + 1}", steps=9, step_s=0.5, own_s=own, trend_s=None,
         own_mean_s=own, first_step=None, last_step=None, cpu=None, rss=None, gpu=None, ended=False))
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.bootstrap import flightrecorder, native
 from slurmtorch.errors import SpecError
-from slurmtorch.protocol import Frame, Native, RankStacks, ThreadStack
+from slurmtorch.rankfiles import Frame, Native, RankStacks, ThreadStack
 from slurmtorch.submit.jobfolder import flightdump
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.preemption import parse_signal
@@ -40,7 +41,7 @@ LOADING = (Frame("/home/u/data.py", 88, "__next__"), Frame("/home/u/train.py", 4
 
 
 def test_a_dump_reads_back_with_its_header_and_the_main_thread_found():
-    text = protocol.stacks_header(5, "node3", 4242, 0x7f00) + textwrap.dedent('''\
+    text = rankfiles.stacks_header(5, "node3", 4242, 0x7f00) + textwrap.dedent('''\
         Thread 0x00000000000000aa (most recent call first):
           File "/usr/lib/python3.11/threading.py", line 324 in wait
 
@@ -48,16 +49,16 @@ def test_a_dump_reads_back_with_its_header_and_the_main_thread_found():
           File "/home/u/data.py", line 88 in __next__
           File "/home/u/train.py", line 48 in <module>
         ''')
-    got = protocol.parse_stacks(text)
+    got = rankfiles.parse_stacks(text)
     assert (got.rank, got.host, got.pid) == (5, "node3", 4242)
     assert got.main_thread().frames == (Frame("/home/u/data.py", 88, "__next__"), Frame("/home/u/train.py", 48, "<module>"))
-    assert protocol.parse_stacks("") is None and protocol.parse_stacks("Thread 0x1 (most recent call first):") is None
+    assert rankfiles.parse_stacks("") is None and rankfiles.parse_stacks("Thread 0x1 (most recent call first):") is None
 
 
 def test_of_two_dumps_in_a_row_the_last_is_read():
     one = 'Current thread 0x0000000000000010 (most recent call first):\n  File "/a.py", line 1 in f\n'
     two = 'Current thread 0x0000000000000010 (most recent call first):\n  File "/a.py", line 2 in g\n'
-    got = protocol.parse_stacks(protocol.stacks_header(0, "n", 1, 0x10) + one + two)
+    got = rankfiles.parse_stacks(rankfiles.stacks_header(0, "n", 1, 0x10) + one + two)
     assert got.main_thread().frames == (Frame("/a.py", 2, "g"),)
 
 
@@ -139,7 +140,7 @@ def test_a_request_leaves_the_end_file_the_rank_holds_open(rank_process, tmp_pat
     assert end.exists()
     rank_process.terminate()
     rank_process.wait()
-    assert protocol.parse_stacks(end.read_text()).main_thread().frames[0].function == "loader"
+    assert rankfiles.parse_stacks(end.read_text()).main_thread().frames[0].function == "loader"
 
 
 # --------------------------------------------------------------------------- native frames (py-spy)
@@ -209,11 +210,11 @@ def test_native_frames_read_back_and_cpp_names_are_cut_to_their_path():
     dump = ('[{"thread_id": 16, "frames": [{"name": "c10d::Work::wait", "filename": "/v/libtorch_cpu.so", '
             '"module": "/v/libtorch_cpu.so", "short_filename": "libtorch_cpu.so", "line": 0}, '
             '{"name": "step", "filename": "/home/u/train.py", "module": null, "line": 42}]}]')
-    n = protocol.parse_native(protocol.native_header(3, 99) + dump)
+    n = rankfiles.parse_native(rankfiles.native_header(3, 99) + dump)
     assert n.frames(16) == (Frame("libtorch_cpu.so", 0, "c10d::Work::wait", native=True), Frame("/home/u/train.py", 42, "step"))
-    assert protocol.parse_native(protocol.native_header(3, 99) + "unavailable: no py-spy\n").why == "no py-spy"
-    assert protocol.parse_native(protocol.native_header(3, 99) + "[{").why == "py-spy said something unreadable"
-    assert protocol.parse_native("") is None
+    assert rankfiles.parse_native(rankfiles.native_header(3, 99) + "unavailable: no py-spy\n").why == "no py-spy"
+    assert rankfiles.parse_native(rankfiles.native_header(3, 99) + "[{").why == "py-spy said something unreadable"
+    assert rankfiles.parse_native("") is None
     assert short_name("f<std::vector<int, a<b> >, c>(std::string const&, g<(long)1>)::{lambda(int)#1}::_FUN") == (
         "f<>()::{lambda()#1}::_FUN")
     assert short_name("operator<<") == "operator<<"
@@ -235,7 +236,7 @@ def test_a_rank_whose_process_is_gone_is_dead_not_unanswering(rank_process, tmp_
 def test_a_rank_whose_script_returned_is_named_exited(rank_process, tmp_path):
     rank_process.kill()
     rank_process.wait()
-    (tmp_path / protocol.exit_note_name(0)).write_text(protocol.exit_line(0, "nodeX", 0, 0))
+    (tmp_path / protocol.exit_note_name(0)).write_text(rankfiles.exit_line(0, "nodeX", 0, 0))
     _, silent, _ = stackrequest.collect(tmp_path, 1)
     assert silent == [Silent(0, "nodeX", "exited 0 (its script returned)")]
 

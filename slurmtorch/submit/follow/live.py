@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from slurmtorch import protocol
+from slurmtorch import rankfiles
 from slurmtorch.pace import pace, slowest
-from slurmtorch.protocol import LiveSample
+from slurmtorch.rankfiles import LiveSample
 from slurmtorch.submit.follow.jobstatus import clock
 
 
@@ -28,7 +29,7 @@ def read_samples(folder: Path) -> dict[int, LiveSample]:
     samples = {}
     for path in sorted((folder / protocol.LIVE).glob("rank-*.json")):
         try:
-            sample = protocol.parse_live(path.read_text(encoding="utf-8"))
+            sample = rankfiles.parse_live(path.read_text(encoding="utf-8"))
         except OSError:
             continue
         if sample is not None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from slurmtorch import protocol
-from slurmtorch.protocol import Native, RankStacks, parse_alive, parse_native, parse_stacks
+from slurmtorch.rankfiles import Native, RankStacks, parse_alive, parse_native, parse_stacks
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits
 from slurmtorch.submit.jobfolder.stacks import Silent, summary_lines

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from slurmtorch import protocol
-from slurmtorch.protocol import RankExit, cause_of, is_consequence, parse_exit as rank_exit
+from slurmtorch import rankfiles
+from slurmtorch.rankfiles import RankExit, cause_of, is_consequence, parse_exit as rank_exit
 from slurmtorch.submit.batchnode.batchbash import ROLE_STOPPED_RE
 
 __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
@@ -184,7 +185,7 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
     lines = log.splitlines(keepends=True)
     reports = []
     for i, line in enumerate(lines):
-        m = protocol.FAILURE_HEADER_RE.match(line)
+        m = rankfiles.FAILURE_HEADER_RE.match(line)
         if not m:
             continue
         rank = _rank_of(m["rank"], log_rank)
@@ -192,7 +193,7 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
             continue
         body = []
         for nxt in lines[i + 1:]:
-            if protocol.FAILURE_HEADER_RE.match(nxt) or _REPORT_END_RE.match(nxt):
+            if rankfiles.FAILURE_HEADER_RE.match(nxt) or _REPORT_END_RE.match(nxt):
                 break
             body.append(nxt)
         text = "".join(body)
@@ -218,7 +219,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     for rank, text in sorted(rank_errs.items()):
         for report in rank_reports(text, rank)[:1]:
             cause = cause_of(report.text.splitlines())
-            reported[report.rank] = RankFailure(report.rank, report.host, cause, not protocol.CONSEQUENCE_RE.search(cause),
+            reported[report.rank] = RankFailure(report.rank, report.host, cause, not rankfiles.CONSEQUENCE_RE.search(cause),
                                                 where=user_frame(report.text), log=rank)
     srun, unlaunched, stopped, after_stop = _launcher_lines(batch_out, hosts)
     # A rank that reported a cause exited on its own: srun's line has its code, else the
@@ -415,12 +416,16 @@ def _own_code(srun_line: tuple[str, str] | None) -> int:
 
 def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
     """What failed in the batch script itself: its python (which picks the port on the first
-    node) without slurmtorch, the node prologue (`prologue_failures`), or the restart supervisor
-    killed (the ranks' own ends are its consequence)."""
+    node) without slurmtorch, the node prologue (`prologue_failures`), the restart supervisor
+    killed (the ranks' own ends are its consequence), or a --ray job's node whose Ray died
+    (its step's exit is not a rank's)."""
     killed = protocol.SUPERVISOR_KILLED_RE.search(batch_out)
     if killed:
         return [f"the restart supervisor on the batch node was killed by {killed['signal']} (exit {killed['code']}); "
                 "the job ended with it, and nothing restarted it"]
+    died = [f"Ray {m['kind']} on {m['node']} died: {m['why']}" for m in protocol.RAY_DIED_RE.finditer(batch_out)]
+    if died:
+        return died
     if _NO_SLURMTORCH_RE.search(batch_out):
         return ["the job's python on its first node has no slurmtorch (the site's `python:` must be an "
                 "interpreter the compute nodes share with slurmtorch installed)"]

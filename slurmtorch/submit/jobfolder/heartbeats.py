@@ -1,5 +1,5 @@
 """Pure: which ranks stopped, from their heartbeat lines (bootstrap.heartbeat writes them,
-`protocol.parse_beat` reads one).
+`rankfiles.parse_beat` reads one).
 
 A rank is stuck when its main thread has not moved for the hang timeout. Stuck ranks
 that stand inside torch wait for their peers (a collective, DDP's backward); a stuck rank
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slurmtorch.protocol import Beat, parse_beat
+from slurmtorch.rankfiles import Beat, parse_beat
 
 __all__ = ["Beat", "parse_beat", "interval_for", "hung_ranks", "all_waiting"]
 

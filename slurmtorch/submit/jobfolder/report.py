@@ -16,7 +16,8 @@ from pathlib import Path
 
 from slurmtorch import protocol
 from slurmtorch.errors import BootstrapError, typed
-from slurmtorch.protocol import parse_stacks, parse_summary
+from slurmtorch.protocol import parse_summary
+from slurmtorch.rankfiles import parse_stacks
 from slurmtorch.roles import parse_roles
 from slurmtorch.submit.batchnode.batchbash import ROLE_NODES_FILE
 from slurmtorch.submit.batchnode.restarts import RestartState

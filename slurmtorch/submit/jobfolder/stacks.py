@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 import re
 from dataclasses import dataclass
 
-from slurmtorch.protocol import Frame, Native, RankStacks
+from slurmtorch.rankfiles import Frame, Native, RankStacks
 
 # Where a frame is somebody else's code: an installed package, the standard library, our bootstrap.
 LIBRARY_MARKS = ("/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ", f"{os.sep}slurmtorch{os.sep}bootstrap{os.sep}")
