@@ -120,7 +120,7 @@ def components(site: Site, o: Options, preset: dict[str, Any], layout: RoleLayou
     for name, max_nodes in {p[1].name: p[1].max_nodes for p in placed}.items():
         on = [(p[0], layout.count(p[0])) for p in placed if p[1].name == name]
         if sum(n for _, n in on) > max_nodes:
-            raise SpecError(f"roles {','.join(f'{r}={n}' for r, n in on)} need {sum(n for _, n in on)} nodes of "
+            raise SpecError(f"roles {RoleLayout(tuple(on)).format()} need {sum(n for _, n in on)} nodes of "
                             f"partition {name!r}, which allows at most {max_nodes}",
                             tip="lower the role counts, or give a role another partition")
     base_env, base_paths = job_env(site, leader[1], leader[0], preset, o, layout.total)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 from slurmtorch import __version__
 from slurmtorch import shell
+from slurmtorch.roles import RoleLayout
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit.allocation import (account_and_qos, check_required_time, node_count, per_node,
@@ -441,7 +442,7 @@ def job_record(spec: JobSpec) -> dict:
     record: dict = {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
                     "ntasks_per_node": spec.ntasks_per_node}
     if spec.roles:  # the failure report names each rank's role
-        record["roles"] = ",".join(f"{role}={count}" for role, count in spec.roles)
+        record["roles"] = RoleLayout(spec.roles).format()
     return record
 
 
