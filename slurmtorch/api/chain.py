@@ -11,6 +11,8 @@
     job.status()            # {"train": "RUNNING", "evaluate": "PENDING", "export": "PENDING"}
     job.wait()              # ChainFailed naming the part that failed, else None
 
+    Chain.attach(job.job_ids["train"]).wait()   # the same chain, found by any part's id, from any process
+
 A part is a mapping with a chain file's keys (`slurmtorch chain --help`: name, script or
 module, args, site, after, snapshot, and the Distributor's keywords, which are
 `slurmtorch sbatch`'s options), or a `Part`. The CLI's path (`usecases.chain`) with a
@@ -60,6 +62,14 @@ class Chain:
     def submit(self) -> ChainJob:
         """Submit every part, all or nothing (a part refused cancels the parts already in)."""
         return ChainJob(chains.submit(self.parts, (f"{self!r}.submit()",)))
+
+    @staticmethod
+    def attach(job_id: str | int) -> ChainJob:
+        """The chain that job `job_id` is a part of (any part's id), submitted earlier from
+        any process (a notebook whose kernel died): status, wait and cancel as the ChainJob
+        submit() returned. A bad id, or a job that is not part of a chain, is one
+        SlurmtorchError line."""
+        return ChainJob(chains.attach(str(job_id)))
 
 
 class ChainJob:

@@ -35,7 +35,9 @@ def status(
 ) -> int:
     """Show jobs' states: the given ones, else your slurmtorch jobs as a table.
 
-    One squeue call for all of them; an ended job's exit code comes from its folder.
+    One squeue call for all of them; an ended job's exit code comes from its folder. A part
+    of a chain (`slurmtorch chain`) shows the whole chain: each part's state, where it
+    failed and the parts that failure cancelled.
     """
     remote = on_cluster(ctx, cluster)
     if remote is not None:
@@ -45,12 +47,20 @@ def status(
         return _table(root, as_json, states, name)
     # a job no one knows, or whose folder cannot be read: its error line, and exit 1
     known, unknown = control.statuses(job_ids, root)
-    records = []
+    records: list[dict] = []
+    shown: set[str] = set()  # the chains shown so far, by their first part's job id
+    broken = 0
     for j in job_ids:
         folder = jobdir.job_dir(j, root)
         if j in unknown:
             print(unknown[j].render(), file=sys.stderr)
             continue
+        try:
+            if j in known and _show_chain(folder, shown, records if as_json else None, known[j]):
+                continue
+        except SubmitError as exc:  # a chain record that cannot be read: its line, and the job alone
+            print(exc.render(), file=sys.stderr)
+            broken += 1
         if j not in known:  # an array job: one line per trial
             for t in control.trials(j, root):
                 trial = jobdir.trial_dir(j, t.trial, root)
@@ -67,7 +77,35 @@ def status(
             _print_job(known[j], folder)
     if as_json:
         print(json.dumps(records, indent=1))
-    return 1 if unknown else 0
+    return 1 if unknown or broken else 0
+
+
+def _show_chain(folder: Path, shown: set[str], records: list | None, st: JobStatus) -> bool:
+    """A part of a chain: the chain shown as one (once however many of its parts are asked
+    for), or with `records` (--json) the part's record with the chain's in it. False for a
+    job that is no part of a chain; SubmitError for a chain record that cannot be read."""
+    from slurmtorch.submit import chain as core  # lazy: a plain job's status never reads a chain
+
+    if not (folder / core.RECORD).exists():
+        return False
+    from slurmtorch.usecases import chain as chains  # lazy: rendering's modules, for a chain's part only
+
+    chain = chains.chain_of(jobdir.checked(folder))
+    if chain is None:
+        return False
+    if records is None and chain.job_ids[0] in shown:
+        return True
+    shown.add(chain.job_ids[0])
+    standing = chains.standing(chain)
+    if records is None:
+        for line in standing.lines:
+            print(visible(line))
+        return True
+    parts = [{"name": e.name, "job_id": e.job_id, "after": p.after, "state": now.state,
+              "exit_code": e.code if e.done else None, "started": e.started}
+             for e, p, now in zip(standing.ends, chain.parts, standing.statuses)]
+    records.append(_record(st, folder, chain={"parts": parts, "failed": standing.failed}))
+    return True
 
 
 def _print_job(st: JobStatus, folder) -> None:

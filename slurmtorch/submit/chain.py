@@ -17,16 +17,21 @@ depends on it) instead of leaving it pending forever with `DependencyNeverSatisf
 whatever the cluster's `DependencyParameters` say (sbatch(1), --kill-on-invalid-dep).
 Both reach the `#SBATCH` header through the options they are (`dependency`, the escape
 hatch), so they are checked and quoted on the one path.
+
+A submitted chain leaves its record (`RECORD`, chain.json: every part's name, job id, job
+folder and `after`, in order) in every part's job folder, so any part's id finds the whole
+chain again from another process (`slurmtorch status ID`, `Chain.attach(ID)`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.submit.options import Options
 
 AFTER = ("ok", "any", "singleton")
@@ -39,6 +44,8 @@ OPTION_KEYS = tuple(f.name for f in fields(Options) if "flags" in f.metadata and
 _OPTION_TYPES = {f.name: f.type for f in fields(Options)}
 # A part's name is how the report and `--dependency` messages name it: a word, no shell in it.
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+# The chain's record, in every part's job folder (written while every part is still held).
+RECORD = "chain.json"
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,26 @@ class Part:
 @dataclass(frozen=True)
 class PartEnd:
     """How one part of a chain ended: its job, Slurm's final state, its exit code, and
-    whether it ever started (a part cancelled for its dependency never did)."""
+    whether it ever started (a part cancelled for its dependency never did). `done` False:
+    it has not ended yet (`status` on a chain still running), `state` then as a person
+    reads it (`RUNNING on c1 0:42`) and `code` meaningless."""
 
     name: str
     job_id: str
     state: str
     code: int
     started: bool = True
+    done: bool = True
+
+
+@dataclass(frozen=True)
+class RecordedPart:
+    """A part as the chain's record keeps it: its name, job id, job folder and `after`."""
+
+    name: str
+    job_id: str
+    folder: str
+    after: str
 
 
 def parts_from(document: Any, source: str = "chain", where=None) -> tuple[Part, ...]:
@@ -226,10 +246,63 @@ def end_lines(ends: Sequence[PartEnd], parts: Sequence[Part]) -> tuple[int, str 
     lines = []
     for end in ends:
         line = f"part {end.name!r}: job {end.job_id} {end.state} (exit {end.code})"
-        if end.code != 0 and failed is not None and not end.started and after.get(end.name) != "any":
+        if not end.done:
+            line = f"part {end.name!r}: job {end.job_id} {end.state}"
+        elif end.code != 0 and failed is not None and not end.started and after.get(end.name) != "any":
             line = f"part {end.name!r}: job {end.job_id} never ran: cancelled: part {failed!r} failed"
         elif end.code != 0 and failed is None:
             failed = end.name
         lines.append(line)
     code = 0 if failed is None else next(e.code for e in ends if e.name == failed) or 1
     return code, failed, lines
+
+
+def failure_head(failed: str, job_id: str) -> str:
+    """The line that names where a chain failed; that part's own report follows it, indented."""
+    return f"chain failed at part {failed!r} (job {job_id}):"
+
+
+def status_lines(ends: Sequence[PartEnd], parts: Sequence[Part], report: Sequence[str] = ()) -> list[str]:
+    """`slurmtorch status` on any part of a chain (pure): the chain, every part's state or
+    end (`end_lines`: the parts a failure cancelled say so), then where it failed with that
+    part's own `report`, or that all completed, or how many have ended so far."""
+    _, failed, lines = end_lines(ends, parts)
+    head = f"chain {' -> '.join(p.name for p in parts)} ({len(parts)} part{'s' if len(parts) > 1 else ''}):"
+    if failed is not None:
+        job_id = next(e.job_id for e in ends if e.name == failed)
+        tail = [failure_head(failed, job_id), *(f"  {line}" for line in report)]
+    elif all(e.done for e in ends):
+        tail = [f"chain: all {len(ends)} parts completed"]
+    else:
+        tail = [f"chain: {sum(e.done for e in ends)} of {len(ends)} parts ended"]
+    return [head, *(f"  {line}" for line in lines), *tail]
+
+
+def record_text(parts: Sequence[RecordedPart]) -> str:
+    """The chain's record (`RECORD`) as written: its parts in order, as JSON."""
+    return json.dumps({"parts": [asdict(p) for p in parts]}, indent=1) + "\n"
+
+
+def parse_record(text: str, source: str) -> tuple[RecordedPart, ...]:
+    """A chain's record read back, checked (every part a name, a job id, a folder and an
+    `after`, as `record_text` writes them); else one SubmitError line naming `source`."""
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        raise SubmitError(f"cannot read the chain record {source}: {exc}") from None
+    items = document.get("parts") if isinstance(document, dict) else None
+    parts = [_recorded(item) for item in items] if isinstance(items, list) else []
+    if not parts or None in parts:
+        raise SubmitError(f"{source} is not a chain record slurmtorch wrote",
+                          tip="parts: [{name, job_id, folder, after}, ...]; was it edited by hand?")
+    return tuple(p for p in parts if p is not None)
+
+
+def _recorded(item: Any) -> RecordedPart | None:
+    """One part of a record, or None where it is not as `record_text` writes one."""
+    if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("name", "job_id", "folder")):
+        return None
+    if not re.fullmatch(_NAME_RE, item["name"]) or not re.fullmatch(r"[0-9]+", item["job_id"]) \
+            or item.get("after") not in AFTER:
+        return None
+    return RecordedPart(item["name"], item["job_id"], item["folder"], item["after"])

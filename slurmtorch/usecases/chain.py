@@ -1,5 +1,6 @@
 """A chain of jobs for every front end: read it, render every part (the dry run), submit it
-all or nothing, follow it as one, ask how it stands, cancel it.
+all or nothing, follow it as one, ask how it stands, cancel it; and find it again by any
+part's id (its record in every part's folder, written before any part is released).
 
 The parts' dependencies are `submit.chain`'s (pure); each part is rendered and submitted
 on `launch`'s path, so a part is exactly the job `slurmtorch sbatch` would make of the same
@@ -19,7 +20,7 @@ from typing import Any
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit import chain as core
 from slurmtorch.submit import spec
-from slurmtorch.submit.chain import Part, PartEnd
+from slurmtorch.submit.chain import Part, PartEnd, RecordedPart
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.waiting import StoppedWaiting
 from slurmtorch.submit.jobfolder import jobdir
@@ -42,12 +43,14 @@ class RenderedPart:
 
 @dataclass(frozen=True)
 class SubmittedChain:
-    """A chain in the queue: each part, its job id, folder and rendered job, in order."""
+    """A chain in the queue: each part, its job id, folder and rendered job, in order. One
+    found again by id (`attach`) has its parts as its record keeps them (name and `after`)
+    and no rendered jobs."""
 
     parts: tuple[Part, ...]
     job_ids: tuple[str, ...]
     folders: tuple[Path, ...]
-    jobs: tuple[launch.RenderedJob, ...]
+    jobs: tuple[launch.RenderedJob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,17 @@ class ChainEnded:
     """How a followed chain ended: its exit code, the first failed part (None: none), the report."""
 
     code: int
+    failed: str | None
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChainStanding:
+    """How a chain stands now: each part's end or state and its status, in order, the first
+    failed part (None: none so far), and the lines `slurmtorch status` prints."""
+
+    ends: tuple[PartEnd, ...]
+    statuses: tuple[JobStatus, ...]
     failed: str | None
     lines: tuple[str, ...]
 
@@ -133,6 +147,7 @@ def submit(parts: Sequence[Part], command: tuple[str, ...] = (),
     dry_run(parts, command)  # every part's options checked before anything is submitted
     done: list = []
     jobs: list[launch.RenderedJob] = []
+    recorded = False
     with deferred("chain submission undone: no part left queued") as pending:
         try:
             for part in parts:
@@ -140,6 +155,8 @@ def submit(parts: Sequence[Part], command: tuple[str, ...] = (),
                 done.append(launch.submit(rendered.job, release=False))
                 jobs.append(rendered.job)
                 pending.check()
+            write_records(parts, done)  # while every part is held: none ends before its record is there
+            recorded = True
             sbatch.release_jobs([s.job_id for s in done])
             chain = SubmittedChain(tuple(parts), tuple(s.job_id for s in done), tuple(s.job_dir for s in done),
                                  tuple(jobs))
@@ -147,15 +164,37 @@ def submit(parts: Sequence[Part], command: tuple[str, ...] = (),
                 announce(chain)
         except BaseException as exc:
             sbatch.withdraw(done)
-            if not isinstance(exc, SlurmtorchError) or isinstance(exc, Interrupted) or len(done) == len(parts):
-                raise  # a stop signal says itself (the chain undone); past the last part, the release failed
-            name = parts[len(done)].name
-            undone = (f"; part{'s' if len(done) > 1 else ''} {', '.join(repr(p.name) for p in parts[:len(done)])} "
-                      f"(job{'s' if len(done) > 1 else ''} {', '.join(s.job_id for s in done)}) cancelled "
-                      "before starting" if done else "")
-            message = exc.message if exc.message.startswith(f"part {name!r}") else f"part {name!r}: {exc.message}"
-            raise SubmitError(f"chain not submitted: {message}{undone}", tip=exc.tip) from None
+            if not isinstance(exc, SlurmtorchError) or isinstance(exc, Interrupted) or recorded:
+                raise  # a stop signal says itself (the chain undone); once recorded, the release failed
+            raise _not_submitted(exc, parts, done) from None
     return chain
+
+
+def _not_submitted(exc: SlurmtorchError, parts: Sequence[Part], done: Sequence) -> SubmitError:
+    """A chain undone before any part was released, in one line: the part refused (or the
+    record that could not be written) and the parts already in, cancelled before starting."""
+    undone = (f"; part{'s' if len(done) > 1 else ''} {', '.join(repr(p.name) for p in parts[:len(done)])} "
+              f"(job{'s' if len(done) > 1 else ''} {', '.join(s.job_id for s in done)}) cancelled "
+              "before starting" if done else "")
+    message = exc.message
+    if len(done) < len(parts):
+        name = parts[len(done)].name
+        message = message if message.startswith(f"part {name!r}") else f"part {name!r}: {message}"
+    return SubmitError(f"chain not submitted: {message}{undone}", tip=exc.tip)
+
+
+def write_records(parts: Sequence[Part], submissions: Sequence) -> None:
+    """The chain's record (`core.RECORD`) in every part's folder, each replaced whole and
+    private as the folder's other files; a file system error is one SubmitError line."""
+    text = core.record_text([RecordedPart(p.name, s.job_id, str(s.job_dir), p.after)
+                             for p, s in zip(parts, submissions)])
+    for sub in submissions:
+        path = Path(sub.job_dir) / core.RECORD
+        try:
+            jobdir.replace_private(path, text)
+        except OSError as exc:
+            raise SubmitError(f"cannot write the chain record {path}: {exc.strerror or exc}",
+                              tip="the parts' job folders must be writable (SLURMTORCH_HOME)") from None
 
 
 def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrupt: bool = False) -> ChainEnded:
@@ -164,10 +203,11 @@ def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrup
     first failed part's own (`launch.ended`)."""
     ends: list[PartEnd] = []
     reports: dict[str, tuple[str, ...]] = {}
-    for part, job_id, folder, job in zip(chain.parts, chain.job_ids, chain.folders, chain.jobs):
+    for k, (part, job_id, folder) in enumerate(zip(chain.parts, chain.job_ids, chain.folders)):
         say(f"slurmtorch: chain: following part {part.name!r} (job {job_id})")
         try:
-            ended = launch.follow(_Sub(job_id, folder), job, cancel_on_interrupt)
+            ended = (launch.follow(_Sub(job_id, folder), chain.jobs[k], cancel_on_interrupt) if chain.jobs
+                     else _follow_attached(job_id, folder, cancel_on_interrupt))
         except StoppedWaiting as stop:  # the parts after it wait on: say how to stop them too
             later = chain.job_ids[chain.job_ids.index(job_id) + 1:]
             if later:
@@ -185,7 +225,7 @@ def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrup
     said = [f"slurmtorch: chain: {line}" for line in lines]
     if failed is not None:
         failed_id = chain.job_ids[[p.name for p in chain.parts].index(failed)]
-        said += [f"slurmtorch: chain failed at part {failed!r} (job {failed_id}):",
+        said += [f"slurmtorch: {core.failure_head(failed, failed_id)}",
                  *(f"  {line}" for line in reports[failed])]
     else:
         said.append(f"slurmtorch: chain: all {len(ends)} parts completed")
@@ -198,6 +238,16 @@ class _Sub:
 
     job_id: str
     job_dir: Path
+
+
+def _follow_attached(job_id: str, folder: Path, cancel_on_interrupt: bool) -> launch.Ended:
+    """`launch.follow` for a part of a chain found again by id (no rendered job): an array
+    told by its folder, and no `WATCH.submitted` (this process did not just release it)."""
+    from slurmtorch.submit.follow import waiting  # lazy: as in launch.follow
+
+    if jobdir.read_trials(folder) is not None:
+        return launch.Ended(waiting.wait_array(job_id, folder.parent, cancel_on_interrupt=cancel_on_interrupt), ())
+    return launch.ended(job_id, folder, waiting.wait(job_id, folder.parent, cancel_on_interrupt=cancel_on_interrupt))
 
 
 def _started(folder: Path) -> bool:
@@ -236,3 +286,60 @@ def cancel(chain: SubmittedChain) -> list[str]:
         except SubmitError:  # it has ended (or was forgotten): nothing to cancel
             continue
     return cancelled
+
+
+def attach(job_id: str) -> SubmittedChain:
+    """The chain that job `job_id` is a part of (any part's id), submitted earlier from any
+    process, from the record in its folder; a bad id, no such job or a job that is not part
+    of a chain is one clear line."""
+    root = jobdir.jobs_root()
+    folder = jobdir.job_dir(str(job_id), root)
+    if not folder.is_dir():
+        raise SpecError(f"no job {job_id} in {root}",
+                        tip="a part's id, as the chain printed it, with SLURMTORCH_HOME as it was then")
+    chain = chain_of(jobdir.checked(folder))
+    if chain is None:
+        raise SpecError(f"job {job_id} is not part of a chain (its folder has no {core.RECORD})",
+                        tip=f"follow it with {typed(f'status {job_id}')}")
+    return chain
+
+
+def chain_of(folder: Path) -> SubmittedChain | None:
+    """The chain a job folder's record names (None: the job is no part of one), each part's
+    folder beside this one, checked as every verb checks a job folder."""
+    path = folder / core.RECORD
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SubmitError(f"cannot read the chain record {path}: {exc.strerror or exc}") from None
+    recorded = core.parse_record(text, str(path))
+    if folder.name not in [p.job_id for p in recorded]:
+        raise SubmitError(f"{path} does not name job {folder.name} among its parts",
+                          tip="was the folder moved, or the record copied from another job?")
+    return SubmittedChain(tuple(Part(p.name, after=p.after) for p in recorded), tuple(p.job_id for p in recorded),
+                          tuple(jobdir.checked(jobdir.job_dir(p.job_id, folder.parent)) for p in recorded))
+
+
+def standing(chain: SubmittedChain) -> ChainStanding:
+    """How the chain stands now (`slurmtorch status` on any part): every part's state (one
+    squeue call), an ended one's end as `follow` says it, and the first failed part's own
+    report, as `status` tells a job's (its end line, restarts and failure lines)."""
+    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines  # lazy: status only
+
+    found = [status for _, status in statuses(chain)]
+    ends = []
+    for part, status, folder in zip(chain.parts, found, chain.folders):
+        if not status.done:
+            ends.append(PartEnd(part.name, status.job_id, status.describe(), 0, _started(folder), done=False))
+            continue
+        ends.append(PartEnd(part.name, status.job_id, status.state, ended_line(status.job_id, folder, status)[1],
+                            _started(folder)))
+    _, failed, _ = core.end_lines(ends, chain.parts)
+    report: list[str] = []
+    if failed is not None:
+        k = [p.name for p in chain.parts].index(failed)
+        folder, status = chain.folders[k], found[k]
+        report = [ended_line(status.job_id, folder, status)[0], *restart_lines(folder), *failure_lines(folder)]
+    return ChainStanding(tuple(ends), tuple(found), failed, tuple(core.status_lines(ends, chain.parts, report)))

@@ -6,6 +6,7 @@ needs the one before checks its marker, so the order is shown by what ran, not b
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -74,6 +75,42 @@ def test_a_failed_middle_part_cancels_the_last_and_is_named(testbed, home, tmp_p
     assert scontrol_state(testbed, ids["export"]) == "CANCELLED"
     assert not (home / "jobs" / ids["export"] / "batch.out").exists()  # it never started
     assert "Traceback" not in r.stderr
+    assert_followed_as_one_from_a_new_process(testbed, home, tmp_path, ids)
+
+
+def assert_followed_as_one_from_a_new_process(testbed, home: Path, tmp_path: Path, ids: dict[str, str]) -> None:
+    """The chain ended, a new process finds it by any part's id (its record in every part's
+    folder): `status` shows it as one, `Chain.attach(...).wait()` names the failed part."""
+    for job_id in ids.values():
+        assert (home / "jobs" / job_id / "chain.json").stat().st_mode & 0o777 == 0o600
+    r = testbed.run([testbed.python, "-m", "slurmtorch", "status", ids["export"], ids["train"]],
+                    env={"SLURMTORCH_HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert r.stdout.count("chain train -> evaluate -> export") == 1, r.stdout  # two of its parts: the chain once
+    assert lines[:4] == ["chain train -> evaluate -> export (3 parts):",
+                         f"  part 'train': job {ids['train']} COMPLETED (exit 0)",
+                         f"  part 'evaluate': job {ids['evaluate']} FAILED (exit 1)",
+                         f"  part 'export': job {ids['export']} never ran: cancelled: part 'evaluate' failed"], r.stdout
+    assert lines[4:6] == [f"chain failed at part 'evaluate' (job {ids['evaluate']}):",
+                          f"  job {ids['evaluate']} FAILED (exit 1 from rank 0)"], r.stdout
+    assert any(line.startswith("  failed: rank 0") for line in lines[6:]), r.stdout
+    r = st(testbed, home, ["status", "--json", ids["train"]])
+    chain = json.loads(r.stdout)[0]["chain"]
+    assert chain["failed"] == "evaluate" and [p["state"] for p in chain["parts"]] == ["COMPLETED", "FAILED",
+                                                                                       "CANCELLED"], r.stdout
+    program = f"""\
+from slurmtorch import Chain, ChainFailed
+job = Chain.attach({ids['train']!r})
+try:
+    job.wait()
+except ChainFailed as exc:
+    print("failed:", exc.part, exc.job_id, job.status()["export"])
+"""
+    r = testbed.run([testbed.python, "-c", program], env={"SLURMTORCH_HOME": str(home)}, cwd=tmp_path, timeout=90)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == f"failed: evaluate {ids['evaluate']} CANCELLED", r.stdout
+    assert f"part 'export': job {ids['export']} never ran: cancelled: part 'evaluate' failed" in r.stderr
 
 
 def test_a_chain_whose_parts_all_succeed_runs_them_in_order(testbed, home, tmp_path):

@@ -1,5 +1,6 @@
 """A chain of jobs, without Slurm: each part's dependency by kind, the #SBATCH lines it is
-rendered with, a chain file's mistakes as one line, and how an ended chain is reported."""
+rendered with, a chain file's mistakes as one line, how an ended chain is reported, and the
+record in every part's folder that finds the chain again by any part's id."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.cli.main import main
-from slurmtorch.errors import SpecError
-from slurmtorch.submit.chain import KILL_ON_INVALID_DEP, Part, PartEnd, chained_options, dependency, end_lines
+import os
+
+from slurmtorch.errors import SpecError, SubmitError
+from slurmtorch.submit.chain import (KILL_ON_INVALID_DEP, RECORD, Part, PartEnd, RecordedPart, chained_options,
+                                     dependency, end_lines, parse_record, record_text, status_lines)
+from slurmtorch.submit.edge.sbatch import Submission
 from slurmtorch.usecases import chain as chains
 
 
@@ -167,3 +172,111 @@ def test_the_python_chain_renders_as_the_cli(here):
     text = chain.dry_run()
     assert text.count("# ---- part ") == 2 and "#SBATCH --dependency=afterok:0" in text
     assert Path(here / "home").exists() is False or not any((here / "home").rglob("script.sh"))
+
+
+# --------------------------------------------------------------------------- the chain as one, by any part's id
+
+
+def test_a_chain_still_running_says_each_part_s_state_and_how_many_ended():
+    parts = [Part("train", script="t"), Part("evaluate", script="e"), Part("export", script="x")]
+    lines = status_lines([PartEnd("train", "1", "COMPLETED", 0), PartEnd("evaluate", "2", "RUNNING on c1 0:42", 0,
+                                                                         done=False),
+                          PartEnd("export", "3", "PENDING (Dependency) 0:50", 0, started=False, done=False)], parts)
+    assert lines == ["chain train -> evaluate -> export (3 parts):", "  part 'train': job 1 COMPLETED (exit 0)",
+                     "  part 'evaluate': job 2 RUNNING on c1 0:42", "  part 'export': job 3 PENDING (Dependency) 0:50",
+                     "chain: 1 of 3 parts ended"]
+
+
+def test_a_failed_chain_s_status_names_the_part_its_report_and_what_it_cancelled():
+    parts = [Part("train", script="t"), Part("evaluate", script="e"), Part("export", script="x")]
+    ends = [PartEnd("train", "1", "COMPLETED", 0), PartEnd("evaluate", "2", "FAILED", 3),
+            PartEnd("export", "3", "CANCELLED", 1, started=False)]
+    lines = status_lines(ends, parts, ["job 2 FAILED (exit 3 from rank 0)", "failed: rank 0 on c1: SystemExit 3"])
+    assert lines[3:] == ["  part 'export': job 3 never ran: cancelled: part 'evaluate' failed",
+                         "chain failed at part 'evaluate' (job 2):", "  job 2 FAILED (exit 3 from rank 0)",
+                         "  failed: rank 0 on c1: SystemExit 3"]
+    assert status_lines(ends[:1], parts[:1])[-1] == "chain: all 1 parts completed"
+
+
+def test_the_chain_record_reads_back_as_written():
+    parts = [RecordedPart("train", "12", "/h/jobs/12", "ok"), RecordedPart("export", "13", "/h/jobs/13", "any")]
+    assert parse_record(record_text(parts), "chain.json") == tuple(parts)
+
+
+@pytest.mark.parametrize("text", [
+    "{not json",
+    "[]",
+    '{"parts": []}',
+    '{"parts": [{"name": "train", "job_id": 12, "folder": "/h/jobs/12", "after": "ok"}]}',
+    '{"parts": [{"name": "train", "job_id": "12; rm -rf /", "folder": "/h/jobs/12", "after": "ok"}]}',
+    '{"parts": [{"name": "train", "job_id": "12", "folder": "/h/jobs/12", "after": "later"}]}',
+])
+def test_a_record_slurmtorch_did_not_write_is_one_line_naming_it(text):
+    with pytest.raises(SubmitError, match="/h/jobs/12/chain.json") as err:
+        parse_record(text, "/h/jobs/12/chain.json")
+    assert "\n" not in err.value.message
+
+
+def parts_in_folders(home: Path, ids=("12", "13", "14")) -> tuple[tuple[Part, ...], list[Submission]]:
+    """Three parts and their job folders, as a submission leaves them (before the record)."""
+    root = home / "jobs"
+    root.mkdir(parents=True, mode=0o700)
+    os.chmod(home, 0o700)
+    subs = []
+    for job_id in ids:
+        (root / job_id).mkdir(mode=0o700)
+        subs.append(Submission(job_id, root / job_id))
+    return (Part("train", script="t"), Part("evaluate", script="e"), Part("export", script="x", after="any")), subs
+
+
+def test_every_part_s_folder_holds_the_chain_s_record_privately(here):
+    parts, subs = parts_in_folders(here / "home")
+    chains.write_records(parts, subs)
+    for sub in subs:
+        assert (sub.job_dir / RECORD).stat().st_mode & 0o777 == 0o600
+        assert [p.job_id for p in parse_record((sub.job_dir / RECORD).read_text(), "x")] == ["12", "13", "14"]
+    chain = chains.chain_of(subs[1].job_dir)
+    assert chain is not None and chain.job_ids == ("12", "13", "14") and chain.folders == tuple(s.job_dir for s in subs)
+    assert [(p.name, p.after) for p in chain.parts] == [("train", "ok"), ("evaluate", "ok"), ("export", "any")]
+    assert chains.attach("14").job_ids == chain.job_ids
+
+
+def test_a_record_that_cannot_be_written_is_one_line_naming_it(here):
+    parts, subs = parts_in_folders(here / "home")
+    (subs[2].job_dir / RECORD).mkdir()  # os.replace cannot put a file there
+    with pytest.raises(SubmitError, match=f"cannot write the chain record {subs[2].job_dir / RECORD}"):
+        chains.write_records(parts, subs)
+
+
+def test_a_record_that_cannot_be_written_undoes_the_chain_in_one_line(here):
+    """What `submit` raises once it has withdrawn the held parts (the testbed pins a refused part's)."""
+    parts, subs = parts_in_folders(here / "home")
+    (subs[2].job_dir / RECORD).mkdir()
+    with pytest.raises(SubmitError) as err:
+        chains.write_records(parts, subs)
+    undone = chains._not_submitted(err.value, parts, subs)
+    assert undone.message == (f"chain not submitted: cannot write the chain record {subs[2].job_dir / RECORD}: "
+                              "Is a directory; parts 'train', 'evaluate', 'export' (jobs 12, 13, 14) cancelled "
+                              "before starting")
+
+
+def test_a_record_naming_other_jobs_is_refused(here):
+    parts, subs = parts_in_folders(here / "home")
+    chains.write_records(parts, subs[:2])
+    (subs[2].job_dir / RECORD).write_text((subs[0].job_dir / RECORD).read_text())
+    with pytest.raises(SubmitError, match="does not name job 14 among its parts"):
+        chains.chain_of(subs[2].job_dir)
+
+
+@pytest.mark.parametrize("job_id, expected", [
+    ("12; rm -rf /", "invalid job id '12; rm -rf /'"),
+    ("99", "no job 99 in "),
+    ("12", "job 12 is not part of a chain (its folder has no chain.json)"),
+])
+def test_attaching_to_what_is_not_a_chain_s_part_is_one_line(here, job_id, expected):
+    from slurmtorch import Chain
+
+    parts_in_folders(here / "home", ids=("12",))
+    with pytest.raises(SpecError) as err:
+        Chain.attach(job_id)
+    assert err.value.message.startswith(expected) and "\n" not in err.value.message
