@@ -18,6 +18,13 @@ job's Ray, where `ray stop` would end every Ray of the user's on the node.
 Each node's own address is on the site's fabric interface (rendezvous.site_address, as a
 rank's MASTER_ADDR), else its host name's: a worker that let Ray pick would take the
 interface of its default route, the management network on most clusters.
+Ray's other ports are this job's too (`RayPorts`): where Ray has a fixed default (the
+dashboard's 8265 and the client server's 10001 on the head, the dashboard agent's 52365 and
+the workers' 10002-19999 on every node), two jobs sharing a node, or a user's own Ray there,
+would meet on it: the second dashboard and agent fail to bind, and two client servers both
+listen on 10001 (SO_REUSEPORT), each taking half of the connections. Each is picked free on
+the node as MASTER_PORT is (rendezvous.free_port), the workers' left to the kernel; the
+head's line in batch.out names its dashboard where it listens.
 
 `driver` waits for the head to answer and for all N nodes to join (the deadline), then
 runs the script in this process, as `python SCRIPT` would, with RAY_ADDRESS set. `stop`
@@ -27,6 +34,7 @@ Only `driver` imports ray, lazily: `slurmtorch --help` and rendering never do.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -35,9 +43,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap.rendezvous import host_address, site_address, wait_listening
+from slurmtorch.bootstrap.rendezvous import free_port, host_address, site_address, wait_listening
 from slurmtorch.errors import BootstrapError
 
 POLL_S = 0.5  # how often a node's raylet is looked at: its death ends the job this much later at most
@@ -50,6 +59,7 @@ MAX_TEMP = 107 - 64
 SESSION_FILE = "slurmtorch-session"
 RAY_LOG = "ray-{node}.out"  # in the job's folder: a node's `ray start` output, for the user alone
 VITAL = {"head": ("gcs_server", "raylet"), "worker": ("raylet",)}
+DASHBOARD_HOST = "127.0.0.1"  # Ray's default: its dashboard runs jobs for whoever reaches it, so not on the fabric
 USAGE = ("usage: python -m slurmtorch.bootstrap.raynode (head|worker) HOST:PORT --cpus C --gpus G --backend B "
          "--deadline S | driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) "
          "[ARGS...] | stop HOST:PORT")
@@ -157,15 +167,61 @@ def stop_here() -> None:
     end_processes(sid, temp)
 
 
-def ray_start_argv(kind: str, head: tuple[str, int], own_ip: str, opts: dict[str, str], temp: str) -> list[str]:
+@dataclass(frozen=True)
+class RayPorts:
+    """The ports of this node's Ray that Ray would otherwise take at a fixed default, picked
+    free here: the dashboard agent's (every node), the dashboard's and the client server's
+    (the head's; the client server's only where Ray can run one: its grpc is installed)."""
+
+    agent: int
+    dashboard: int | None = None
+    client: int | None = None
+
+
+def pick_ports(kind: str, taken: int) -> RayPorts:
+    """Free ports on this node for `kind`'s RayPorts, none of them `taken` (the GCS's) or twice."""
+    wanted = 3 if kind == "head" else 1
+    ports: list[int] = []
+    while len(ports) < wanted:
+        port = free_port()
+        if port != taken and port not in ports:
+            ports.append(port)
+    if kind != "head":
+        return RayPorts(agent=ports[0])
+    # Ray refuses a client server port without its client's grpc (`ray[client]`); it runs none then.
+    client = ports[2] if importlib.util.find_spec("grpc") is not None else None
+    return RayPorts(agent=ports[0], dashboard=ports[1], client=client)
+
+
+def ray_start_argv(kind: str, head: tuple[str, int], own_ip: str, opts: dict[str, str], temp: str,
+                   ports: RayPorts) -> list[str]:
     """`ray start` for this node, with the job's python (Ray's CLI module: `ray` need not be on PATH)."""
     argv = [sys.executable, "-m", "ray.scripts.scripts", "start", f"--node-ip-address={own_ip}",
             f"--num-cpus={opts['--cpus']}", f"--num-gpus={opts['--gpus']}", f"--temp-dir={temp}",
             # Compute nodes are often offline: Ray would otherwise try to report usage.
-            "--disable-usage-stats"]
-    if kind == "head":
-        return [*argv, "--head", f"--port={head[1]}"]
-    return [*argv, f"--address={head[0]}:{head[1]}"]
+            "--disable-usage-stats",
+            # Workers on ports the kernel gives (0: Ray's "random ports"), not from the
+            # 10002-19999 that every Ray on the node shares by default.
+            "--min-worker-port=0", "--max-worker-port=0",
+            f"--dashboard-agent-listen-port={ports.agent}"]
+    if kind != "head":
+        return [*argv, f"--address={head[0]}:{head[1]}"]
+    # The dashboard left to Ray's default (on where `ray[default]` is installed; a port it
+    # cannot bind leaves the head running without it), on a port of its own.
+    argv += ["--head", f"--port={head[1]}", f"--dashboard-host={DASHBOARD_HOST}", f"--dashboard-port={ports.dashboard}"]
+    return [*argv, f"--ray-client-server-port={ports.client}"] if ports.client is not None else argv
+
+
+def up_line(kind: str, node: str, own_ip: str, head_port: int, dashboard: int | None) -> str:
+    """This node's line in batch.out once its Ray is up; the head's names its dashboard where
+    it listens (`dashboard`: its port then), and how to reach it from the login node."""
+    if kind != "head":
+        return f"Ray {kind} on {node} up at {own_ip}"
+    line = f"Ray head on {node} up at {own_ip}:{head_port}"
+    if dashboard is None:
+        return f"{line}; no dashboard (Ray runs one where ray[default] is installed; why not: {ray_log(node)})"
+    return (f"{line}; its dashboard at http://{DASHBOARD_HOST}:{dashboard} on {node} "
+            f"(from the login node: ssh -L {dashboard}:{DASHBOARD_HOST}:{dashboard} {node})")
 
 
 def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
@@ -180,9 +236,10 @@ def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
         say(f"error: Ray worker on {node}: the head at {head[0]}:{head[1]} did not answer within {deadline:g} s")
         return 1
     os.makedirs(temp, mode=0o700, exist_ok=True)
+    ports = pick_ports(kind, head[1])
     with open(ray_log(node), "ab") as log:  # Ray's banner there; our own lines go to batch.out
-        start = subprocess.Popen(ray_start_argv(kind, head, own_ip, opts, temp), stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        start = subprocess.Popen(ray_start_argv(kind, head, own_ip, opts, temp, ports), stdout=log,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
     sid = start.pid  # every Ray process of this node is in this session (Ray calls setpgrp, never setsid)
     with open(os.path.join(temp, SESSION_FILE), "w") as f:  # for `stop`: Ray's workers rename themselves
         f.write(f"{sid} {os.getpid()}\n")
@@ -195,7 +252,9 @@ def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
             say(f"error: Ray {kind} on {node} did not start: ray start exited with {start.returncode} (its output: "
                 f"{ray_log(node)})")
             return 1
-        say(f"Ray {kind} on {node} up at {own_ip}" + (f":{head[1]}" if kind == "head" else ""))
+        # `ray start` returns once the dashboard listens, or has given up on it.
+        dashboard = ports.dashboard if ports.dashboard and wait_listening(DASHBOARD_HOST, ports.dashboard, 0) else None
+        say(up_line(kind, node, own_ip, head[1], dashboard))
         while not stopping:
             alive = set(session_processes(sid, temp).values())
             gone = [name for name in VITAL[kind] if name not in alive]

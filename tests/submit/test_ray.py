@@ -5,6 +5,7 @@ Ray for real on the testbed."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -180,3 +181,54 @@ def test_the_nodes_that_did_not_join_are_named_by_their_slurm_names():
         == ["a", "b"]
     # Every Slurm name seen, yet fewer Ray nodes than wanted: how many are missing.
     assert raynode.missing_nodes(alive, ["node1"], 2) == ["1 node(s)"]
+
+
+# ------------------------------------------------------------------ Ray's ports, the job's own
+
+def test_ray_start_takes_the_ports_picked_here_not_rays_fixed_defaults():
+    """Ray's defaults (dashboard 8265, client server 10001, agent 52365, workers 10002-19999)
+    are the same for every Ray on a node: two jobs sharing it would meet there."""
+    opts = {"--cpus": "2", "--gpus": "0"}
+    ports = raynode.RayPorts(agent=21001, dashboard=21002, client=21003)
+    head = raynode.ray_start_argv("head", ("10.0.0.1", 23456), "10.0.0.1", opts, "/tmp/r", ports)
+    assert head[1:4] == ["-m", "ray.scripts.scripts", "start"]
+    assert {"--head", "--port=23456", "--dashboard-port=21002", "--dashboard-host=127.0.0.1",
+            "--ray-client-server-port=21003", "--dashboard-agent-listen-port=21001",
+            "--min-worker-port=0", "--max-worker-port=0", "--node-ip-address=10.0.0.1"} <= set(head)
+    assert "--include-dashboard" not in " ".join(head)  # Ray's default: on, and a port it cannot bind is no failure
+    worker = raynode.ray_start_argv("worker", ("10.0.0.1", 23456), "10.0.0.2", opts, "/tmp/r",
+                                    raynode.RayPorts(agent=21004))
+    assert {"--address=10.0.0.1:23456", "--dashboard-agent-listen-port=21004", "--min-worker-port=0",
+            "--max-worker-port=0"} <= set(worker)
+    assert not [a for a in worker if a.startswith(("--head", "--dashboard-port", "--ray-client-server-port"))]
+
+
+def test_a_head_without_rays_client_gets_no_client_server_port():
+    """Ray refuses --ray-client-server-port where its client's grpc is missing (minimal Ray)."""
+    head = raynode.ray_start_argv("head", ("h", 1), "10.0.0.1", {"--cpus": "1", "--gpus": "0"}, "/tmp/r",
+                                  raynode.RayPorts(agent=2, dashboard=3))
+    assert not [a for a in head if a.startswith("--ray-client-server-port")]
+
+
+def test_the_ports_picked_are_free_distinct_and_not_the_gcs_ports():
+    """Ray refuses one port given to two of its parts; each must be bindable here now."""
+    for _ in range(20):
+        ports = raynode.pick_ports("head", taken=23456)
+        picked = [p for p in (ports.agent, ports.dashboard, ports.client) if p is not None]
+        assert len(set(picked)) == len(picked) and 23456 not in picked and ports.dashboard is not None
+        for port in picked:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+    worker = raynode.pick_ports("worker", taken=23456)
+    assert worker.dashboard is None and worker.client is None and worker.agent != 23456
+
+
+def test_the_heads_line_says_where_its_dashboard_is(monkeypatch):
+    monkeypatch.setenv("SLURMTORCH_JOB_DIR", "/home/u/jobs/7")
+    line = raynode.up_line("head", "node1", "198.18.0.139", 23456, 31234)
+    assert line == ("Ray head on node1 up at 198.18.0.139:23456; its dashboard at http://127.0.0.1:31234 on node1 "
+                    "(from the login node: ssh -L 31234:127.0.0.1:31234 node1)")
+    assert raynode.up_line("head", "node1", "198.18.0.139", 23456, None) == (
+        "Ray head on node1 up at 198.18.0.139:23456; no dashboard (Ray runs one where ray[default] is installed; "
+        "why not: /home/u/jobs/7/ray-node1.out)")
+    assert raynode.up_line("worker", "node2", "198.18.0.140", 23456, None) == "Ray worker on node2 up at 198.18.0.140"

@@ -1,19 +1,22 @@
 """`--ray` on the real testbed: a 2-node Ray cluster in the allocation, the head on the
 fabric (ib0, 198.18.0.128/25; the node names resolve to eth0, the management network), the
 script its driver; a Ray worker killed ends the job naming its node; nothing of Ray outlives
-the job on any node. Ray (CPU) is a test-only dependency (scripts/setup --tests)."""
+the job on any node; the same in the charliecloud image (scripts/image installs its Ray). Ray
+(CPU) is a test-only dependency (scripts/setup --tests)."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+import re
 import signal
 
 import pytest
 
 from conftest import need
 from helpers import read, st, wait_for
+from test_containers import charliecloud_image, charliecloud_site  # noqa: F401 (a fixture)
 
 FABRIC = ipaddress.ip_network("198.18.0.128/25")  # ib0 on every testbed node (docs/test-ground.md)
 
@@ -143,3 +146,72 @@ def test_a_distributor_with_ray_runs_the_function_once_as_the_driver(testbed, ha
     cpus, address = Distributor(num_processes=2, nodes=2, site="testbed", ray=True, time="5",
                                 progress=False).run(ray_cpus_and_address)
     assert cpus == 4.0 and ipaddress.ip_address(address.rpartition(":")[0]) in FABRIC
+
+
+# ------------------------------------------------------------------ in a container
+
+IN_IMAGE = '''\
+"""What the Ray driver sees from the image: the cluster, and whose python and Ray it is."""
+import json, os, sys, time
+import ray
+ray.init()
+nodes = [n for n in ray.nodes() if n["Alive"]]
+marker = "/etc/slurmtorch-image"
+print(json.dumps({"resources": ray.cluster_resources(), "addresses": [n["NodeManagerAddress"] for n in nodes],
+                  "python": sys.executable, "ray": ray.__file__,
+                  "image": open(marker).read() if os.path.exists(marker) else None}), flush=True)
+open(sys.argv[1], "w").close()  # the test looks at the nodes' Ray processes now, then lets the job end
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.1)
+'''
+
+
+def job_ray_processes(job: str) -> dict[int, str]:
+    """Ray's processes of `job` on this machine (every testbed node's), by the job id in their
+    environment: Ray's agents rename themselves (`ray::RuntimeEnvAgent`) and drop its folder."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = read_bytes(f"/proc/{pid}/environ").split("\0")
+            cmdline = read_bytes(f"/proc/{pid}/cmdline").replace("\0", " ")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={job}" in environ and ("ray" in cmdline or "raylet" in cmdline or "gcs_server" in cmdline):
+            found[int(pid)] = cmdline
+    return found
+
+
+@pytest.mark.timeout(1200)  # the image may be built first (scripts/image)
+def test_a_ray_job_in_the_charliecloud_image_sees_both_nodes_cpus_and_leaves_no_process(
+        testbed, charliecloud_image, tmp_path):  # noqa: F811 (test_containers' fixture)
+    """Every Ray step (head, worker, driver, stop) runs raynode with the image's python and Ray
+    under ch-run, as a rank would: the Ray in the image (scripts/image), not the host's."""
+    site, _ = charliecloud_site(tmp_path, charliecloud_image)
+    (tmp_path / "cluster.py").write_text(IN_IMAGE)
+    home, ready, go = tmp_path / "home", tmp_path / "ready", tmp_path / "go"
+    sub = st(testbed, home, ["sbatch", "--site", str(site), "-N", "2", "-t", "5", "--ray", "--parsable",
+                             "cluster.py", str(ready), str(go)], cwd=str(tmp_path), timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.split()[0]
+    folder = home / "jobs" / job
+    try:
+        wait_for(lambda: ready.exists() or (folder / "exit-code").exists(), "the driver to see the cluster", 240)
+        running = job_ray_processes(job)  # what must be gone after the job: both nodes' raylets among them
+        go.touch()
+        wait_for(lambda: (folder / "exit-code").exists(), "the job to end", 120)
+    finally:
+        testbed.run(["scancel", job])
+    logs = read(folder / "batch.out") + read(folder / "rank-0.err") + "".join(
+        read(p)[-3000:] for p in sorted(folder.glob("ray-*.out")))
+    assert read(folder / "exit-code").strip() == "0", logs
+    assert len([cmd for cmd in running.values() if cmd.split()[0].endswith("/raylet")]) == 2, running
+    seen = json.loads(read(folder / "rank-0.out"))
+    assert seen["resources"]["CPU"] == 4.0, seen  # 2 per node (scripts/testbed), both nodes'
+    assert all(ipaddress.ip_address(a) in FABRIC for a in seen["addresses"]) and len(set(seen["addresses"])) == 2
+    assert seen["python"] == "/usr/bin/python3" and seen["image"].startswith("slurmtorch test image"), seen
+    assert seen["ray"].startswith("/usr/local/lib/ray/ray-2.60.0/"), seen
+    assert re.search(r"Ray head on node\d+ up at 198\.18\.0\.1\d\d:\d+; no dashboard", read(folder / "batch.out")), logs
+    wait_for(lambda: st(testbed, home, ["status", job]).stdout.startswith(f"job={job} state=COMPLETED exit_code=0 "),
+             "the job to be COMPLETED", 30)
+    assert job_ray_processes(job) == {}  # the job ended: every node's Ray was stopped before
+    assert not [p for p in os.listdir("/tmp") if p.startswith(f"slurmtorch-ray-{job}-")]
