@@ -6,7 +6,7 @@ finds its place in it. Pure; no imports from either side.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from slurmtorch.errors import BootstrapError
@@ -19,21 +19,44 @@ ROLES_TIP = "e.g. --role master=1 --role worker=3 --role ps=2 --role evaluator=1
 
 @dataclass(frozen=True)
 class RoleLayout:
-    """Roles in launch order (leader, workers, ps, evaluator) with their node counts.
+    """Roles in launch order (leader, workers, ps, evaluator) with their node counts, and the
+    tasks (ranks) each runs per node: one unless `tasks` says otherwise (`worker=2:tasks=4`).
 
-    One task per node: a role replica is a machine, as on AI Platform and Azure ML.
-    Role r occupies the job's nodes (and ranks) right after those of the roles before
-    it, so job rank == job node index; the torch world is the training roles' prefix.
+    Role r occupies the job's nodes, and ranks, right after those of the roles before it;
+    a node's ranks are consecutive (srun's block distribution). The torch world is the
+    training roles' prefix of the ranks. A role replica, as AI Platform and Azure ML count
+    them in CLUSTER_SPEC, is a node.
     """
 
     roles: tuple[tuple[str, int], ...]
+    tasks: tuple[tuple[str, int], ...] = ()  # (role, tasks per node) where not 1
+
+    def tasks_of(self, role: str) -> int:
+        return dict(self.tasks).get(role, 1)
+
+    def count(self, role: str) -> int:
+        """The role's nodes."""
+        return dict(self.roles).get(role, 0)
+
+    def ranks(self, role: str) -> int:
+        return self.count(role) * self.tasks_of(role)
 
     @property
-    def total(self) -> int:
+    def nodes(self) -> int:
         return sum(n for _, n in self.roles)
 
     @property
+    def total(self) -> int:
+        """Every rank of the job."""
+        return sum(self.ranks(r) for r, _ in self.roles)
+
+    @property
     def training(self) -> int:
+        """The torch world's ranks."""
+        return sum(self.ranks(r) for r, _ in self.roles if r in TRAINING_ROLES)
+
+    @property
+    def training_nodes(self) -> int:
         return sum(n for r, n in self.roles if r in TRAINING_ROLES)
 
     @property
@@ -41,37 +64,54 @@ class RoleLayout:
         return self.roles[0][0]
 
     def offset(self, role: str) -> int:
-        """First job rank (and node index) of `role`."""
+        """First job rank of `role`."""
+        return self._before(role, self.ranks)
+
+    def node_offset(self, role: str) -> int:
+        """First node (index in the job's nodes) of `role`."""
+        return self._before(role, self.count)
+
+    def _before(self, role: str, size: Callable[[str], int]) -> int:
         off = 0
-        for name, n in self.roles:
+        for name, _ in self.roles:
             if name == role:
                 return off
-            off += n
+            off += size(name)
         raise BootstrapError(f"role {role!r} is not in the layout {self.format()}", tip=ROLES_TIP)
 
-    def count(self, role: str) -> int:
-        return dict(self.roles).get(role, 0)
-
     def role_of(self, job_rank: int) -> tuple[str, int]:
-        """(role, index within the role) of a job rank."""
+        """(role, index of the rank within the role) of a job rank."""
         off = 0
-        for name, n in self.roles:
-            if job_rank < off + n:
+        for name, _ in self.roles:
+            if job_rank < off + self.ranks(name):
                 return name, job_rank - off
-            off += n
+            off += self.ranks(name)
         raise BootstrapError(f"job rank {job_rank} is outside the layout {self.format()}", tip=ROLES_TIP)
 
+    def node_of(self, job_rank: int) -> int:
+        """The job node index a rank runs on."""
+        role, index = self.role_of(job_rank)
+        return self.node_offset(role) + index // self.tasks_of(role)
+
+    def rank_hosts(self, nodes: Sequence[str]) -> tuple[str, ...]:
+        """The host of every job rank, from the job's nodes in role order."""
+        return tuple(nodes[self.node_of(r)] for r in range(self.total))
+
     def format(self) -> str:
-        return ",".join(f"{r}={n}" for r, n in self.roles)
+        """`master=1,worker=2:tasks=4`: what parse_roles reads back (SLURMTORCH_ROLES, job.json)."""
+        return ",".join(f"{r}={n}" + (f":tasks={self.tasks_of(r)}" if self.tasks_of(r) != 1 else "")
+                        for r, n in self.roles)
 
 
 def parse_roles(items: Sequence[str] | str) -> RoleLayout:
-    """`["master=1", "worker=3", "ps=2"]` or "master=1,worker=3,ps=2" -> RoleLayout (pure)."""
+    """`["master=1", "worker=3", "ps=2"]` or "master=1,worker=3:tasks=4,ps=2" -> RoleLayout (pure)."""
     if isinstance(items, str):
         items = [i for i in items.split(",") if i.strip()] if items.strip() else []
     counts: dict[str, int] = {}
+    tasks: dict[str, int] = {}
     for item in items:
-        name, sep, count = str(item).partition("=")
+        item, _, per_node = str(item).partition(":tasks=")
+        name, sep, count = item.partition("=")
         name = name.strip()
         if not sep or not name:
             raise BootstrapError(f"malformed --role {item!r}: expected ROLE=COUNT", tip=ROLES_TIP)
@@ -83,6 +123,12 @@ def parse_roles(items: Sequence[str] | str) -> RoleLayout:
         if not count.strip().isdigit() or not count.strip().isascii():
             raise BootstrapError(f"malformed --role {item!r}: COUNT must be a whole number of nodes", tip=ROLES_TIP)
         counts[name] = int(count)
+        if per_node:
+            if not (per_node.isascii() and per_node.isdigit()) or int(per_node) < 1:
+                raise BootstrapError(f"malformed --role {item}:tasks={per_node}: tasks must be a whole number of "
+                                     "tasks per node, at least 1", tip=ROLES_TIP)
+            if int(per_node) != 1:
+                tasks[name] = int(per_node)
     leaders = [r for r in LEADER_ROLES if r in counts]
     if len(leaders) != 1:
         raise BootstrapError("a role job needs exactly one of master=1 or chief=1" if not leaders
@@ -92,4 +138,4 @@ def parse_roles(items: Sequence[str] | str) -> RoleLayout:
         raise BootstrapError(f"{leaders[0]}={counts[leaders[0]]}: there is exactly one {leaders[0]}",
                              tip=f"--role {leaders[0]}=1 and put the rest in --role worker=N")
     roles = tuple((r, counts[r]) for r in ROLE_ORDER if counts.get(r))
-    return RoleLayout(roles=roles)
+    return RoleLayout(roles=roles, tasks=tuple((r, tasks[r]) for r in ROLE_ORDER if r in tasks and counts.get(r)))

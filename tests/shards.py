@@ -11,7 +11,7 @@ test: every file lands in exactly one shard.
 from __future__ import annotations
 
 MEASURED_S = {
-    "tests/submit/test_recovery.py": 375,
+    "tests/submit/test_recovery.py": 410,  # + the two role-job restarts (2026-11-29, measured alone: 35 s)
     "tests/bootstrap/test_launchers.py": 205,
     "tests/bootstrap/test_preempt.py": 157,
     "tests/submit/test_stacks_testbed.py": 119,
@@ -31,13 +31,16 @@ MEASURED_S = {
     "tests/test_fabric_network.py": 32,
     "tests/submit/test_signals.py": 28,
     "tests/submit/test_workdir_testbed.py": 27,
-    "tests/submit/test_roles_sweeps.py": 21,
+    "tests/submit/test_roles_sweeps.py": 31,
     "tests/cli/test_main_job.py": 21,
     "tests/cli/test_alloc_testbed.py": 21,
     "tests/doctor/test_doctor.py": 20,
     "tests/bootstrap/test_placement_launchers.py": 18,
     "tests/test_containers.py": 16,
     "tests/bootstrap/test_rendezvous.py": 16,
+    # Measured alone (2026-11-29): Ray in the charliecloud image; two Ray heads on one host.
+    "tests/submit/test_ray_testbed.py": 80,
+    "tests/bootstrap/test_raynode_ports.py": 15,
 }
 # A file not measured: a testbed test is a job or two (seconds), any other a pure function.
 TESTBED_TEST_S = 5.0

@@ -51,26 +51,30 @@ def _task(info: RankInfo, master_role: str) -> dict:
 def role_cluster(info: RankInfo, leader: str) -> dict[str, list[str]]:
     """`{role: [host:port, ...]}` for every role of a role job (pure).
 
-    The leader is at MASTER_ADDR:MASTER_PORT; job rank r elsewhere at its host and the
-    nominal port MASTER_PORT + r (nothing listens there unless the framework does).
+    One entry per replica, a node (with several tasks a node, its first rank's). The leader
+    is at MASTER_ADDR:MASTER_PORT; the replica whose first job rank is r elsewhere at its host
+    and the nominal port MASTER_PORT + r (nothing listens there unless the framework does).
     """
     layout, hosts = info.role_layout, info.job_rank_hosts
     cluster: dict[str, list[str]] = {}
-    rank = 0
     for role, count in layout.roles:
         name = leader if role in ("master", "chief") else role
-        entries = []
-        for _ in range(count):
-            entries.append(f"{info.master_addr}:{info.master_port}" if rank == 0
-                           else f"{hosts[rank]}:{_port(info.master_port, rank)}")
-            rank += 1
-        cluster[name] = entries
+        firsts = [layout.offset(role) + i * layout.tasks_of(role) for i in range(count)]
+        cluster[name] = [f"{info.master_addr}:{info.master_port}" if rank == 0
+                         else f"{hosts[rank]}:{_port(info.master_port, rank)}" for rank in firsts]
     return cluster
+
+
+def replica_index(info: RankInfo) -> int:
+    """The replica (node) of its role a rank of a role job runs on: every rank of a node gets
+    that node's task, as in a job without roles."""
+    assert info.role is not None
+    return info.role_index // info.role_layout.tasks_of(info.role)
 
 
 def _role_task(info: RankInfo, leader: str) -> dict:
     kind = leader if info.role in ("master", "chief") else info.role
-    task = {"type": kind, "index": info.role_index}
+    task = {"type": kind, "index": replica_index(info)}
     if info.trial is not None:
         task["trial"] = info.trial
     return task
@@ -131,7 +135,7 @@ def vertex_cluster_spec(info: RankInfo) -> dict | None:
     """
     if info.layout is not None:
         cluster = {VERTEX_POOLS[role]: entries for role, entries in role_cluster(info, "master").items()}
-        pool, index = VERTEX_POOLS[info.role or "master"], info.role_index
+        pool, index = VERTEX_POOLS[info.role or "master"], replica_index(info)
     else:
         if len(info.nodes) != info.num_nodes or not info.nodes:
             return None

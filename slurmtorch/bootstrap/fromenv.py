@@ -266,7 +266,8 @@ def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLay
 
     Each role runs as its own step (`srun --nodelist=ITS_NODES -N COUNT`), so srun's
     SLURM_PROCID counts within the role; the job's node list and the layout give
-    every rank's place: job rank = the role's offset + SLURM_PROCID. In a heterogeneous
+    every rank's place: job rank = the role's offset + SLURM_PROCID, its node the role's
+    (SLURM_PROCID // the role's tasks per node)th, its local rank the rest. In a heterogeneous
     job a step's SLURM_JOB_NODELIST is its component's: the batch script lists every
     role's nodes in SLURMTORCH_ROLE_NODES.
     """
@@ -285,29 +286,32 @@ def from_roles(env: Mapping[str, str], hostname: str, role: str, layout: RoleLay
         job_nodes = tuple(hostlist.expand_hostlist(env.get(protocol.ROLE_NODES) or env.get("SLURM_JOB_NODELIST", "")))
     except Exception as exc:
         raise BootstrapError(f"{what}: {exc}; seen: {seen(env, keys)}", tip=_SLURM_TIP) from None
-    if len(job_nodes) < layout.total:
-        raise BootstrapError(f"{what}: the layout {layout.format()} needs {layout.total} nodes, the job has "
+    if len(job_nodes) < layout.nodes:
+        raise BootstrapError(f"{what}: the layout {layout.format()} needs {layout.nodes} nodes, the job has "
                              f"{len(job_nodes)}; seen: {seen(env, keys)}", tip=_SLURM_TIP)
     procid = env_int(env, "SLURM_PROCID", what, keys, _SLURM_TIP)
-    if not 0 <= procid < layout.count(role):
-        raise BootstrapError(f"{what}: SLURM_PROCID={procid} but the role has {layout.count(role)} tasks; "
+    if not 0 <= procid < layout.ranks(role):
+        raise BootstrapError(f"{what}: SLURM_PROCID={procid} but the role has {layout.ranks(role)} tasks; "
                              f"seen: {seen(env, keys)}", tip=_SLURM_TIP)
     job_rank = layout.offset(role) + procid
-    hosts = job_nodes[:layout.total]
+    nodes = job_nodes[:layout.nodes]
+    hosts = layout.rank_hosts(nodes)  # a node's tasks are consecutive ranks (srun's block distribution)
     if env.get("SLURMD_NODENAME") and env["SLURMD_NODENAME"] != hosts[job_rank]:
         raise BootstrapError(f"{what}: {role} {procid} should run on {hosts[job_rank]} but runs on "
                              f"{env['SLURMD_NODENAME']}; seen: {seen(env, keys)}", tip=_SLURM_TIP)
     addr = env.get("MASTER_ADDR", "").strip() or hosts[0]
-    common: dict[str, Any] = dict(local_rank=0, local_world_size=1, master_addr=addr, master_port=slurm_port(env),
-                  hostname=hostname, source="slurm", launcher="srun", trial=trial_id(env), role=role,
-                  role_index=procid, layout=layout, job_rank_hosts=hosts)
+    per_node = layout.tasks_of(role)
+    common: dict[str, Any] = dict(local_rank=procid % per_node, local_world_size=per_node, master_addr=addr,
+                                  master_port=slurm_port(env), hostname=hostname, source="slurm", launcher="srun",
+                                  trial=trial_id(env), role=role, role_index=procid, layout=layout,
+                                  job_rank_hosts=hosts, node_rank=layout.node_of(job_rank))
     if role in TRAINING_ROLES:
         n = layout.training
-        info = RankInfo(rank=job_rank, world_size=n, node_rank=job_rank, num_nodes=n, nodes=hosts[:n],
-                        rank_hosts=hosts[:n], **common)
+        info = RankInfo(rank=job_rank, world_size=n, num_nodes=layout.training_nodes,
+                        nodes=nodes[:layout.training_nodes], rank_hosts=hosts[:n], **common)
     else:
-        info = RankInfo(rank=job_rank, world_size=layout.total, node_rank=job_rank, num_nodes=layout.total,
-                        nodes=hosts, rank_hosts=hosts, **common)
+        info = RankInfo(rank=job_rank, world_size=layout.total, num_nodes=layout.nodes, nodes=nodes,
+                        rank_hosts=hosts, **common)
     return validate(info, env, keys, _SLURM_TIP)
 
 

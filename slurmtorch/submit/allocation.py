@@ -11,6 +11,7 @@ more to define (about 4M instructions apiece) than building the spec does.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from slurmtorch.errors import BootstrapError, SpecError
@@ -61,7 +62,8 @@ def _tasks_per_node(o: Options, preset: dict[str, Any], gpus: int) -> int:
 
 def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node: int,
                 check_total: bool = True) -> RoleLayout | None:
-    """--role counts (None without --role): one srun step per role, one task per node.
+    """--role counts (None without --role): one srun step per role, each role's nodes running
+    the job's tasks per node (one per GPU, else one; roles with tasks of their own: hetjob).
     `check_total` False: roles with resources of their own, checked per role (hetjob.components)."""
     if not o.roles:
         return None
@@ -75,10 +77,9 @@ def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node
         raise SpecError(f"--role runs one srun step per role; launcher {launcher!r} cannot",
                         tip="use --launcher srun")
     if ntasks_per_node != 1:
-        raise SpecError(f"--role counts nodes, one task each; --ntasks-per-node {ntasks_per_node} cannot apply",
-                        tip="leave --ntasks-per-node out (a role replica is a node, as on AI Platform)")
-    if o.nodes is not None and o.nodes != layout.total:
-        raise SpecError(f"--nodes {o.nodes} but the roles add up to {layout.total} nodes",
+        layout = replace(layout, tasks=tuple((role, ntasks_per_node) for role, _ in layout.roles))
+    if o.nodes is not None and o.nodes != layout.nodes:
+        raise SpecError(f"--nodes {o.nodes} but the roles add up to {layout.nodes} nodes",
                         tip="leave --nodes out with --role")
     if check_total:
         check_role_total(layout, partition)
@@ -87,9 +88,9 @@ def role_layout(o: Options, partition: Partition, launcher: str, ntasks_per_node
 
 def check_role_total(layout: RoleLayout, partition: Partition) -> None:
     """Every role's nodes within the one partition of a role job that is one allocation."""
-    if layout.total > partition.max_nodes:
+    if layout.nodes > partition.max_nodes:
         raise SpecError(
-            f"roles {layout.format()} need {layout.total} nodes, but partition {partition.name!r} "
+            f"roles {layout.format()} need {layout.nodes} nodes, but partition {partition.name!r} "
             f"allows at most {partition.max_nodes}",
             tip="lower the role counts, or use another partition",
         )
@@ -107,8 +108,8 @@ def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_
     if o.ntasks is not None:
         nodes, n = _spread(o, preset, ntasks_per_node, roles, launcher)
     else:
-        nodes = roles.total if roles else positive("--nodes", o.pick(preset, "nodes", 1))
-        n = nodes * ntasks_per_node
+        nodes = roles.nodes if roles else positive("--nodes", o.pick(preset, "nodes", 1))
+        n = roles.total if roles else nodes * ntasks_per_node
     if nodes > partition.max_nodes and roles is None:  # a role job's counts: role_layout, hetjob
         raise SpecError(
             f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
@@ -124,7 +125,8 @@ def _spread(o: Options, preset: dict[str, Any], ntasks_per_node: int, roles: Rol
     assert o.ntasks is not None  # node_count calls this only with -n
     n = positive("-n/--ntasks", o.ntasks)
     if roles:
-        raise SpecError("--role counts nodes, one task each; -n/--ntasks cannot apply", tip="leave -n out with --role")
+        raise SpecError("--role counts nodes; -n/--ntasks cannot apply",
+                        tip="leave -n out with --role (a role's tasks per node: --role worker=2:tasks=4)")
     given = o.pick(preset, "nodes")
     nodes = positive("--nodes", given) if given is not None else -(-n // ntasks_per_node)
     if n < nodes:

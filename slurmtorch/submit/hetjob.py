@@ -2,7 +2,9 @@
 heterogeneous job that gives each role its own resources (pure).
 
 `--role worker=2:partition=fat:gpus=4` asks for a role's nodes in another partition (its
-node type, environment and limits from the site) or with other GPUs per node. When every
+node type, environment and limits from the site), with other GPUs per node, or with
+`tasks=N` ranks per node (default: the node type's, one per GPU); `spare=N` (with
+--max-restarts) holds N more of the role's nodes, to replace a failed one at once. When every
 role lands on the same resources the job stays one allocation, rendered as before; when
 they differ, each role is a component of one heterogeneous job (`#SBATCH hetjob` between
 the components' lines; its srun step `--het-group=K`), the leader's first: the batch script
@@ -23,8 +25,9 @@ from slurmtorch.submit.environment import job_env
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
 
-ROLE_KEYS = ("partition", "gpus")
-ROLE_TIP = "e.g. --role master=1 --role worker=2:partition=fat:gpus=4 (ROLE=NODES[:partition=P][:gpus=N])"
+ROLE_KEYS = ("partition", "gpus", "tasks", "spare")
+ROLE_TIP = ("e.g. --role master=1 --role worker=2:partition=fat:gpus=4 "
+            "(ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N])")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class RoleAsk:
     role: str
     partition: str | None = None
     gpus: int | None = None
+    spare: int = 0  # spare nodes of the role's own kind (--max-restarts)
+    tasks: int | None = None  # ranks per node
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,14 @@ class RoleAsks:
     asks: tuple[RoleAsk, ...] = ()
     partition: str | None = None
     gpus: int | None = None
+    tasks: int | None = None
 
     def of(self, role: str) -> RoleAsk:
         return next((a for a in self.asks if a.role == role), RoleAsk(role))
+
+    @property
+    def spares(self) -> int:
+        return sum(a.spare for a in self.asks)
 
 
 @dataclass(frozen=True)
@@ -57,8 +67,9 @@ class HetComponent:
 
     role: str
     group: int  # srun --het-group
-    nodes: int
+    nodes: int  # the role's, and its spares
     cpus_per_task: int
+    tasks_per_node: int
     directives: tuple[tuple[str, str], ...] = ()  # after `#SBATCH hetjob`; () for the first
     env: tuple[tuple[str, str], ...] = ()  # set for this role's step
     unset: tuple[str, ...] = ()  # the batch script's variables this role's node type has not
@@ -67,7 +78,7 @@ class HetComponent:
 def split_roles(o: Options) -> tuple[Options, RoleAsks]:
     """`--role` items with resources (`worker=2:partition=fat`) -> the options with plain
     ROLE=NODES items (roles.parse_roles checks those) and each role's own resources. The
-    leader's own partition and GPUs are the job's: its component is the batch job itself."""
+    leader's own partition, GPUs and tasks are the job's: its component is the batch job itself."""
     if not any(":" in item for item in o.roles):
         return o, RoleAsks()
     plain, asks = [], []
@@ -76,10 +87,11 @@ def split_roles(o: Options) -> tuple[Options, RoleAsks]:
         plain.append(head)
         asks.append(_ask(item, head.partition("=")[0].strip(), rest.split(":") if rest else []))
     leader = next((a for a in asks if a.role in LEADER_ROLES), None)
-    typed = RoleAsks(tuple(asks), o.partition, o.gpus_per_node)
+    typed = RoleAsks(tuple(asks), o.partition, o.gpus_per_node, o.ntasks_per_node)
     if leader is not None:
         o = replace(o, partition=leader.partition or o.partition,
-                    gpus_per_node=leader.gpus if leader.gpus is not None else o.gpus_per_node)
+                    gpus_per_node=leader.gpus if leader.gpus is not None else o.gpus_per_node,
+                    ntasks_per_node=leader.tasks if leader.tasks is not None else o.ntasks_per_node)
     return replace(o, roles=tuple(plain)), typed
 
 
@@ -93,22 +105,34 @@ def _ask(item: str, role: str, pairs: list[str]) -> RoleAsk:
         if key in found:
             raise SpecError(f"malformed --role {item!r}: {key} given twice", tip=ROLE_TIP)
         found[key] = value
-    gpus = found.get("gpus")
-    if gpus is not None and not (gpus.isascii() and gpus.isdigit()):
-        raise SpecError(f"malformed --role {item!r}: gpus must be a whole number of GPUs per node", tip=ROLE_TIP)
+    for key, what in (("gpus", "GPUs per node"), ("tasks", "tasks per node"), ("spare", "spare nodes")):
+        if key in found and not (found[key].isascii() and found[key].isdigit()):
+            raise SpecError(f"malformed --role {item!r}: {key} must be a whole number of {what}", tip=ROLE_TIP)
+    gpus, tasks = found.get("gpus"), found.get("tasks")
     partition = found.get("partition")
     if partition is not None:
         shell.directive_value(partition, what=f"--role {role} partition")  # no newline/NUL
-    return RoleAsk(role, partition, int(gpus) if gpus is not None else None)
+    return RoleAsk(role, partition, int(gpus) if gpus is not None else None, int(found.get("spare", 0)),
+                   int(tasks) if tasks is not None else None)
 
 
 def components(site: Site, o: Options, preset: dict[str, Any], layout: RoleLayout | None, asks: RoleAsks,
-               leader: tuple[Partition, NodeType]) -> tuple[HetComponent, ...]:
-    """Each role's component when the roles need different resources, else () (one allocation)."""
+               leader: tuple[Partition, NodeType]) -> tuple[tuple[HetComponent, ...], RoleLayout | None]:
+    """Each role's component when the roles need different resources, else () (one allocation),
+    and the layout with each role's tasks per node (one allocation: the job's, as it was)."""
     if layout is None or not asks.asks:
-        return ()
-    o_job = replace(o, partition=asks.partition, gpus_per_node=asks.gpus)
-    placed = [_place(site, o_job, preset, role, count, asks.of(role)) for role, count in layout.roles]
+        return (), layout
+    comps = _components(site, o, preset, layout, asks, leader)
+    if not comps:
+        return (), layout
+    return comps, replace(layout, tasks=tuple((c.role, c.tasks_per_node) for c in comps if c.tasks_per_node != 1))
+
+
+def _components(site: Site, o: Options, preset: dict[str, Any], layout: RoleLayout, asks: RoleAsks,
+                leader: tuple[Partition, NodeType]) -> tuple[HetComponent, ...]:
+    o_job = replace(o, partition=asks.partition, gpus_per_node=asks.gpus, ntasks_per_node=asks.tasks)
+    placed = [_place(site, o_job, preset, role, count + asks.of(role).spare, asks.of(role))
+              for role, count in layout.roles]
     key = [(p[1].slurm_name, p[2].name, p[3]) for p in placed]
     if all(k == key[0] for k in key):
         check_role_total(layout, leader[0])  # one allocation, in the leader's partition
@@ -118,18 +142,20 @@ def components(site: Site, o: Options, preset: dict[str, Any], layout: RoleLayou
                         "array (Slurm has no arrays of heterogeneous jobs)", tip="leave --array/--sweep out, or "
                         "run every role on one node type")
     for name, max_nodes in {p[1].name: p[1].max_nodes for p in placed}.items():
-        on = [(p[0], layout.count(p[0])) for p in placed if p[1].name == name]
+        on = [(p[0], layout.count(p[0]) + asks.of(p[0]).spare) for p in placed if p[1].name == name]
         if sum(n for _, n in on) > max_nodes:
-            raise SpecError(f"roles {RoleLayout(tuple(on)).format()} need {sum(n for _, n in on)} nodes of "
-                            f"partition {name!r}, which allows at most {max_nodes}",
+            spares = " (spares included)" if asks.spares else ""
+            raise SpecError(f"roles {RoleLayout(tuple(on)).format()}{spares} need {sum(n for _, n in on)} "
+                            f"nodes of partition {name!r}, which allows at most {max_nodes}",
                             tip="lower the role counts, or give a role another partition")
-    base_env, base_paths = job_env(site, leader[1], leader[0], preset, o, layout.total)
+    base_env, base_paths = job_env(site, leader[1], leader[0], preset, o, layout.nodes)
     out = []
     for group, (role, partition, node, per, directives) in enumerate(placed):
-        env, paths = job_env(site, node, partition, preset, o, layout.total)
+        env, paths = job_env(site, node, partition, preset, o, layout.nodes)
         _check_step_setup(site, role, partition, node, leader, paths != base_paths)
         out.append(HetComponent(
-            role=role, group=group, nodes=layout.count(role), cpus_per_task=per[2],
+            role=role, group=group, nodes=layout.count(role) + asks.of(role).spare, cpus_per_task=per[2],
+            tasks_per_node=per[1],
             directives=directives if group else (),
             env=tuple((k, v) for k, v in env.items() if base_env.get(k) != v),
             unset=tuple(k for k in base_env if k not in env)))
@@ -154,8 +180,10 @@ def _check_step_setup(site: Site, role: str, partition: Partition, node: NodeTyp
 
 def _place(site: Site, o: Options, preset: dict[str, Any], role: str, count: int, ask: RoleAsk
            ) -> tuple[str, Partition, NodeType, tuple[int, int, int], tuple[tuple[str, str], ...]]:
-    """(role, partition, node type, (GPUs, tasks, CPUs) per node, its component's `#SBATCH` options)."""
-    o = replace(o, partition=ask.partition or o.partition, ntasks_per_node=1,
+    """(role, partition, node type, (GPUs, tasks, CPUs) per node, its component's `#SBATCH` options);
+    `count`: the role's nodes and its spares."""
+    o = replace(o, partition=ask.partition or o.partition,
+                ntasks_per_node=ask.tasks if ask.tasks is not None else o.ntasks_per_node,
                 gpus_per_node=ask.gpus if ask.gpus is not None else o.gpus_per_node)
     partition = site.partition(o.pick(preset, "partition"), qos=o.pick(preset, "qos"))
     node = site.node_type(partition.node_type)
@@ -164,10 +192,11 @@ def _place(site: Site, o: Options, preset: dict[str, Any], role: str, count: int
     except SpecError as exc:
         raise SpecError(f"role {role}: {exc.message}", tip=exc.tip) from None
     if count > partition.max_nodes:
-        raise SpecError(f"role {role}={count} needs {count} nodes, but partition {partition.name!r} allows at most "
+        spares = f" ({ask.spare} of them spare)" if ask.spare else ""
+        raise SpecError(f"role {role} needs {count} nodes{spares}, but partition {partition.name!r} allows at most "
                         f"{partition.max_nodes}", tip="lower the role's count, or give it another partition")
     directives: dict[str, str] = {"partition": partition.slurm_name, "nodes": str(count),
-                                  "ntasks-per-node": "1", "cpus-per-task": str(per[2])}
+                                  "ntasks-per-node": str(per[1]), "cpus-per-task": str(per[2])}
     gpus = per[0]
     if gpus and site.gpu_request_for(partition, node) == "gres":
         directives["gres"] = f"gpu:{gpus}"

@@ -109,13 +109,13 @@ class Options:
     # salloc allocation, not from a batch script (submit/interactive.py).
     interactive: bool = False
     roles: tuple[str, ...] = _flag(  # raw ROLE=COUNT strings
-        "--role", metavar="ROLE=NODES[:partition=P][:gpus=N]", default=(),
-        help="a role job: master|chief=1, worker=N, ps=N, evaluator=N (counts in NODES, one task each; "
-             "repeatable). Each rank gets CLUSTER_SPEC/TF_CONFIG with every role's host:port list; the torch "
+        "--role", metavar="ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N]", default=(),
+        help="a role job: master|chief=1, worker=N, ps=N, evaluator=N (counts in NODES; repeatable). Each rank gets CLUSTER_SPEC/TF_CONFIG with every role's host:port list; the torch "
              "world is master/chief + workers; ps/evaluator get MASTER_ADDR/PORT but no process group. "
              "--role chief=1 names the leader chief in CLUSTER_SPEC too. A role's own partition (its node "
-             "type) or GPUs per node, e.g. worker=4:partition=gpu:gpus=4: roles on different resources run "
-             "as one Slurm heterogeneous job")
+             "type), GPUs per node or tasks per node (default: one per GPU, else one), e.g. "
+             "worker=4:partition=gpu:gpus=4:tasks=4: roles on different resources run as one Slurm "
+             "heterogeneous job; spare=N (with --max-restarts): N spare nodes of the role's kind")
     ray: bool | None = _flag(
         "--ray", api=True,
         help="start a Ray cluster in the job (the head on the first node, on the site's fabric interface; a "

@@ -4,10 +4,14 @@ A job that restarts itself runs its srun step under the restart supervisor
 (`supervisor.py`) with `--nodes` of the job's nodes, holding `--spare-nodes` more to
 replace a failed one at once. Refused here, with what would work: the options without
 --max-restarts, a launcher other than srun (torchrun restarts in place with its own
---max-restarts; the supervisor runs srun steps), role jobs (one step per role), jobs in a
-container (the supervisor runs beside the ranks, on the node, and needs slurmtorch there),
+--max-restarts; the supervisor runs srun steps), jobs in a container (the supervisor runs beside the ranks, on the node, and needs slurmtorch there),
 more nodes than the partition allows, and a hang timeout the process-group timeout would
 beat anyway; a straggler's node replaced with no spare to replace it by.
+
+A role job's spares: --spare-nodes, shared by every role when the roles are one allocation
+(their nodes are alike), plus each role's own `spare=N` (`--role worker=2:spare=1`). Roles
+on different resources (a heterogeneous job) hold their own spares only: a failed worker's
+node can be replaced only by a node of the worker's kind.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ class Recovery(NamedTuple):
     replace_straggler: float | None = None
 
 
-def resolve_restarts(o: Options, launcher: str, roles: bool, in_container: bool, nodes: int, max_nodes: int,
-                     partition: str, timeout: int) -> Recovery:
+def resolve_restarts(o: Options, launcher: str, hetjob: bool, in_container: bool, nodes: int, max_nodes: int,
+                     partition: str, timeout: int, role_spares: int = 0) -> Recovery:
+    """`role_spares`: what the roles' `spare=N` add up to (hetjob.RoleAsks.spares)."""
     if o.max_restarts is None:
+        if role_spares:
+            raise SpecError("a role's spare=N needs --max-restarts", tip="e.g. --max-restarts 3 --role worker=2:spare=1")
         for flag, value in (("--spare-nodes", o.spare_nodes), ("--hang-timeout", o.hang_timeout),
                             ("--replace-straggler", o.replace_straggler)):
             if value is not None and not (o.ray and flag == "--hang-timeout"):
@@ -43,17 +50,18 @@ def resolve_restarts(o: Options, launcher: str, roles: bool, in_container: bool,
         raise SpecError(f"--max-restarts restarts srun steps; launcher {launcher!r} cannot",
                         tip="use --launcher srun (torchrun restarts in place, on the same nodes, with its own "
                             "--max-restarts)")
-    if roles:
-        raise SpecError("--max-restarts does not apply to --role jobs (one srun step per role)",
-                        tip="leave --max-restarts out, or run the training roles as one job")
     if in_container:
         raise SpecError("--max-restarts cannot supervise ranks in a container: the supervisor runs on the node "
                         "beside them and needs slurmtorch there",
                         tip="leave --max-restarts out, or run without a container")
+    if hetjob and o.spare_nodes is not None:
+        raise SpecError("--spare-nodes: roles on different resources (a heterogeneous job) hold spares of their own "
+                        "kind, each role its own", tip="e.g. --role worker=2:partition=fat:spare=1")
     spare = o.spare_nodes if o.spare_nodes is not None else 0
     if spare < 0:
         raise SpecError(f"--spare-nodes must not be negative, got {spare}")
-    if nodes + spare > max_nodes:
+    spare += role_spares
+    if nodes + spare > max_nodes and not hetjob:  # a heterogeneous job's: hetjob.components, per partition
         raise SpecError(f"{nodes} nodes + {spare} spare need {nodes + spare}, but partition {partition!r} allows "
                         f"at most {max_nodes}", tip=f"use --spare-nodes {max(0, max_nodes - nodes)} or fewer nodes")
     hang = None

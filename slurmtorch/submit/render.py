@@ -19,7 +19,7 @@ import jinja2
 from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
-from slurmtorch.roles import TRAINING_ROLES, RoleLayout
+from slurmtorch.roles import TRAINING_ROLES
 from slurmtorch.submit.batchnode.batchbash import (PICK_PORT, REAP_ROLE_STEPS, ROLE_NODES_FILE, charliecloud_env,
                                                    pick_addr)
 from slurmtorch.submit.jobfolder import ownership
@@ -62,14 +62,15 @@ class RoleStep:
     """One role's srun step of a role job, unquoted."""
 
     role: str
-    offset: int  # first node (= first job rank) of the role
-    count: int
+    offset: int  # first job rank of the role
+    count: int  # its nodes
     training: bool
     srun_args: tuple[str, ...]
     rank_argv: tuple[str, ...]
     # A heterogeneous job: its component, and `env` setting its node type's variables.
     het_group: int | None = None
     env_argv: tuple[str, ...] = ()
+    node_offset: int = 0  # first node (index in the job's, role order) of the role
 
 
 @dataclass(frozen=True)
@@ -214,22 +215,27 @@ def _redirect(spec: JobSpec) -> str:
 def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
     containers = dict(spec.role_containers)
     het = {c.role: c for c in spec.het_components}
-    steps, offset = [], 0
+    layout = spec.role_layout
+    steps = []
     for role, count in spec.roles:
         prefix, pyxis = container_args(spec, containers.get(role))
         part = het.get(role)
+        tasks = layout.tasks_of(role)
         # --mpi=none: the ranks take their world from SLURM_* and SLURMTORCH_ROLES, not MPI.
-        # Its nodes: the template adds --nodelist (nodes offset..offset+count-1 of the job's),
-        # or, in a heterogeneous job, the role's component is its nodes (--het-group).
+        # Its nodes: the template adds --nodelist (its count of the job's nodes from the role's
+        # node_offset); in a heterogeneous job, from its own component's (--het-group).
+        # Under the restart supervisor, --overlap: a failed start's step can stay in Slurm's books
+        # on its surviving nodes (supervisor.step_argv), and the next start's would wait for it;
+        # the roles' steps never share a node.
+        overlap = ["--overlap"] if spec.max_restarts is not None else []
         srun = [*([f"--het-group={part.group}"] if part else []), "--kill-on-bad-exit=1", "--mpi=none",
-                f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
+                f"--nodes={count}", f"--ntasks={count * tasks}", f"--ntasks-per-node={tasks}", *overlap,
                 f"--cpus-per-task={part.cpus_per_task if part else spec.cpus_per_task}", *pyxis, *spec.srun_args]
         argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
         env = [*(a for name in part.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in part.env)] if part else []
-        steps.append(RoleStep(role=role, offset=offset, count=count, training=role in TRAINING_ROLES,
+        steps.append(RoleStep(role=role, offset=layout.offset(role), count=count, training=role in TRAINING_ROLES,
                               srun_args=tuple(srun), rank_argv=tuple(argv), het_group=part.group if part else None,
-                              env_argv=("env", *env) if env else ()))
-        offset += count
+                              env_argv=("env", *env) if env else (), node_offset=layout.node_offset(role)))
     return tuple(steps)
 
 
@@ -257,6 +263,8 @@ def supervisor_args(spec: JobSpec) -> tuple[str, ...]:
         args += ["--hang-timeout", str(spec.hang_timeout)]
     if spec.replace_straggler is not None:
         args += ["--replace-straggler", f"{spec.replace_straggler:g}"]
+    if spec.roles:  # each start runs the batch script's launch_roles on the nodes it is given
+        args += ["--roles", spec.role_layout.format()]
     return (*args, "--backend", spec.backend)
 
 
@@ -278,14 +286,15 @@ def launch_plan(spec: JobSpec) -> Launch:
     """
     in_container = spec.container is not None or any(c for _, c in spec.role_containers)
     pick_port, pick_addr = rendezvous_flags(spec, in_container)
-    training = ", ".join(f"{role}={count}" for role, count in spec.roles if role in TRAINING_ROLES)
+    layout = spec.role_layout
+    training = ", ".join(item for item in layout.format().split(",") if item.split("=")[0] in TRAINING_ROLES)
     edf = edf_text(spec, spec.container) if spec.container is not None and spec.container.runtime == "cscs-ce" else ""
     runtimes = {c.runtime for c in (spec.container, *(c for _, c in spec.role_containers)) if c is not None}
     ch_env = tuple(job_env_names(spec)) if "charliecloud" in runtimes and spec.kind == "sbatch" else ()
     return replace(_launch_plan(spec), node_prologue_args=node_prologue_args(spec), edf=edf,
                    in_container=in_container, pick_port=pick_port, pick_addr=pick_addr, charliecloud_env=ch_env,
                    first_node=FIRST_NODE if spec.interactive else (),
-                   roles=RoleLayout(spec.roles).format(), training_roles=training, trial_cases=trial_cases(spec),
+                   roles=layout.format(), training_roles=training, trial_cases=trial_cases(spec),
                    ray=ray_plan(spec, _outputs(spec, slurm_pattern_escape(spec.job_root)
                                                + f"/{spec.job_dir_pattern}/rank-%t")))
 
@@ -326,6 +335,7 @@ def _launch_plan(spec: JobSpec) -> Launch:
     if spec.roles:
         return Launch(rank_argv=(), role_steps=_role_steps(spec),
                       role_log_wrapper=_role_log_wrapper(_redirect(spec)), started_check=started_check,
+                      supervisor_args=supervisor_args(spec),
                       het_headers=tuple(tuple(sbatch_line(n, v) for n, v in c.directives)
                                         for c in spec.het_components[1:]))
     container_prefix, pyxis = container_args(spec, spec.container)

@@ -85,6 +85,7 @@ class JobSpec:
     signal: str | None = None  # as Slurm reads it, e.g. USR1@60
     # Role job: (role, nodes) in launch order and each role's container (None: none).
     roles: tuple[tuple[str, int], ...] = ()
+    role_tasks: tuple[tuple[str, int], ...] = ()  # (role, tasks per node) where not 1: RoleLayout.tasks
     role_containers: tuple[tuple[str, Container | None], ...] = ()
     # Job array: Slurm's --array text, the trial ids it selects, and the sweep grid
     # (name, values) with the parameters of every trial id in the array.
@@ -136,6 +137,10 @@ class JobSpec:
     ray: bool = False
 
     @property
+    def role_layout(self) -> RoleLayout:
+        return RoleLayout(self.roles, self.role_tasks)
+
+    @property
     def runs_again(self) -> bool:
         """Whether the job may run more than once in its folder (requeued, or restarted by
         the supervisor): every run's output is then appended, not replaced."""
@@ -143,8 +148,9 @@ class JobSpec:
 
     @property
     def uneven(self) -> bool:
-        """Whether the nodes run different numbers of ranks (-n not nodes x ntasks_per_node)."""
-        return self.ntasks != self.nodes * self.ntasks_per_node
+        """Whether the nodes run different numbers of ranks (-n not nodes x ntasks_per_node). A role
+        job's roles may differ, each step asking its own; the header is its leader's."""
+        return not self.roles and self.ntasks != self.nodes * self.ntasks_per_node
 
     @property
     def job_dir_pattern(self) -> str:
@@ -163,6 +169,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     launcher, backend = choose_launcher(site, o, preset)
     gpus, ntasks_per_node, cpus_per_task = per_node(o, preset, partition, node)
     roles = role_layout(o, partition, launcher, ntasks_per_node, check_total=not role_asks.asks)
+    het_components, roles = components(site, o, preset, roles, role_asks, (partition, node))
     nodes, ntasks = node_count(o, preset, partition, ntasks_per_node, roles, launcher)
     gpu_request, refused = site.gpu_request_for(partition, node), site.refused_for(partition)
     asked = sbatch_directives(o, node, partition.name, (nodes, gpus, ntasks_per_node, cpus_per_task),
@@ -177,8 +184,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     container, role_containers = resolve_containers(site, o, roles, launcher, preset)
     check_edf_env(container, env_paths, env)
     in_container = container is not None or any(c for _, c in role_containers)
-    recovery = resolve_restarts(o, launcher, roles is not None, in_container, nodes, partition.max_nodes,
-                                partition.name, timeout)
+    recovery = resolve_restarts(o, launcher, bool(het_components), in_container, nodes, partition.max_nodes,
+                                partition.name, timeout, role_asks.spares)
     account, qos = account_and_qos(o, preset, partition, site)
     job = JobSpec(
         kind=o.kind,
@@ -214,12 +221,9 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         command=redact_env(o.command, o.script_args),
         requeue=requeue,
         signal=signal,
-        roles=roles.roles if roles else (),
+        roles=roles.roles if roles else (), role_tasks=roles.tasks if roles else (),
         role_containers=role_containers,
-        array=array,
-        trial_ids=trial_ids,
-        sweep=sweep,
-        trials=trials,
+        array=array, trial_ids=trial_ids, sweep=sweep, trials=trials,
         srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
                                                *preset.get("srun_args", ())), refused, partition.name),
         mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
@@ -228,7 +232,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         gpu_vendor=node.gpu_vendor,
         **script_conventions(o, preset),
         interactive=o.interactive,
-        het_components=components(site, o, preset, roles, role_asks, (partition, node)),
+        het_components=het_components,
         ray=bool(o.ray),
     )
     return _site_parts(job, site, node, partition, preset, asked)
@@ -442,7 +446,7 @@ def job_record(spec: JobSpec) -> dict:
     record: dict = {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
                     "ntasks_per_node": spec.ntasks_per_node}
     if spec.roles:  # the failure report names each rank's role
-        record["roles"] = RoleLayout(spec.roles).format()
+        record["roles"] = spec.role_layout.format()
     return record
 
 

@@ -89,6 +89,8 @@ rm -f "$SLURMTORCH_STARTED"
 # on node 3, away from the MASTER_ADDR picked for it on node 1: Slurm 24.11 on the testbed).
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
 mapfile -t role_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+# srun numbers each role's tasks from 0: the failure report places its lines by host.
+printf '%s\n' "${role_nodes[@]:0:4}" >"$SLURMTORCH_JOB_DIR"/role-nodes
 srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 '--container-image=nvcr.io#nvidia/pytorch:24.01-py3' --container-mounts=/home/user:/home/user --container-env=NCCL_IB_DISABLE,NCCL_SOCKET_IFNAME,GLOO_SOCKET_IFNAME,OMPI_MCA_btl,OMPI_MCA_btl_tcp_if_include,OMPI_ALLOW_RUN_AS_ROOT,OMPI_ALLOW_RUN_AS_ROOT_CONFIRM --nodelist="$(IFS=,; echo "${role_nodes[*]:0:1}")" \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
     python3 -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 &

@@ -109,6 +109,8 @@ rm -f "$SLURMTORCH_STARTED"
 # on node 3, away from the MASTER_ADDR picked for it on node 1: Slurm 24.11 on the testbed).
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
 mapfile -t role_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+# srun numbers each role's tasks from 0: the failure report places its lines by host.
+printf '%s\n' "${role_nodes[@]:0:4}" >"$SLURMTORCH_JOB_DIR"/role-nodes
 srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:0:1}")" \
     bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
     /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 "${sweep_args[@]}" &

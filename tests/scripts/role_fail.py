@@ -1,6 +1,8 @@
 """Role job where one worker fails: the parameter server would serve forever, the master
-keeps training. The job must still end promptly, naming the failed role."""
+keeps training. The job must still end promptly, naming the failed role.
+`role_fail.py kill`: the worker is killed by SIGKILL instead, and says nothing."""
 import os
+import signal
 import sys
 import time
 
@@ -13,6 +15,8 @@ if role == "ps":
     sys.exit(0)
 t = torch.ones(1)
 dist.all_reduce(t)  # everyone up and in the group
+if role == "worker" and sys.argv[1:] == ["kill"]:
+    os.kill(os.getpid(), signal.SIGKILL)
 if role == "worker":
     sys.exit(4)
 for _ in range(300):  # the master trains on by itself until the job stops it: no collective with the

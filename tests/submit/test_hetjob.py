@@ -41,7 +41,7 @@ def spec_of(**kw):
     (("master=1", "worker=2:gpus=two"), "gpus must be a whole number"),
     (("master=1", "worker=2:gpus=1:gpus=2"), "gpus given twice"),
     (("master=1", "worker=2:partition=nope"), "nope"),
-    (("master=1", "worker=3:partition=fat"), "role worker=3 needs 3 nodes, but partition 'fat' allows at most 2"),
+    (("master=1", "worker=3:partition=fat"), "role worker needs 3 nodes, but partition 'fat' allows at most 2"),
     (("master=1", "worker=2:gpus=1"), "role worker: 1 GPUs per node requested, but node type 'fat'|"
                                       "role worker: 1 GPUs per node requested"),
     (("master=1", "worker=4:partition=debug"), "need 5 nodes, but partition 'debug' allows at most 4"),
@@ -66,7 +66,7 @@ def test_bad_role_resources_are_one_error_line_and_a_non_zero_exit(tmp_path):
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[0] == ("error: malformed --role 'worker=2:gpu=1': 'gpu=1' is not one of "
-                                           "partition=..., gpus=...")
+                                           "partition=..., gpus=..., tasks=..., spare=...")
 
 
 def test_roles_that_name_the_jobs_own_resources_render_exactly_as_before():
@@ -93,6 +93,32 @@ def test_roles_on_two_node_types_render_one_heterogeneous_job():
     assert "\nsrun --het-group=0 --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 " in text
     assert "\nenv TESTBED_NODE_TYPE=fat srun --het-group=1 --kill-on-bad-exit=1 --mpi=none --nodes=2 --ntasks=2 " in text
     assert "--nodelist" not in text and "for group in 0 1; do" in text
+
+
+def test_a_restartable_heterogeneous_job_holds_each_roles_spares_in_its_component_under_the_supervisor():
+    spec = spec_of(roles=("master=1", "worker=1:partition=fat:spare=1"), max_restarts=3)
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden("sbatch-hetjob-restarts-testbed.sh", text)
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert header[header.index("#SBATCH hetjob"):].count("#SBATCH --nodes=2") == 1  # the worker and its spare
+    assert ("-m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 --spare-nodes 1 "
+            "--roles master=1,worker=1 --backend gloo -- \\\n    bash -c 'launch_roles \"$@\"' launch_roles\n") in text
+    # Inside launch_roles each role's step names this start's nodes in its own component.
+    assert ('    env TESTBED_NODE_TYPE=fat srun --het-group=1 --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 '
+            '--ntasks-per-node=1 --overlap --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:1:1}")"') in text
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"roles": HET, "max_restarts": 2, "spare_nodes": 1}, "hold spares of their own kind"),
+    ({"roles": ("master=1", "worker=1:partition=fat:spare=2"), "max_restarts": 2},
+     r"role worker needs 3 nodes \(2 of them spare\), but partition 'fat' allows at most 2"),
+    ({"roles": ("master=1", "worker=1:spare=1")}, "a role's spare=N needs --max-restarts"),
+    ({"roles": ("master=1", "worker=1:spare=x"), "max_restarts": 2}, "spare must be a whole number of spare nodes"),
+])
+def test_spares_that_cannot_be_held_are_refused(kw, message):
+    with pytest.raises(SpecError, match=message):
+        spec_of(**kw)
 
 
 def test_a_role_on_its_own_node_type_gets_its_env_and_loses_what_the_leaders_has_alone(tmp_path):
@@ -151,6 +177,42 @@ def test_the_failure_report_places_sruns_per_role_task_lines_by_host_and_names_t
         (1, "worker 0", "node3", 4, True), (2, "ps 0", "node4", 143, False)]
     assert report[0].line().startswith("rank 1 (worker 0) on node3: ")
     assert report[1].cause == "stopped when role worker failed"
+
+
+def test_the_failure_report_places_a_task_of_a_node_with_several_ranks_on_that_nodes_ranks(tmp_path):
+    """worker=1:tasks=2 on node3: its task 1 is job rank 2 (the master's rank 0 comes first)."""
+    folder = tmp_path / "7"
+    folder.mkdir()
+    (folder / "job.json").write_text(json.dumps({"launcher": "srun", "roles": "master=1,worker=1:tasks=2"}))
+    (folder / "role-nodes").write_text("node1\nnode3\n")
+    (folder / "batch.out").write_text("srun: error: node3: task 1: Killed\n")
+    assert failure_report(folder)[0].line() == ("rank 2 (worker 1) on node3: killed by a signal (SIGKILL?) before it "
+                                                "could report")
+
+
+def test_roles_on_a_gpu_site_run_a_rank_per_gpu_on_each_of_their_nodes():
+    """hdr-ib's nodes have 8 GPUs: a role job was refused there ("--ntasks-per-node 8 cannot apply")."""
+    spec = build_spec(sites.load_site("hdr-ib"), golden_options("hdr-ib", roles=("master=1", "worker=2")))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    assert spec.role_layout.format() == "master=1:tasks=8,worker=2:tasks=8"
+    assert "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --nodes=3" in text
+    assert "--nodes=2 --ntasks=16 --ntasks-per-node=8" in text and "slurmtorch-rank 8 " in text
+    assert '"${role_nodes[*]:1:2}"' in text  # the workers' nodes: the second and third
+
+
+def test_a_role_with_tasks_of_its_own_runs_in_a_component_of_its_own():
+    spec = spec_of(roles=("master=1", "worker=1:tasks=2"))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
+    assert header[header.index("#SBATCH hetjob") + 1:] == [
+        "#SBATCH --cpus-per-task=1", "#SBATCH --nodes=1", "#SBATCH --ntasks-per-node=2", "#SBATCH --partition=debug"]
+    # The leader's component asks for its own one task, not the job's 3 ranks on its one node.
+    assert "#SBATCH --ntasks-per-node=1" in header and not any(h.startswith("#SBATCH --ntasks=") for h in header)
+    assert "export SLURMTORCH_ROLES=master=1,worker=1:tasks=2" in text
+    assert "srun --het-group=1 --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=2 --ntasks-per-node=2 " in text
+    assert (spec.nodes, spec.ntasks) == (2, 3)
 
 
 def test_the_role_reapers_line_is_what_the_failure_report_reads(tmp_path):

@@ -44,7 +44,9 @@ def reference(mpi_env, has_torch, tmp_path_factory) -> str:
 
 
 def submit(testbed, home: Path, *opts: str, fault: str = "none:0:0", env: dict | None = None) -> str:
-    out = st(testbed, home, ["sbatch", "--site", "testbed", "--nodes", "2", "--timeout", "60", "-t", "10",
+    """A 2-rank training job with --max-restarts 3: on 2 nodes, or on the roles `opts` name."""
+    nodes = () if "--role" in opts else ("--nodes", "2")
+    out = st(testbed, home, ["sbatch", "--site", "testbed", *nodes, "--timeout", "60", "-t", "10",
                              "--max-restarts", "3", *opts, str(TRAIN), STEPS, fault], timeout=60, env=env or {})
     assert out.returncode == 0, out.stderr
     return out.stdout.split()[0]
@@ -126,6 +128,37 @@ def test_a_killed_rank_is_restarted_on_the_spare_and_its_node_named(testbed, ref
     assert final_hash(testbed, job, folder) == reference
     status = st(testbed, home, ["status", job]).stdout
     assert f"start 0 failed: rank 1 on {host}: killed by a signal" in status and f"{host} excluded" in status, status
+
+
+def killed_worker_restarts(testbed, reference, home: Path, *opts: str) -> str:
+    """A role job (master=1 and a worker: the reference's 2-rank world) whose worker kills
+    itself at step 3, run to its end with the same weights as the reference: `status`'s text,
+    which names the worker's role and its excluded node."""
+    job = submit(testbed, home, "--role", "master=1", *opts, fault="kill:1:3")
+    folder = home / "jobs" / job
+    _, host = rank_1(folder)
+    assert final_hash(testbed, job, folder) == reference
+    status = st(testbed, home, ["status", job]).stdout
+    assert f"start 0 failed: rank 1 (worker 0) on {host}: killed by a signal" in status, status
+    assert f"{host} excluded" in status and "state=COMPLETED" in status, status
+    return status
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+def test_a_killed_worker_of_a_role_job_is_restarted_on_the_spare_with_its_role_named(testbed, reference, tmp_path):
+    """Issue 38: --max-restarts and --spare-nodes for a role job."""
+    killed_worker_restarts(testbed, reference, tmp_path / "home", "--role", "worker=1", "--spare-nodes", "1")
+
+
+@pytest.mark.timeout(GUARD_S + 120)
+@pytest.mark.slurm_versions
+def test_a_killed_worker_of_a_heterogeneous_job_is_restarted_on_a_spare_of_its_own_kind(testbed, reference,
+                                                                                       tmp_path):
+    """Issue 38: the worker on the `fat` node type (its own component) holds a spare of that
+    kind: the restart puts the worker there, and the master stays where it was."""
+    status = killed_worker_restarts(testbed, reference, tmp_path / "home", "--role", "worker=1:partition=fat:spare=1")
+    restart = re.search(r"killed by a signal.*; (\S+) excluded; restarted on (\S+),(\S+)", status)
+    assert restart and restart.group(3) in ("node3", "node4") and restart.group(3) != restart.group(1), status
 
 
 def supervisor_pid(job: str) -> int:

@@ -5,6 +5,7 @@ rendering. The testbed runs of the same: tests/submit/test_recovery.py."""
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import pytest
 
@@ -17,9 +18,10 @@ from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, pars
 from slurmtorch.submit.jobfolder.heartbeats import Beat, all_waiting, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import Recovery, resolve_restarts
+from slurmtorch.roles import parse_roles
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
-                                         requeue_size)
-from slurmtorch.submit.batchnode.supervisor import Stragglers, parse_args, step_argv, verdict_of
+                                                  place, requeue_size)
+from slurmtorch.submit.batchnode.supervisor import Stragglers, job_pools, parse_args, step_argv, verdict_of
 
 NODES = ["node1", "node2", "node3"]
 KILLED = "srun: error: node2: task 1: Killed\n"
@@ -213,6 +215,50 @@ def test_the_supervisor_reads_the_batch_scripts_call():
     assert (args.spare_nodes, args.replace_straggler) == (1, 0.2)
 
 
+LAUNCH_ROLES = ["bash", "-c", 'launch_roles "$@"', "launch_roles", "--lr", "0.1"]
+
+
+def test_the_supervisor_runs_a_role_jobs_launch_roles_as_it_is_and_gives_it_its_nodes():
+    args = parse_args(["--nodes", "2", "--ntasks", "2", "--max-restarts", "3", "--spare-nodes", "1",
+                       "--roles", "master=1,worker=1", "--backend", "gloo", "--", *LAUNCH_ROLES])
+    assert args.roles == parse_roles("master=1,worker=1")
+    assert step_argv(args, ["node1", "node3"], start=1) == LAUNCH_ROLES  # its steps name their nodes themselves
+    # One allocation: the roles share the job's nodes and spares.
+    assert job_pools(args, {"SLURM_JOB_NODELIST": "node[1-3]"}) == ((("node1", "node2", "node3"), 2),)
+    # A heterogeneous job: each role draws on its own component's nodes.
+    het = {"SLURM_JOB_NODELIST": "node1", "SLURM_JOB_NODELIST_HET_GROUP_0": "node1",
+           "SLURM_JOB_NODELIST_HET_GROUP_1": "node[3-4]"}
+    assert job_pools(args, het) == ((("node1",), 1), (("node3", "node4"), 1))
+
+
+def test_the_supervisor_refuses_a_role_layout_it_cannot_read():
+    with pytest.raises(ValueError, match="unknown role 'boss'.*\n.*usage"):
+        parse_args(["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--roles", "boss=1", "--", *LAUNCH_ROLES])
+
+
+def test_a_start_takes_each_pools_first_healthy_nodes_in_pool_order():
+    assert place(((("node1", "node2", "node3"), 2),), ["node1"]) == ("node2", "node3")
+    pools = ((("node1", "node2"), 1), (("node3", "node4"), 2))
+    assert place(pools, ["node1"]) == ("node2", "node3", "node4")
+    assert place(pools, ["node4"]) is None  # the second role has one node of its kind left, and needs two
+
+
+def test_a_heterogeneous_roles_spare_of_its_own_kind_stands_in_and_with_none_left_the_job_ends():
+    pools = ((("node1",), 1), (("node3", "node4"), 1))
+    killed = Verdict("machine", "rank 1 (worker 0) on node3: killed by a signal", ("node3",))
+    plan = decide(RestartState(starts=1), killed, ["node1", "node3", "node4"], 2, 3, pools=pools, requeue=False)
+    assert (plan.action, plan.nodes) == ("restart", ("node1", "node4"))
+    again = Verdict("machine", "rank 1 (worker 0) on node4: lost with its node", ("node4",), lost=True)
+    plan = decide(replace(plan.state, starts=2), again, ["node1", "node3", "node4"], 2, 3, pools=pools, requeue=False)
+    assert plan.action == "give_up" and "a heterogeneous job is not requeued" in plan.why
+    assert plan.state.excluded == ("node3", "node4")
+
+
+def test_a_hung_rank_of_a_role_job_is_named_with_its_role():
+    verdict = blame([], hung=[(1, "node2", "hung: stuck in its own code")], roles=parse_roles("master=1,worker=1"))
+    assert verdict.cause == "rank 1 (worker 0) on node2: hung: stuck in its own code"
+
+
 def write_sample(folder, rank: int, own: float, written: float) -> None:
     (folder / protocol.LIVE).mkdir(exist_ok=True)
     (folder / protocol.LIVE / protocol.live_name(rank)).write_text(rankfiles.live_record(
@@ -257,8 +303,9 @@ def test_a_restarted_jobs_failure_report_reads_its_latest_start_only():
 # ---------------------------------------------------------------- checked before rendering
 
 
-def resolve(launcher="srun", roles=False, container=False, nodes=2, max_nodes=4, timeout=600, **opts):
-    return resolve_restarts(Options.given(opts), launcher, roles, container, nodes, max_nodes, "debug", timeout)
+def resolve(launcher="srun", hetjob=False, container=False, nodes=2, max_nodes=4, timeout=600, role_spares=0, **opts):
+    return resolve_restarts(Options.given(opts), launcher, hetjob, container, nodes, max_nodes, "debug", timeout,
+                            role_spares)
 
 
 def test_without_max_restarts_nothing_is_supervised():
@@ -270,12 +317,20 @@ def test_restarts_with_spares_a_hang_timeout_and_a_straggler_margin():
     assert resolve(max_restarts=3, spare_nodes=1, replace_straggler=0.2) == Recovery(3, 1, None, 0.2)
 
 
+def test_a_role_jobs_spares_are_the_shared_ones_and_each_roles_own():
+    assert resolve(max_restarts=2, spare_nodes=1, role_spares=1) == Recovery(2, 2)
+    # A heterogeneous job's are its roles' own, checked per partition by hetjob.components.
+    assert resolve(max_restarts=2, hetjob=True, role_spares=3, max_nodes=2) == Recovery(2, 3)
+
+
 @pytest.mark.parametrize("opts, match", [
     ({"spare_nodes": 1}, "--spare-nodes needs --max-restarts"),
     ({"hang_timeout": 10}, "--hang-timeout needs --max-restarts"),
     ({"max_restarts": 0}, "--max-restarts must be at least 1"),
     ({"max_restarts": 2, "launcher": "torchrun"}, "launcher 'torchrun' cannot"),
-    ({"max_restarts": 2, "roles": True}, "does not apply to --role jobs"),
+    ({"max_restarts": 2, "spare_nodes": 1, "hetjob": True}, "hold spares of their own kind"),
+    ({"role_spares": 1}, "a role's spare=N needs --max-restarts"),
+    ({"max_restarts": 2, "spare_nodes": 1, "role_spares": 2}, "2 nodes \\+ 3 spare need 5"),
     ({"max_restarts": 2, "container": True}, "cannot supervise ranks in a container"),
     ({"max_restarts": 2, "spare_nodes": 3}, "2 nodes \\+ 3 spare need 5, but partition 'debug' allows at most 4"),
     ({"max_restarts": 2, "spare_nodes": -1}, "must not be negative"),

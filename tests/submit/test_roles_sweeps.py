@@ -100,6 +100,32 @@ def test_a_role_rank_on_the_wrong_node_or_past_its_role_is_an_error():
         from_roles({"SLURM_JOB_NODELIST": NODES, "SLURM_PROCID": "0"}, "node1", "master")
 
 
+def test_a_roles_tasks_per_node_are_consecutive_ranks_on_each_of_its_nodes():
+    layout = parse_roles("master=1,worker=2:tasks=4,ps=1")
+    assert (layout.nodes, layout.total, layout.training, layout.training_nodes) == (4, 10, 9, 3)
+    assert (layout.offset("worker"), layout.node_offset("ps"), layout.offset("ps")) == (1, 3, 9)
+    assert layout.rank_hosts(["n1", "n2", "n3", "n4"]) == ("n1", *["n2"] * 4, *["n3"] * 4, "n4")
+    assert (layout.role_of(6), layout.node_of(6)) == (("worker", 5), 2)
+    assert parse_roles(layout.format()) == layout  # SLURMTORCH_ROLES and job.json carry the tasks
+    with pytest.raises(BootstrapError, match="tasks must be a whole number of tasks per node, at least 1"):
+        parse_roles("master=1,worker=2:tasks=0")
+
+
+def test_a_rank_of_a_role_with_several_tasks_a_node_knows_its_node_and_local_rank():
+    env = role_env(5, SLURMTORCH_ROLES="master=1:tasks=2,worker=2:tasks=4,ps=1", SLURMD_NODENAME="node3")
+    info = from_roles(env, "node3", "worker")
+    assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == (7, 10, 1, 4)
+    assert (info.node_rank, info.num_nodes, info.nodes) == (2, 3, ("node1", "node2", "node3"))
+    got = env_for(info)
+    # A replica is a node: CLUSTER_SPEC lists each node once, at its first rank's nominal port.
+    cluster = json.loads(got["CLUSTER_SPEC"])
+    assert cluster["cluster"] == {"master": ["node1:29500"], "worker": ["node2:29502", "node3:29506"],
+                                  "ps": ["node4:29510"]}
+    assert cluster["task"] == {"type": "worker", "index": 1} and got["SLURMTORCH_ROLE_INDEX"] == "5"
+    ps = from_roles(role_env(0, SLURMTORCH_ROLES="master=1:tasks=2,worker=2:tasks=4,ps=1"), "node4", "ps")
+    assert (ps.rank, ps.world_size, env_for(ps)["WORLD_SIZE"]) == (10, 11, "10")
+
+
 def test_one_task_per_node_knows_every_host_even_under_sbatchs_default_cyclic_distribution():
     env = {"SLURM_JOB_ID": "42", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
            "SLURM_NODEID": "1", "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
@@ -227,7 +253,7 @@ def test_array_jobs_write_each_trial_into_its_own_folder():
     (dict(roles=("master=1", "worker=4")), "need 5 nodes, but partition 'debug' allows at most 4"),
     (dict(roles=("master=1", "worker=1"), nodes=3), "roles add up to 2"),
     (dict(roles=("master=1",), launcher="torchrun"), "one srun step per role"),
-    (dict(roles=("master=1",), ntasks_per_node=2), "one task each"),
+    (dict(roles=("master=1",), ntasks=2), "-n/--ntasks cannot apply"),
     (dict(role_images=("ps=img",)), "--role-image needs --role"),
     (dict(roles=("master=1",), role_images=("ps=img",)), "no ps role"),
     (dict(roles=("master=1",), role_images=("ps",)), "expected ROLE=IMAGE"),
@@ -252,6 +278,9 @@ ROLES = ("master=1", "worker=2", "ps=1")
                              role_images=("ps=/images/ps.sif",))),
     ("sweep-testbed", dict(nodes=2, sweep=("lr=1e-3,1e-4", "bs=32,64"), array="%2")),
     ("sweep-roles-testbed", dict(roles=ROLES, sweep=("lr=1e-3,1e-4",))),
+    # A sweep's trial arguments reach every role's step through launch_roles' "$@".
+    ("sweep-roles-restarts-testbed", dict(roles=("master=1", "worker=1:spare=1"), sweep=("lr=1e-3,1e-4",),
+                                          max_restarts=2, spare_nodes=1)),
 ])
 def test_role_sweep_and_container_scripts_match_golden(name, kw):
     spec = build_spec(sites.load_site("testbed"), golden_options("testbed", **kw))
@@ -395,6 +424,23 @@ def test_role_wait_loop_does_not_wait_forever_for_a_step_that_ignores_term(tmp_p
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 
+def test_a_role_with_two_tasks_a_node_joins_the_master_in_one_world(testbed, tmp_path):
+    """Issue 38: a role's own tasks per node (`worker=1:tasks=2`: a component of its own)."""
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "--role", "master=1", "--role", "worker=1:tasks=2",
+                              "--role", "ps=1", "--wait", str(SCRIPTS / "role_probe.py")], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    folder = home / "jobs" / proc.stdout.splitlines()[0]
+    ranks = [json.loads((folder / f"rank-{r}.out").read_text()) for r in range(4)]
+    assert [(r["RANK"], r["LOCAL_RANK"], r["LOCAL_WORLD_SIZE"], r["NODE_RANK"]) for r in ranks[:3]] == [
+        ("0", "0", "1", "0"), ("1", "0", "2", "1"), ("2", "1", "2", "1")]
+    assert ranks[1]["host"] == ranks[2]["host"] != ranks[0]["host"]
+    assert all(r["all_reduce"] == 6 and r["group_size"] == 3 for r in ranks[:3])
+    worker = ranks[2]["cluster_spec"]
+    assert len(worker["cluster"]["worker"]) == 1 and worker["task"] == {"type": "worker", "index": 0}
+    assert ranks[3]["SLURMTORCH_ROLE"] == "ps" and ranks[3]["in_group"] is False
+
+
 @pytest.mark.slurm_versions
 def test_role_job_gives_every_rank_the_cluster_and_only_training_ranks_all_reduce(testbed, tmp_path):
     home = tmp_path / "home"
@@ -479,3 +525,14 @@ def test_a_failed_role_step_stops_the_others_and_is_named(testbed, tmp_path):
     batch = (home / "jobs" / job_id / "batch.out").read_text()
     assert "slurmtorch: role worker exited with 4; stopping the other roles" in batch, batch
     assert re.search(r"rank 1 on node\d+ failed:", (home / "jobs" / job_id / "rank-1.err").read_text())
+
+
+def test_a_worker_killed_by_a_signal_is_named_as_the_worker_not_the_master(testbed, tmp_path):
+    """srun numbers each role's tasks from 0: its `node2: task 0: Killed` is the worker's
+    rank 1, placed by its host, not rank 0 (the master)."""
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "--role", "master=1", "--role", "worker=1",
+                              "--wait", str(SCRIPTS / "role_fail.py"), "kill"], timeout=150)
+    assert proc.returncode != 0, proc.stderr
+    assert re.search(r"failed: rank 1 \(worker 0\) on node\d+: killed by a signal", proc.stderr), proc.stderr
+    assert "failed: rank 0" not in proc.stderr, proc.stderr

@@ -22,6 +22,7 @@ finishes a requeue only after this step has ended, so the node is kept out by
 restarts.json, not by ExcNodeList); with no restart left it cancels the job. Slurm starts
 the batch script again elsewhere (the node is DOWN) and the supervisor resumes from
 restarts.json, starting nowhere it excludes; `status` and `--wait` show the line this writes.
+A heterogeneous job (roles on different resources) is not requeued: it is cancelled.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def batch_host_gone(fields: Mapping[str, str], host: str) -> bool | None:
 def act(folder: Path, job: str, host: str, max_restarts: int) -> int:
     """Record the lost start (`host` excluded) and requeue the job, or cancel it: no restarts left."""
     plan = decide(record.load_state(folder), batch_node_lost(host), (), 1, max_restarts, now=time.time(),
-                  in_place=False)
+                  in_place=False, requeue=not slurmjob.heterogeneous(os.environ))
     record.save_state(folder, plan.state, max_restarts)
     record.say(f"{plan.state.events[-1].line()} ({plan.why})")
     if plan.action == "requeue":

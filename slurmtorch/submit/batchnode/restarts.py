@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from slurmtorch.roles import RoleLayout
 from slurmtorch.submit.jobfolder.failures import RankFailure
 
 # Causes that say the machine failed, not the script (failures.parse_failures' wording).
@@ -109,7 +110,7 @@ class Plan:
 
 def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung: Sequence[tuple[int, str, str]] = (),
           addresses: Mapping[str, str] | None = None, code: int = 1,
-          refusal: tuple[str, tuple[str, ...]] | None = None) -> Verdict:
+          refusal: tuple[str, tuple[str, ...]] | None = None, roles: RoleLayout | None = None) -> Verdict:
     """Pure: the verdict on one failed step.
 
     `failures` is `parse_failures` over what this step left; `lost_nodes` the nodes srun
@@ -117,14 +118,15 @@ def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung:
     stopped (`heartbeat.hung_ranks`); `addresses` maps node addresses to names, for a rank
     named by its peer's address; `code` the step's exit code, kept unless a rank's is known;
     `refusal` srun's words and the nodes they name when Slurm did not start the step
-    (`failures.step_refusal`).
+    (`failures.step_refusal`); `roles` a role job's layout, by which a hung rank's role is named.
     """
     addresses = addresses or {}
     lost = tuple(sorted(set(lost_nodes)))
     if hung:
         nodes = tuple(sorted({host for _, host, _ in hung if host}))
         rank, host, why = hung[0]
-        return Verdict("machine", f"rank {rank} on {host}: {why}", nodes, code)
+        role = f" ({'%s %d' % roles.role_of(rank)})" if roles is not None and 0 <= rank < roles.total else ""
+        return Verdict("machine", f"rank {rank}{role} on {host}: {why}", nodes, code)
     primary = [f for f in failures if f.primary]
     if lost:
         first = next((f for f in primary if f.host in lost), None)
@@ -169,14 +171,34 @@ def dead_nodes(allocated: Sequence[str], job_nodes: Iterable[str], states: Mappi
     return tuple(n for n in allocated if n not in now or _DEAD_STATE_RE.search(states.get(n, "")))
 
 
+Pool = tuple[tuple[str, ...], int]  # nodes to draw from, and how many of them one start uses
+
+
+def place(pools: Sequence[Pool], excluded: Iterable[str]) -> tuple[str, ...] | None:
+    """Pure: a start's nodes, each pool's first healthy ones, in pool order; None when a pool
+    has too few. One pool: the job's nodes (its roles take their shares of them in role order);
+    a heterogeneous job: one per role, its component's nodes (spares of the role's kind)."""
+    out = set(excluded)
+    nodes: list[str] = []
+    for pool, need in pools:
+        healthy = [n for n in pool if n not in out]
+        if len(healthy) < need:
+            return None
+        nodes += healthy[:need]
+    return tuple(nodes)
+
+
 def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need: int, max_restarts: int,
-           now: float = 0.0, dead: Iterable[str] = (), in_place: bool = True) -> Plan:
+           now: float = 0.0, dead: Iterable[str] = (), in_place: bool = True,
+           pools: Sequence[Pool] = (), requeue: bool = True) -> Plan:
     """Pure: what to do after a failed start, and the state that records it.
 
     `allocated` are the job's nodes in order (the batch host first), `need` the nodes one
     start uses, `dead` the nodes Slurm says are gone (`dead_nodes`): excluded whatever the
     verdict. Without `in_place` (the batch script is gone with its node) the job can only
-    be requeued. The failed start is `state.starts - 1`.
+    be requeued. The failed start is `state.starts - 1`. `pools` (default: the allocation,
+    `need` of it) say where a start's nodes come from (`place`); without `requeue` (a
+    heterogeneous job), a start that no longer fits ends the job.
     """
     start = max(0, state.starts - 1)
     # A lost node is the machine's however often it happens; any other machine-looking
@@ -203,11 +225,13 @@ def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need
         base = replace(base, script_retries=state.script_retries + 1)
     healthy = [n for n in allocated if n not in excluded]
     counted = replace(base, restarts=state.restarts + 1)
-    if in_place and len(healthy) >= need:
-        nodes = tuple(healthy[:need])
+    nodes = place(pools or ((tuple(allocated), need),), excluded)
+    if in_place and nodes is not None:
         event = Event(start, verdict.cause, "restart", nodes, newly, now)
         return Plan("restart", nodes, replace(counted, events=state.events + (event,)),
                     f"restart {counted.restarts} of {max_restarts}")
+    if not requeue:
+        return end("no healthy spare of the failed role's kind is left, and a heterogeneous job is not requeued")
     event = Event(start, verdict.cause, "requeue", excluded, newly, now)
     short = f"{len(healthy)} healthy of the {need} nodes needed" if in_place else "no batch script left to restart in"
     return Plan("requeue", excluded, replace(counted, events=state.events + (event,)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import hostlist
 
@@ -62,10 +62,20 @@ def job_fields(job: str) -> dict[str, str]:
     return dict(token.partition("=")[::2] for token in proc.stdout.split()) if proc.returncode == 0 else {}
 
 
-def dead_now(job: str, allocated: Sequence[str]) -> tuple[str, ...]:
+HET_NODELIST = "SLURM_JOB_NODELIST_HET_GROUP_{}"  # a heterogeneous job's component K's nodes, in its batch script
+
+
+def heterogeneous(env: Mapping[str, str]) -> bool:
+    """Whether this batch script is a heterogeneous job's: Slurm then lists each component's
+    nodes on its own (HET_NODELIST), and the job's NodeList is the first component's."""
+    return HET_NODELIST.format(0) in env
+
+
+def dead_now(job: str, allocated: Sequence[str], listed: bool = True) -> tuple[str, ...]:
     """The job's nodes that Slurm says are gone (restarts.dead_nodes): no longer in the job's
-    NodeList (a --no-kill job loses a failed node that way), or down or not answering."""
-    fields = job_fields(job)
+    NodeList (a --no-kill job loses a failed node that way), or down or not answering.
+    Not `listed`: a heterogeneous job, whose NodeList is its first component's; sinfo alone says."""
+    fields = job_fields(job) if listed else {}
     job_nodes = hostlist.expand_hostlist(fields["NodeList"]) if fields.get("NodeList") else allocated
     try:
         proc = subprocess.run(["sinfo", "-h", "-N", "-n", ",".join(allocated), "-o", "%N %t"],

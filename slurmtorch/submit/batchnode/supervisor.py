@@ -18,6 +18,13 @@ With `--replace-straggler`, the ranks' live samples are looked at once a round (
 and a rank slower than the median by the margin in 3 rounds running ends the step as a
 hung one does: its node is blamed, and the next start runs on a spare without it.
 
+A role job (`--role`, `--roles LAYOUT` here) runs the batch script's `launch_roles`
+instead of one srun: each role's step, on the nodes this start gives it in role order
+(SLURMTORCH_ROLE_NODES); the failure report then names each rank's role too. Its roles
+share the job's nodes and spares, or, in a heterogeneous job, each role draws on its own
+component's (`job_pools`); such a job, out of spares of a role's kind, ends instead of
+being requeued.
+
 After a failure, `restarts.blame` names the cause and the suspect nodes from what the
 step left (its part of batch.out, the ranks' new stderr, their exit notes, the hung
 ranks) and `restarts.decide` says what next: start again on the healthy nodes, requeue
@@ -47,22 +54,27 @@ import hostlist
 
 from slurmtorch import protocol
 from slurmtorch import requeue as requeuing
-from slurmtorch.errors import SlurmtorchError, SubmitError
+from slurmtorch.errors import BootstrapError, SlurmtorchError, SubmitError
 from slurmtorch.pace import Streak
+from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.batchnode.record import load_state, save_state, say
-from slurmtorch.submit.batchnode.restarts import blame, decide
-from slurmtorch.submit.batchnode.slurmjob import dead_now, job_fields, requeue
+from slurmtorch.submit.batchnode.restarts import Pool, blame, decide, place
+from slurmtorch.submit.batchnode.slurmjob import HET_NODELIST, dead_now, heterogeneous, job_fields, requeue
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.follow.live import read_samples
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
 from slurmtorch.submit.jobfolder.heartbeats import all_waiting, hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.jobfolder.report import with_roles
 from slurmtorch.submit.edge.scancel import send_stacks_signal
 
 TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
 TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
-         "[--spare-nodes K] [--hang-timeout S] [--replace-straggler MARGIN] [--backend B] -- srun ...")
+         "[--spare-nodes K] [--hang-timeout S] [--replace-straggler MARGIN] [--backend B] "
+         "[--roles LAYOUT -- bash -c 'launch_roles \"$@\"' ...] -- srun ...")
+OPTIONS = {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend",
+           "--replace-straggler", "--roles"}
 
 
 @dataclass(frozen=True)
@@ -72,9 +84,10 @@ class Args:
     max_restarts: int
     hang_timeout: float | None
     backend: str
-    srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it
+    srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it (roles: its launch_roles)
     spare_nodes: int = 0
     replace_straggler: float | None = None
+    roles: RoleLayout | None = None  # a role job's layout: `srun` is then the batch script's launch_roles
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -89,24 +102,40 @@ def parse_args(argv: Sequence[str]) -> Args:
         raise ValueError(USAGE)
     head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     values = dict(zip(head[::2], head[1::2]))
-    if len(head) % 2 or not srun or srun[0] != "srun" or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) \
-            or set(values) - {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend",
-                              "--replace-straggler"}:
+    roles = values.get("--roles")
+    if len(head) % 2 or not srun or (srun[0] != "srun" and roles is None) \
+            or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) or set(values) - OPTIONS:
         raise ValueError(USAGE)
     hang, straggler = values.get("--hang-timeout"), values.get("--replace-straggler")
+    try:
+        layout = parse_roles(roles) if roles is not None else None
+    except BootstrapError as exc:
+        raise ValueError(f"{exc.message}\n{USAGE}") from None
     return Args(int(values["--nodes"]), int(values["--ntasks"]), int(values["--max-restarts"]),
                 float(hang) if hang else None, values.get("--backend", "gloo"), tuple(srun),
-                int(values.get("--spare-nodes", 0)), float(straggler) if straggler else None)
+                int(values.get("--spare-nodes", 0)), float(straggler) if straggler else None, layout)
+
+
+def job_pools(args: Args, env: dict[str, str] | os._Environ) -> tuple[Pool, ...]:
+    """Where each start's nodes come from (restarts.place): the job's nodes, `--nodes` of
+    them; a heterogeneous job's roles, each its count of its own component's (pure)."""
+    if args.roles is not None and heterogeneous(env):
+        return tuple((tuple(hostlist.expand_hostlist(env[HET_NODELIST.format(group)])), count)
+                     for group, (_, count) in enumerate(args.roles.roles))
+    return ((tuple(hostlist.expand_hostlist(env["SLURM_JOB_NODELIST"])), args.nodes),)
 
 
 def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
-    """srun with this start's nodes: `--nodes/--ntasks/--nodelist` right after `srun` (pure).
+    """srun with this start's nodes: `--nodes/--ntasks/--nodelist` right after `srun` (pure);
+    a role job's launch_roles as it is (its nodes come in SLURMTORCH_ROLE_NODES: start_env).
 
     A restart also gets `--overlap`: the failed start's step can outlive its ranks in
     slurmctld's books when it lost a node (Slurm 22.05 keeps it, holding the surviving
     nodes' CPUs, until the job ends: seen on the testbed, 6 minutes and counting), and a
     new step on those nodes would wait for it ("Requested nodes are busy") forever.
     """
+    if args.roles is not None:
+        return list(args.srun)  # its steps have --overlap always (render._role_steps)
     overlap = ["--overlap"] if start else []
     return ["srun", f"--nodes={len(nodes)}", f"--ntasks={args.ntasks}", f"--nodelist={','.join(nodes)}",
             *overlap, *args.srun[1:]]
@@ -135,6 +164,8 @@ def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: 
     env = dict(os.environ)
     env[protocol.RESTART_COUNT] = str(start)
     env[protocol.STARTED] = str(folder / protocol.started_marker(start))
+    if args.roles is not None:
+        env[protocol.ROLE_NODES] = ",".join(nodes)  # every role's nodes in role order (launch_roles, the ranks)
     if args.hang_timeout:
         env[protocol.HEARTBEAT_S] = f"{interval_for(args.hang_timeout):g}"
     # A MASTER_ADDR/PORT the site fixed is kept; otherwise picked anew on this start's first
@@ -196,13 +227,18 @@ def _clear_beats(folder: Path) -> None:
         p.unlink(missing_ok=True)
 
 
-def _end(proc: subprocess.Popen) -> None:
-    """End a step: srun passes SIGTERM to its tasks and cancels the step; SIGKILL if it lingers."""
+def _end(proc: subprocess.Popen, group: bool = False) -> None:
+    """End a step: srun passes SIGTERM to its tasks and cancels the step; SIGKILL if it lingers.
+    `group`: a role job's launch_roles, which passes the TERM on to each role's srun; SIGKILL
+    goes to its whole process group, those sruns with it."""
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=TERM_GRACE_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        if group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            proc.kill()
         proc.wait()
 
 
@@ -249,11 +285,12 @@ class Stragglers:
 
 
 def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None,
-             ntasks: int = 0, start: int = 0,
-             straggler: float | None = None) -> tuple[int, list[tuple[int, str, str]]]:
+             ntasks: int = 0, start: int = 0, straggler: float | None = None,
+             group: bool = False) -> tuple[int, list[tuple[int, str, str]]]:
     """Run one start; (srun's exit code, the ranks found hung, stopped or, with `straggler`,
-    slower than the others by that margin, if any)."""
-    proc = subprocess.Popen(argv, env=env)
+    slower than the others by that margin, if any). `group`: `argv` starts several sruns
+    (launch_roles), in a process group of their own that _end can take down whole."""
+    proc = subprocess.Popen(argv, env=env, start_new_session=group)
     poll = interval_for(hang_timeout) if hang_timeout else 1.0
     hung: list[tuple[int, str, str]] = []
     said_waiting = False
@@ -267,7 +304,7 @@ def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: f
         if replaced is not None:
             rank, host, why = replaced
             say(f"rank {rank} on {host}: {why}; ending the step to replace {host} (--replace-straggler)")
-            _end(proc)
+            _end(proc, group)
             return proc.returncode, [replaced]
         if hang_timeout:
             beats, now = _beats(folder), time.time()
@@ -276,7 +313,7 @@ def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: f
                 for rank, host, why in hung:
                     say(f"rank {rank} on {host}: {why}; ending the step")
                 take_stacks(folder, ntasks, start)
-                _end(proc)
+                _end(proc, group)
                 return proc.returncode, hung
             waited = all_waiting(beats, ntasks, now, hang_timeout) if not said_waiting else None
             if waited is not None:
@@ -303,7 +340,10 @@ def _addresses(nodes: Sequence[str]) -> dict[str, str]:
 
 
 def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started: bool,
-               hung: list[tuple[int, str, str]], allocated: Sequence[str]):
+               hung: list[tuple[int, str, str]], allocated: Sequence[str], roles: RoleLayout | None = None,
+               nodes: Sequence[str] = ()):
+    """`blame` over what this start left; a role job's failures with their roles (`worker 0`),
+    srun's lines placed by `nodes`, this start's in role order (srun numbers each role's tasks from 0)."""
     batch = _since(folder / jobdir.BATCH_OUT, sizes.get(jobdir.BATCH_OUT, 0))
     errs = {}
     for p in folder.glob("rank-*.err"):
@@ -311,10 +351,13 @@ def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started
         if idx.isdigit():
             errs[int(idx)] = _since(p, sizes.get(p.name, 0))
     exits = {r: e for r, e in latest_exits(jobdir.exit_notes(folder)).items() if e.restart == start}
-    failures = parse_failures(batch, errs, exits)
+    failures = parse_failures(batch, errs, exits, roles.rank_hosts(nodes) if roles is not None else ())
+    if roles is not None:
+        failures = with_roles(failures, roles.format())
     if rc == 0 and not started:
         rc = 1
-    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc, refusal=step_refusal(batch))
+    return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc, refusal=step_refusal(batch),
+                 roles=roles)
 
 
 def start_watcher(args: Args, here: str, nodes: Sequence[str]) -> subprocess.Popen | None:
@@ -372,19 +415,26 @@ def supervise(args: Args) -> int:
 
 def _supervise(args: Args, here: str, watcher: Watcher) -> int:
     folder = Path(os.environ[protocol.JOB_DIR])
-    allocated = hostlist.expand_hostlist(os.environ["SLURM_JOB_NODELIST"])
+    pools = job_pools(args, os.environ)
+    het = len(pools) > 1
+    allocated = list(dict.fromkeys(n for pool, _ in pools for n in pool))
     fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
     state = load_state(folder)
     while True:
-        healthy = [n for n in allocated if n not in state.excluded]
-        nodes = healthy[:args.nodes]
+        placed = place(pools, state.excluded)
         start = state.starts
         state = replace(state, starts=start + 1)
         save_state(folder, state, args.max_restarts)
-        if len(nodes) < args.nodes:  # a requeued job that Slurm placed on a node excluded since
-            say(f"start {start}: {len(nodes)} healthy nodes of the {args.nodes} needed; requeueing")
+        if placed is None and het:
+            say(f"start {start}: a role has fewer healthy nodes of its own kind than it needs; not starting")
+            return 1
+        if placed is None:  # a requeued job that Slurm placed on a node excluded since
+            healthy = [n for n in allocated if n not in state.excluded]
+            say(f"start {start}: {len(healthy)} healthy nodes of the {args.nodes} needed; requeueing")
             return 0 if requeue(requeuing.target(os.environ), state.excluded, args.layout) and _wait_for_requeue() else 1
-        watcher.ensure(healthy)
+        nodes = list(placed)
+        # The watcher runs on one of the batch script's nodes (a heterogeneous job's first component's).
+        watcher.ensure([n for n in pools[0][0] if n not in state.excluded])
         env = start_env(args, start, folder, nodes, here, fixed)
         _clear_beats(folder)
         if start:
@@ -393,14 +443,15 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
                        else "the job was requeued (preempted?)")
         sizes = _sizes(folder)
         rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout, args.ntasks, start,
-                            args.replace_straggler)
+                            args.replace_straggler, group=args.roles is not None)
         started = Path(env[protocol.STARTED]).exists()
         Path(env[protocol.STARTED]).unlink(missing_ok=True)
         if rc == 0 and started and not hung:
             return 0
-        verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated)
+        verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated, args.roles, nodes)
         plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time(),
-                      dead=dead_now(requeuing.target(os.environ), allocated))
+                      dead=dead_now(requeuing.target(os.environ), allocated, listed=not het), pools=pools,
+                      requeue=not het)
         state = plan.state
         save_state(folder, state, args.max_restarts)
         say(f"{state.events[-1].line()} ({plan.why})")

@@ -211,8 +211,9 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     out but that itself reported nothing and was terminated is the hung one. A rank that
     reported nothing while its peers lost it, and whose script returned (`exits`, from
     latest_exits), left too early; one that did not went down with its node. `hosts`: a
-    heterogeneous role job's node of each job rank (one each), by which srun's lines are
-    placed, since srun numbers each role's tasks from 0.
+    role job's host of each job rank, by which srun's lines are placed, since srun numbers
+    each role's tasks from 0 (a node's ranks are consecutive: its task t is its first rank
+    plus t modulo the ranks it runs).
     """
     exits = exits or {}
     reported: dict[int, RankFailure] = {}
@@ -287,7 +288,10 @@ def _launcher_lines(batch_out: str, hosts: Sequence[str]) -> tuple[dict[int, tup
         stopped = m["role"] if (m := ROLE_STOPPED_RE.match(ln)) else stopped
         m = _SRUN_TASK_RE.match(ln)
         if m:
-            for t in [hosts.index(m["host"])] if m["host"] in hosts else _expand_tasks(m["tasks"]):
+            tasks = _expand_tasks(m["tasks"])
+            if m["host"] in hosts:
+                tasks = [hosts.index(m["host"]) + t % hosts.count(m["host"]) for t in tasks]
+            for t in tasks:
                 (after_stop if stopped else srun).setdefault(t, (m["host"], m["what"]))
         m = _LAUNCH_FAILED_RE.match(ln)
         if m:

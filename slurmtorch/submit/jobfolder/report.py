@@ -34,10 +34,22 @@ def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[R
     mpirun's launcher.out), rank-*.err / node-*.err and the rank-*.exit notes of ranks whose
     script returned; of a restarted job (--max-restarts), what its latest start wrote."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
-    hosts = jobdir.read_text(folder / ROLE_NODES_FILE).split()
+    roles = (jobdir.read_job(folder) or {}).get("roles")
+    hosts = rank_hosts(roles, jobdir.read_text(folder / ROLE_NODES_FILE).split())
     report = parse_failures(latest_start(jobdir.read_text(folder / launcher_log)), errs,
                             latest_exits(jobdir.exit_notes(folder)), hosts)
-    return with_roles(report, (jobdir.read_job(folder) or {}).get("roles"))
+    return with_roles(report, roles)
+
+
+def rank_hosts(roles: object, nodes: list[str]) -> tuple[str, ...]:
+    """A role job's host of every rank, from its nodes in role order (the role nodes file)."""
+    try:
+        layout = parse_roles(roles) if isinstance(roles, str) and roles else None
+    except BootstrapError:  # a job.json of another version
+        layout = None
+    if layout is None or len(nodes) < layout.nodes:
+        return tuple(nodes)
+    return layout.rank_hosts(nodes)
 
 
 def with_roles(report: list[RankFailure], roles: object) -> list[RankFailure]:
