@@ -3,8 +3,8 @@
 Each Ray step of a `--ray` batch script (submit/raycluster.py) runs this with the job's
 python, in the job's container if it has one, as the ranks run the bootstrap:
 
-    python -m slurmtorch.bootstrap.raynode head   HOST:PORT --cpus C --gpus G --backend B --deadline S
-    python -m slurmtorch.bootstrap.raynode worker HOST:PORT --cpus C --gpus G --backend B --deadline S
+    python -m slurmtorch.bootstrap.raynode head   HOST:PORT --cpus C --gpus G --backend B --deadline S [--role R]
+    python -m slurmtorch.bootstrap.raynode worker HOST:PORT --cpus C --gpus G --backend B --deadline S [--role R]
     python -m slurmtorch.bootstrap.raynode driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) ARGS
     python -m slurmtorch.bootstrap.raynode stop   HOST:PORT
 
@@ -35,6 +35,7 @@ Only `driver` imports ray, lazily: `slurmtorch --help` and rendering never do.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -61,7 +62,7 @@ RAY_LOG = "ray-{node}.out"  # in the job's folder: a node's `ray start` output, 
 VITAL = {"head": ("gcs_server", "raylet"), "worker": ("raylet",)}
 DASHBOARD_HOST = "127.0.0.1"  # Ray's default: its dashboard runs jobs for whoever reaches it, so not on the fabric
 USAGE = ("usage: python -m slurmtorch.bootstrap.raynode (head|worker) HOST:PORT --cpus C --gpus G --backend B "
-         "--deadline S | driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) "
+         "--deadline S [--role R] | driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) "
          "[ARGS...] | stop HOST:PORT")
 
 
@@ -204,12 +205,20 @@ def ray_start_argv(kind: str, head: tuple[str, int], own_ip: str, opts: dict[str
             # 10002-19999 that every Ray on the node shares by default.
             "--min-worker-port=0", "--max-worker-port=0",
             f"--dashboard-agent-listen-port={ports.agent}"]
+    if opts.get("--role"):  # a role job's node: the role, for the driver to place work by (role_resource)
+        argv.append(f"--resources={json.dumps({role_resource(opts['--role']): 1})}")
     if kind != "head":
         return [*argv, f"--address={head[0]}:{head[1]}"]
     # The dashboard left to Ray's default (on where `ray[default]` is installed; a port it
     # cannot bind leaves the head running without it), on a port of its own.
     argv += ["--head", f"--port={head[1]}", f"--dashboard-host={DASHBOARD_HOST}", f"--dashboard-port={ports.dashboard}"]
     return [*argv, f"--ray-client-server-port={ports.client}"] if ports.client is not None else argv
+
+
+def role_resource(role: str) -> str:
+    """The Ray resource a role job's node has one of (`role:worker`): `ray.remote(resources=
+    {"role:worker": 0.1})` places a task on the workers' nodes, as Ray's `accelerator_type:X` does."""
+    return f"role:{role}"
 
 
 def up_line(kind: str, node: str, own_ip: str, head_port: int, dashboard: int | None) -> str:
@@ -346,7 +355,8 @@ def parse(argv: Sequence[str]) -> tuple[str, str, dict[str, str], list[str]]:
                                                                                 "--deadline"),
               "driver": ("--nodes", "--deadline"), "stop": ()}[kind]
     opts: dict[str, str] = {}
-    while rest[:1] and rest[0] in (*wanted, "--import-from") and len(rest) > 1:
+    optional = ("--import-from",) if kind == "driver" else ("--role",)
+    while rest[:1] and rest[0] in (*wanted, *optional) and len(rest) > 1:
         opts[rest[0]] = rest[1]
         rest = rest[2:]
     if set(wanted) - set(opts) or (kind == "driver") != bool(rest) or rest[:1] == ["-m"] and len(rest) < 2:

@@ -70,6 +70,7 @@ class HetComponent:
     nodes: int  # the role's, and its spares
     cpus_per_task: int
     tasks_per_node: int
+    gpus_per_node: int
     directives: tuple[tuple[str, str], ...] = ()  # after `#SBATCH hetjob`; () for the first
     env: tuple[tuple[str, str], ...] = ()  # set for this role's step
     unset: tuple[str, ...] = ()  # the batch script's variables this role's node type has not
@@ -155,7 +156,7 @@ def _components(site: Site, o: Options, preset: dict[str, Any], layout: RoleLayo
         _check_step_setup(site, role, partition, node, leader, paths != base_paths)
         out.append(HetComponent(
             role=role, group=group, nodes=layout.count(role) + asks.of(role).spare, cpus_per_task=per[2],
-            tasks_per_node=per[1],
+            tasks_per_node=per[1], gpus_per_node=per[0],
             directives=directives if group else (),
             env=tuple((k, v) for k, v in env.items() if base_env.get(k) != v),
             unset=tuple(k for k in base_env if k not in env)))

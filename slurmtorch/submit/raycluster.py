@@ -10,6 +10,12 @@ script with RAY_ADDRESS set. One process: a Ray driver is no rank, and the torch
 bootstrap (rank, world, process group) has nothing to do for it. The steps overlap
 (`--overlap`): they share the nodes' CPUs, as Ray's own processes do.
 
+With roles (`--ray --role master=1 --role worker=2:partition=fat`), the head runs on the
+leader's node and each other role's nodes are a worker step of their own, with their node
+type's CPUs, GPUs and variables (in a heterogeneous job, `--het-group=K`): every Ray node has
+one of its role's resource (`role:worker`: raynode.role_resource), by which the driver places
+work on a node type.
+
 The driver's step ends the job with its code. A node's step that ends first (its raylet
 or GCS died: its raynode named the node in batch.out) ends the job at once, the script
 stopped (REAP). At the end Ray is stopped on every node: TERM to the steps (each raynode
@@ -22,6 +28,7 @@ Ray is the job's, never the login node's: nothing here imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.containers import container_args
@@ -39,9 +46,12 @@ def ray_options(o: Options) -> Options:
         return o
     if o.kind != "sbatch" or o.interactive:
         raise SpecError("--ray starts a Ray cluster in a batch job", tip="use slurmtorch sbatch --ray")
-    if o.roles:
-        raise SpecError("--ray and --role are two ways to lay out a job: give one",
-                        tip="a Ray job places its work itself (Ray's resources and placement groups)")
+    if any("tasks=" in str(item).split(":", 1)[1:][0] for item in o.roles if ":" in str(item)):
+        raise SpecError("--ray runs one Ray node per Slurm node: a role's tasks= cannot apply",
+                        tip="leave tasks= out; a Ray node holds the node's CPUs and GPUs")
+    if o.role_images:
+        raise SpecError("--ray runs every Ray node in the job's image: --role-image cannot apply",
+                        tip="use --container-image")
     if o.launcher not in (None, "srun"):
         raise SpecError(f"--ray starts Ray's nodes with srun; --launcher {o.launcher} cannot",
                         tip="leave --launcher out")
@@ -54,7 +64,7 @@ def ray_options(o: Options) -> Options:
     return replace(o, launcher="srun", ntasks_per_node=1)
 
 
-# After the three steps started in the background (ray_head_step, ray_worker_step (empty on one
+# After the steps started in the background (ray_head_step, ray_worker_steps (none on one
 # node), ray_driver_step: srun's pids), wait for them; then $rc is the job's code.
 REAP = """\
 # The driver's step decides the job's code. A Ray node's step that ends before it (its raylet
@@ -66,19 +76,23 @@ while [ -z "$rc" ]; do
     if ! kill -0 "$ray_driver_step" 2>/dev/null; then
         wait "$ray_driver_step"
         rc=$?
-    elif ! kill -0 "$ray_head_step" 2>/dev/null \\
-        || { [ -n "$ray_worker_step" ] && ! kill -0 "$ray_worker_step" 2>/dev/null; }; then
-        echo "slurmtorch: error: a Ray node's step ended before the script did (the line above names the node);" \\
-            "ending the job" >&2
-        rc=1
-        kill "$ray_driver_step" 2>/dev/null
+        continue
     fi
+    for step in "$ray_head_step" "${ray_worker_steps[@]}"; do
+        if ! kill -0 "$step" 2>/dev/null; then
+            echo "slurmtorch: error: a Ray node's step ended before the script did (the line above names the" \\
+                "node); ending the job" >&2
+            rc=1
+            kill "$ray_driver_step" 2>/dev/null
+            break
+        fi
+    done
 done"""
 
 # After the stop step: the nodes' steps, told to stop by it, end by themselves; srun is
 # killed after a grace time, and the job's end takes a step that is still there down.
 AWAIT_STEPS = """\
-ray_steps=("$ray_driver_step" "$ray_head_step" $ray_worker_step)
+ray_steps=("$ray_driver_step" "$ray_head_step" "${ray_worker_steps[@]}")
 grace=150
 while [ "$grace" -gt 0 ] && kill -0 "${ray_steps[@]}" 2>/dev/null; do
     sleep 0.2
@@ -89,18 +103,32 @@ wait"""
 
 
 @dataclass(frozen=True)
+class RayStep:
+    """An srun step over some of the job's nodes (its `count` from `offset`, in role order),
+    unquoted: srun's options (the template adds --nodelist), the variables its node type
+    changes (`env -u ... NAME=VALUE`), and raynode's words after its subcommand and the head's."""
+
+    srun: tuple[str, ...]
+    offset: int
+    count: int
+    node_args: tuple[str, ...] = ()
+    env_argv: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RayPlan:
-    """The Ray steps of a --ray batch script, unquoted: srun's options (the template adds
-    --nodelist) and raynode's words after its subcommand and the head's address."""
+    """The Ray steps of a --ray batch script: the head's and the driver's on the first node,
+    the workers' (one step, or one a role), and the stop's (one step, or one a component)."""
 
     head_srun: tuple[str, ...]
-    worker_srun: tuple[str, ...]
+    workers: tuple[RayStep, ...]
     driver_srun: tuple[str, ...]
-    stop_srun: tuple[str, ...]
+    stops: tuple[RayStep, ...]
     node_argv: tuple[str, ...]  # [container prefix] python -m slurmtorch.bootstrap.raynode
-    node_args: tuple[str, ...]  # head's and workers': --cpus --gpus --backend --deadline
+    node_args: tuple[str, ...]  # the head's: --cpus --gpus --backend --deadline [--role]
     driver_args: tuple[str, ...]  # --nodes --deadline [--import-from] (SCRIPT | -m MODULE) ARGS
     deadline: int
+    het_groups: tuple[int, ...] = ()  # a heterogeneous job's components, whose nodes are the job's
     reap: str = REAP
     await_steps: str = AWAIT_STEPS
 
@@ -113,22 +141,67 @@ def ray_plan(spec, outputs: list[str]) -> RayPlan | None:
     prefix, pyxis = container_args(spec, spec.container)
     python = spec.container.interpreter if spec.container is not None else spec.python
     deadline = spec.hang_timeout if spec.hang_timeout is not None else JOIN_S
-    cpus = f"--cpus-per-task={spec.cpus_per_task}"
-    one = ("--overlap", "--nodes=1", "--ntasks=1", "--mpi=none", cpus)
-    workers = spec.nodes - 1
+    leader = spec.het_components[0] if spec.het_components else None
+    one = ("--overlap", *_group(leader), "--nodes=1", "--ntasks=1", "--mpi=none", f"--cpus-per-task={spec.cpus_per_task}")
+    parts = _parts(spec)
+
+    def step(part: _Part, offset: int, count: int, *srun: str) -> RayStep:
+        return RayStep((*srun[:1], *_group(part.het), f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
+                        *srun[1:]), offset, count, _node_args(spec, part, deadline), part.env_argv)
+
+    workers = tuple(step(p, p.offset + (i == 0), p.count - (i == 0), "--overlap", "--kill-on-bad-exit=1", "--mpi=none",
+                         f"--cpus-per-task={p.cpus}", *pyxis, *spec.srun_args)
+                    for i, p in enumerate(parts) if p.count - (i == 0) > 0)  # the first node is the head's
+    stops = tuple(step(p, p.offset, p.count, "--overlap", "--mpi=none", "--quiet", *pyxis)
+                  for p in (parts if spec.het_components else [_Part(None, 0, spec.nodes, spec.cpus_per_task, 0)]))
     return RayPlan(
         head_srun=(*one, *pyxis, *spec.srun_args),
-        worker_srun=("--overlap", f"--nodes={workers}", f"--ntasks={workers}", "--ntasks-per-node=1",
-                     "--kill-on-bad-exit=1", "--mpi=none", cpus, *pyxis, *spec.srun_args),
+        workers=workers,
         driver_srun=(*one, *outputs, *pyxis, *spec.srun_args),
-        stop_srun=("--overlap", f"--nodes={spec.nodes}", f"--ntasks={spec.nodes}", "--ntasks-per-node=1",
-                   "--mpi=none", "--quiet", *pyxis),
+        stops=stops,
         node_argv=(*prefix, python, "-m", RAY_NODE),
-        node_args=("--cpus", str(spec.cpus_per_task), "--gpus", str(spec.gpus_per_node), "--backend", spec.backend,
-                   "--deadline", str(deadline)),
+        node_args=_node_args(spec, parts[0], deadline),
         driver_args=("--nodes", str(spec.nodes), "--deadline", str(deadline), *program(spec)),
         deadline=deadline,
+        het_groups=tuple(c.group for c in spec.het_components),
     )
+
+
+@dataclass(frozen=True)
+class _Part:
+    """The nodes of one role (or of the whole job), in role order, and what their Ray has."""
+
+    role: str | None
+    offset: int
+    count: int
+    cpus: int
+    gpus: int
+    het: Any = None  # its HetComponent in a heterogeneous job
+    env_argv: tuple[str, ...] = ()
+
+
+def _parts(spec) -> list[_Part]:
+    """The job's nodes as one part, or a part a role (its node type's CPUs and GPUs)."""
+    if not spec.roles:
+        return [_Part(None, 0, spec.nodes, spec.cpus_per_task, spec.gpus_per_node)]
+    layout, het = spec.role_layout, {c.role: c for c in spec.het_components}
+    out = []
+    for role, count in spec.roles:
+        c = het.get(role)
+        env = [*(a for name in c.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in c.env)] if c else []
+        out.append(_Part(role, layout.node_offset(role), count, c.cpus_per_task if c else spec.cpus_per_task,
+                         c.gpus_per_node if c else spec.gpus_per_node, c, ("env", *env) if env else ()))
+    return out
+
+
+def _group(component) -> tuple[str, ...]:
+    return (f"--het-group={component.group}",) if component is not None else ()
+
+
+def _node_args(spec, part: _Part, deadline: int) -> tuple[str, ...]:
+    role = ("--role", part.role) if part.role is not None else ()
+    return ("--cpus", str(part.cpus), "--gpus", str(part.gpus), "--backend", spec.backend,
+            "--deadline", str(deadline), *role)
 
 
 def program(spec) -> list[str]:

@@ -295,8 +295,14 @@ def launch_plan(spec: JobSpec) -> Launch:
                    in_container=in_container, pick_port=pick_port, pick_addr=pick_addr, charliecloud_env=ch_env,
                    first_node=FIRST_NODE if spec.interactive else (),
                    roles=layout.format(), training_roles=training, trial_cases=trial_cases(spec),
-                   ray=ray_plan(spec, _outputs(spec, slurm_pattern_escape(spec.job_root)
-                                               + f"/{spec.job_dir_pattern}/rank-%t")))
+                   ray=ray_plan(spec, _ray_driver_outputs(spec)))
+
+
+def _ray_driver_outputs(spec: JobSpec) -> list[str]:
+    """The --ray driver's output where rank 0's goes. Its one task is named, not srun's %t: in a
+    heterogeneous job's step Slurm 24.11 writes %t as 4294967295 (rank-4294967295.out, seen
+    on the testbed; 22.05 writes 0)."""
+    return _outputs(spec, slurm_pattern_escape(spec.job_root) + f"/{spec.job_dir_pattern}/rank-0")
 
 
 def trial_cases(spec: JobSpec) -> tuple[TrialCase, ...]:

@@ -79,11 +79,11 @@ unset MASTER_ADDR MASTER_PORT
 srun --overlap --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --nodelist="${ray_nodes[0]}" \
     /opt/venv/bin/python -m slurmtorch.bootstrap.raynode head "$ray_head" --cpus 2 --gpus 0 --backend gloo --deadline 300 &
 ray_head_step=$!
-ray_worker_step=
-srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=1 --mpi=none --cpus-per-task=2 --nodelist="$(IFS=,; echo "${ray_nodes[*]:1}")" \
+ray_worker_steps=()
+srun --overlap --nodes=1 --ntasks=1 --ntasks-per-node=1 --kill-on-bad-exit=1 --mpi=none --cpus-per-task=2 --nodelist="$(IFS=,; echo "${ray_nodes[*]:1:1}")" \
     /opt/venv/bin/python -m slurmtorch.bootstrap.raynode worker "$ray_head" --cpus 2 --gpus 0 --backend gloo --deadline 300 &
-ray_worker_step=$!
-srun --overlap --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --nodelist="${ray_nodes[0]}" \
+ray_worker_steps+=($!)
+srun --overlap --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-0.out --error=/home/user/.slurmtorch/jobs/%j/rank-0.err --nodelist="${ray_nodes[0]}" \
     /opt/venv/bin/python -m slurmtorch.bootstrap.raynode driver "$ray_head" \
     --nodes 2 --deadline 300 /home/user/train.py --name 'a'"'"'; echo foo' '$(touch pwned)' &
 ray_driver_step=$!
@@ -96,19 +96,23 @@ while [ -z "$rc" ]; do
     if ! kill -0 "$ray_driver_step" 2>/dev/null; then
         wait "$ray_driver_step"
         rc=$?
-    elif ! kill -0 "$ray_head_step" 2>/dev/null \
-        || { [ -n "$ray_worker_step" ] && ! kill -0 "$ray_worker_step" 2>/dev/null; }; then
-        echo "slurmtorch: error: a Ray node's step ended before the script did (the line above names the node);" \
-            "ending the job" >&2
-        rc=1
-        kill "$ray_driver_step" 2>/dev/null
+        continue
     fi
+    for step in "$ray_head_step" "${ray_worker_steps[@]}"; do
+        if ! kill -0 "$step" 2>/dev/null; then
+            echo "slurmtorch: error: a Ray node's step ended before the script did (the line above names the" \
+                "node); ending the job" >&2
+            rc=1
+            kill "$ray_driver_step" 2>/dev/null
+            break
+        fi
+    done
 done
 # Ray is stopped on every node: each node's raynode is told to end its Ray and leave, and
 # whatever of this job's Ray is still running there is ended (no raylet outlives the job).
-srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none --quiet \
+srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none --quiet --nodelist="$(IFS=,; echo "${ray_nodes[*]:0:2}")" \
     /opt/venv/bin/python -m slurmtorch.bootstrap.raynode stop "$ray_head"
-ray_steps=("$ray_driver_step" "$ray_head_step" $ray_worker_step)
+ray_steps=("$ray_driver_step" "$ray_head_step" "${ray_worker_steps[@]}")
 grace=150
 while [ "$grace" -gt 0 ] && kill -0 "${ray_steps[@]}" 2>/dev/null; do
     sleep 0.2

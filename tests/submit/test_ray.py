@@ -46,7 +46,24 @@ def test_the_head_is_on_the_fabric_address_and_the_script_runs_once_as_the_drive
     assert "slurmtorch.bootstrap --backend" not in text
     # One Slurm task per node holding the node's CPUs: Ray's node is the unit.
     assert (spec.ntasks_per_node, spec.ntasks, spec.cpus_per_task) == (1, 2, 2)
-    assert "--nodes=1" in plan.ray.worker_srun and "--kill-on-bad-exit=1" in plan.ray.worker_srun
+    (workers,) = plan.ray.workers
+    assert "--nodes=1" in workers.srun and "--kill-on-bad-exit=1" in workers.srun and workers.offset == 1
+
+
+def test_a_ray_job_over_two_node_types_runs_a_worker_step_a_role_each_with_its_roles_resource():
+    spec = build_spec(sites.load_site("testbed"), golden_options("testbed", ray=True,
+                                                                 roles=("master=1", "worker=2:partition=fat")))
+    text = render.render_sbatch(spec)
+    bash_syntax_ok(text)
+    check_golden("sbatch-testbed-ray-roles.sh", text)
+    plan = render.launch_plan(spec).ray
+    assert plan is not None and plan.het_groups == (0, 1) and "--het-group=0" in plan.head_srun
+    assert plan.node_args[-2:] == ("--role", "master")
+    (workers,) = plan.workers
+    assert (workers.offset, workers.count, workers.node_args[-2:]) == (1, 2, ("--role", "worker"))
+    assert "--het-group=1" in workers.srun and workers.env_argv == ("env", "TESTBED_NODE_TYPE=fat")
+    assert [(s.offset, s.count) for s in plan.stops] == [(0, 1), (1, 2)]  # a stop step a component
+    assert plan.driver_args[:2] == ("--nodes", "3")
 
 
 def test_hang_timeout_is_how_long_the_cluster_may_take_to_form():
@@ -62,7 +79,8 @@ def test_a_module_runs_from_the_jobs_copy_as_the_driver():
 
 
 @pytest.mark.parametrize("kw, message", [
-    (dict(roles=("master=1", "worker=1")), "--ray and --role"),
+    (dict(roles=("master=1", "worker=1:tasks=2")), "a role's tasks= cannot apply"),
+    (dict(roles=("master=1", "worker=1"), role_images=("worker=img",)), "--role-image cannot apply"),
     (dict(launcher="mpirun"), "--launcher mpirun cannot"),
     (dict(launcher="torchrun"), "--launcher torchrun cannot"),
     (dict(max_restarts=2), "--ray does not restart"),
@@ -95,7 +113,7 @@ def test_every_ray_step_names_the_pyxis_image():
                     **required("cscs-alps"))
     plan = render.launch_plan(spec).ray
     assert plan is not None
-    for srun in (plan.head_srun, plan.worker_srun, plan.driver_srun, plan.stop_srun):
+    for srun in (plan.head_srun, *(s.srun for s in plan.workers), plan.driver_srun, *(s.srun for s in plan.stops)):
         assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in srun
     bash_syntax_ok(render.render_sbatch(spec))
 
@@ -108,7 +126,7 @@ def required(site_name: str) -> dict:
 
 def reap(driver: str, head: str, worker: str) -> subprocess.CompletedProcess:
     """REAP and AWAIT_STEPS over three background commands standing in for the srun steps."""
-    script = (f"({driver}) & ray_driver_step=$!\n({head}) & ray_head_step=$!\n({worker}) & ray_worker_step=$!\n"
+    script = (f"({driver}) & ray_driver_step=$!\n({head}) & ray_head_step=$!\n({worker}) & ray_worker_steps=($!)\n"
               f"{REAP}\n{AWAIT_STEPS}\necho rc=$rc\n")
     return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
 
@@ -201,6 +219,13 @@ def test_ray_start_takes_the_ports_picked_here_not_rays_fixed_defaults():
     assert {"--address=10.0.0.1:23456", "--dashboard-agent-listen-port=21004", "--min-worker-port=0",
             "--max-worker-port=0"} <= set(worker)
     assert not [a for a in worker if a.startswith(("--head", "--dashboard-port", "--ray-client-server-port"))]
+
+
+def test_a_role_jobs_ray_node_has_one_of_its_roles_resource():
+    kind, _, opts, _ = raynode.parse(["worker", "10.0.0.1:6379", "--cpus", "2", "--gpus", "0", "--backend", "gloo",
+                                      "--deadline", "30", "--role", "worker"])
+    argv = raynode.ray_start_argv(kind, ("10.0.0.1", 6379), "10.0.0.2", opts, "/tmp/r", raynode.RayPorts(agent=1))
+    assert '--resources={"role:worker": 1}' in argv
 
 
 def test_a_head_without_rays_client_gets_no_client_server_port():

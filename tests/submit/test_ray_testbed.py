@@ -69,22 +69,27 @@ def job_nodes(testbed, job: str) -> list[str]:
     return testbed.run(["scontrol", "show", "hostnames", nodes]).stdout.split()
 
 
-@pytest.mark.slurm_versions  # srun --overlap steps beside each other, and their signals, by Slurm's version
-@pytest.mark.timeout(180)
-def test_a_ray_job_on_two_nodes_sees_both_nodes_cpus_on_the_fabric_and_leaves_no_process(testbed, has_ray, tmp_path):
-    (tmp_path / "cluster.py").write_text(CLUSTER)
-    home = tmp_path / "home"
-    sub = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "-t", "5", "--ray", "--parsable",
-                             "cluster.py"], cwd=str(tmp_path), timeout=60)
+def ray_job(testbed, tmp_path, script: str, *opts: str) -> tuple[str, dict]:
+    """A --ray job of `script` (as driver.py) that ends with 0: its id and what its driver printed."""
+    (tmp_path / "driver.py").write_text(script)
+    sub = st(testbed, tmp_path / "home", ["sbatch", "--site", "testbed", "-t", "5", "--ray", *opts, "--parsable",
+                                          "driver.py"], cwd=str(tmp_path), timeout=60)
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.split()[0]
-    folder = home / "jobs" / job
+    folder = tmp_path / "home" / "jobs" / job
     try:
         wait_for(lambda: (folder / "exit-code").exists(), "the job to end", 150)
     finally:
         testbed.run(["scancel", job])
     assert read(folder / "exit-code").strip() == "0", read(folder / "batch.out") + read(folder / "rank-0.err")
-    seen = json.loads(read(folder / "rank-0.out"))
+    return job, json.loads(read(folder / "rank-0.out"))
+
+
+@pytest.mark.slurm_versions  # srun --overlap steps beside each other, and their signals, by Slurm's version
+@pytest.mark.timeout(180)
+def test_a_ray_job_on_two_nodes_sees_both_nodes_cpus_on_the_fabric_and_leaves_no_process(testbed, has_ray, tmp_path):
+    home = tmp_path / "home"
+    job, seen = ray_job(testbed, tmp_path, CLUSTER, "-N", "2")
     assert seen["resources"]["CPU"] == 4.0  # 2 per node (scripts/testbed), both nodes'
     addresses = [ipaddress.ip_address(a) for a in seen["addresses"]]
     assert len(set(addresses)) == 2 and all(a in FABRIC for a in addresses), seen
@@ -94,6 +99,30 @@ def test_a_ray_job_on_two_nodes_sees_both_nodes_cpus_on_the_fabric_and_leaves_no
              "the job to be COMPLETED", 30)
     assert ray_processes(job) == {}  # the job ended: every node's Ray was stopped before
     assert not [p for p in os.listdir("/tmp") if p.startswith(f"slurmtorch-ray-{job}-")]
+
+
+ROLES = '''\
+"""Places one task on a node of each role (raynode's role:ROLE resources) and prints where it ran."""
+import json, socket
+import ray
+ray.init()
+where = ray.remote(lambda: socket.gethostname())
+print(json.dumps({"resources": ray.cluster_resources(),
+                  "ran_on": {role: ray.get(where.options(resources={f"role:{role}": 0.5}).remote())
+                             for role in ("master", "worker")}}), flush=True)
+'''
+
+
+@pytest.mark.slurm_versions
+@pytest.mark.timeout(180)
+def test_a_ray_job_over_two_node_types_places_work_on_each_roles_nodes(testbed, has_ray, tmp_path):
+    """Issue 38: `--ray` with a role per node type (a heterogeneous job: the head on the
+    master's `debug` node, the workers on `fat`), each Ray node with its role's resource."""
+    job, seen = ray_job(testbed, tmp_path, ROLES, "--role", "master=1", "--role", "worker=2:partition=fat")
+    assert seen["resources"]["CPU"] == 6.0 and seen["resources"]["role:worker"] == 2.0, seen
+    assert seen["resources"]["role:master"] == 1.0, seen
+    assert seen["ran_on"]["worker"] in ("node3", "node4") and seen["ran_on"]["master"] not in ("node3", "node4"), seen
+    wait_for(lambda: not ray_processes(job), "no Ray process of the job left", 30)
 
 
 @pytest.mark.timeout(180)
