@@ -3,7 +3,8 @@ once, each on a testbed of its own (`--shard K/N`, .ci/run): the suite waits on 
 than it computes (tests/submit/test_recovery.py kept 2 cores 23% busy), so two testbeds side by
 side take about half the time of one.
 
-Seconds per file are from a clean-clone CI run's `--durations` on Slurm 22.05 (2026-11-29).
+Seconds per file are from a clean-clone CI run's `--durations` on Slurm 22.05, its two shards
+running beside the 24.11 run as CI runs them (2026-11-29, commit 7c9c44c).
 A file not listed counts its tests; a stale number only unbalances the shards, never drops a
 test: every file lands in exactly one shard.
 """
@@ -11,36 +12,40 @@ test: every file lands in exactly one shard.
 from __future__ import annotations
 
 MEASURED_S = {
-    "tests/submit/test_recovery.py": 410,  # + the two role-job restarts (2026-11-29, measured alone: 35 s)
-    "tests/bootstrap/test_launchers.py": 205,
-    "tests/bootstrap/test_preempt.py": 157,
-    "tests/submit/test_stacks_testbed.py": 119,
-    "tests/api/test_distributor.py": 115,
-    "tests/bootstrap/test_interop.py": 109,
-    "tests/remote/test_remote_testbed.py": 107,
-    "tests/submit/test_failures.py": 106,
-    "tests/bootstrap/test_cpu_binding.py": 104,
-    "tests/bootstrap/test_scripts_unchanged.py": 90,
-    "tests/cli/test_cli.py": 73,
-    "tests/cli/test_top.py": 56,
-    "tests/bootstrap/test_other_scripts.py": 56,
-    "tests/bootstrap/test_runid.py": 54,
-    "tests/cli/test_waiting.py": 53,
-    "tests/submit/test_snapshot_testbed.py": 41,
-    "tests/submit/test_site_keys_testbed.py": 36,
-    "tests/test_fabric_network.py": 32,
-    "tests/submit/test_signals.py": 28,
+    "tests/submit/test_recovery.py": 360,
+    "tests/bootstrap/test_launchers.py": 350,
+    "tests/bootstrap/test_cpu_binding.py": 267,
+    "tests/api/test_distributor.py": 225,
+    "tests/submit/test_stacks_testbed.py": 134,
+    "tests/bootstrap/test_interop.py": 134,
+    "tests/bootstrap/test_preempt.py": 131,
+    "tests/submit/test_failures.py": 126,
+    "tests/submit/test_ray_testbed.py": 124,
+    "tests/remote/test_remote_testbed.py": 113,
+    "tests/bootstrap/test_scripts_unchanged.py": 87,
+    "tests/cli/test_top.py": 82,
+    "tests/cli/test_cli.py": 72,
+    "tests/cli/test_waiting.py": 56,
+    "tests/bootstrap/test_other_scripts.py": 50,
+    "tests/submit/test_site_keys_testbed.py": 50,
+    "tests/cli/test_chain_testbed.py": 36,
+    "tests/submit/test_roles_sweeps.py": 33,
+    "tests/test_fabric_network.py": 33,
+    "tests/bootstrap/test_runid.py": 31,
+    "tests/api/test_runfolder.py": 31,
+    "tests/submit/test_signals.py": 29,
+    "tests/cli/test_main_job.py": 29,
+    "tests/doctor/test_doctor.py": 28,
     "tests/submit/test_workdir_testbed.py": 27,
-    "tests/submit/test_roles_sweeps.py": 31,
-    "tests/cli/test_main_job.py": 21,
-    "tests/cli/test_alloc_testbed.py": 21,
-    "tests/doctor/test_doctor.py": 20,
-    "tests/bootstrap/test_placement_launchers.py": 18,
+    "tests/submit/test_hetjob.py": 23,
+    "tests/submit/test_snapshot_testbed.py": 21,
+    "tests/bootstrap/test_placement_launchers.py": 21,
+    "tests/cli/test_sbatch_options_testbed.py": 20,
+    "tests/bootstrap/test_raynode_ports.py": 20,
+    "tests/api/test_attach.py": 19,
     "tests/test_containers.py": 16,
-    "tests/bootstrap/test_rendezvous.py": 16,
-    # Measured alone (2026-11-29): Ray in the charliecloud image; two Ray heads on one host.
-    "tests/submit/test_ray_testbed.py": 80,
-    "tests/bootstrap/test_raynode_ports.py": 15,
+    "tests/submit/test_centre_documents_testbed.py": 16,
+    "tests/bootstrap/test_live_sampling.py": 16,
 }
 # A file not measured: a testbed test is a job or two (seconds), any other a pure function.
 TESTBED_TEST_S = 5.0
