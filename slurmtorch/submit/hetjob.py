@@ -75,6 +75,12 @@ class HetComponent:
     env: tuple[tuple[str, str], ...] = ()  # set for this role's step
     unset: tuple[str, ...] = ()  # the batch script's variables this role's node type has not
 
+    @property
+    def env_argv(self) -> tuple[str, ...]:
+        """`env -u NAME... NAME=VALUE...` before its steps' srun; () when nothing changes."""
+        args = (*(a for name in self.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in self.env))
+        return ("env", *args) if args else ()
+
 
 def split_roles(o: Options) -> tuple[Options, RoleAsks]:
     """`--role` items with resources (`worker=2:partition=fat`) -> the options with plain

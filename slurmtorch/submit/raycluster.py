@@ -28,10 +28,10 @@ Ray is the job's, never the login node's: nothing here imports it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.containers import container_args
+from slurmtorch.submit.hetjob import HetComponent
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.scripttext import InCode
 
@@ -46,7 +46,7 @@ def ray_options(o: Options) -> Options:
         return o
     if o.kind != "sbatch" or o.interactive:
         raise SpecError("--ray starts a Ray cluster in a batch job", tip="use slurmtorch sbatch --ray")
-    if any("tasks=" in str(item).split(":", 1)[1:][0] for item in o.roles if ":" in str(item)):
+    if any(pair.startswith("tasks=") for item in o.roles for pair in str(item).split(":")[1:]):
         raise SpecError("--ray runs one Ray node per Slurm node: a role's tasks= cannot apply",
                         tip="leave tasks= out; a Ray node holds the node's CPUs and GPUs")
     if o.role_images:
@@ -176,8 +176,11 @@ class _Part:
     count: int
     cpus: int
     gpus: int
-    het: Any = None  # its HetComponent in a heterogeneous job
-    env_argv: tuple[str, ...] = ()
+    het: HetComponent | None = None  # its component in a heterogeneous job
+
+    @property
+    def env_argv(self) -> tuple[str, ...]:
+        return self.het.env_argv if self.het is not None else ()
 
 
 def _parts(spec) -> list[_Part]:
@@ -188,13 +191,12 @@ def _parts(spec) -> list[_Part]:
     out = []
     for role, count in spec.roles:
         c = het.get(role)
-        env = [*(a for name in c.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in c.env)] if c else []
         out.append(_Part(role, layout.node_offset(role), count, c.cpus_per_task if c else spec.cpus_per_task,
-                         c.gpus_per_node if c else spec.gpus_per_node, c, ("env", *env) if env else ()))
+                         c.gpus_per_node if c else spec.gpus_per_node, c))
     return out
 
 
-def _group(component) -> tuple[str, ...]:
+def _group(component: HetComponent | None) -> tuple[str, ...]:
     return (f"--het-group={component.group}",) if component is not None else ()
 
 

@@ -232,10 +232,9 @@ def _role_steps(spec: JobSpec) -> tuple[RoleStep, ...]:
                 f"--nodes={count}", f"--ntasks={count * tasks}", f"--ntasks-per-node={tasks}", *overlap,
                 f"--cpus-per-task={part.cpus_per_task if part else spec.cpus_per_task}", *pyxis, *spec.srun_args]
         argv = [*prefix, *bootstrap_argv(spec, "slurm", role, containers.get(role))]
-        env = [*(a for name in part.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in part.env)] if part else []
         steps.append(RoleStep(role=role, offset=layout.offset(role), count=count, training=role in TRAINING_ROLES,
                               srun_args=tuple(srun), rank_argv=tuple(argv), het_group=part.group if part else None,
-                              env_argv=("env", *env) if env else (), node_offset=layout.node_offset(role)))
+                              env_argv=part.env_argv if part else (), node_offset=layout.node_offset(role)))
     return tuple(steps)
 
 

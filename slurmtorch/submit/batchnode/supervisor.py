@@ -351,9 +351,8 @@ def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started
         if idx.isdigit():
             errs[int(idx)] = _since(p, sizes.get(p.name, 0))
     exits = {r: e for r, e in latest_exits(jobdir.exit_notes(folder)).items() if e.restart == start}
-    failures = parse_failures(batch, errs, exits, roles.rank_hosts(nodes) if roles is not None else ())
-    if roles is not None:
-        failures = with_roles(failures, roles.format())
+    failures = with_roles(parse_failures(batch, errs, exits, roles.rank_hosts(nodes) if roles is not None else ()),
+                          roles)
     if rc == 0 and not started:
         rc = 1
     return blame(failures, lost_nodes(batch), hung, _addresses(allocated), code=rc, refusal=step_refusal(batch),

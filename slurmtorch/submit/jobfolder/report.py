@@ -18,7 +18,7 @@ from slurmtorch import protocol
 from slurmtorch.errors import BootstrapError, typed
 from slurmtorch.protocol import parse_summary
 from slurmtorch.rankfiles import parse_stacks
-from slurmtorch.roles import parse_roles
+from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.batchnode.batchbash import ROLE_NODES_FILE
 from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
@@ -34,34 +34,28 @@ def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[R
     mpirun's launcher.out), rank-*.err / node-*.err and the rank-*.exit notes of ranks whose
     script returned; of a restarted job (--max-restarts), what its latest start wrote."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
-    roles = (jobdir.read_job(folder) or {}).get("roles")
-    hosts = rank_hosts(roles, jobdir.read_text(folder / ROLE_NODES_FILE).split())
+    layout = role_layout((jobdir.read_job(folder) or {}).get("roles"))
+    nodes = jobdir.read_text(folder / ROLE_NODES_FILE).split()
+    # A role job's host of every rank, from its nodes in role order (the role nodes file).
+    hosts = layout.rank_hosts(nodes) if layout is not None and len(nodes) >= layout.nodes else nodes
     report = parse_failures(latest_start(jobdir.read_text(folder / launcher_log)), errs,
                             latest_exits(jobdir.exit_notes(folder)), hosts)
-    return with_roles(report, roles)
+    return with_roles(report, layout)
 
 
-def rank_hosts(roles: object, nodes: list[str]) -> tuple[str, ...]:
-    """A role job's host of every rank, from its nodes in role order (the role nodes file)."""
+def role_layout(roles: object) -> RoleLayout | None:
+    """job.json's `roles`, read; None for a job without roles, or a job.json of another version."""
     try:
-        layout = parse_roles(roles) if isinstance(roles, str) and roles else None
-    except BootstrapError:  # a job.json of another version
-        layout = None
-    if layout is None or len(nodes) < layout.nodes:
-        return tuple(nodes)
-    return layout.rank_hosts(nodes)
+        return parse_roles(roles) if isinstance(roles, str) and roles else None
+    except BootstrapError:
+        return None
 
 
-def with_roles(report: list[RankFailure], roles: object) -> list[RankFailure]:
+def with_roles(report: list[RankFailure], layout: RoleLayout | None) -> list[RankFailure]:
     """A role job's failures, each with its rank's role and index there (`worker 0`)."""
-    if not isinstance(roles, str) or not roles:
+    if layout is None:
         return report
-    try:
-        layout = parse_roles(roles)
-        return [replace(f, role="%s %d" % layout.role_of(f.rank)) if 0 <= f.rank < layout.total else f
-                for f in report]
-    except BootstrapError:  # a job.json of another version: the ranks alone
-        return report
+    return [replace(f, role="%s %d" % layout.role_of(f.rank)) if 0 <= f.rank < layout.total else f for f in report]
 
 
 def failure_lines(folder: Path, limit: int = 8) -> list[str]:
