@@ -98,6 +98,7 @@ NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node p
 HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
 LIVE = ".live"  # SLURMTORCH_LIVE_S: one sample per rank (live_name, live_record)
 CHECKPOINTS = "checkpoints"
+PREEMPTED = ".preempted"  # --signal: a folder per start (preempted_name), a file per rank that ran its hooks
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
 CODE_DIR = "code"  # the snapshot of the code the job runs (submit.jobfolder.snapshot)
@@ -109,6 +110,12 @@ def started_marker(start: int) -> str:
     """The file srun's task 0 leaves once start `start` of the step runs (the batch script
     names it `.started-${SLURM_RESTART_COUNT:-0}`: a requeued job's runs count there)."""
     return f".started-{start}"
+
+
+def preempted_name(start: int, rank: int | str) -> str:  # "*": the glob of every rank's
+    """PREEMPTED/preempted_name(S, R): rank R of start S has run its preemption hooks; job
+    rank 0 requeues once every rank of the world has left one (bootstrap.preempt)."""
+    return f"start-{start}/rank-{rank}"
 
 
 def rank_logs(rank: int) -> tuple[str, str]:

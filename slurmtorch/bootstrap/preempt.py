@@ -8,23 +8,27 @@ The flow (submit with `--signal USR1@60`, which also sets `--requeue`):
 2. `install()` (called by the bootstrap before it runs the user's script) has set a
    handler for that signal. In each rank it runs the hooks registered with
    `on_preempt(fn)`, in order (a typical hook saves a checkpoint on rank 0).
-3. Exactly one process requeues: job rank 0 ($SLURMTORCH_JOB_RANK, which the bootstrap
-   sets for every process, ps/evaluator included). After its hooks it runs
-   `scontrol requeue JOBID` (an array task is `ARRAYJOBID_TASKID`) and exits; Slurm
-   ends every rank, puts the job back in the queue with the same id and folder, and
-   starts the batch script again with SLURM_RESTART_COUNT incremented.
-4. Every other process (and one whose job rank is unknown: it never acts as rank 0)
-   runs its hooks and *returns* to training at once. It must not wait inside the
-   handler: Python runs a handler between bytecodes, so rank 0 blocked in a collective
-   that waits for this rank would never get to run its own hooks. Instead it arms a
-   fallback timer thread: if the process is still alive WAIT_FOR_RANK0_S later (rank 0
-   never saw the signal, or died), it requeues itself.
+3. Every process runs its hooks, leaves a mark that it did (the job folder's
+   `.preempted/start-S/rank-R`) and *returns* to training at once. It must not wait inside
+   the handler: Python runs a handler between bytecodes only, so a rank blocked in a
+   collective (gloo, NCCL) runs its handler once that collective completes, which needs
+   every other rank to reach it too.
+4. Exactly one process requeues: job rank 0 ($SLURMTORCH_JOB_RANK, which the bootstrap
+   sets for every process, ps/evaluator included). After its hooks, a thread of it waits
+   until every rank of the world has left its mark (at most WAIT_FOR_RANKS_S), then runs
+   `scontrol requeue JOBID` (an array task is `ARRAYJOBID_TASKID`) and exits; Slurm ends
+   every rank, puts the job back in the queue with the same id and folder, and starts the
+   batch script again with SLURM_RESTART_COUNT incremented. Requeueing at once would end
+   a rank still waiting in a collective before its own hooks ran (its shard of a
+   checkpoint lost; seen on a loaded machine). Every other process (and one whose job
+   rank is unknown: it never acts as rank 0) arms a fallback timer: if it is still alive
+   WAIT_FOR_RANK0_S later (rank 0 never saw the signal, or died), it requeues itself.
 5. The next run reads `restart_count()` and resumes from its checkpoint.
 
 Hooks run at a different point of the training loop in each rank, so a hook must not
 use collectives (no all_reduce, no barrier, no gathering a sharded state dict): it would
 meet the other ranks' training collectives instead. Save what this rank holds, locally;
-typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_RANK0_S.
+typically rank 0 saves and the others do nothing. Keep it shorter than WAIT_FOR_RANKS_S.
 
 A script that sets its own handler for the signal (Lightning's SLURMEnvironment sets one
 for SIGUSR1 that saves `hpc_ckpt_N.ckpt` and runs `scontrol requeue`) keeps it, as under
@@ -44,6 +48,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 
 from slurmtorch import protocol
@@ -56,9 +61,12 @@ ENV_SIGNAL = protocol.PREEMPT_SIGNAL  # e.g. USR1; set by the rendered script fo
 ENV_REQUEUE = protocol.PREEMPT_REQUEUE  # 1 (default) or 0
 ENV_JOB_RANK = protocol.JOB_RANK  # set by the bootstrap (contracts.env_for)
 ENV_RESTARTS = protocol.RESTART_COUNT  # starts before this one; set by the restart supervisor
+# How long job rank 0 waits, after its own hooks, for every rank to have run theirs before
+# it requeues anyway (naming the ranks that did not).
+WAIT_FOR_RANKS_S = 20.0
 # How long after the signal a process other than job rank 0 requeues the job itself,
-# should it still be running (rank 0's requeue ends it first). Long enough for rank 0's
-# checkpoint, short enough to leave a `--signal ...@60` warning time to requeue.
+# should it still be running (rank 0's requeue ends it first). Longer than rank 0's wait,
+# short enough to leave a `--signal ...@60` warning time to requeue.
 WAIT_FOR_RANK0_S = 30.0
 
 _HOOKS: list[Callable[[], object]] = []
@@ -248,6 +256,60 @@ def _fallback(who: str, host: str, environ: Mapping[str, str]) -> None:
     _requeue_and_exit(who, host, environ)
 
 
+def world_size(environ: Mapping[str, str]) -> int:
+    """The ranks that may meet job rank 0 in a collective (the torch world; 1 when unknown)."""
+    text = str(environ.get("WORLD_SIZE", "")).strip()
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def _marks(environ: Mapping[str, str]) -> str | None:
+    """This start's folder of hooks-done marks, or None outside a job folder."""
+    folder = protocol.rank_folder(environ)
+    if not folder:
+        return None
+    return os.path.join(folder, protocol.PREEMPTED, os.path.dirname(protocol.preempted_name(restart_count(environ), 0)))
+
+
+def _mark_name(rank: int) -> str:
+    return os.path.basename(protocol.preempted_name(0, rank))
+
+
+def _mark_hooks_done(environ: Mapping[str, str], rank: int | None) -> None:
+    """Leave this rank's mark that its hooks ran (nothing for a rank whose job rank is unknown)."""
+    marks = _marks(environ)
+    if marks is None or rank is None:
+        return
+    try:
+        os.makedirs(marks, exist_ok=True)
+        os.close(os.open(os.path.join(marks, _mark_name(rank)), os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as e:  # a mark that cannot be written only makes rank 0 wait its longest
+        _say(f"rank {rank}: cannot note that its preemption hooks ran ({e.strerror or e})")
+
+
+def missing_ranks(names: set[str], size: int) -> list[int]:
+    """The ranks of a world of `size` that left no mark among `names` (pure)."""
+    return [r for r in range(size) if _mark_name(r) not in names]
+
+
+def _requeue_when_every_rank_is_done(who: str, host: str, environ: Mapping[str, str]) -> None:
+    """Job rank 0's thread: wait (bounded) for every rank's hooks, then requeue and exit."""
+    marks, size = _marks(environ), world_size(environ)
+    assert marks is not None  # _handle requeues at once without a job folder
+    deadline = time.monotonic() + WAIT_FOR_RANKS_S
+    missing = missing_ranks({_mark_name(0)}, size)
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.2)
+        try:
+            missing = missing_ranks(set(os.listdir(marks)), size)
+        except OSError:
+            pass
+    if missing:
+        shown = ",".join(map(str, missing[:8])) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        _say(f"{who}: rank(s) {shown} did not finish their preemption hooks within {WAIT_FOR_RANKS_S:g} s; "
+             f"requeueing anyway")
+    _requeue_and_exit(who, host, environ)
+
+
 def _handle(signum, frame) -> None:
     if _STATE["handling"]:
         return  # a second signal while the first is being handled
@@ -273,12 +335,16 @@ def _handle(signum, frame) -> None:
         _say(f"{who}: hooks done; not requeueing (--no-requeue), carrying on")
         _STATE["handling"] = False
         return
-    if rank == 0:
-        _requeue_and_exit(who, host, environ)
-    # Not the requeuer: back to training now (rank 0 may be waiting for us in a
-    # collective before its handler can run), with a fallback should rank 0 never requeue.
-    import threading  # lazy: only a signalled rank arms the timer; kept off every rank's start
+    _mark_hooks_done(environ, rank)
+    import threading  # lazy: only a signalled rank starts a thread; kept off every rank's start
 
+    # Back to training now, whichever rank this is: a rank waiting for this one in a
+    # collective runs its own handler only once this one meets it there.
+    if rank == 0 and (_marks(environ) is None or world_size(environ) == 1):
+        _requeue_and_exit(who, host, environ)  # nobody to wait for
+    if rank == 0:
+        threading.Thread(target=_requeue_when_every_rank_is_done, args=(who, host, environ), daemon=True).start()
+        return
     timer = threading.Timer(WAIT_FOR_RANK0_S, _fallback, args=(who, host, environ))
     timer.daemon = True
     timer.start()

@@ -106,6 +106,50 @@ def test_other_ranks_run_their_hooks_return_at_once_and_requeue_only_if_rank_0_n
     assert "requeueing job 70_7" in proc.stderr
 
 
+WAITING_RANK0 = textwrap.dedent("""
+    import os, signal, sys, time
+    from slurmtorch.bootstrap import preempt
+    def runner(argv, **kw):
+        print("RAN", " ".join(argv), flush=True)
+    preempt.on_preempt(lambda: print("HOOK", flush=True))
+    env = dict(SLURMTORCH_JOB_RANK="0", RANK="0", WORLD_SIZE="3", SLURM_JOB_ID="77", SLURMTORCH_JOB_DIR=sys.argv[1],
+               SLURMTORCH_PREEMPT_SIGNAL="USR1", SLURMTORCH_PREEMPT_REQUEUE="1")
+    preempt.WAIT_FOR_RANKS_S = float(sys.argv[2])
+    preempt.install(runner=runner, environ=env)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    print("CARRIED ON", flush=True)  # rank 0 trains on while it waits for the others' hooks
+    marks = os.path.join(sys.argv[1], ".preempted", "start-0")
+    for rank in sys.argv[3:]:
+        time.sleep(0.5)
+        print("RANK", rank, "DONE", flush=True)
+        open(os.path.join(marks, "rank-" + rank), "w").close()
+    time.sleep(30)
+""")
+
+
+def test_job_rank_0_trains_on_and_requeues_once_every_rank_ran_its_hooks(tmp_path):
+    # A rank waiting for rank 0 inside a collective runs its handler only once rank 0 meets it
+    # there: requeueing at once ended rank 1 before its hooks ran (CI on a loaded machine).
+    proc = subprocess.run([sys.executable, "-c", WAITING_RANK0, str(tmp_path), "20", "1", "2"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["HOOK", "CARRIED ON", "RANK 1 DONE", "RANK 2 DONE", "RAN scontrol requeue 77"]
+    assert "did not finish" not in proc.stderr
+
+
+def test_job_rank_0_requeues_anyway_naming_the_ranks_whose_hooks_never_ended(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", WAITING_RANK0, str(tmp_path), "4", "2"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["HOOK", "CARRIED ON", "RANK 2 DONE", "RAN scontrol requeue 77"]
+    assert "rank 0: rank(s) 1 did not finish their preemption hooks within 4 s; requeueing anyway" in proc.stderr
+
+
+def test_missing_ranks_are_those_without_a_mark():
+    assert preempt.missing_ranks({"rank-0", "rank-2"}, 4) == [1, 3]
+    assert preempt.missing_ranks(set(), 1) == [0]
+
+
 def test_job_rank_comes_from_the_bootstrap_or_a_job_wide_rank_only():
     assert preempt.job_rank({"SLURMTORCH_JOB_RANK": "3", "RANK": "0"}) == 3
     assert preempt.job_rank({"RANK": "0"}) == 0  # torchrun/env:// outside the bootstrap
