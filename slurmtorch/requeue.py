@@ -19,6 +19,7 @@ from slurmtorch.errors import BootstrapError, SubmitError
 
 Runner = Callable[..., object]
 EXCLUDE_WAIT_S = 20.0  # how long `exclude` retries while Slurm has not yet taken the requeue
+RETRY_S = 0.2  # between its tries: the update must land within the cluster's KillWait
 
 
 def target(environ: Mapping[str, str]) -> str:
@@ -59,17 +60,19 @@ def requeue(job: str, runner: Runner = run) -> None:
 
 def exclude(job: str, nodes: Sequence[str], runner: Runner = run, wait_s: float = EXCLUDE_WAIT_S,
             extra: Sequence[str] = ()) -> list[str]:
-    """Keep `nodes` out of a job just requeued, with those it excluded already (the user's
-    -x); returns every excluded node. `extra`: more `KEY=VALUE` fields for the same update
-    (the supervisor's shrunk NumNodes/NumTasks/NumCPUs). Raises SubmitError if Slurm still
-    refuses after `wait_s`.
+    """Keep `nodes` out of a job just requeued; returns them sorted. `nodes` must already hold
+    those the job excluded itself (the user's -x: `excluded_now`, asked before the requeue).
+    `extra`: more `KEY=VALUE` fields for the same update (the supervisor's shrunk
+    NumNodes/NumTasks/NumCPUs). Raises SubmitError if Slurm still refuses after `wait_s`.
 
-    Slurm (22.05) takes a new ExcNodeList only from a job that is not running, and a
-    requeue ends the batch script: so the requeue comes first, and the update follows while
-    the job is completing (accepted from the moment the requeue is under way: seen on the
-    testbed, at the second try 0.5 s later).
+    Slurm (22.05) takes a new ExcNodeList (and NumTasks) only from a job that is not
+    running, and a requeue ends the batch script: so the requeue comes first, and the
+    update follows while the job is completing (accepted from the moment the requeue is
+    under way: seen on the testbed, at the second try). The caller is then inside KillWait
+    (the requeue's TERM ignored, its KILL coming): nothing but this one update is asked
+    here, retried every RETRY_S.
     """
-    every = sorted({*nodes, *excluded_now(job, runner)})
+    every = sorted(set(nodes))
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -79,7 +82,7 @@ def exclude(job: str, nodes: Sequence[str], runner: Runner = run, wait_s: float 
         except SubmitError:
             if time.monotonic() > deadline:
                 raise
-        time.sleep(0.5)
+        time.sleep(RETRY_S)
 
 
 def excluded_now(job: str, runner: Runner = run) -> list[str]:

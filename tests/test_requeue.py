@@ -39,11 +39,14 @@ def test_requeue_asks_scontrol_once():
     assert scontrol.calls == [["scontrol", "requeue", "40_3"]]
 
 
-def test_excluding_keeps_the_users_own_exclusions_and_retries_until_slurm_takes_it():
+def test_excluding_retries_one_update_until_slurm_takes_it_and_asks_nothing_else():
+    # Between the requeue and its KILL (KillWait) only the update itself is asked: the user's
+    # own -x were read before the requeue (excluded_now) and come in with `nodes`.
     scontrol = Scontrol(refusals=1, excluded="node[7-8]")
-    assert requeue.exclude("7", ["node2"], scontrol, wait_s=5) == ["node2", "node7", "node8"]
-    updates = [c for c in scontrol.calls if c[1] == "update"]
-    assert updates == [["scontrol", "update", "JobId=7", "ExcNodeList=node[2,7-8]"]] * 2
+    every = sorted({"node2", *requeue.excluded_now("7", scontrol)})
+    scontrol.calls.clear()
+    assert requeue.exclude("7", every, scontrol, wait_s=5) == ["node2", "node7", "node8"]
+    assert scontrol.calls == [["scontrol", "update", "JobId=7", "ExcNodeList=node[2,7-8]"]] * 2
 
 
 def test_excluding_gives_up_with_scontrols_words_once_its_time_is_up():
