@@ -248,23 +248,40 @@ def rsync(conn: Connection, root: str, files: Sequence[str], dest: str, mkdir: s
                            tip="install rsync (apt install rsync, brew install rsync)") from None
 
 
-def rsync_back(conn: Connection, workdir: str, paths: Sequence[str], dest: str,
+def rsync_back(conn: Connection, folder: str, paths: Sequence[str], stage: str, compare: str,
                skip: Sequence[str]) -> subprocess.CompletedProcess:
-    """Bring `paths` of `workdir` on the cluster (all of it: none) into `dest`: only what
-    changed, never `skip` (paths relative to `workdir`: the code), never over a newer file
-    here (--update), nothing deleted."""
-    sources = [f"{workdir.rstrip('/')}/./{p}" for p in paths] if paths else [f"{workdir.rstrip('/')}/./"]
+    """Bring `paths` of `folder` on the cluster (all of it: none) into the staging folder
+    `stage`, only what differs from `compare` (the destination: --compare-dest), never `skip`
+    (the code, relative to `folder`), never a `.git` folder, a link (no -l: rsync skips
+    them), a device or a FIFO (no -D); no owner, group or dates of folders taken, folders
+    0700 and files readable by their owner while staged (the plan sets the modes they get).
+
+    rsync runs in a session of its own, and an exception here (Ctrl-C, TERM as StopSignal)
+    kills its whole group, its forked receiver too: nothing writes into `stage` after."""
+    sources = [f"{folder.rstrip('/')}/./{p}" for p in paths] if paths else [f"{folder.rstrip('/')}/./"]
     remote = [f"{conn.cluster.host}:{sources[0]}", *(f":{s}" for s in sources[1:])]
-    argv = ["rsync", "-a", "--update", "--relative", "--protect-args", "--from0", "--exclude-from=-", "--stats",
-            "-e", conn.rsh(), *remote, f"{dest.rstrip('/')}/"]
+    argv = ["rsync", "-rtp", "--chmod=D700,Fu+rw", "--relative", "--protect-args", "--from0",
+            "--exclude=.git", "--exclude-from=-", f"--compare-dest={os.path.abspath(compare)}",
+            "-e", conn.rsh(), *remote, f"{stage.rstrip('/')}/"]
     # Anchored at the transfer's root (the working folder, after `/./`); rsync's wildcards escaped.
     data = b"".join(b"/" + re.sub(r"([*?\[\\])", r"\\\1", p).encode("utf-8", "surrogateescape") + b"\0"
                     for p in skip)
     try:
-        return _run(argv, capture=True, input=data)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
     except FileNotFoundError:
         raise ClusterError("rsync is not installed here; it brings the files back from the cluster",
                            tip="install rsync (apt install rsync, brew install rsync)") from None
+    try:
+        out, err = proc.communicate(data)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _run(argv: Sequence[str], *, capture: bool = False, input: bytes | None = None, stderr=None,
