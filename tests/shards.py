@@ -28,6 +28,7 @@ MEASURED_S = {
     "tests/cli/test_waiting.py": 56,
     "tests/bootstrap/test_other_scripts.py": 50,
     "tests/submit/test_site_keys_testbed.py": 50,
+    "tests/remote/test_pull_testbed.py": 50,  # one job, six pulls (measured alone, not in a CI run)
     "tests/cli/test_chain_testbed.py": 36,
     "tests/submit/test_roles_sweeps.py": 33,
     "tests/test_fabric_network.py": 33,

@@ -23,6 +23,7 @@ import socket
 import sys
 import time
 
+from slurmtorch.atomicwrite import write_atomic
 from slurmtorch.bootstrap import target
 from slurmtorch.bootstrap.target import run_script
 
@@ -30,24 +31,6 @@ META = "meta.json"
 PAYLOAD = "payload.pkl"
 RESULT = "result.pkl"
 ERROR_PREFIX = "error-rank-"
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write `data` to a temporary sibling, fsync it, rename it over `path`."""
-    tmp = f"{path}.tmp-{socket.gethostname()}-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _redirect_logs(workdir: str, rank: int) -> None:

@@ -16,15 +16,18 @@ def pull(
                                                 help="files or folders, relative to the folder the job was submitted "
                                                      "from (default: all it holds but the code)"),
     to: Optional[str] = typer.Option(None, "--to", metavar="DIR",
-                                     help="where to put them (default: the folder the job was submitted from, if "
-                                          "it was this host's; else here)"),
+                                     help="where to put them (default: the folder this laptop submitted the job "
+                                          "from; a job it did not submit needs --to)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Bring what a job wrote on a cluster (its checkpoints, outputs/, wandb/: the relative
     files in the folder it was submitted from) back here, over the cluster's SSH connection.
 
-    rsync: only what changed; never the code you sent (your copy here is the one you edit),
-    never over a file that is newer here, nothing deleted.
+    This laptop picks where, from its own record of what it submitted: never what the job's
+    files say. Only what differs travels; never the code you sent, a .git folder or a link.
+    Never over a file of yours (one an earlier pull placed and you left alone gives way to
+    the job's newer one), nothing deleted or turned into a link or folder, your modes kept;
+    new dotfiles and executables are named, and so is every file kept.
     """
     from slurmtorch.remote import forward
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import sys
 from collections.abc import Sequence
 
 from slurmtorch import __version__, protocol
@@ -68,7 +69,34 @@ def submit(name: str, argv: Sequence[str], program: Sequence[str], module: str |
     if not snapshot.wanted(snapshot_flag, os.environ) and snapshot_flag is None:
         args.insert(1, "--no-snapshot")  # this laptop's SLURMTORCH_SNAPSHOT=off goes along
     command = request.command(cluster, __version__, args, cwd=cwd, tty=tty)
-    return ssh.stream(conn, command, request.header(sent.record), tty=tty)
+    if tty:
+        return ssh.stream(conn, command, request.header(sent.record), tty=tty)
+    # The laptop folder whose mirror the job runs in (this one, or the tree's top when this
+    # one is outside the tree: the job runs in the mirror's top then).
+    here = os.path.join(tree.root, tree.cwd) if tree.cwd else tree.root
+
+    def remember(line: bytes) -> None:
+        job = line.decode(errors="replace").strip()
+        if job.isdigit():  # a submission's first line is its job id; a dry run's, the script's
+            record(cluster, job, here, sent.mirror, tree.cwd or "")
+
+    return ssh.stream_first_line(conn, command, request.header(sent.record), remember)
+
+
+def record(cluster, job: str, laptop: str, mirror: str, cwd: str) -> None:
+    """This laptop's record of the job (`submitted`): `pull` reads it, not the cluster. A
+    record that cannot be kept costs the job nothing: said, with the way to pull it anyway."""
+    from slurmtorch.errors import SlurmtorchError
+    from slurmtorch.remote import submitted  # lazy: as in `verb`
+
+    sub = submitted.Submission(cluster=cluster.name, host=cluster.host, job_id=job, laptop=laptop,
+                               mirror=mirror, cwd=cwd)
+    try:
+        submitted.record(sub)
+    except (OSError, ValueError, SlurmtorchError) as exc:  # on ssh's reader thread: it must go on
+        said = exc.message if isinstance(exc, SlurmtorchError) else str(exc)
+        print(f"slurmtorch: note: job {job} is not recorded here for pull ({said}); "
+              f"pull it with --to DIR", file=sys.stderr)
 
 
 def with_site(argv: Sequence[str], site: str | None, program: int = 0) -> list[str]:

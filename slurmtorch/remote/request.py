@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # the cluster side (serve) reads no clusters file: it need no
 EX_UNAVAILABLE = 69  # the cluster side is not set up: no python, no slurmtorch, another version, a module
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP}
 MIRROR = "--mirror"  # serve's word for: make (or refuse) the code's mirror NAME, before rsync sends into it
-WHERE = "--where"  # serve's word for: the folder job JOBID ran in, and the code files in it (remote.pull)
+WHERE = "--where"  # serve's word for: the folder a pull of job JOBID reads, checked, and what it leaves out (pullsource)
+LISTING = "--listing"  # serve's word for: the size and time of files in that folder, after a pull's transfer
 
 # Run by the cluster's python as `-c`, with argv: cluster name, the laptop's version, serve's own.
 # It must run on any slurmtorch (or none), so it uses nothing of it but `__version__`.

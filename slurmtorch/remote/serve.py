@@ -33,10 +33,10 @@ def main(argv: list[str], cluster: str = "1") -> None:
         sync, call = request.read_header(sys.stdin.readline())
         if len(args) == 2 and args[0] == request.MIRROR:  # quick, and the laptop's stdin may close first
             sys.exit(_mirror(args[1]))
-        if len(args) == 2 and args[0] == request.WHERE:
-            from slurmtorch.remote.pull import answer_where
+        if args in ([request.WHERE], [request.LISTING]):  # a pull's questions, in the header's call
+            from slurmtorch.remote.pullsource import answer as answer_pull
 
-            sys.exit(answer_where(args[1]))
+            sys.exit(answer_pull(args[0].lstrip("-"), call or {}))
         if sync is not None:
             record_file = _write_record(sync)
             os.environ[protocol.SYNCED] = record_file

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,6 +132,12 @@ def stream(conn: Connection, command: str, header: str, *, tty: bool = False) ->
     return _exchange(conn, command, header, capture=False)[0]
 
 
+def stream_first_line(conn: Connection, command: str, header: str, first_line: Callable[[bytes], None]) -> int:
+    """`stream`, with `first_line` called (on a reader thread) with the command's first line
+    as soon as it has come: a submission's job id, while a `--wait` goes on."""
+    return _exchange(conn, command, header, capture=False, first_line=first_line)[0]
+
+
 def call(conn: Connection, command: str, header: str) -> tuple[int, bytes]:
     """`stream`, with the command's stdout kept (its answer) and its stderr on ours."""
     return _exchange(conn, command, header, capture=True)
@@ -153,7 +159,8 @@ def lost(cluster: Cluster, first_line: bytes) -> ConnectionLost:
                           tip=f"{typed('status', cluster.name)} shows your jobs")
 
 
-def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tuple[int, bytes]:
+def _exchange(conn: Connection, command: str, header: str, capture: bool,
+              first_line: Callable[[bytes], None] | None = None) -> tuple[int, bytes]:
     proc = subprocess.Popen([*conn.ssh(), command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             start_new_session=True)
     chunks: list[bytes] = []
@@ -161,7 +168,8 @@ def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tup
     assert out is not None
     # The command's output is kept (capture) or passed on as it comes, its first line kept:
     # should the connection break, it names the job that goes on (`lost`).
-    reader = threading.Thread(target=_collect if capture else _pass_on, args=(out, chunks), daemon=True)
+    reader = threading.Thread(target=_collect if capture else _pass_on, args=(out, chunks, first_line),
+                              daemon=True)
     reader.start()
     assert proc.stdin is not None
     stdin = proc.stdin  # for relay: a closure does not keep the narrowing
@@ -200,16 +208,19 @@ def _exchange(conn: Connection, command: str, header: str, capture: bool) -> tup
     return code, b"".join(chunks)
 
 
-def _collect(out, chunks: list[bytes]) -> None:
+def _collect(out, chunks: list[bytes], first_line=None) -> None:
     chunks.append(out.read())
 
 
-def _pass_on(out, chunks: list[bytes]) -> None:
-    """Copy the command's stdout to ours as it arrives; keep what came until its first newline."""
+def _pass_on(out, chunks: list[bytes], first_line: Callable[[bytes], None] | None = None) -> None:
+    """Copy the command's stdout to ours as it arrives; keep what came until its first newline
+    (and hand that line to `first_line`, once)."""
     target = sys.stdout.buffer
     while data := out.read1(65536):
         if not chunks or b"\n" not in chunks[0]:
             chunks[:] = [b"".join(chunks) + data]
+            if first_line is not None and b"\n" in chunks[0]:
+                first_line(chunks[0].split(b"\n", 1)[0])
         target.write(data)
         target.flush()
 
@@ -237,23 +248,40 @@ def rsync(conn: Connection, root: str, files: Sequence[str], dest: str, mkdir: s
                            tip="install rsync (apt install rsync, brew install rsync)") from None
 
 
-def rsync_back(conn: Connection, workdir: str, paths: Sequence[str], dest: str,
+def rsync_back(conn: Connection, folder: str, paths: Sequence[str], stage: str, compare: str,
                skip: Sequence[str]) -> subprocess.CompletedProcess:
-    """Bring `paths` of `workdir` on the cluster (all of it: none) into `dest`: only what
-    changed, never `skip` (paths relative to `workdir`: the code), never over a newer file
-    here (--update), nothing deleted."""
-    sources = [f"{workdir.rstrip('/')}/./{p}" for p in paths] if paths else [f"{workdir.rstrip('/')}/./"]
+    """Bring `paths` of `folder` on the cluster (all of it: none) into the staging folder
+    `stage`, only what differs from `compare` (the destination: --compare-dest), never `skip`
+    (the code, relative to `folder`), never a `.git` folder, a link (no -l: rsync skips
+    them), a device or a FIFO (no -D); no owner, group or dates of folders taken, folders
+    0700 and files readable by their owner while staged (the plan sets the modes they get).
+
+    rsync runs in a session of its own, and an exception here (Ctrl-C, TERM as StopSignal)
+    kills its whole group, its forked receiver too: nothing writes into `stage` after."""
+    sources = [f"{folder.rstrip('/')}/./{p}" for p in paths] if paths else [f"{folder.rstrip('/')}/./"]
     remote = [f"{conn.cluster.host}:{sources[0]}", *(f":{s}" for s in sources[1:])]
-    argv = ["rsync", "-a", "--update", "--relative", "--protect-args", "--from0", "--exclude-from=-", "--stats",
-            "-e", conn.rsh(), *remote, f"{dest.rstrip('/')}/"]
+    argv = ["rsync", "-rtp", "--chmod=D700,Fu+rw", "--relative", "--protect-args", "--from0",
+            "--exclude=.git", "--exclude-from=-", f"--compare-dest={os.path.abspath(compare)}",
+            "-e", conn.rsh(), *remote, f"{stage.rstrip('/')}/"]
     # Anchored at the transfer's root (the working folder, after `/./`); rsync's wildcards escaped.
     data = b"".join(b"/" + re.sub(r"([*?\[\\])", r"\\\1", p).encode("utf-8", "surrogateescape") + b"\0"
                     for p in skip)
     try:
-        return _run(argv, capture=True, input=data)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
     except FileNotFoundError:
         raise ClusterError("rsync is not installed here; it brings the files back from the cluster",
                            tip="install rsync (apt install rsync, brew install rsync)") from None
+    try:
+        out, err = proc.communicate(data)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _run(argv: Sequence[str], *, capture: bool = False, input: bytes | None = None, stderr=None,

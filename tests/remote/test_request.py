@@ -176,14 +176,39 @@ def test_pull_paths_must_stay_inside_the_jobs_working_folder():
             checked_paths([bad])
 
 
-def test_pulled_files_go_to_the_folder_the_job_came_from_when_it_was_this_hosts(tmp_path):
-    import socket
+def test_pulled_files_go_to_the_folder_this_laptop_submitted_from_or_to_dash_dash_to(tmp_path):
+    """Issue 44: the destination is the laptop's own record, never what the cluster says."""
+    import pytest
 
-    from slurmtorch.remote.pull import default_dest
+    from slurmtorch.errors import SpecError
+    from slurmtorch.remote.pull import destination
+    from slurmtorch.remote.submitted import Submission
 
-    (tmp_path / "proj" / "sub").mkdir(parents=True)
-    mine = {"origin": f"{socket.gethostname()}:{tmp_path / 'proj'}", "cwd": "sub"}
-    assert default_dest(mine, "/here") == str(tmp_path / "proj" / "sub")
-    assert default_dest({**mine, "origin": f"otherhost:{tmp_path / 'proj'}"}, "/here") == "/here"
-    assert default_dest({**mine, "cwd": "gone"}, "/here") == "/here"
-    assert default_dest({}, "/here") == "/here"
+    (tmp_path / "proj").mkdir()
+    sub = Submission(cluster="hpc", host="h", job_id="7", laptop=str(tmp_path / "proj"), mirror="~/m", cwd="")
+    assert destination(sub, None, "7", "hpc") == str(tmp_path / "proj")
+    assert destination(sub, "/else", "7", "hpc") == "/else"
+    assert destination(None, "/else", "7", "hpc") == "/else"
+    with pytest.raises(SpecError, match="this laptop did not submit job 7 to hpc") as err:
+        destination(None, None, "7", "hpc")
+    assert err.value.tip == "slurmtorch pull 7 --to DIR --cluster hpc"
+    with pytest.raises(SpecError, match="which is no folder here any more"):
+        destination(Submission(**{**sub.__dict__, "laptop": str(tmp_path / "gone")}), None, "7", "hpc")
+
+
+def test_pull_to_a_file_is_one_line_before_anything_is_asked(tmp_path, monkeypatch, capsys):
+    """Issue 44: `pull --to FILE` was exit 70 (FileExistsError), after the cluster had answered."""
+    import pytest
+
+    from slurmtorch.cli.main import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.setenv("SLURMTORCH_CLUSTERS", str(tmp_path / "no-clusters.yaml"))  # never read
+    with pytest.raises(SystemExit) as exc:
+        main(["pull", "7", "--to", str(tmp_path / "notes.txt"), "--cluster", "hpc"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.splitlines()[0] == f"error: --to {tmp_path / 'notes.txt'} is not a folder", err
+    assert "Traceback" not in err and len(err.splitlines()) == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["pull", "7x", "--cluster", "hpc"])
+    assert exc.value.code == 2 and capsys.readouterr().err.startswith("error: invalid job id '7x'")

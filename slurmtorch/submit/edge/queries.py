@@ -16,7 +16,8 @@ from pathlib import Path
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.edge.runner import Runner, run
 from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, TrialStatus,
-                                                parse_squeue, scontrol_exit, scontrol_fields)
+                                                parse_squeue, scontrol_exit, scontrol_fields,
+                                                scontrol_record)
 from slurmtorch.submit.jobfolder import jobdir
 
 
@@ -36,11 +37,13 @@ def squeue(selection: Sequence[str], runner: Runner = run) -> dict[str, SqueueRo
     return parse_squeue(proc.stdout)
 
 
-def scontrol_job(job_id: str, runner: Runner = run) -> dict[str, str] | None:
-    proc = runner(["scontrol", "-o", "show", "job", job_id], check=False, timeout=30)
+def scontrol_job(job_id: str, runner: Runner = run, *, multiline: bool = False) -> dict[str, str] | None:
+    """scontrol's fields of a job, None once Slurm has forgotten it; `multiline`: its WorkDir
+    (and log paths) whole, a space in them too (`scontrol_record`)."""
+    proc = runner(["scontrol", *([] if multiline else ["-o"]), "show", "job", job_id], check=False, timeout=30)
     if proc.returncode != 0 or not proc.stdout.strip():
         return None
-    return scontrol_fields(proc.stdout)
+    return scontrol_record(proc.stdout) if multiline else scontrol_fields(proc.stdout)
 
 
 def cluster_self_description(runner: Runner = run) -> tuple[str, str, str]:

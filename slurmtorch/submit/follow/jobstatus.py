@@ -160,6 +160,31 @@ def scontrol_fields(stdout: str) -> dict[str, str]:
     return fields
 
 
+# `scontrol show job` (not -o) prints these alone on their line; a value may hold spaces.
+_WHOLE_LINE = ("WorkDir", "Command", "StdErr", "StdIn", "StdOut")
+
+
+def scontrol_record(stdout: str) -> dict[str, str]:
+    """`scontrol show job` -> the first job's Key=Value fields, a folder with a space in it
+    whole (`-o` puts every field on one line, where a space ends a value)."""
+    fields: dict[str, str] = {}
+    for line in stdout.splitlines():
+        text = line.lstrip()
+        if not text:
+            if fields:
+                break  # the next array task's record
+            continue
+        key, sep, value = text.partition("=")
+        if sep and key in _WHOLE_LINE:
+            fields.setdefault(key, value)
+            continue
+        for token in text.split():
+            key, sep, value = token.partition("=")
+            if sep:
+                fields.setdefault(key, value)
+    return fields
+
+
 def scontrol_exit(fields: dict[str, str], state: str) -> int:
     """The job's exit code from scontrol's `ExitCode=CODE:SIGNAL` (128+signal for a kill)."""
     code, _, sig = fields.get("ExitCode", "0:0").partition(":")
