@@ -57,6 +57,12 @@ def test_a_job_whose_submitting_process_ended_is_attached_by_id_and_answers_once
         assert job.state() == "COMPLETED"
         with pytest.raises(SlurmtorchError, match=f"job {good} completed, and its result was read already"):
             Job.attach(good).result()
+        assert Job.attach(bad).wait(timeout=SLURM_WAIT_S) == "FAILED"  # ended; its answer not read yet
+        cleaned = subprocess.run([sys.executable, "-m", "slurmtorch", "clean", "--older-than", "0"],
+                                 capture_output=True, text=True, timeout=60)
+        lines = cleaned.stdout.splitlines()  # one line: the folder of the job whose answer was read
+        assert len(lines) == 1 and lines[0].startswith(f"removed {home / 'jobs' / good} ("), cleaned
+        assert cleaned.stderr.endswith("; kept: 1 with a Distributor answer never read\n"), cleaned.stderr
         with pytest.raises(RemoteError) as e:
             Job.attach(int(bad)).result(timeout=SLURM_WAIT_S)
         assert e.value.job_id == bad and "ValueError: attach sees this" in e.value.traceback_text

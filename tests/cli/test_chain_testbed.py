@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import st
+from helpers import st, wait_for
 
 # A part: fails with the code given, else checks the marker of the part before and leaves its own.
 PART = """\
@@ -170,3 +170,26 @@ except ChainFailed as exc:
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "['export', 'train']"
     assert r.stdout.splitlines()[-1] == "failed: train True CANCELLED", r.stdout
+
+
+def test_clean_keeps_every_part_of_a_chain_while_a_later_part_is_queued(testbed, home, tmp_path):
+    """Issue 44: the ended first part's folder went while the second was queued, and the
+    chain's status then failed. The second part waits for a begin time an hour away."""
+    path = chain_file(tmp_path, [("train", 0, "ok"), ("export", 0, "ok")], {"export": "begin: now+3600"})
+    r = st(testbed, home, ["chain", path], cwd=tmp_path, timeout=90)
+    assert r.returncode == 0, r.stderr
+    ids = job_ids(r.stdout)
+    try:
+        wait_for(lambda: scontrol_state(testbed, ids["train"]) == "COMPLETED", "part 'train' to complete", 90)
+        kept = st(testbed, home, ["clean", "--older-than", "0"])
+        assert kept.returncode == 0 and kept.stdout == "", kept
+        assert kept.stderr.endswith(" removed; kept: 1 queued or running, 1 of a chain with a part queued or "
+                                    "running\n"), kept.stderr
+        status = st(testbed, home, ["status", ids["train"]])
+        assert status.returncode == 0 and f"part 'train': job {ids['train']} COMPLETED" in status.stdout, status
+    finally:
+        testbed.run(["scancel", ids["export"]])
+    wait_for(lambda: scontrol_state(testbed, ids["export"]) in ("CANCELLED", ""), "part 'export' to end", 60)
+    gone = st(testbed, home, ["clean", "--older-than", "0"])
+    assert gone.returncode == 0 and sorted(line.split(" (")[0] for line in gone.stdout.splitlines()) == sorted(
+        f"removed {home / 'jobs' / j}" for j in ids.values()), gone
