@@ -107,3 +107,22 @@ def test_attaching_with_a_cluster_asks_that_cluster_and_here_it_is_local(home, m
     monkeypatch.setenv("SLURMTORCH_ON_CLUSTER", "alps")  # the cluster's side of the relay
     with pytest.raises(SpecError, match="no job 5 in"):
         Job.attach("5")
+
+
+def test_attaching_with_answer_json_refuses_a_pickled_answer_before_reading_it(home):
+    """Issue 44: answer="json" takes JSON only; a job submitted without it keeps its pickled
+    answer (unread) and says so in one line; the choice is the attaching side's own."""
+    run = home / "distributor" / "r1"
+    run.mkdir(parents=True, mode=0o700)
+    (run / "meta.json").write_text(json.dumps({"kind": "function", "name": "train"}))
+    (run / "result.pkl").write_bytes(b"never read")
+    a_job_folder(home, "79", {"launcher": "srun", "nodes": 1, "ntasks": 1, "ntasks_per_node": 1,
+                              "run_folder": str(run)})
+    with pytest.raises(SpecError, match="job 79 was submitted without answer='json': its answer is pickled"):
+        Job.attach("79", answer="json").result()
+    assert (run / "result.pkl").read_bytes() == b"never read" and not (run / "ended").exists()
+    with pytest.raises(SpecError, match="answer must be 'pickle' or 'json', got 'yaml'"):
+        Job.attach("79", answer="yaml")
+    job = Job.attach(6, cluster="alps", answer="json")
+    assert isinstance(job, ClusterJob) and job.answer == "json"
+    assert repr(job) == "ClusterJob('6', cluster='alps', answer='json')"
