@@ -15,12 +15,14 @@ from typing import Any
 class ClusterJob:
     """A Distributor job on cluster `cluster` (the clusters file's name), by its Slurm job id."""
 
-    def __init__(self, job_id: str, cluster: str):
+    def __init__(self, job_id: str, cluster: str, answer: str = "pickle"):
         self.job_id = str(job_id)
         self.cluster = cluster
+        self.answer = answer  # "json": the result comes as JSON, and a pickle is refused unread
 
     def __repr__(self) -> str:
-        return f"ClusterJob({self.job_id!r}, cluster={self.cluster!r})"
+        shown = f", answer={self.answer!r}" if self.answer != "pickle" else ""
+        return f"ClusterJob({self.job_id!r}, cluster={self.cluster!r}{shown})"
 
     def state(self) -> str:
         """PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ... (Slurm's words)."""
@@ -32,7 +34,8 @@ class ClusterJob:
 
     def result(self, timeout: float | None = None, *, stream: bool = False) -> Any:
         """Rank 0's return value; raises RemoteError / JobFailed as `Job.result` does. An
-        interrupt ends the wait, not the job: ask again, or `cancel()`."""
+        interrupt ends the wait, not the job: ask again, or `cancel()`. Pickled (and so
+        unpickled here) unless this job's answer is "json"."""
         return self._ask("result", timeout=timeout, stream=stream)
 
     def logs(self, rank: int | None = None, stream: str = "both", *, node: int | None = None) -> str:
@@ -46,4 +49,4 @@ class ClusterJob:
     def _ask(self, question: str, **kwargs: Any) -> Any:
         from slurmtorch.remote import distribute  # lazy: ssh's edge, only when a question is asked
 
-        return distribute.ask(self.cluster, self.job_id, question, kwargs)
+        return distribute.ask(self.cluster, self.job_id, question, kwargs, self.answer)

@@ -41,7 +41,7 @@ from typing import Any
 from slurmtorch import protocol
 from slurmtorch.api.clusterjob import ClusterJob
 from slurmtorch.api.handles import Handle, LocalHandle, SlurmHandle
-from slurmtorch.api.job import Job, JobFailed, RemoteError, say
+from slurmtorch.api.job import Job, JobFailed, RemoteError, checked_answer, say
 from slurmtorch.api.layout import Layout, plan_layout
 from slurmtorch.api.payload import prepare
 from slurmtorch.api.runfolder import RUN_FOLDER, create_run_folder, run_folder_error
@@ -84,12 +84,14 @@ class Distributor:
     is above 0). `progress=False` silences run()'s state lines and rank 0's streamed output.
     `cluster`: run() or submit() it on that cluster of ~/.config/slurmtorch/clusters.yaml over
     SSH, with the cluster's site (default $SLURMTORCH_CLUSTER, unless `local_mode`); docs/python-api.md.
+    `answer="json"`: rank 0's value comes back as JSON (plain data, refused in one line if it
+    is not), so nothing the job or the cluster sends is unpickled here; default "pickle".
     """
 
     def __init__(self, num_processes: int = 1, nodes: int | None = None, use_gpu: bool = False,
                  local_mode: bool = False, site: str | os.PathLike | None = None, preset: str | None = None,
                  backend: str = "auto", *, progress: bool = True, cluster: str | None = None,
-                 **scheduler_options: Any):
+                 answer: str = "pickle", **scheduler_options: Any):
         for name, value in (("num_processes", num_processes), ("nodes", nodes)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SpecError(f"{name} must be a positive integer, got {value!r}")
@@ -97,6 +99,7 @@ class Distributor:
         if unknown:
             raise SpecError(f"unknown Distributor option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}",
                             tip=f"scheduler options: {', '.join(SCHEDULER_OPTIONS)}")
+        checked_answer(answer)
         if local_mode and cluster:
             raise SpecError("local_mode runs here, cluster= runs on a cluster: give one of them")
         if local_mode and nodes not in (None, 1):
@@ -110,6 +113,7 @@ class Distributor:
         self.preset = preset
         self.backend = backend
         self.progress = progress
+        self.answer = answer
         self.cluster = cluster or (None if local_mode else os.environ.get(protocol.CLUSTER) or None)
         self.scheduler_options = dict(scheduler_options)
         self._env = _env_items(scheduler_options.get("env"))
@@ -121,7 +125,7 @@ class Distributor:
         opts = "".join(f", {k}={v!r}" for k, v in shown.items())
         return (f"Distributor(num_processes={self.num_processes}, nodes={self.nodes}, use_gpu={self.use_gpu}, "
                 f"local_mode={self.local_mode}, site={self.site!r}, preset={self.preset!r}, "
-                f"backend={self.backend!r}{opts})")
+                f"backend={self.backend!r}{opts}" + (f", answer={self.answer!r})" if self.answer != "pickle" else ")"))
 
     # -- public
 
@@ -156,7 +160,7 @@ class Distributor:
             from slurmtorch.remote import distribute, forward  # lazy: only cluster= needs ssh's edge
 
             if forward.elsewhere(self.cluster):
-                return ClusterJob(distribute.submit(self, target, args, kwargs), self.cluster)
+                return ClusterJob(distribute.submit(self, target, args, kwargs), self.cluster, answer=self.answer)
         meta, payload, name = prepare(target, args, kwargs)  # no file, no job before this passes
         return self.submit_prepared(meta, payload, name)
 
@@ -170,6 +174,7 @@ class Distributor:
         spec, text = rendered.spec, rendered.text
 
         meta["redirect_logs"] = self.local_mode
+        meta["answer"] = self.answer
         try:
             create_run_folder(workdir)
         except OSError as exc:
@@ -191,7 +196,7 @@ class Distributor:
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
-        job = Job(handle, workdir, meta["kind"], name, spec.ntasks)
+        job = Job(handle, workdir, meta["kind"], name, spec.ntasks, self.answer)
         if self.progress:
             where = "here (mpirun)" if self.local_mode else (
                 f"{spec.nodes} node{'s' if spec.nodes > 1 else ''} x {spec.ntasks_per_node} on site {spec.site}")

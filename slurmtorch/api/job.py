@@ -29,6 +29,16 @@ from slurmtorch.submit.jobfolder import failures, jobdir
 from slurmtorch.submit.jobfolder.report import describe
 
 
+JSON_CAP = 256 << 20  # a JSON answer is plain data, read bounded: a summary, not a model's weights
+
+
+def checked_answer(answer: str | None) -> None:
+    """`answer=`: None (the default), "pickle" or "json"; else one SpecError line."""
+    if answer is not None and answer not in runfn.ANSWERS:
+        raise SpecError(f"answer must be {' or '.join(repr(a) for a in runfn.ANSWERS)}, got {answer!r}",
+                        tip="answer='json': rank 0's value comes back as JSON and nothing is unpickled")
+
+
 class JobFailed(SlurmtorchError):
     """The job ended without an answer: cancelled, timed out, killed, or a rank failed."""
 
@@ -67,26 +77,33 @@ def _remote_error(rank, host, text, job_id, exc_type, report=()):
 class Job:
     """A submitted run. `job_id` is the Slurm job id (or `local-...` for local_mode)."""
 
-    def __init__(self, handle: Handle, workdir: Path, kind: str, name: str, ntasks: int):
+    def __init__(self, handle: Handle, workdir: Path, kind: str, name: str, ntasks: int, answer: str = "pickle"):
         self._handle = handle
         self.workdir = workdir
         self.kind = kind
         self.name = name
         self.ntasks = ntasks
+        self.answer = answer  # how rank 0's value comes back: pickled, or JSON (nothing unpickled)
+        self._json_only = False  # attached with answer="json": a pickled answer is refused, not read
         self._outcome: tuple[bool, Any] | None = None
         # Once a result was returned its run folder may be pruned (close_run_folder), and with
         # it what a local run's handle reads its state from: the final status is kept here.
         self._succeeded: JobStatus | None = None
 
     @classmethod
-    def attach(cls, job_id: str | int, *, cluster: str | None = None) -> Job | ClusterJob:
+    def attach(cls, job_id: str | int, *, cluster: str | None = None, answer: str | None = None) -> Job | ClusterJob:
         """The Distributor job `job_id`, submitted earlier from any process (a notebook whose
         kernel died): state, wait, result, logs and cancel as the Job submit() returned.
-        `cluster`: one submitted there from this laptop (default $SLURMTORCH_CLUSTER)."""
+        `cluster`: one submitted there from this laptop (default $SLURMTORCH_CLUSTER).
+        `answer="json"`: take its answer only as JSON, as it was submitted with; nothing the
+        cluster sends is unpickled here (a job submitted without it is refused in one line)."""
+        checked_answer(answer)
         cluster = cluster or os.environ.get(protocol.CLUSTER) or None
         if cluster and not os.environ.get(protocol.ON_CLUSTER):
-            return ClusterJob(str(job_id), cluster)
-        return _attached(str(job_id))
+            return ClusterJob(str(job_id), cluster, answer=answer or runfn.ANSWERS[0])
+        job = _attached(str(job_id))
+        job._json_only = answer == "json"
+        return job
 
     @property
     def job_id(self) -> str:
@@ -108,6 +125,10 @@ class Job:
         TimeoutError when the job is still running after `timeout` seconds. `stream`: rank 0's
         output and a state line while it waits (what `Distributor.run` shows)."""
         if self._outcome is None:
+            if self._json_only and self.answer != "json" and self.kind == "function":
+                raise SpecError(f"job {self.job_id} was submitted without answer='json': its answer is pickled, "
+                                "and answer='json' unpickles nothing",
+                                tip="attach without answer= to unpickle it (code from the job then runs here as you)")
             status = self._wait(timeout, stream)
             try:
                 self._outcome = (True, self._collect(status))
@@ -195,9 +216,37 @@ class Job:
         if self.kind != "function":
             self._drop_pickles()
             return None
+        value = self._read_json(status) if self.answer == "json" else self._unpickle(status)
+        self._drop_pickles()
+        return value
+
+    def _unpickle(self, status: JobStatus) -> Any:
+        """Rank 0's value from result.pkl: unpickling it runs whatever code it names."""
         path = self.workdir / runfn.RESULT
+        data = self._result_bytes(path, status)
+        import cloudpickle  # lazy: an optional extra (slurmtorch[api]) that a file's run never needs
+
         try:
-            data = path.read_bytes()
+            return cloudpickle.loads(data)
+        except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
+            raise SlurmtorchError(f"cannot load rank 0's result of job {self.job_id} ({path}): "
+                                  f"{type(exc).__name__}: {exc}",
+                                  tip="return plain data (numbers, lists, dicts, tensors, state_dicts)") from None
+
+    def _read_json(self, status: JobStatus) -> Any:
+        """Rank 0's value from result.json (answer="json"): plain data, read bounded."""
+        path = self.workdir / runfn.RESULT_JSON
+        data = self._result_bytes(path, status, JSON_CAP)
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise SlurmtorchError(f"rank 0's result of job {self.job_id} ({path}) is not JSON: {exc}") from None
+
+    def _result_bytes(self, path: Path, status: JobStatus, cap: int | None = None) -> bytes:
+        """The result file's bytes (at most `cap`, from a plain file); one clear error where
+        it is missing: read already, or never written."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             if (self.workdir / ENDED).exists():
                 raise SlurmtorchError(f"job {self.job_id} completed, and its result was read already by the Job "
@@ -205,17 +254,16 @@ class Job:
                                       tip="keep the value where result() returned it") from None
             raise JobFailed(f"job {self.job_id} completed but rank 0 left no result in {self.workdir}",
                             tip=self._handle.log_tip(), job_id=self.job_id, state=status.state,
-                            job_exit_code=exit_code) from None
-        import cloudpickle  # lazy: an optional extra (slurmtorch[api]) that a file's run never needs
-
-        try:
-            value = cloudpickle.loads(data)
-        except Exception as exc:  # noqa: BLE001 - e.g. a class this process cannot import
-            raise SlurmtorchError(f"cannot load rank 0's result of job {self.job_id} ({path}): "
-                                  f"{type(exc).__name__}: {exc}",
-                                  tip="return plain data (numbers, lists, dicts, tensors, state_dicts)") from None
-        self._drop_pickles()
-        return value
+                            job_exit_code=status.exit_code) from None
+        except OSError as exc:
+            raise SlurmtorchError(f"cannot read rank 0's result of job {self.job_id} ({path}): "
+                                  f"{exc.strerror or exc}") from None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read() if cap is None else f.read(cap + 1)
+        if cap is not None and len(data) > cap:
+            raise SlurmtorchError(f"rank 0's result of job {self.job_id} ({path}) is over {cap >> 20} MiB of JSON",
+                                  tip="return a small summary; write large outputs to files the job keeps")
+        return data
 
     def _raise_failure(self, status: JobStatus) -> None:
         """The ended job's failure, as `--wait` tells it (`failures`, through the handle):
@@ -278,8 +326,9 @@ class Job:
         return min(found)[1:]
 
     def _drop_pickles(self) -> None:
-        """Payload and result can be large; the small files (meta, errors, local logs) stay."""
-        for name in (runfn.PAYLOAD, runfn.RESULT):
+        """Payload and result can be large, and a result is read once; the small files (meta,
+        errors, local logs) stay."""
+        for name in (runfn.PAYLOAD, runfn.RESULT, runfn.RESULT_JSON):
             try:
                 (self.workdir / name).unlink()
             except FileNotFoundError:
@@ -307,7 +356,8 @@ def _attached(job_id: str) -> Job:
                           tip=f"only the newest {KEEP_RUNS} answered runs' folders are kept") from None
     name = str(meta.get("name") or Path(str(meta.get("script", ""))).name)
     handle = SlurmHandle(job_id, folder, root, jobdir.torchrun_layout(record))
-    return Job(handle, workdir, str(meta.get("kind", "function")), name, int(record.get("ntasks", 1)))
+    answer = "json" if meta.get("answer") == "json" else "pickle"
+    return Job(handle, workdir, str(meta.get("kind", "function")), name, int(record.get("ntasks", 1)), answer)
 
 
 def say(text: str) -> None:

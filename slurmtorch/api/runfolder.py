@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from slurmtorch import protocol
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder import ownership
@@ -22,9 +23,9 @@ from slurmtorch.submit.jobfolder.pruning import prune_ended
 
 __all__ = ["ENDED", "KEEP_RUNS", "RUN_FOLDER", "close_run_folder", "create_run_folder", "prune_ended", "run_folder_error"]
 
-ENDED = "ended"  # in a run folder: its answer was read; holds `completed` or `failed: <the error's first line>`
+ENDED = protocol.RUN_ENDED  # in a run folder: its answer was read; holds `completed` or `failed: <the error's first line>`
 KEEP_RUNS = 20  # ended run folders kept, newest first (docs/python-api.md says so)
-RUN_FOLDER = "run_folder"  # in a Distributor job's job.json: its run folder, which `Job.attach` finds by id
+RUN_FOLDER = protocol.RUN_FOLDER  # in a Distributor job's job.json: its run folder, which `Job.attach` finds by id
 
 
 def create_run_folder(workdir: Path) -> None:

@@ -5,7 +5,8 @@ this runs. It reads what the submitting process left in WORKDIR (`meta.json`, an
 `payload.pkl` for a function), runs the function or file on every rank, and answers
 through files, because that is the one channel a batch job and a laptop share:
 
-- rank 0's return value -> `result.pkl` (cloudpickle);
+- rank 0's return value -> `result.pkl` (cloudpickle), or with `answer="json"` (meta's
+  `answer`) `result.json`: plain data, so the side that reads it unpickles nothing;
 - a rank that raises -> `error-rank-R.json` (rank, host, exception type, formatted
   traceback, and `restart_count()` as `restart`: a requeued job reruns in the
   same WORKDIR), then the exception is re-raised so the bootstrap ends the whole job.
@@ -30,6 +31,8 @@ from slurmtorch.bootstrap.target import run_script
 META = "meta.json"
 PAYLOAD = "payload.pkl"
 RESULT = "result.pkl"
+RESULT_JSON = "result.json"  # answer="json": rank 0's value as JSON, nothing to unpickle where it is read
+ANSWERS = ("pickle", "json")  # how rank 0's value travels (meta's `answer`); the first is the default
 ERROR_PREFIX = "error-rank-"
 
 
@@ -43,6 +46,11 @@ def _redirect_logs(workdir: str, rank: int) -> None:
         os.close(target)
 
 
+class UnsentAnswer(TypeError):
+    """Rank 0's value cannot travel in its job's answer format: reported as this one line,
+    without a traceback of ours (the user's function returned; nothing of theirs failed)."""
+
+
 def _report(workdir: str, rank: int, exc: BaseException) -> None:
     from slurmtorch.bootstrap.preempt import restart_count  # lazy: a failing rank only
 
@@ -52,8 +60,8 @@ def _report(workdir: str, rank: int, exc: BaseException) -> None:
         "time": time.time(),
         # Which run of a requeued job this is: the submitting side ignores earlier runs' errors.
         "restart": restart_count(),
-        "exc_type": type(exc).__qualname__,
-        "traceback": target.user_traceback(exc),
+        "exc_type": "TypeError" if isinstance(exc, UnsentAnswer) else type(exc).__qualname__,
+        "traceback": f"TypeError: {exc}\n" if isinstance(exc, UnsentAnswer) else target.user_traceback(exc),
     }
     try:
         write_atomic(os.path.join(workdir, f"{ERROR_PREFIX}{rank}.json"), json.dumps(record).encode())
@@ -81,12 +89,25 @@ def _run_function(workdir: str, rank: int, meta: dict) -> None:
         value = None  # sys.exit(0) in a function: it ended well, with nothing to return
     if rank != 0:
         return
+    if meta.get("answer") == "json":
+        write_atomic(os.path.join(workdir, RESULT_JSON), _as_json(value, fn))
+        return
     try:
         data = cloudpickle.dumps(value)
     except Exception as exc:
-        raise TypeError(f"the return value of {getattr(fn, '__qualname__', fn)!r} on rank 0 "
-                        f"({type(value).__name__}) cannot be pickled: {exc}") from exc
+        raise UnsentAnswer(f"the return value of {getattr(fn, '__qualname__', fn)!r} on rank 0 "
+                           f"({type(value).__name__}) cannot be pickled: {exc}") from exc
     write_atomic(os.path.join(workdir, RESULT), data)
+
+
+def _as_json(value, fn) -> bytes:
+    """Rank 0's value as JSON (NaN and infinities as Python writes them), or UnsentAnswer."""
+    try:
+        return json.dumps(value).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise UnsentAnswer(f"the return value of {getattr(fn, '__qualname__', fn)!r} on rank 0 "
+                           f"({type(value).__name__}) is not JSON, and answer='json' sends JSON only: {exc}") \
+            from None
 
 
 def _run_file(script: str, args: list[str]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import typer
 
@@ -21,8 +23,10 @@ def clean(older_than: str = typer.Option(cleaning.DEFAULT_AGE, "--older-than",
     A job folder, $SLURMTORCH_HOME/jobs/JOBID (default ~/.slurmtorch/jobs), stays until you
     remove it: status, logs and a requeue read it. This removes those of jobs that squeue no
     longer lists as queued or running (an array: none of its tasks) and whose newest file is
-    older than --older-than; never a folder of another user's. Your relative outputs
-    (checkpoints) are in the folders you submitted from, not here, and are never touched.
+    older than --older-than; never a folder of another user's, never a Distributor job's
+    whose answer was never read, never a chain's part while a part of it is queued or
+    running, never a submission not finished. Your relative outputs (checkpoints) are in the
+    folders you submitted from, not here, and are never touched.
     """
     age = cleaning.parse_age(older_than)
     root = jobdir.jobs_root()
@@ -30,13 +34,33 @@ def clean(older_than: str = typer.Option(cleaning.DEFAULT_AGE, "--older-than",
         print(f"slurmtorch: nothing to clean: {root} does not exist", file=sys.stderr)
         return 0
     jobdir.checked(root)
-    active = cleaning.active_ids(j for j, st in queries.my_jobs().items() if not st.done)
-    stale = cleaning.stale_folders(root, age, time.time(), active, os.geteuid())
-    removed = [s for s in stale if dry_run or pruning.remove(s.folder)]
+    choice = choose(root, age, active_jobs)
+    removed = [s for s in choice.removed if dry_run or remove(s)]
     for s in removed:
         print(f"{'would remove' if dry_run else 'removed'} {s.folder} ({mib(s.size)}, {s.age_s / 86400:.0f} days old)")
     total = mib(sum(s.size for s in removed))
+    kept = cleaning.kept_line(choice.kept, older_than)
     print(f"slurmtorch: {len(removed)} job folder{'' if len(removed) == 1 else 's'} ({total}) "
-          f"{'would be removed (--dry-run)' if dry_run else 'removed'}; queued and running jobs' and those newer "
-          f"than {older_than} kept", file=sys.stderr)
+          f"{'would be removed (--dry-run)' if dry_run else 'removed'}; {'kept: ' + kept if kept else 'none kept'}",
+          file=sys.stderr)
     return 0
+
+
+def choose(root: Path, age: float, ask_active: Callable[[], Iterable[str]]) -> cleaning.Choice:
+    """The folders listed first, squeue asked after (`ask_active`: the ids it lists as queued
+    or running): a job submitted in between has no folder under its id yet when listed (a
+    submission renames its folder once sbatch answered), or squeue lists it."""
+    listed, submitting = cleaning.list_folders(root, os.geteuid())
+    active = cleaning.active_ids(ask_active())
+    return cleaning.select(listed, age, time.time(), active, submitting)
+
+
+def active_jobs() -> list[str]:
+    """This user's jobs that squeue lists as queued or running."""
+    return [j for j, st in queries.my_jobs().items() if not st.done]
+
+
+def remove(stale: cleaning.Stale) -> bool:
+    """The one way `clean` removes a job's folder (renamed away, then removed); False where
+    another remover got there first."""
+    return pruning.remove(stale.folder)

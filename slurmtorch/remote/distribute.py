@@ -4,24 +4,25 @@ The laptop pickles the call as a local run would (`payload.prepare`: what cannot
 is named before anything is sent) and sends it in the request's header, with the
 Distributor's own settings. The cluster side (serve's `answer`) submits it with its
 site, waits there (rank 0's output and the state lines on stderr, which ssh brings here)
-and writes one line on the request's stdout: rank 0's pickled value, or the pickled error
-(RemoteError, JobFailed) that a local run would have raised. The laptop unpickles it, so
-`run` returns or raises here as it does locally. A file target goes with `sbatch --cluster`,
-which syncs its tree; a Distributor sends functions only.
+and writes one line on the request's stdout (`answer`): rank 0's value, or the error
+(RemoteError, JobFailed) that a local run would have raised, so `run` returns or raises here
+as it does locally. The value comes pickled by default, which the laptop unpickles: code on
+the cluster side can then run code here. With `answer="json"` it comes as JSON and nothing is
+unpickled here (docs/SECURITY.md). A file target goes with `sbatch --cluster`, which syncs its
+tree; a Distributor sends functions only.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 from typing import Any
 
 from slurmtorch import __version__
-from slurmtorch.errors import ClusterError, SpecError, typed
+from slurmtorch.errors import SpecError, typed
 
 # The Distributor's settings that go along (scheduler_options too); `site` defaults to the cluster's.
-_SETTINGS = ("num_processes", "nodes", "use_gpu", "site", "preset", "backend", "progress")
+_SETTINGS = ("num_processes", "nodes", "use_gpu", "site", "preset", "backend", "progress", "answer")
 
 
 def run(dist: Any, target: Any, args: tuple, kwargs: dict) -> Any:
@@ -39,12 +40,14 @@ QUESTIONS = {"state": (), "wait": ("timeout",), "result": ("timeout", "stream"),
              "logs": ("rank", "stream", "node"), "cancel": ()}
 
 
-def ask(name: str, job_id: str, question: str, kwargs: dict) -> Any:
+def ask(name: str, job_id: str, question: str, kwargs: dict, answer: str = "pickle") -> Any:
     """A `ClusterJob`'s question about job `job_id` on cluster `name`: `Job.attach` there,
-    the method's answer back here, or the error it raised there, raised here."""
+    the method's answer back here, or the error it raised there, raised here. `answer`: how
+    a result may come back ("json": never a pickle)."""
     from slurmtorch.remote import clusters
 
-    return _call(clusters.find(name), {"job": str(job_id), "question": question, "kwargs": kwargs})
+    return _call(clusters.find(name), {"job": str(job_id), "question": question, "kwargs": kwargs, "answer": answer},
+                 pickled=question == "result" and answer == "pickle")
 
 
 def _send(dist: Any, target: Any, args: tuple, kwargs: dict, wait: bool) -> Any:
@@ -60,40 +63,14 @@ def _send(dist: Any, target: Any, args: tuple, kwargs: dict, wait: bool) -> Any:
     settings["site"] = settings["site"] or cluster.site
     call = {"settings": settings, "options": dist.scheduler_options, "meta": meta, "name": name,
             "payload": base64.b64encode(payload or b"").decode(), "wait": wait}
-    return _call(cluster, call)
+    return _call(cluster, call, pickled=wait and dist.answer == "pickle")
 
 
-def _call(cluster: Any, call: dict) -> Any:
+def _call(cluster: Any, call: dict, pickled: bool) -> Any:
     """`call` to the cluster side's `--distribute` (serve's `answer`), over one connection: its
-    answer, or the error raised there, raised here."""
-    from slurmtorch.remote import request, ssh
+    answer, or the error raised there, raised here; a pickled value only where `pickled`."""
+    from slurmtorch.remote import outcome, request, ssh
 
     code, out = ssh.call(ssh.connect(cluster), request.command(cluster, __version__, ["--distribute"]),
                          request.header(None, call=call))
-    return _outcome(out, code, cluster.name)
-
-
-def _outcome(out: bytes, code: int, name: str) -> Any:
-    import cloudpickle  # lazy: an optional extra (slurmtorch[api]), as for a local run
-
-    lines = out.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1]) if lines else None
-    except ValueError:
-        answer = None
-    if not isinstance(answer, dict):
-        raise ClusterError(f"cluster {name} gave no answer to the call (exit {code})",
-                           tip="its lines above say why")
-    value = cloudpickle.loads(base64.b64decode(answer["value"]))
-    if answer["ok"]:
-        return value
-    raise value
-
-
-def outcome_line(ok: bool, value: Any) -> bytes:
-    """The cluster side's answer (serve): rank 0's value, or the error, pickled as one line
-    that `_outcome` reads here."""
-    import cloudpickle
-
-    return json.dumps({"ok": ok, "value": base64.b64encode(cloudpickle.dumps(value)).decode(),
-                       "version": __version__}).encode() + b"\n"
+    return outcome.read(out, code, cluster.name, pickled)

@@ -62,11 +62,13 @@ def answer(call: dict) -> int:
     from slurmtorch.api.distributor import Distributor
     from slurmtorch.api.job import Job
     from slurmtorch.errors import SlurmtorchError
-    from slurmtorch.remote.distribute import QUESTIONS, outcome_line
+    from slurmtorch.remote import outcome
+    from slurmtorch.remote.distribute import QUESTIONS
 
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # rank 0's output, streamed, goes with the state lines to stderr
     sys.stdout = sys.stderr
+    pickled = False  # only a default result travels pickled (outcome)
     try:
         if "job" in call:
             question = str(call["question"])
@@ -74,13 +76,16 @@ def answer(call: dict) -> int:
                 raise SlurmtorchError(f"unknown question {question!r} about job {call['job']}",
                                       tip="the laptop's slurmtorch is another version: install the cluster's")
             kwargs = {k: v for k, v in dict(call.get("kwargs") or {}).items() if k in QUESTIONS[question]}
-            value = getattr(Job.attach(str(call["job"])), question)(**kwargs)
+            job = Job.attach(str(call["job"]), answer=call.get("answer"))
+            value = getattr(job, question)(**kwargs)
+            pickled = question == "result" and getattr(job, "answer", "pickle") == "pickle"
         else:
             settings = call["settings"]
             dist = Distributor(**settings, **call["options"])
             job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
             if call.get("wait", True):
                 value = job.result(stream=bool(settings.get("progress", True)))
+                pickled = dist.answer == "pickle"
             else:
                 value = job.job_id
         ok = True
@@ -91,7 +96,7 @@ def answer(call: dict) -> int:
             raise
         # the laptop's Ctrl-C, relayed, while a ClusterJob waited: it ends the wait; the job goes on
         value, ok = KeyboardInterrupt(f"job {call['job']} goes on there"), False
-    out.write(outcome_line(ok, value))
+    out.write(outcome.line(ok, value, pickled))
     out.flush()
     return 0
 

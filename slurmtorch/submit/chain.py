@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from slurmtorch.errors import SpecError, SubmitError
+from slurmtorch.errors import SpecError, SubmitError, typed
 from slurmtorch.submit.options import Options
 
 AFTER = ("ok", "any", "singleton")
@@ -235,6 +235,21 @@ def chained_options(part: Part, previous: str | None) -> dict[str, Any]:
     if part.after != "any" and (previous is not None or part.after == "singleton" or part.options.get("dependency")):
         out["sbatch_args"] = (*out.get("sbatch_args", ()), KILL_ON_INVALID_DEP)
     return out
+
+
+def held_namesake(singletons: Mapping[str, str], held: Sequence[tuple[str, str]]) -> SubmitError | None:
+    """The refusal of a chain whose `after: singleton` part (`singletons`: its job name ->
+    its part's name) would wait for good behind a held job of the same name (`held`: squeue's
+    held jobs of this user, as (id, name)), or None (pure). Slurm starts a singleton job only
+    once every earlier job of its name and user has ended, and a held job never ends: one a
+    submission killed outright (SIGKILL, a lost node) left held keeps the part pending for good."""
+    for job_id, name in held:
+        if name in singletons:
+            return SubmitError(f"chain not submitted: part {singletons[name]!r} (after: singleton) would wait for "
+                               f"good behind job {job_id}, held, of the same name {name!r}",
+                               tip=f"{typed(f'cancel {job_id}')} (left held by a submission killed midway), or "
+                                   f"scontrol release {job_id} if you held it, then submit the chain again")
+    return None
 
 
 def end_lines(ends: Sequence[PartEnd], parts: Sequence[Part]) -> tuple[int, str | None, list[str]]:

@@ -144,7 +144,7 @@ def submit(parts: Sequence[Part], command: tuple[str, ...] = (),
     from slurmtorch.submit.edge import sbatch  # lazy: the edge, only a real submission runs sbatch
     from slurmtorch.submit.interrupts import Interrupted, deferred
 
-    dry_run(parts, command)  # every part's options checked before anything is submitted
+    refuse_held_namesakes(dry_run(parts, command))  # every part checked before anything is submitted
     done: list = []
     jobs: list[launch.RenderedJob] = []
     recorded = False
@@ -164,10 +164,29 @@ def submit(parts: Sequence[Part], command: tuple[str, ...] = (),
                 announce(chain)
         except BaseException as exc:
             sbatch.withdraw(done)
-            if not isinstance(exc, SlurmtorchError) or isinstance(exc, Interrupted) or recorded:
-                raise  # a stop signal says itself (the chain undone); once recorded, the release failed
+            if isinstance(exc, Interrupted):  # a part's own submission may have said it: say the chain's
+                raise Interrupted(exc.signum, pending.what) from None
+            if not isinstance(exc, SlurmtorchError) or recorded:
+                raise  # once recorded, the release failed
             raise _not_submitted(exc, parts, done) from None
     return chain
+
+
+def refuse_held_namesakes(rendered: Sequence[RenderedPart]) -> None:
+    """A chain whose `after: singleton` part a held job of its name would keep waiting for
+    good is refused, naming that job (`core.held_namesake`): one squeue call, only for a
+    chain with such a part. Refused rather than warned: the chain would otherwise sit queued
+    with nothing saying why, and a killed submission (the usual such job) left it."""
+    singletons = {r.job.spec.job_name: r.part.name for r in rendered if r.part.after == "singleton"}
+    if not singletons:
+        return
+    from slurmtorch.submit.edge import queries  # lazy: the edge
+
+    rows = queries.squeue(["-u", queries.me()]).values()
+    error = core.held_namesake(singletons, [(r.job_id, r.name) for r in rows
+                                            if r.state == "PENDING" and r.reason.startswith("JobHeld")])
+    if error is not None:
+        raise error
 
 
 def _not_submitted(exc: SlurmtorchError, parts: Sequence[Part], done: Sequence) -> SubmitError:

@@ -163,7 +163,8 @@ class StacksTarget:
 def stacks_target(job_id: str | None) -> StacksTarget:
     """A Slurm job (JOBID, JOBID_K) or a local run (local-N; None: the one running): the folder
     and its stacks/ checked as at submission (jobdir.checked) before anything is read, written
-    or signalled."""
+    or signalled, and a Slurm job running now (squeue) before `stackrequest.ask` clears the
+    earlier answers: a folder of no such job is refused with nothing touched."""
     if job_id is not None and not localrun.is_local_id(job_id):
         jobdir.check_job_id(job_id.partition("_")[0])  # a bad id is its own line, whatever the home
     jobdir.checked(jobdir.jobs_root().parent)  # before local/ and distributor/ are listed
@@ -188,6 +189,7 @@ def stacks_target(job_id: str | None) -> StacksTarget:
     if not folder.is_dir() or not job:
         raise SubmitError(f"no job folder with a job.json at {folder}",
                           tip="was the job submitted by slurmtorch (0.x or later) with this SLURMTORCH_HOME?")
+    scancel.running_job(job_id)
     return StacksTarget(folder, int(job["ntasks"]),
-                        lambda: scancel.signal_stacks(job_id, job.get("launcher") == "mpirun"),
+                        lambda: scancel.send_stacks_signal(job_id, job.get("launcher") == "mpirun"),
                         lambda pids: srun.signal_pids(job_id, pids))

@@ -57,6 +57,12 @@ def test_a_job_whose_submitting_process_ended_is_attached_by_id_and_answers_once
         assert job.state() == "COMPLETED"
         with pytest.raises(SlurmtorchError, match=f"job {good} completed, and its result was read already"):
             Job.attach(good).result()
+        assert Job.attach(bad).wait(timeout=SLURM_WAIT_S) == "FAILED"  # ended; its answer not read yet
+        cleaned = subprocess.run([sys.executable, "-m", "slurmtorch", "clean", "--older-than", "0"],
+                                 capture_output=True, text=True, timeout=60)
+        lines = cleaned.stdout.splitlines()  # one line: the folder of the job whose answer was read
+        assert len(lines) == 1 and lines[0].startswith(f"removed {home / 'jobs' / good} ("), cleaned
+        assert cleaned.stderr.endswith("; kept: 1 with a Distributor answer never read\n"), cleaned.stderr
         with pytest.raises(RemoteError) as e:
             Job.attach(int(bad)).result(timeout=SLURM_WAIT_S)
         assert e.value.job_id == bad and "ValueError: attach sees this" in e.value.traceback_text
@@ -101,3 +107,22 @@ def test_attaching_with_a_cluster_asks_that_cluster_and_here_it_is_local(home, m
     monkeypatch.setenv("SLURMTORCH_ON_CLUSTER", "alps")  # the cluster's side of the relay
     with pytest.raises(SpecError, match="no job 5 in"):
         Job.attach("5")
+
+
+def test_attaching_with_answer_json_refuses_a_pickled_answer_before_reading_it(home):
+    """Issue 44: answer="json" takes JSON only; a job submitted without it keeps its pickled
+    answer (unread) and says so in one line; the choice is the attaching side's own."""
+    run = home / "distributor" / "r1"
+    run.mkdir(parents=True, mode=0o700)
+    (run / "meta.json").write_text(json.dumps({"kind": "function", "name": "train"}))
+    (run / "result.pkl").write_bytes(b"never read")
+    a_job_folder(home, "79", {"launcher": "srun", "nodes": 1, "ntasks": 1, "ntasks_per_node": 1,
+                              "run_folder": str(run)})
+    with pytest.raises(SpecError, match="job 79 was submitted without answer='json': its answer is pickled"):
+        Job.attach("79", answer="json").result()
+    assert (run / "result.pkl").read_bytes() == b"never read" and not (run / "ended").exists()
+    with pytest.raises(SpecError, match="answer must be 'pickle' or 'json', got 'yaml'"):
+        Job.attach("79", answer="yaml")
+    job = Job.attach(6, cluster="alps", answer="json")
+    assert isinstance(job, ClusterJob) and job.answer == "json"
+    assert repr(job) == "ClusterJob('6', cluster='alps', answer='json')"

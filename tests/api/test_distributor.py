@@ -88,6 +88,13 @@ def rank_one_raises():
     return "unreachable"
 
 
+def plain_or_a_set(with_set):
+    import torch.distributed as dist
+
+    value = {"world": dist.get_world_size(), "loss": 0.25, "pair": (1, 2)}
+    return {**value, "tags": {"a"}} if with_set else value
+
+
 def sleeper():
     print("started", flush=True)
     time.sleep(300)
@@ -177,6 +184,8 @@ def test_bad_options_are_one_line_errors():
         Distributor(num_processes=0)
     with pytest.raises(SpecError, match="local_mode runs on this machine only"):
         Distributor(num_processes=2, nodes=2, local_mode=True)
+    with pytest.raises(SpecError, match="answer must be 'pickle' or 'json', got 'xml'"):
+        Distributor(num_processes=2, answer="xml")
 
 
 def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home):
@@ -273,6 +282,32 @@ def test_local_mode_brings_a_few_megabytes_back_intact(local):
     assert hashlib.sha256(blob).hexdigest() == hashlib.sha256(random.Random(7).randbytes(MB4)).hexdigest()
     assert torch.equal(tensor, torch.arange(MB4 // 4, dtype=torch.float32))
     assert job.state() == "COMPLETED" and job.result() is answer  # the answer is kept, not re-read
+
+
+@pytest.mark.mpi
+@pytest.mark.torch
+@pytest.mark.timeout(120)
+def test_local_mode_answer_json_brings_plain_data_back_and_refuses_what_is_not(local, monkeypatch):
+    """Issue 44: with answer="json" rank 0's value comes back as JSON (a tuple as a list) and
+    nothing is unpickled; a value JSON cannot carry is refused in one line."""
+    import cloudpickle
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("unpickled an answer")
+
+    monkeypatch.setattr(cloudpickle, "loads", no_unpickling)
+    dist = Distributor(num_processes=2, local_mode=True, timeout=60, answer="json", progress=False)
+    job = dist.submit(plain_or_a_set, False)
+    with cancelled_at_exit(job):
+        assert job.result(timeout=90) == {"world": 2, "loss": 0.25, "pair": [1, 2]}
+    assert sorted(p.name for p in job.workdir.glob("result*")) == []  # read once, as a pickled one
+    job = dist.submit(plain_or_a_set, True)
+    with cancelled_at_exit(job), pytest.raises(RemoteError) as e:
+        job.result(timeout=90)
+    assert e.value.traceback_text == ("TypeError: the return value of 'plain_or_a_set' on rank 0 (dict) is not JSON, "
+                                      "and answer='json' sends JSON only: Object of type set is not JSON "
+                                      "serializable\n"), str(e.value)
+    assert e.value.rank == 0
 
 
 @pytest.mark.mpi

@@ -238,12 +238,15 @@ OPTION_CASES = [
     ("cancel-bad-job-id", ["cancel", "1 2"], "invalid job id '1 2'"),
     ("site-show-bad-name", ["site", "show", "../etc/passwd"], "site file ../etc/passwd does not exist"),
     ("site-validate-missing", ["site", "validate", "nope.yaml"], "site file nope.yaml does not exist"),
+    ("clean-age-5000-digits", ["clean", "--older-than", "9" * 5000], "(5000 characters) is more than 36500 days"),
+    ("clean-age-400-digits-hours", ["clean", "--older-than", "9" * 400 + "h"], "is more than 36500 days"),
+    ("clean-age-centuries", ["clean", "--older-than", "36501d"], "--older-than '36501d' is more than 36500 days"),
 ]
 
 
 @pytest.mark.parametrize("argv, message", [c[1:] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES])
 def test_bad_option_is_one_clear_line(cli, argv, message):
-    verbs = ("mpirun", "logs", "cancel", "site", "status")
+    verbs = ("mpirun", "logs", "cancel", "site", "status", "clean")
     full = argv if argv[0] in verbs else ["sbatch", "--site", "testbed", *argv]
     made = any("home-dir" in a for a in argv)
     if made:

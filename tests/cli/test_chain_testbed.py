@@ -7,13 +7,14 @@ needs the one before checks its marker, so the order is shown by what ran, not b
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import st
+from helpers import st, wait_for
 
 # A part: fails with the code given, else checks the marker of the part before and leaves its own.
 PART = """\
@@ -170,3 +171,48 @@ except ChainFailed as exc:
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "['export', 'train']"
     assert r.stdout.splitlines()[-1] == "failed: train True CANCELLED", r.stdout
+
+
+def test_clean_keeps_every_part_of_a_chain_while_a_later_part_is_queued(testbed, home, tmp_path):
+    """Issue 44: the ended first part's folder went while the second was queued, and the
+    chain's status then failed. The second part waits for a begin time an hour away."""
+    path = chain_file(tmp_path, [("train", 0, "ok"), ("export", 0, "ok")], {"export": "begin: now+3600"})
+    r = st(testbed, home, ["chain", path], cwd=tmp_path, timeout=90)
+    assert r.returncode == 0, r.stderr
+    ids = job_ids(r.stdout)
+    try:
+        wait_for(lambda: scontrol_state(testbed, ids["train"]) == "COMPLETED", "part 'train' to complete", 90)
+        kept = st(testbed, home, ["clean", "--older-than", "0"])
+        assert kept.returncode == 0 and kept.stdout == "", kept
+        assert kept.stderr.endswith(" removed; kept: 1 queued or running, 1 of a chain with a part queued or "
+                                    "running\n"), kept.stderr
+        status = st(testbed, home, ["status", ids["train"]])
+        assert status.returncode == 0 and f"part 'train': job {ids['train']} COMPLETED" in status.stdout, status
+    finally:
+        testbed.run(["scancel", ids["export"]])
+    wait_for(lambda: scontrol_state(testbed, ids["export"]) in ("CANCELLED", ""), "part 'export' to end", 60)
+    gone = st(testbed, home, ["clean", "--older-than", "0"])
+    assert gone.returncode == 0 and sorted(line.split(" (")[0] for line in gone.stdout.splitlines()) == sorted(
+        f"removed {home / 'jobs' / j}" for j in ids.values()), gone
+
+
+def test_a_held_job_of_a_singleton_parts_name_refuses_the_chain_in_one_line(testbed, home, tmp_path):
+    """Issue 44: a held job of the same name (left held by a submission killed outright)
+    keeps an `after: singleton` part waiting for good; the chain says so, submitting nothing."""
+    name = f"single{os.getpid()}"
+    held = testbed.run(["sbatch", "--parsable", "--hold", "-J", name, "-t", "1", "--wrap", "true"], cwd=tmp_path)
+    assert held.returncode == 0, held.stderr
+    orphan = held.stdout.strip()
+    try:
+        path = chain_file(tmp_path, [("train", 0, "ok"), ("export", 0, "singleton")], {"export": f"job_name: {name}"})
+        r = st(testbed, home, ["chain", path], cwd=tmp_path, timeout=90)
+        assert (r.returncode, r.stdout) == (1, ""), r
+        assert r.stderr.splitlines() == [
+            f"error: chain not submitted: part 'export' (after: singleton) would wait for good behind job {orphan}, "
+            f"held, of the same name {name!r}",
+            f"tip: slurmtorch cancel {orphan} (left held by a submission killed midway), or scontrol release {orphan} "
+            "if you held it, then submit the chain again"], r.stderr
+        assert not (home / "jobs").exists() or list((home / "jobs").iterdir()) == []
+    finally:
+        testbed.run(["scancel", orphan])
+

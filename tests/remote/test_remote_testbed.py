@@ -259,7 +259,9 @@ def test_a_distributor_on_the_laptop_gets_rank_0s_answer_and_a_ranks_error(clust
 
 @pytest.mark.timeout(300)
 def test_a_laptop_submits_without_waiting_and_a_new_python_attaches_by_id(cluster, has_torch, tmp_path):
-    """Issue 38: the laptop's Python may end while its job runs; a new one finds it by id."""
+    """Issue 38: the laptop's Python may end while its job runs; a new one finds it by id.
+    Issue 44: with answer="json" on both, the answer comes as JSON and the laptop unpickles
+    nothing (cloudpickle's loaders fail here if called)."""
     laptop = cluster
     first = textwrap.dedent('''
         from slurmtorch import Distributor
@@ -267,7 +269,7 @@ def test_a_laptop_submits_without_waiting_and_a_new_python_attaches_by_id(cluste
             import torch.distributed as dist
             print("rank", dist.get_rank())
             return [dist.get_world_size(), lr]
-        job = Distributor(num_processes=2, nodes=2, cluster="testbed", progress=False).submit(world, 0.5)
+        job = Distributor(num_processes=2, nodes=2, cluster="testbed", progress=False, answer="json").submit(world, 0.5)
         print(type(job).__name__, job.job_id)
     ''')
     done = laptop.run(["python", "-c", first], cwd=tmp_path, timeout=120)
@@ -275,8 +277,12 @@ def test_a_laptop_submits_without_waiting_and_a_new_python_attaches_by_id(cluste
     kind, job_id = done.stdout.split()
     assert kind == "ClusterJob"
     second = textwrap.dedent(f'''
+        import cloudpickle, pickle
+        def refuse(*args, **kwargs):
+            raise AssertionError("unpickled on the laptop")
+        cloudpickle.loads = cloudpickle.load = pickle.loads = pickle.load = refuse
         from slurmtorch import Job
-        job = Job.attach({job_id!r}, cluster="testbed")
+        job = Job.attach({job_id!r}, cluster="testbed", answer="json")
         print("answer", job.result(timeout=180, stream=False))
         print("state", job.state())
         print("logs", job.logs(1, "out").strip())

@@ -3,6 +3,7 @@ shell, its header and signal lines; and the laptop-side words (`--site`, the mir
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -154,14 +155,63 @@ def test_the_socket_folder_leaves_room_for_the_masters_temporary_name(tmp_path):
 
 
 def test_the_clusters_answer_line_reads_back_as_the_value_or_the_error():
-    """A Distributor's call answered there (serve.answer writes distribute.outcome_line): the
-    laptop returns the value, or raises the error a local run would have raised."""
-    from slurmtorch.api.job import JobFailed
-    from slurmtorch.remote.distribute import _outcome, outcome_line
+    """A Distributor's call answered there (serve.answer writes outcome.line): the laptop
+    returns the value, or raises the error a local run would have raised."""
+    from slurmtorch.api.job import JobFailed, RemoteError
+    from slurmtorch.remote import outcome
 
-    assert _outcome(b"rank 0 said hi\n" + outcome_line(True, {"loss": 0.5}), 0, "dev") == {"loss": 0.5}
-    with pytest.raises(JobFailed, match="rank 1 died"):
-        _outcome(outcome_line(False, JobFailed("rank 1 died", job_id="7")), 0, "dev")
+    assert outcome.read(b"rank 0 said hi\n" + outcome.line(True, {"loss": 0.5}, pickled=True), 0, "dev",
+                        pickled=True) == {"loss": 0.5}
+    assert outcome.read(outcome.line(True, "RUNNING"), 0, "dev") == "RUNNING"
+    with pytest.raises(JobFailed, match="rank 1 died") as e:
+        outcome.read(outcome.line(False, JobFailed("rank 1 died", "see its log", job_id="7", rank=1, host="n2")),
+                     0, "dev")
+    assert (e.value.job_id, e.value.rank, e.value.host, e.value.tip) == ("7", 1, "n2", "see its log")
+    error = RemoteError(0, "n1", "Traceback ...\nValueError: bad lr\n", job_id="8", exc_type="ValueError",
+                        state="FAILED", job_exit_code=1, report=("job 8 FAILED (exit 1 from rank 0)",))
+    with pytest.raises(RemoteError) as e:
+        outcome.read(outcome.line(False, error), 0, "dev")
+    assert (str(e.value), e.value.report, e.value.exc_type) == (str(error), error.report, "ValueError")
+
+
+class Planted:
+    """What a cluster could send as a pickled answer: unpickling it runs `touch`."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_json_answer_never_unpickles_what_the_cluster_sends(tmp_path):
+    """Issue 44: `answer="json"` (a Distributor's, Job.attach's) takes JSON only; a pickle in
+    the answer is refused in one line and never loaded, so the cluster runs no code here."""
+    from slurmtorch.errors import ClusterError
+    from slurmtorch.remote import outcome
+
+    planted = outcome.line(True, Planted(str(tmp_path / "ran")), pickled=True)
+    with pytest.raises(ClusterError, match="cluster dev answered with a pickle, and answer='json' unpickles nothing"):
+        outcome.read(planted, 0, "dev", pickled=False)
+    assert not (tmp_path / "ran").exists()
+    assert outcome.read(outcome.line(True, [1, "two", {"3": None}]), 0, "dev") == [1, "two", {"3": None}]
+    outcome.read(planted, 0, "dev", pickled=True)  # the default does load it: what SECURITY.md says
+    assert (tmp_path / "ran").exists()
+
+
+def test_an_error_from_the_cluster_is_plain_data_rebuilt_whatever_its_fields_hold():
+    from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError
+    from slurmtorch.remote import outcome
+
+    for sent, kind in ((SpecError("bad nodes", "give 2"), SpecError), (SubmitError("sbatch said no"), SubmitError),
+                       (TimeoutError("job 5 is still RUNNING after 3 s"), TimeoutError),
+                       (KeyboardInterrupt("job 5 goes on there"), KeyboardInterrupt)):
+        with pytest.raises(kind) as e:
+            outcome.read(outcome.line(False, sent), 0, "dev")
+        assert str(e.value) == str(sent)
+    for garbage in (None, [], {"type": "RemoteError", "rank": "x", "report": 3}, {"type": "os.system"}):
+        with pytest.raises(SlurmtorchError):
+            outcome.read(json.dumps({"ok": False, "error": garbage}).encode(), 0, "dev")
 
 
 def test_pull_paths_must_stay_inside_the_jobs_working_folder():

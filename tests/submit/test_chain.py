@@ -13,7 +13,8 @@ import os
 
 from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.submit.chain import (KILL_ON_INVALID_DEP, RECORD, Part, PartEnd, RecordedPart, chained_options,
-                                     dependency, end_lines, parse_record, record_text, status_lines)
+                                     dependency, end_lines, held_namesake, parse_record, record_text,
+                                     status_lines)
 from slurmtorch.submit.edge.sbatch import Submission
 from slurmtorch.usecases import chain as chains
 
@@ -280,3 +281,13 @@ def test_attaching_to_what_is_not_a_chain_s_part_is_one_line(here, job_id, expec
     with pytest.raises(SpecError) as err:
         Chain.attach(job_id)
     assert err.value.message.startswith(expected) and "\n" not in err.value.message
+
+
+def test_a_held_job_of_a_singleton_parts_name_is_the_refusal_and_others_are_not():
+    singletons = {"export-job": "export"}
+    error = held_namesake(singletons, [("7", "train"), ("8", "export-job")])
+    assert error is not None and error.message == ("chain not submitted: part 'export' (after: singleton) would "
+                                                   "wait for good behind job 8, held, of the same name 'export-job'")
+    assert error.tip.startswith("slurmtorch cancel 8 (left held by a submission killed midway)")
+    assert held_namesake(singletons, [("7", "train")]) is None
+    assert held_namesake({}, [("8", "export-job")]) is None

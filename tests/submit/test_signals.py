@@ -279,6 +279,19 @@ def queued_states(testbed, name: str) -> list[str]:
     return proc.stdout.splitlines()
 
 
+def signalled_in_window(proc: subprocess.Popen, marker: Path, err: Path, signum: int, what: str,
+                        group: bool = True) -> None:
+    """Once the wrapper says it is in its window, `signum` to the CLI's process group (as a
+    terminal's hangup or Ctrl-C) or to its process alone; then until the CLI has ended."""
+    try:
+        wait_for(lambda: marker.exists() or proc.poll() is not None, 60, what)
+        assert proc.poll() is None, read(err)
+        (os.killpg if group else os.kill)(proc.pid, signum)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 @pytest.mark.parametrize("command, template", [("scontrol", SLOW_RELEASE), ("sbatch", SLOW_SBATCH_ANSWER)])
@@ -296,13 +309,7 @@ def test_a_signal_during_submission_leaves_no_held_job_and_no_folder(testbed, tm
                              "--nodes", "1", "--job-name", name, str(REPO / "examples" / "probe.py")], env=env, cwd=REPO,
                             stdout=out.open("w"), stderr=err.open("w"), start_new_session=True,
                             preexec_fn=default_signals)
-    try:
-        wait_for(lambda: marker.exists() or proc.poll() is not None, 60, f"{command} to enter its window")
-        assert proc.poll() is None, read(err)
-        os.killpg(proc.pid, signum)  # the group, as a terminal's hangup or Ctrl-C would
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
+    signalled_in_window(proc, marker, err, signum, f"{command} to enter its window")
     assert proc.returncode == 128 + signum, read(err)
     assert read(out) == ""  # no id printed: the job must not exist
     assert read(err).splitlines()[-1].startswith(f"error: {signum.name}: submission undone"), read(err)
@@ -348,13 +355,7 @@ def test_a_signal_after_the_release_cancels_the_running_job_before_its_folder_go
                              "--nodes", "1", "--job-name", name, str(script)], env=env, cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=err.open("w"), start_new_session=True,
                             preexec_fn=default_signals)
-    try:
-        wait_for(lambda: marker.exists() or proc.poll() is not None, 60, "the job to start after its release")
-        assert proc.poll() is None, read(err)
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        proc.kill()
+    signalled_in_window(proc, marker, err, signal.SIGTERM, "the job to start after its release")
     assert proc.returncode == 128 + signal.SIGTERM, read(err)
     wait_for(lambda: all(s.startswith("CANCELLED") for s in queued_states(testbed, name)), 15,
              f"no job named {name} but cancelled ones: {queued_states(testbed, name)}")
@@ -384,3 +385,78 @@ def test_term_and_hup_stop_a_wait_as_ctrl_c_does_and_carry_their_signal(signum, 
                                 "queued or running; slurmtorch cancel 12 stops it")
     assert interrupted("12", None, cancel=False).render() == \
         "slurmtorch: job 12 is still queued or running; slurmtorch cancel 12 stops it"
+
+
+# --------------------------------------------------------------------------- a chain's submission
+
+# The Nth call of the wrapped program (N: {nth}) opens the window: sbatch after the real one
+# made the held job, before its id reaches slurmtorch; scontrol before the real release.
+NTH_CALL = """#!/bin/bash
+n=$(( $(cat "{count}" 2>/dev/null || echo 0) + 1 )); echo $n >"{count}"
+[ "{when}" = before ] && [ $n = {nth} ] && {{ : >"{marker}"; sleep 3; }}
+out=$({real} "$@"); rc=$?
+[ "{when}" = after ] && [ $n = {nth} ] && {{ : >"{marker}"; sleep 3; }}
+printf '%s\\n' "$out"
+exit $rc
+"""
+CHAIN_PART = "import sys; print(sys.argv[1], 'ran')\n"
+
+
+def chain_submission(testbed, tmp_path: Path, name: str, program: str, when: str, nth: int):
+    """`slurmtorch chain` of three parts named `name` (one held job each), with `program`'s
+    `nth` call slowed `when` the real one runs; (process, marker, home, stdout, stderr)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real = shutil.which(program, path=testbed.env["PATH"])
+    marker = bin_dir / "in-window"
+    (bin_dir / program).write_text(NTH_CALL.format(real=real, marker=marker, count=bin_dir / "calls", when=when,
+                                                   nth=nth))
+    (bin_dir / program).chmod(0o755)
+    (tmp_path / "part.py").write_text(CHAIN_PART)
+    (tmp_path / "chain.yaml").write_text("site: testbed\nparts:\n" + "".join(
+        f"  - {{name: {p}, script: part.py, args: [{p}], job_name: {name}, time: '2'}}\n"
+        for p in ("train", "evaluate", "export")))
+    home = tmp_path / "home"
+    env = dict(testbed.env, SLURMTORCH_HOME=str(home), PATH=f"{bin_dir}{os.pathsep}{testbed.env['PATH']}")
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    proc = subprocess.Popen([sys.executable, "-m", "slurmtorch.cli.main", "chain", "chain.yaml"], env=env,
+                            cwd=tmp_path, stdout=out.open("w"), stderr=err.open("w"), start_new_session=True,
+                            preexec_fn=default_signals)
+    return proc, marker, home, out, err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum, program, when, nth", [
+    (signal.SIGTERM, "sbatch", "after", 2),   # part 1 held, part 2's job made but its id not read yet
+    (signal.SIGINT, "sbatch", "before", 3),   # parts 1 and 2 held, part 3 not submitted
+])
+def test_a_chain_killed_while_its_parts_go_in_leaves_no_held_job_and_no_folder(testbed, tmp_path, signum, program,
+                                                                              when, nth):
+    """Issue 44: every part already in is cancelled and no `.submitting-*` folder is left,
+    with one line and 128+signal; nothing printed as submitted."""
+    name = f"chain{os.getpid()}{int(signum)}"
+    proc, marker, home, out, err = chain_submission(testbed, tmp_path, name, program, when, nth)
+    # the process alone: sbatch, in a session of its own, goes on
+    signalled_in_window(proc, marker, err, signum, f"{program} call {nth} to enter its window", group=False)
+    assert proc.returncode == 128 + signum, read(err)
+    assert read(out) == "", read(out)
+    said = "interrupted (Ctrl-C)" if signum == signal.SIGINT else signum.name
+    assert read(err).splitlines()[-1] == f"error: {said}: chain submission undone: no part left queued", read(err)
+    wait_for(lambda: all(s.startswith("CANCELLED") for s in queued_states(testbed, name)), 15,
+             f"no job named {name} but cancelled ones: {queued_states(testbed, name)}")
+    jobs = home / "jobs"
+    assert not jobs.exists() or list(jobs.iterdir()) == [], list(jobs.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_a_chain_killed_as_its_parts_are_released_is_all_in_and_says_its_ids(testbed, tmp_path):
+    """A HUP during the release: past the last point of no return, so the whole chain is in,
+    every part's id printed, then the process ends as the signal says."""
+    name = f"chainrel{os.getpid()}"
+    proc, marker, home, out, err = chain_submission(testbed, tmp_path, name, "scontrol", "before", 1)
+    signalled_in_window(proc, marker, err, signal.SIGHUP, "the release to enter its window")
+    ids = dict(line.split() for line in read(out).splitlines())
+    assert list(ids) == ["train", "evaluate", "export"], (read(out), read(err))
+    assert proc.returncode == -signal.SIGHUP, read(err)  # sent again once the chain was in: it ends as it would have
+    assert not [s for s in queued_states(testbed, name) if "JobHeldUser" in s], queued_states(testbed, name)
+    assert sorted(p.name for p in (home / "jobs").iterdir()) == sorted(ids.values())

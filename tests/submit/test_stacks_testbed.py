@@ -139,3 +139,24 @@ def test_stacks_reach_every_rank_whatever_launched_them(testbed, has_torch, tmp_
         assert re.fullmatch(r"ranks 0-4,6-7 \(7\): all_reduce <- stuck_rank\.py:\d+ step\(\)", lines[1]), lines
     finally:
         testbed.run(["scancel", job])
+
+
+def test_stacks_on_a_folder_that_is_not_a_slurm_job_says_so_and_touches_nothing(testbed, tmp_path):
+    """Issue 44: a job folder with a job.json whose id Slurm does not know (made by hand, or
+    its job long forgotten): said in one line before any file there is removed or made."""
+    home = tmp_path / "home"
+    folder = home / "jobs" / "987655"
+    (folder / "stacks").mkdir(parents=True)
+    for level in (home, home / "jobs", folder, folder / "stacks"):
+        level.chmod(0o700)
+    (folder / "job.json").write_text('{"launcher": "srun", "nodes": 1, "ntasks": 2, "ntasks_per_node": 2}\n')
+    (folder / "stacks" / "rank-0.txt").write_text("an earlier answer\n")
+    (folder / "stacks" / "rank-1.native.txt").write_text("an earlier native answer\n")
+
+    def contents() -> dict[str, str]:
+        return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    before = contents()
+    r = st(testbed, home, ["stacks", "987655"])
+    assert r.returncode == 1 and r.stderr.startswith("error: job 987655 is not known to Slurm"), r.stderr
+    assert r.stdout == "" and contents() == before

@@ -19,14 +19,14 @@ def cancel(job_id: str, *, runner: Runner = run) -> JobStatus:
     return status
 
 
-def signal_stacks(job_id: str, batch_step: bool = False, *, runner: Runner = run) -> None:
-    """Ask a running job's ranks for their stacks (`send_stacks_signal`); `batch_step` also
-    signals the batch step, where a launcher such as mpirun runs the first node's ranks."""
+def running_job(job_id: str, *, runner: Runner = run) -> JobStatus:
+    """A job of this user's that is running now, whose ranks can be asked for their stacks;
+    else SubmitError (unknown to Slurm, someone else's, ended, or not started)."""
     status = live_job(job_id, runner, "ask")
     if status.state != "RUNNING":
         raise SubmitError(f"job {job_id} is {status.state.lower()}, not running: no rank to ask",
                           tip=typed(f"status {job_id}"))
-    send_stacks_signal(job_id, batch_step, runner)
+    return status
 
 
 def send_stacks_signal(job_id: str, batch_step: bool = False, runner: Runner = run) -> None:
