@@ -112,7 +112,7 @@ def _print_job(st: JobStatus, folder) -> None:
     code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
     extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
     shown = st if code is None else replace(st, exit_code=code)
-    print(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}")
+    print(visible(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}"))
     for line in restart_lines(folder):
         print(line)
     if st.done:
@@ -198,7 +198,9 @@ def top(
             lines = [f"job {view.job_id} {view.status.describe()}", *_live_lines(view)]
             if clear:
                 print("\033[H\033[J", end="")
-            print("\n".join(lines), flush=True)
+            print(visible("\n".join(lines)), flush=True)  # host names are the ranks' own words
+            for note in view.notes:
+                print(visible(note), file=sys.stderr)
             if once or view.status.done:
                 return 0
             time.sleep(every)

@@ -2,6 +2,8 @@
 
 The ranks write their logs on a shared file system while `--wait`, `logs --follow` and
 a Distributor's job stream them here; a write may end in the middle of a UTF-8 character.
+A log is read as readback reads what a job wrote (a plain file only; a FIFO or a link there
+is one line saying so) and copied a chunk at a time, however large it grew.
 What a rank printed reaches the user's terminal only through `visible`: a rank's output
 is data, and an escape sequence in it (a title change, OSC 52 writing the clipboard, a
 cursor move that hides the lines above) would otherwise act on the user's terminal.
@@ -9,12 +11,15 @@ cursor move that hides the lines above) would otherwise act on the user's termin
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from slurmtorch import readback
 
 # C0 controls but tab, newline and carriage return (progress bars redraw their line with it),
 # DEL, and the C1 controls (U+0080..U+009F: U+009B is CSI to some terminals).
@@ -38,16 +43,39 @@ class Tail:
         self.out = out
         self.offset = 0
         self.line = line
+        self.refused = ""  # why the file is not read, once said
 
     def pump(self) -> bool:
+        """Copy what the file holds past `offset` now, a chunk at a time; whether anything came."""
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            f = readback.open_plain(self.path)
         except FileNotFoundError:
             return False
-        if not data:
+        except readback.NotRead as why:
+            self._refuse(str(why))
             return False
+        wrote = False
+        with f:
+            end = os.fstat(f.fileno()).st_size
+            while self.offset < end:
+                f.seek(self.offset)
+                taken = self._copy(f.read(min(readback.CHUNK, end - self.offset)))
+                if not taken:
+                    break
+                wrote = True
+        return wrote
+
+    def _refuse(self, why: str) -> None:
+        if why != self.refused:
+            self.refused = why
+            if self.line is not None:
+                self.line.before_output()
+            print(visible(f"slurmtorch: {self.path}: {why}, not read"), file=sys.stderr, flush=True)
+
+    def _copy(self, data: bytes) -> int:
+        """Write `data` (less an unfinished UTF-8 character at its end); the bytes taken."""
+        if not data:
+            return 0
         # Hold back an incomplete UTF-8 sequence at the end until the rest arrives.
         cut = len(data)
         for back in range(1, min(4, len(data)) + 1):
@@ -59,6 +87,8 @@ class Tail:
                 break
             if b & 0x80 == 0:
                 break
+        if not cut:
+            return 0
         self.offset += cut
         text = visible(data[:cut].decode("utf-8", errors="replace"))
         if self.line is not None:
@@ -67,22 +97,23 @@ class Tail:
         self.out.flush()
         if self.line is not None:
             self.line.after_output(text, self.out)
-        return True
+        return cut
 
 
 def last_lines_offset(path: Path, lines: int, chunk: int = 1 << 16) -> int:
     """Where the last `lines` lines of a file start (its size: none; 0: all of it), read
-    backwards a chunk at a time, so a long log is not read whole."""
+    backwards a chunk at a time and at most readback.LOG_LINES back, so a long log is not
+    read whole (nor a 10 GiB line)."""
     try:
-        with open(path, "rb") as f:
+        with readback.open_plain(path) as f:
             end = f.seek(0, 2)
             if lines <= 0:
                 return end
-            pos, seen = end, 0
+            pos, seen, floor = end, 0, max(0, end - readback.LOG_LINES)
             if end and (f.seek(end - 1), f.read(1))[1] == b"\n":
                 seen = -1  # the last line's own newline ends it, not another line
-            while pos > 0:
-                start = max(0, pos - chunk)
+            while pos > floor:
+                start = max(floor, pos - chunk)
                 f.seek(start)
                 data = f.read(pos - start)
                 for i in range(len(data) - 1, -1, -1):
@@ -91,8 +122,8 @@ def last_lines_offset(path: Path, lines: int, chunk: int = 1 << 16) -> int:
                         if seen == lines:
                             return start + i + 1
                 pos = start
-            return 0
-    except OSError:
+            return floor
+    except (OSError, readback.NotRead):
         return 0
 
 
