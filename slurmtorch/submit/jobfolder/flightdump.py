@@ -56,13 +56,19 @@ def _malformed(entries: list) -> str | None:
         if not isinstance(e, dict):
             return f"entry {i} is not a record"
         seq, group, name = e.get("collective_seq_id", 0), e.get("process_group", ("",)), e.get("profiling_name", "")
-        if type(seq) is not int:
-            return f"entry {i}'s collective_seq_id is not a number"
-        if not isinstance(group, (list, tuple)) or not group or not isinstance(group[0], (str, int)):
+        if not _sequence(seq):
+            return f"entry {i}'s collective_seq_id is not a sequence number"
+        if not isinstance(group, (list, tuple)) or not group or not (isinstance(group[0], str) or _sequence(group[0])):
             return f"entry {i}'s process_group is not (name, description)"
         if not isinstance(name, str) or not isinstance(e.get("state", ""), str):
             return f"entry {i}'s profiling_name or state is not text"
     return None
+
+
+def _sequence(value) -> bool:
+    """A number torch could have counted to: a pickle holds ints of any size, and str() refuses
+    one of over 4300 digits (the summary says `#42`)."""
+    return type(value) is int and 0 <= value < 1 << 63
 
 
 def load_folder(folder: Path) -> dict[int, dict | str]:
