@@ -16,7 +16,8 @@ from slurmtorch.cli._common import cluster_option, on_cluster
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.follow import live, stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock
-from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset, visible
+from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset
+from slurmtorch.submit.follow.terminaltext import visible
 from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
 from slurmtorch.usecases import control
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
@@ -268,9 +269,11 @@ def logs(
         )
     for p, stream in paths:
         tail = Tail(p, stream)
+        tail.live = False  # the whole log at once: each line in its final state
         if last is not None:
             tail.offset = last_lines_offset(p, last)
         tail.pump()
+        tail.finish()
     for line in failure_lines(folder):
         print(f"slurmtorch: {line}", file=sys.stderr)
     return 0

@@ -229,3 +229,27 @@ def test_top_skips_each_malformed_sample_with_a_note_and_shows_a_hosts_escapes(t
     assert all(line.startswith(f"note: skipped {protocol.LIVE}/rank-") for line in notes), done.stderr
     assert f"note: skipped {protocol.LIVE}/rank-13.json: not a plain file (a FIFO)" in notes
     assert f"note: skipped {protocol.LIVE}/rank-15.json: over 64 KiB" in notes
+
+
+# --------------------------------------------------------------------------- a progress bar in a log
+
+TQDM = """
+import sys
+from tqdm import tqdm
+for epoch in tqdm(range(2), desc="epoch", file=sys.stderr, mininterval=0, ascii=True):
+    for batch in tqdm(range(3), desc="batch", leave=False, file=sys.stderr, mininterval=0, ascii=True):
+        pass
+print("trained", file=sys.stderr)
+"""
+
+
+def test_logs_show_a_progress_bar_as_its_final_line_not_as_redraws_and_escape_codes(tmp_path):
+    """Was: every redraw after a `\\r`, and tqdm's cursor-up shown as `\\x1b[A`."""
+    pytest.importorskip("tqdm")
+    folder = job(tmp_path)
+    with open(folder / "rank-0.err", "wb") as err:  # a rank running tqdm's nested bars
+        subprocess.run([sys.executable, "-c", TQDM], stderr=err, check=True, timeout=60)
+    done = cli(tmp_path, "logs", "7")
+    lines = [line.split(" [")[0] for line in done.stderr.splitlines()]
+    assert lines == ["epoch: 100%|##########| 2/2", "trained"], done.stderr
+    assert "\\x1b" not in done.stderr and "\r" not in done.stderr, done.stderr

@@ -18,7 +18,7 @@ from slurmtorch import protocol, rankfiles, readback
 from slurmtorch.pace import pace, slowest
 from slurmtorch.rankfiles import LiveSample
 from slurmtorch.submit.follow.jobstatus import clock
-from slurmtorch.submit.follow.tail import visible
+from slurmtorch.submit.follow.terminaltext import visible
 
 
 SHORT_S = 60  # a run this short, without steps, gets no end line

@@ -3,16 +3,15 @@
 The ranks write their logs on a shared file system while `--wait`, `logs --follow` and
 a Distributor's job stream them here; a write may end in the middle of a UTF-8 character.
 A log is read as readback reads what a job wrote (a plain file only; a FIFO or a link there
-is one line saying so) and copied a chunk at a time, however large it grew.
-What a rank printed reaches the user's terminal only through `visible`: a rank's output
-is data, and an escape sequence in it (a title change, OSC 52 writing the clipboard, a
-cursor move that hides the lines above) would otherwise act on the user's terminal.
+is one line saying so) and copied a chunk at a time, however large it grew. What a rank
+printed reaches the user's terminal only through `terminaltext`: each line in its final
+state (a progress bar's redraws applied), its control characters written out. On a
+terminal, the line a bar is still redrawing is shown live, drawn over by us with `\r`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -20,19 +19,15 @@ from pathlib import Path
 from typing import IO
 
 from slurmtorch import readback
+from slurmtorch.submit.follow.statusline import is_terminal
+from slurmtorch.submit.follow.terminaltext import Redraws, visible
 
-# C0 controls but tab, newline and carriage return (progress bars redraw their line with it),
-# DEL, and the C1 controls (U+0080..U+009F: U+009B is CSI to some terminals).
-_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """`text` with every control character a terminal would act on written out as `\\xHH`."""
-    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+_CLEAR = "\r\x1b[K"  # ours: the live line taken away
 
 
 class Tail:
-    """Copies what was appended to a file since the last call, its controls made `visible`.
+    """Copies what was appended to a file since the last call, as `terminaltext` shows it;
+    `finish` writes what is left at the end (a last line without its newline).
 
     `line` (a statusline.StatusLine) is told before and after each write, so that a live
     status line on the same terminal steps aside for the job's output.
@@ -44,6 +39,9 @@ class Tail:
         self.offset = 0
         self.line = line
         self.refused = ""  # why the file is not read, once said
+        self.redraws = Redraws()
+        self.live = is_terminal(out)  # show the line a bar is redrawing
+        self.shown = ""  # the live line on the terminal now
 
     def pump(self) -> bool:
         """Copy what the file holds past `offset` now, a chunk at a time; whether anything came."""
@@ -90,14 +88,25 @@ class Tail:
         if not cut:
             return 0
         self.offset += cut
-        text = visible(data[:cut].decode("utf-8", errors="replace"))
+        done = self.redraws.feed(data[:cut].decode("utf-8", errors="replace"))
+        self._show(done, self.redraws.live() if self.live else "")
+        return cut
+
+    def finish(self) -> None:
+        """The end of the stream: every line still open, in its final state."""
+        self._show(self.redraws.finish(), "")
+
+    def _show(self, done: str, live: str) -> None:
+        if not done and live == self.shown:
+            return
+        text = (_CLEAR if self.shown else "") + done + live
         if self.line is not None:
             self.line.before_output()
         self.out.write(text)
         self.out.flush()
+        self.shown = live
         if self.line is not None:
             self.line.after_output(text, self.out)
-        return cut
 
 
 def last_lines_offset(path: Path, lines: int, chunk: int = 1 << 16) -> int:
@@ -154,10 +163,12 @@ class Prefixed:
 
 def drain(tails: Sequence[Tail]) -> None:
     """Output written just before the end may land a moment after the state changed:
-    pump until the files stay quiet for a few polls (at most ~1 s)."""
+    pump until the files stay quiet for a few polls (at most ~1 s), then finish each."""
     quiet = 0
     for _ in range(20):
         quiet = 0 if any([t.pump() for t in tails]) else quiet + 1
         if quiet >= 3:
             break
         time.sleep(0.05)
+    for t in tails:
+        t.finish()

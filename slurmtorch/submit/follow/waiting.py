@@ -154,6 +154,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
                             reported[t.trial] = t.status
                             for tail in tails.get(t.trial, ()):  # its last lines before its end line
                                 tail.pump()
+                                tail.finish()
                             line.before_output()
                             _report_trial(job_id, t, root, err)
                     if len(reported) == len(trials):

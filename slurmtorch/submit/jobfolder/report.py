@@ -22,7 +22,7 @@ from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.batchnode.batchbash import ROLE_NODES_FILE
 from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
-from slurmtorch.submit.follow.tail import visible
+from slurmtorch.submit.follow.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import (RankFailure, batch_failures, is_timeout, latest_exits, latest_start,
                                                   parse_failures)
@@ -187,7 +187,7 @@ def stack_lines(folder: Path) -> list[str]:
 
 def last_line(path: Path, tail_bytes: int = 4096) -> str:
     """The last non-empty line of a log (its last `tail_bytes` only), '' when none."""
-    text = readback.text_or_empty(path, tail_bytes)
+    text = final_text(readback.text_or_empty(path, tail_bytes))  # a progress bar: its last state
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
