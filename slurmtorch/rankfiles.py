@@ -331,7 +331,7 @@ def parse_native(text: str) -> Native | None:
         return Native(rank, pid, why=rest[len(UNAVAILABLE):].strip())
     try:
         threads = [(int(t["thread_id"]), tuple(_py_spy_frame(f) for f in t["frames"])) for t in json.loads(rest)]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # JSON of another shape
         return Native(rank, pid, why="py-spy said something unreadable")
     return Native(rank, pid, tuple(threads))
 

@@ -196,3 +196,10 @@ def test_numbers_a_job_wrote_in_its_logs_never_end_the_report_in_an_error(tmp_pa
     tasks) from `status` and `logs`: exit 70."""
     (tmp_path / name).write_text(text)
     assert all(isinstance(line, str) for line in report.failure_lines(tmp_path))
+
+
+@pytest.mark.parametrize("frames", ['[[1]]', '[{"filename": "a.py", "line": 1e999, "name": "f"}]', '"x"'])
+def test_native_frames_of_another_shape_are_a_reason_not_an_error(frames):
+    """Was: AttributeError (a frame that is a list), OverflowError (a line of 1e999) from `stacks`."""
+    text = rankfiles.native_header(3, 99) + f'[{{"thread_id": 1, "frames": {frames}}}]'
+    assert rankfiles.parse_native(text).why == "py-spy said something unreadable"
