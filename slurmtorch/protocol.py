@@ -196,7 +196,7 @@ def summary_text(start: int, lines: list[str]) -> str:
 
 def parse_summary(text: str) -> tuple[int, list[str]] | None:
     head, _, rest = text.partition("\n")
-    if not head.startswith("start ") or not head[6:].isdigit():
+    if not re.fullmatch(r"start [0-9]{1,9}", head):
         return None
     return int(head[6:]), [line for line in rest.splitlines() if line]
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 # `error: ...` line) to its stderr (bootstrap.exits.fail); submit.failures reads them back.
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint).
 
-FAILURE_HEADER_RE = re.compile(r"^rank (?P<rank>\d+|\?\S*) on (?P<host>\S+) failed:\s*$")
+FAILURE_HEADER_RE = re.compile(r"^rank (?P<rank>\d{1,9}|\?\S*) on (?P<host>\S+) failed:\s*$")
 # What a rank reports when a *peer* died or hung: a consequence, not the cause.
 # NCCL says so in its own words: a peer that exited or a network error (ncclRemoteError /
 # ncclSystemError), or its watchdog giving up on a collective that never completed.
@@ -61,7 +61,7 @@ def is_consequence(report: str) -> bool:
 # --------------------------------------------------------------------------- a rank's exit note
 # A rank whose script returned leaves exit_note_name(R) (bootstrap.exits.note_exit).
 
-_EXIT_RE = re.compile(r"^rank (?P<rank>\d+) on (?P<host>\S+) exited (?P<code>-?\d+) restart (?P<restart>\d+)\s*$")
+_EXIT_RE = re.compile(r"^rank (?P<rank>\d{1,9}) on (?P<host>\S+) exited (?P<code>-?\d{1,9}) restart (?P<restart>\d{1,9})\s*$")
 
 
 @dataclass(frozen=True)
@@ -152,17 +152,65 @@ def live_record(**fields) -> str:
 
 def parse_live(text: str) -> LiveSample | None:
     """One rank's sample, or None for a torn or foreign file."""
+    sample = live_or_why(text)
+    return sample if isinstance(sample, LiveSample) else None
+
+
+# What a rank writes for each field of a sample, and the most it can be: a reader checks each,
+# so that a wrong one (a 5000-digit step count, an rss of 1e999, a gpu field of another shape)
+# is one skipped sample, not a table that cannot be drawn.
+_BIG = 1 << 62
+_TIMES = ("step_s", "own_s", "trend_s", "own_mean_s", "first_step", "last_step", "cpu")
+_GPU_NUMBERS = ("index", "util", "mem", "mem_total", "power_w", "sm_mhz", "energy_j")
+
+
+def live_or_why(text: str) -> LiveSample | str:
+    """One rank's sample, or why it is not one (one short phrase)."""
     try:
         d = json.loads(text)
-        gpu = d.get("gpu")
-        return LiveSample(float(d["written"]), float(d["since"]), int(d["rank"]), str(d["host"]), int(d["steps"]),
-                          _opt(d.get("step_s")), _opt(d.get("own_s")), _opt(d.get("trend_s")),
-                          _opt(d.get("own_mean_s")), _opt(d.get("first_step")),
-                          _opt(d.get("last_step")), _opt(d.get("cpu")),
-                          int(d["rss"]) if d.get("rss") is not None else None,
-                          gpu if isinstance(gpu, dict) else None, bool(d.get("ended")))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except json.JSONDecodeError:
+        return "not JSON"
+    except ValueError:  # an int of more digits than Python converts (sys.get_int_max_str_digits)
+        return "a number too long to read"
+    if not isinstance(d, dict):
+        return "not a JSON object"
+    why = (next((f"{k} is not a time" for k in ("written", "since") if not _number(d.get(k))), None)
+           or next((f"{k} is not a count" for k in ("rank", "steps") if not _count(d.get(k))), None)
+           or next((f"{k} is not a number" for k in _TIMES if d.get(k) is not None and not _number(d[k])), None)
+           or ("rss is not a number of bytes" if d.get("rss") is not None and not _count(d["rss"]) else None)
+           or ("host is not a host name" if not isinstance(d.get("host"), str) or not 0 < len(d["host"]) <= 255
+               else None)
+           or _gpu_problem(d.get("gpu")))
+    if why:
+        return why
+    step_s, own_s, trend_s, own_mean_s, first_step, last_step, cpu = (_opt(d.get(k)) for k in _TIMES)
+    return LiveSample(float(d["written"]), float(d["since"]), d["rank"], d["host"], d["steps"], step_s, own_s,
+                      trend_s, own_mean_s, first_step, last_step, cpu, d.get("rss"), d.get("gpu"),
+                      bool(d.get("ended")))
+
+
+def _number(value) -> bool:
+    """A finite number a rank could have written (not a bool, not NaN, not 1e999)."""
+    return type(value) in (int, float) and -_BIG < value < _BIG
+
+
+def _count(value) -> bool:
+    return type(value) is int and 0 <= value < _BIG
+
+
+def _gpu_problem(gpu) -> str | None:
+    """Why a sample's `gpu` is not what bootstrap.live writes (None, or its figures)."""
+    if gpu is None:
         return None
+    if not isinstance(gpu, dict):
+        return "gpu is not a record"
+    wrong = next((k for k in _GPU_NUMBERS if gpu.get(k) is not None and not (_number(gpu[k]) and gpu[k] >= 0)), None)
+    if wrong:
+        return f"gpu {wrong} is not a number"
+    throttle = gpu.get("throttle")
+    if throttle is not None and not (isinstance(throttle, list) and all(isinstance(t, str) for t in throttle)):
+        return "gpu throttle is not a list of names"
+    return None
 
 
 def _opt(value) -> float | None:
@@ -180,13 +228,13 @@ def alive_line(host: str, pid: int) -> str:
 def parse_alive(text: str) -> tuple[str, int] | None:
     """(host, pid) from an alive file, or None."""
     parts = text.split()
-    return (parts[0], int(parts[1])) if len(parts) == 2 and parts[1].isdigit() else None
+    return (parts[0], int(parts[1])) if len(parts) == 2 and re.fullmatch("[0-9]{1,9}", parts[1]) else None
 
 
-_STACKS_HEADER_RE = re.compile(r"^slurmtorch stacks: rank (?P<rank>\d+) on (?P<host>\S+) pid (?P<pid>\d+) "
+_STACKS_HEADER_RE = re.compile(r"^slurmtorch stacks: rank (?P<rank>\d{1,9}) on (?P<host>\S+) pid (?P<pid>\d{1,9}) "
                                r"main (?P<main>0x[0-9a-f]+)$")
 _THREAD_RE = re.compile(r"^(?P<current>Current thread|Thread) (?P<ident>0x[0-9a-f]+)")
-_FRAME_RE = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?{3}) in (?P<function>\S+)')
+_FRAME_RE = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d{1,9}|\?{3}) in (?P<function>\S+)')
 
 
 def stacks_header(rank: int, host: str, pid: int, main: int) -> str:
@@ -267,7 +315,7 @@ class Native:
         return next((frames for i, frames in self.threads if i == ident), None)
 
 
-_NATIVE_HEADER_RE = re.compile(r"^slurmtorch native: rank (?P<rank>\d+) pid (?P<pid>\d+)$")
+_NATIVE_HEADER_RE = re.compile(r"^slurmtorch native: rank (?P<rank>\d{1,9}) pid (?P<pid>\d{1,9})$")
 
 
 def parse_native(text: str) -> Native | None:
@@ -283,7 +331,7 @@ def parse_native(text: str) -> Native | None:
         return Native(rank, pid, why=rest[len(UNAVAILABLE):].strip())
     try:
         threads = [(int(t["thread_id"]), tuple(_py_spy_frame(f) for f in t["frames"])) for t in json.loads(rest)]
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):  # JSON of another shape
         return Native(rank, pid, why="py-spy said something unreadable")
     return Native(rank, pid, tuple(threads))
 

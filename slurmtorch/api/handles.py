@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
+from slurmtorch import readback
 from slurmtorch.api import runfolder
 from slurmtorch.errors import SlurmtorchError, SubmitError
 from slurmtorch.submit.edge import local, queries, scancel
@@ -145,10 +146,7 @@ class LocalHandle(Handle):
         return cls(f"local-{run_id}", workdir, process.pid, process)
 
     def _exit_code(self) -> int | None:
-        try:
-            return int((self.workdir / "exit-code").read_text().strip())
-        except (OSError, ValueError):
-            return None
+        return jobdir.read_exit_code(self.workdir)
 
     def status(self) -> JobStatus:
         if self.process is not None:
@@ -210,7 +208,8 @@ def _log_rank(path: Path) -> int | None:
 def _headline(path: Path) -> str:
     """The line of a launcher's log worth one line of an error: the first naming an error,
     else the first that is not decoration (Open MPI frames its messages in dashes)."""
-    lines = [ln.strip() for ln in jobdir.read_text(path).splitlines() if re.search(r"[A-Za-z0-9]", ln)]
+    text = readback.text_or_empty(path, readback.LOG_TAIL, cut="head")
+    lines = [ln.strip() for ln in text.splitlines() if re.search(r"[A-Za-z0-9]", ln)]
     for line in lines:
         if "error" in line.lower():
             return line

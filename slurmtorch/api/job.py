@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.api.clusterjob import ClusterJob
 from slurmtorch.api.handles import Handle, SlurmHandle
 from slurmtorch.api.runfolder import ENDED, KEEP_RUNS, RUN_FOLDER, close_run_folder
@@ -148,7 +148,8 @@ class Job:
         Under torchrun each node writes one log holding all its ranks, and torchrun, not
         Slurm, decides which node holds which rank: ask by `node=` (default node 0) on
         more than one node; `rank=` then raises SpecError. A local_mode run keeps its logs
-        in its run folder: kept for the newest runs (runfolder.KEEP_RUNS) once ended.
+        in its run folder: kept for the newest runs (runfolder.KEEP_RUNS) once ended. A log over
+        64 MiB gives its last 64 MiB (readback.LOG_LINES).
         """
         if stream not in ("out", "err", "both"):
             raise SpecError(f"stream must be 'out', 'err' or 'both', got {stream!r}")
@@ -156,7 +157,7 @@ class Job:
             raise SpecError(f"rank {rank} is not in this job (ranks 0..{self.ntasks - 1})")
         out, err = self._handle.log_paths(rank, node)
         chosen = {"out": [out], "err": [err], "both": [out, err]}[stream]
-        return "".join(jobdir.read_text(p) for p in chosen)
+        return "".join(readback.text_or_empty(p, readback.LOG_LINES) for p in chosen)
 
     def cancel(self) -> None:
         """Cancel the job (scancel, or signal the local mpirun); a finished job is left alone."""
@@ -303,22 +304,23 @@ class Job:
         records = []
         for path in self.workdir.glob(f"{runfn.ERROR_PREFIX}*.json"):
             try:
-                records.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                continue
+                r = json.loads(readback.read_text(path, readback.RECORD) or "")
+                records.append((int(r.get("restart", 0)), int(r["rank"]), str(r["host"]), str(r["traceback"]),
+                                str(r.get("exc_type", "")), float(r.get("time", 0))))
+            except (readback.NotRead, ValueError, TypeError, KeyError, AttributeError, OverflowError):
+                continue  # not a report runfn wrote
         if not records:
             return {}
-        latest = max(int(r.get("restart", 0)) for r in records)
-        return {int(r["rank"]): (int(r["rank"]), str(r["host"]), str(r["traceback"]), str(r.get("exc_type", "")),
-                                 (r.get("time", 0), int(r["rank"])))
-                for r in records if int(r.get("restart", 0)) == latest}
+        latest = max(r[0] for r in records)
+        return {rank: (rank, host, text, exc_type, (at, rank))
+                for restart, rank, host, text, exc_type, at in records if restart == latest}
 
     def _logged_failure(self, rank: int | None = None) -> tuple[int, str, str, str] | None:
         """A rank that failed before `runfn` ran (e.g. in the bootstrap) says so on its stderr:
         the earliest log's report (of `rank`, if given), as `failures` reads it."""
         found = []
         for path, log_rank in self._handle.failure_logs():
-            for r in failures.rank_reports(jobdir.read_text(path), log_rank):
+            for r in failures.rank_reports(jobdir.read_log(path), log_rank):
                 if rank is None or r.rank == rank:
                     found.append((path.stat().st_mtime, r.rank, r.host, r.text, r.exc_type))
         if not found:
@@ -350,8 +352,10 @@ def _attached(job_id: str) -> Job:
                         tip=f"follow it with {typed(f'status {job_id}')} or {typed(f'logs {job_id} --follow')}")
     workdir = Path(str(run))
     try:
-        meta = json.loads((jobdir.checked(workdir) / runfn.META).read_text())
-    except (OSError, ValueError):
+        meta = jobdir.read_record(jobdir.checked(workdir) / runfn.META)
+        if meta is None:
+            raise SubmitError("no meta")
+    except SubmitError:
         raise SubmitError(f"job {job_id}'s run folder {workdir} is gone or unreadable",
                           tip=f"only the newest {KEEP_RUNS} answered runs' folders are kept") from None
     name = str(meta.get("name") or Path(str(meta.get("script", ""))).name)

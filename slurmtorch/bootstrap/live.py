@@ -24,10 +24,10 @@ import sys
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
-from slurmtorch import protocol
-from slurmtorch import rankfiles
+from slurmtorch import protocol, rankfiles, readback
 from slurmtorch.bootstrap.heartbeat import periodic_file
 from slurmtorch.pace import Streak
 
@@ -162,10 +162,10 @@ class Straggler:
         for name in os.listdir(self.folder):
             if name.endswith(".json"):
                 try:
-                    with open(os.path.join(self.folder, name), encoding="utf-8") as f:
-                        sample = rankfiles.parse_live(f.read())
-                except OSError:
-                    continue
+                    text = readback.read_text(Path(self.folder) / name, readback.SAMPLE)
+                except readback.NotRead:
+                    continue  # a FIFO a script left there must not hang rank 0
+                sample = rankfiles.parse_live(text) if text is not None else None
                 if sample is not None:
                     samples[sample.rank] = sample
         found = self.streak.feed(samples)

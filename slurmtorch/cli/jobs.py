@@ -16,7 +16,8 @@ from slurmtorch.cli._common import cluster_option, on_cluster
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.follow import live, stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock
-from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset, visible
+from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset
+from slurmtorch.submit.follow.terminaltext import visible
 from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
 from slurmtorch.usecases import control
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
@@ -112,7 +113,7 @@ def _print_job(st: JobStatus, folder) -> None:
     code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
     extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
     shown = st if code is None else replace(st, exit_code=code)
-    print(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}")
+    print(visible(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}"))
     for line in restart_lines(folder):
         print(line)
     if st.done:
@@ -198,7 +199,9 @@ def top(
             lines = [f"job {view.job_id} {view.status.describe()}", *_live_lines(view)]
             if clear:
                 print("\033[H\033[J", end="")
-            print("\n".join(lines), flush=True)
+            print(visible("\n".join(lines)), flush=True)  # host names are the ranks' own words
+            for note in view.notes:
+                print(visible(note), file=sys.stderr)
             if once or view.status.done:
                 return 0
             time.sleep(every)
@@ -266,9 +269,11 @@ def logs(
         )
     for p, stream in paths:
         tail = Tail(p, stream)
+        tail.live = False  # the whole log at once: each line in its final state
         if last is not None:
             tail.offset = last_lines_offset(p, last)
         tail.pump()
+        tail.finish()
     for line in failure_lines(folder):
         print(f"slurmtorch: {line}", file=sys.stderr)
     return 0

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.errors import SlurmtorchError, SpecError
 from slurmtorch.submit import interactive, sites
 from slurmtorch.submit.sites.model import valid_tip
@@ -41,10 +42,11 @@ def recorded_site(environ: Mapping[str, str]) -> str | None:
         return None
     for folder in (job_dir, os.path.dirname(job_dir.rstrip("/"))):
         try:
-            with open(os.path.join(folder, "script.sh"), encoding="utf-8", errors="replace") as f:
-                return site_from_script(f.read(4096))
-        except OSError:
+            text = readback.read_text(Path(folder) / protocol.SCRIPT, 4096, cut="head")
+        except readback.NotRead:
             continue
+        if text is not None:
+            return site_from_script(text)
     return None
 
 

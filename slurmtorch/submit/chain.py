@@ -317,7 +317,7 @@ def _recorded(item: Any) -> RecordedPart | None:
     """One part of a record, or None where it is not as `record_text` writes one."""
     if not isinstance(item, dict) or not all(isinstance(item.get(k), str) for k in ("name", "job_id", "folder")):
         return None
-    if not re.fullmatch(_NAME_RE, item["name"]) or not re.fullmatch(r"[0-9]+", item["job_id"]) \
+    if not re.fullmatch(_NAME_RE, item["name"]) or not re.fullmatch(r"[0-9]{1,18}", item["job_id"]) \
             or item.get("after") not in AFTER:
         return None
     return RecordedPart(item["name"], item["job_id"], item["folder"], item["after"])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from slurmtorch import readback
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit import chain as core
 from slurmtorch.submit import spec
@@ -328,11 +329,11 @@ def chain_of(folder: Path) -> SubmittedChain | None:
     folder beside this one, checked as every verb checks a job folder."""
     path = folder / core.RECORD
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+        text = readback.read_text(path, readback.RECORD)
+    except readback.NotRead as why:
+        raise SubmitError(f"cannot read the chain record {path}: {why}") from None
+    if text is None:
         return None
-    except OSError as exc:
-        raise SubmitError(f"cannot read the chain record {path}: {exc.strerror or exc}") from None
     recorded = core.parse_record(text, str(path))
     if folder.name not in [p.job_id for p in recorded]:
         raise SubmitError(f"{path} does not name job {folder.name} among its parts",

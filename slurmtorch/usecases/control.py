@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.edge import queries, scancel, srun
 from slurmtorch.rankfiles import LiveSample
@@ -48,7 +48,7 @@ def recent_jobs(root: Path, note: Callable[[str], None]) -> list[tuple[JobStatus
     """This user's slurmtorch jobs (those with a folder here): the ones the controller knows,
     newest first, then the RECENT newest of the rest, from their folders; each one skipped
     (a folder that fails its checks) is a `note`."""
-    folders = {p.name: p for p in root.glob("*") if p.name.isdigit()} if root.is_dir() else {}
+    folders = {p.name: p for p in root.glob("*") if readback.numbered(p.name, "") is not None} if root.is_dir() else {}
     queued = {j: st for j, st in queries.my_jobs().items() if j.partition("_")[0] in folders}
     others = sorted((j for j in folders if not any(q.partition("_")[0] == j for q in queued)), key=int)[-RECENT:]
     rows = []
@@ -107,12 +107,14 @@ def logs_target(job_id: str, rank: int | None, node: int | None, trial: int | No
 
 @dataclass(frozen=True)
 class LiveView:
-    """A job's (or trial's) ranks as they last sampled themselves, and how the job stands."""
+    """A job's (or trial's) ranks as they last sampled themselves, and how the job stands;
+    `notes`: the samples skipped, and why (live.read_samples)."""
 
     job_id: str
     folder: Path
     samples: dict[int, LiveSample]
     status: JobStatus
+    notes: tuple[str, ...] = ()
 
 
 def live_view(job_id: str) -> LiveView:
@@ -128,7 +130,9 @@ def live_view(job_id: str) -> LiveView:
     if not trial and jobdir.read_trials(folder) is not None:
         raise SubmitError(f"job {job_id} is an array job: say which trial", tip=typed(f"top {job_id}_0"))
     status = queries.job_status(job_id, jobdir.jobs_root())
-    return LiveView(job_id, folder, live.read_samples(folder), status)
+    notes: list[str] = []
+    samples = live.read_samples(folder, notes.append)
+    return LiveView(job_id, folder, samples, status, tuple(notes))
 
 
 def all_rank_logs(folder: Path) -> list[tuple[str, Path, Path]]:
@@ -138,8 +142,8 @@ def all_rank_logs(folder: Path) -> list[tuple[str, Path, Path]]:
     layout = jobdir.torchrun_layout(job)
     if layout is not None:
         return [(f"[node {n}] ", *jobdir.rank_log_paths(folder, None, n)) for n in range(layout[0])]
-    found = {int(p.stem.split("-", 1)[1]) for p in folder.glob("rank-*.out") if p.stem.split("-", 1)[1].isdigit()}
-    ranks = sorted(found | set(range(int(job.get("ntasks") or 0))))
+    found = {r for p in folder.glob("rank-*.out") if (r := readback.numbered(p.name, "rank-", ".out")) is not None}
+    ranks = sorted(found | set(range(jobdir.job_number(job, "ntasks") or 0)))
     return [(f"[rank {r}] ", *jobdir.rank_log_paths(folder, r)) for r in ranks or [0]]
 
 
@@ -179,7 +183,7 @@ def stacks_target(job_id: str | None) -> StacksTarget:
         name = localrun.run_id(folder)
         if (folder / protocol.EXIT_CODE).exists():
             raise SubmitError(f"local run {name} has ended (exit {jobdir.read_exit_code(folder)}); no rank to ask")
-        ranks = int(job["ntasks"])
+        ranks = _ranks(job, folder)
         return StacksTarget(folder, ranks, lambda: stackrequest.signal_here(folder, ranks, os.uname().nodename), None)
     base, _, trial = job_id.partition("_")
     jobdir.check_job_id(base)
@@ -190,6 +194,14 @@ def stacks_target(job_id: str | None) -> StacksTarget:
         raise SubmitError(f"no job folder with a job.json at {folder}",
                           tip="was the job submitted by slurmtorch (0.x or later) with this SLURMTORCH_HOME?")
     scancel.running_job(job_id)
-    return StacksTarget(folder, int(job["ntasks"]),
+    return StacksTarget(folder, _ranks(job, folder),
                         lambda: scancel.send_stacks_signal(job_id, job.get("launcher") == "mpirun"),
                         lambda pids: srun.signal_pids(job_id, pids))
+
+
+def _ranks(job: dict, folder: Path) -> int:
+    """How many ranks a job.json says the job has; SubmitError where it says no count."""
+    ranks = jobdir.job_number(job, "ntasks")
+    if not ranks:
+        raise SubmitError(f"{folder / protocol.JOB} gives no number of ranks (ntasks)", tip="was it edited by hand?")
+    return ranks

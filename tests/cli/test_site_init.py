@@ -28,17 +28,19 @@ esac
 """
 
 
-def stand_ins(tmp_path: Path, nodes: str = "testbed-nodes", scontrol_fails: bool = False) -> dict[str, str]:
-    """PATH with stand-in scontrol and srun first."""
+def stand_ins(tmp_path: Path, nodes: str = "testbed-nodes", scontrol_fails: bool = False,
+              partitions: str = "testbed-partitions") -> dict[str, str]:
+    """PATH with stand-in scontrol and srun first (`nodes`, `partitions`: a fixture's name, or a
+    path less its .txt)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
 
     def show(name: str) -> str:
-        return f"grep -v '^#' {FIXTURES / (name + '.txt')}"
+        return f"grep -av '^#' {FIXTURES / (name + '.txt')}"  # -a: bytes that are not UTF-8 as they are
 
     scontrol = ('  "show node --oneliner") ' + ("echo 'slurm_load_node error: Unable to contact slurm controller' >&2;"
                                               " exit 1" if scontrol_fails else show(nodes)) + " ;;\n"
-                f'  "show partition --oneliner") {show("testbed-partitions")} ;;')
+                f'  "show partition --oneliner") {show(partitions)} ;;')
     for program, cases in (("scontrol", scontrol), ("srun", f'  "--mpi=list") {show("testbed-mpi")} ;;')):
         p = bin_dir / program
         p.write_text(STAND_IN.format(program=program, cases=cases))
@@ -113,3 +115,39 @@ def test_when_scontrol_fails_nothing_is_written_and_its_words_are_the_error(tmp_
 def test_a_folder_that_does_not_exist_is_one_error_line(tmp_path):
     r = init(tmp_path, "no/such/folder/site.yaml")
     assert r.returncode != 0 and r.stderr == "error: cannot write no/such/folder/site.yaml: no folder no/such/folder\n"
+
+
+def recorded_with(tmp_path: Path, fixture: str, old: bytes, new: bytes) -> str:
+    """The recorded `fixture` with `old` made `new`, as a stand-in's path (less .txt)."""
+    data = (FIXTURES / f"{fixture}.txt").read_bytes()
+    assert old in data
+    (tmp_path / f"{fixture}.txt").write_bytes(data.replace(old, new))
+    return str(tmp_path / fixture)
+
+
+TOO_LONG = b"9" * 5000  # int() refuses more than 4300 digits
+
+
+@pytest.mark.parametrize("fixture, old, new", [
+    ("testbed-nodes", b"CPUEfctv=2", b"CPUEfctv="), ("testbed-nodes", b"RealMemory=4096", b"RealMemory="),
+    ("testbed-nodes", b"Gres=(null)", b"Gres=gpu:a100:"), ("testbed-nodes", b"Sockets=1", b"Sockets="),
+    ("testbed-partitions", b"MaxNodes=UNLIMITED", b"MaxNodes="),
+])
+def test_a_count_too_long_for_a_number_is_one_line_naming_it(tmp_path, fixture, old, new):
+    """Was: ValueError from int() (exit 70)."""
+    env = stand_ins(tmp_path, **{"nodes" if fixture.endswith("nodes") else "partitions":
+                                 recorded_with(tmp_path, fixture, old, new + TOO_LONG)})
+    r = init(tmp_path, env=env)
+    assert r.returncode == 2 and r.stdout == "", r.stderr  # a SiteError
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("error: scontrol said ") and "5000 digits" in lines[0], r.stderr
+    assert len(lines) == 2 and lines[1].startswith("tip: "), r.stderr
+
+
+def test_scontrol_output_that_is_not_utf8_is_read_not_a_crash(tmp_path):
+    """Was: UnicodeDecodeError in the runner (exit 70). A feature named in Latin-1 reads as U+FFFD."""
+    env = stand_ins(tmp_path, nodes=recorded_with(tmp_path, "testbed-nodes", b"AvailableFeatures=cpu,testbed",
+                                                  b"AvailableFeatures=cpu,caf\xe9"))
+    r = init(tmp_path, env=env)
+    assert r.returncode in (0, 1) and "Traceback" not in r.stderr and "unexpected" not in r.stderr, r.stderr
+    assert r.returncode == 0 and "Features=caf\ufffd,cpu" in r.stdout, r.stdout

@@ -399,6 +399,9 @@ def test_stacks_of_a_bad_job_id_is_one_clear_line(tmp_path):
     pickle.dumps({"entries": [{"collective_seq_id": 3, "profiling_name": 7, "process_group": [[1]]}, "junk", None]}),
     b"\x80\x04" + b"(" * 200_000,  # nested deeper than the unpickler's stack
     b"not a pickle at all",
+    pickle.dumps(dump([entry(10 ** 5000, "all_reduce", "completed", 1)])),  # str() refuses over 4300 digits
+    pickle.dumps(dump([entry(-1, "all_reduce", "completed", 1)])),
+    pickle.dumps(dump([{**entry(40, "all_reduce", "completed", 1), "process_group": (10 ** 5000, "d")}])),
 ])
 def test_a_malformed_flight_dump_is_one_line_and_the_other_ranks_still_show(tmp_path, bad):
     (tmp_path / protocol.FLIGHT).mkdir()
@@ -424,4 +427,4 @@ def test_a_flight_dump_linked_to_an_endless_device_is_not_read(tmp_path):
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and lines[0].startswith("flight recorder (group 0): rank 0 entered"), out
     assert [ln for ln in lines if "rank 1" in ln or "rank 2" in ln or "ranks 1-2" in ln] == [
-        "flight recorder: ranks 1-2: not a plain file"], lines
+        "flight recorder: ranks 1-2: not a plain file (a symbolic link)"], lines

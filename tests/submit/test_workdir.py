@@ -159,7 +159,7 @@ def test_a_sweeps_wait_streams_every_trials_rank_0_each_line_marked_with_its_tri
 
     for trial in (0, 1, 10):
         (tmp_path / f"trial-{trial}").mkdir()
-        (tmp_path / f"trial-{trial}" / "rank-0.out").write_text(f"resumed at epoch 0\ntrained 3 epochs\rbar {trial}")
+        (tmp_path / f"trial-{trial}" / "rank-0.out").write_text(f"resumed at epoch 0\ntrial {trial}  10%\rtrial {trial} 100%")
         (tmp_path / f"trial-{trial}" / "rank-1.out").write_text("not rank 0's\n")
     (tmp_path / "trial-1" / "rank-0.err").write_text("a warning\n")
     out, err = io.StringIO(), io.StringIO()
@@ -168,8 +168,8 @@ def test_a_sweeps_wait_streams_every_trials_rank_0_each_line_marked_with_its_tri
     for pair in tails.values():
         for t in pair:
             t.pump()
-    assert out.getvalue() == "".join(f"[trial {k}] resumed at epoch 0\n[trial {k}] trained 3 epochs\r[trial {k}] bar {k}"
-                                     for k in (0, 1, 10))
+            t.finish()  # a progress bar's line: its final state, marked once
+    assert out.getvalue() == "".join(f"[trial {k}] resumed at epoch 0\n[trial {k}] trial {k} 100%" for k in (0, 1, 10))
     assert err.getvalue() == "[trial 1] a warning\n"
 
 

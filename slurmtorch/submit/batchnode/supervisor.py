@@ -52,7 +52,7 @@ from pathlib import Path
 
 import hostlist
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import BootstrapError, SlurmtorchError, SubmitError
 from slurmtorch.pace import Streak
@@ -203,11 +203,11 @@ def _since(path: Path, offset: int, limit: int = TAIL_BYTES) -> str:
     """What a start wrote to `path` after `offset`, at most its last `limit` bytes: a rank's
     report and srun's lines come at the end, and a rank may write gigabytes before them."""
     try:
-        with open(path, "rb") as f:
+        with readback.open_plain(path) as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(offset, size - limit))
             return f.read(limit).decode("utf-8", errors="replace")
-    except OSError:
+    except (OSError, readback.NotRead):
         return ""
 
 
@@ -216,7 +216,7 @@ def _beats(folder: Path) -> dict:
     for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
         if p.name.endswith(".tmp"):
             continue
-        beat = parse_beat(jobdir.read_text(p))
+        beat = parse_beat(readback.text_or_empty(p, readback.SAMPLE, cut=None))
         if beat is not None:
             beats[beat.rank] = beat
     return beats
@@ -347,9 +347,9 @@ def verdict_of(folder: Path, sizes: dict[str, int], start: int, rc: int, started
     batch = _since(folder / jobdir.BATCH_OUT, sizes.get(jobdir.BATCH_OUT, 0))
     errs = {}
     for p in folder.glob("rank-*.err"):
-        idx = p.stem.split("-", 1)[1]
-        if idx.isdigit():
-            errs[int(idx)] = _since(p, sizes.get(p.name, 0))
+        idx = readback.numbered(p.name, "rank-", ".err")
+        if idx is not None:
+            errs[idx] = _since(p, sizes.get(p.name, 0))
     exits = {r: e for r, e in latest_exits(jobdir.exit_notes(folder)).items() if e.restart == start}
     failures = with_roles(parse_failures(batch, errs, exits, roles.rank_hosts(nodes) if roles is not None else ()),
                           roles)

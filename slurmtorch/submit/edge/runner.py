@@ -18,8 +18,10 @@ def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subp
     argv = [str(a) for a in argv]
     try:
         # A session of its own: a TERM/HUP/Ctrl-C meant for us (our process group) must
-        # not kill sbatch mid-call, after the job exists but before we know its id.
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, start_new_session=True)
+        # not kill sbatch mid-call, after the job exists but before we know its id. What a
+        # program prints that is not UTF-8 (a node's or job's name in Latin-1) reads as U+FFFD.
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
+                              start_new_session=True)
     except FileNotFoundError:
         raise SubmitError(f"{argv[0]} not found on PATH", tip=not_found_tip(argv[0]), argv=argv) from None
     except OSError as e:  # e.g. not executable

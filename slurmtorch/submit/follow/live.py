@@ -11,28 +11,33 @@ forward, its own code) is what its peers wait for in backward's all-reduce
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from slurmtorch import protocol
-from slurmtorch import rankfiles
+from slurmtorch import protocol, rankfiles, readback
 from slurmtorch.pace import pace, slowest
 from slurmtorch.rankfiles import LiveSample
 from slurmtorch.submit.follow.jobstatus import clock
+from slurmtorch.submit.follow.terminaltext import visible
 
 
 SHORT_S = 60  # a run this short, without steps, gets no end line
 
 
-def read_samples(folder: Path) -> dict[int, LiveSample]:
-    """Every rank's latest sample in a job's (or trial's) folder, by rank; {} when none."""
+def read_samples(folder: Path, note: Callable[[str], None] | None = None) -> dict[int, LiveSample]:
+    """Every rank's latest sample in a job's (or trial's) folder, by rank; {} when none. A
+    file that is not a sample is skipped, and `note` told why (`note: skipped .live/rank-3.json:
+    rss is not a number of bytes`)."""
     samples = {}
     for path in sorted((folder / protocol.LIVE).glob("rank-*.json")):
         try:
-            sample = rankfiles.parse_live(path.read_text(encoding="utf-8"))
-        except OSError:
-            continue
-        if sample is not None:
+            text = readback.read_text(path, readback.SAMPLE, below=folder)
+            sample = rankfiles.live_or_why(text) if text is not None else None
+        except readback.NotRead as exc:
+            sample = str(exc)
+        if isinstance(sample, str) and note is not None:
+            note(f"note: skipped {protocol.LIVE}/{path.name}: {sample}")
+        elif isinstance(sample, LiveSample):
             samples[sample.rank] = sample
     return samples
 
@@ -44,7 +49,7 @@ def slowest_line(samples: Mapping[int, LiveSample], recent: bool = True) -> str 
     sample, pace, median = found
     ratio = pace / median if median > 0 else 1.0
     what = "outside backward" if sample.own_s is not None else "a step"
-    return (f"slowest: rank {sample.rank} on {sample.host}, {_seconds(pace)} {what} = {ratio:.2f}x the median "
+    return (f"slowest: rank {sample.rank} on {visible(sample.host)}, {_seconds(pace)} {what} = {ratio:.2f}x the median "
             f"({_seconds(median)})")
 
 
@@ -62,7 +67,7 @@ def top_lines(samples: Mapping[int, LiveSample], now: float) -> list[str]:
     out = [head] if head else []
     out.append(cols + "  AGE")
     for s in rows:
-        line = (f"{s.rank:>5}  {s.host[:14]:<14} {s.steps:>7} {_seconds(s.step_s):>8} {_seconds(s.own_s):>8} "
+        line = (f"{s.rank:>5}  {visible(s.host)[:14]:<14} {s.steps:>7} {_seconds(s.step_s):>8} {_seconds(s.own_s):>8} "
                 f"{_trend(s):>6} "
                 f"{_num(s.cpu, '{:.0f}'):>5} {_bytes(s.rss):>7}")
         if gpus:
@@ -92,7 +97,7 @@ def end_line(samples: Mapping[int, LiveSample]) -> str | None:
         found = slowest(samples, recent=False)
         if found is not None and found[2] > 0:
             sample, pace, median = found
-            parts.append(f"slowest rank {sample.rank} on {sample.host} ({pace / median:.2f}x the median "
+            parts.append(f"slowest rank {sample.rank} on {visible(sample.host)} ({pace / median:.2f}x the median "
                          f"{'outside backward' if sample.own_mean_s is not None else 'step'})")
     hosts = {s.host for s in samples.values()}
     parts.append(f"{len(hosts)} node{'s' if len(hosts) != 1 else ''} x {clock(max(0.0, span))} = "

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.rankfiles import Native, RankStacks, parse_alive, parse_native, parse_stacks
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import latest_exits
@@ -40,15 +40,14 @@ def is_alive(path: Path) -> bool | None:
     """Whether a process holds `path`'s lock: True, False (none: the rank's process is
     gone), or None (no such file: the rank never got that far)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+        f = readback.open_plain(path)  # never a FIFO someone left there: opening one waits
+    except (OSError, readback.NotRead):
         return None
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # and with it the lock just taken
+    with f:  # closing it lets go of the lock just taken
+        try:
+            fcntl.lockf(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
     return False
 
 
@@ -96,7 +95,7 @@ def live_pids(folder: Path, ranks: Iterable[int]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for rank in ranks:
         alive = folder / protocol.STACKS / protocol.alive_name(rank)
-        placed = parse_alive(jobdir.read_text(alive))
+        placed = parse_alive(_small(alive))
         if placed is not None and is_alive(alive):
             out.setdefault(placed[0], []).append(placed[1])
     return out
@@ -109,12 +108,12 @@ def collect(folder: Path, ranks: int) -> tuple[dict[int, RankStacks], list[Silen
     exits = latest_exits(jobdir.exit_notes(folder))
     stacks, silent, waiting = {}, [], []
     for rank in range(ranks):
-        answer = parse_stacks(jobdir.read_text(where / protocol.stacks_name(rank)))
+        answer = parse_stacks(_stacks_file(where / protocol.stacks_name(rank)))
         if answer is not None:
             stacks[rank] = answer
             continue
         alive = is_alive(where / protocol.alive_name(rank))
-        placed = parse_alive(jobdir.read_text(where / protocol.alive_name(rank)))
+        placed = parse_alive(_small(where / protocol.alive_name(rank)))
         host = placed[0] if placed else (exits[rank].host if rank in exits else "")
         if alive is False:
             why = f"exited {exits[rank].code} (its script returned)" if rank in exits else "dead (its process is gone)"
@@ -131,7 +130,7 @@ def natives(folder: Path, ranks: Iterable[int], wait_s: float = NATIVE_WAIT_S) -
     the time is up: (what came, the ranks still awaited)."""
     deadline = time.monotonic() + wait_s
     while True:
-        got = {r: n for r in ranks if (n := parse_native(jobdir.read_text(folder / protocol.STACKS / protocol.native_name(r))))}
+        got = {r: n for r in ranks if (n := parse_native(_stacks_file(folder / protocol.STACKS / protocol.native_name(r))))}
         late = [r for r in ranks if r not in got]
         if not late or time.monotonic() >= deadline:
             return got, late
@@ -144,7 +143,7 @@ def signal_here(folder: Path, ranks: int, host: str) -> None:
     (`lock_holder`), never merely a pid a file names."""
     for rank in range(ranks):
         alive = folder / protocol.STACKS / protocol.alive_name(rank)
-        placed = parse_alive(jobdir.read_text(alive))
+        placed = parse_alive(_small(alive))
         if placed is None or placed[0] != host or lock_holder(alive) != placed[1]:
             continue
         try:
@@ -166,17 +165,27 @@ def lock_holder(path: Path) -> int | None:
     fmt, order = layout
     fields = [fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0]  # type, whence, start, len, pid
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        f = readback.open_plain(path)
+    except (OSError, readback.NotRead):
         return None
-    try:
-        got = struct.unpack(fmt, fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack(fmt, *(fields[i] for i in order))))
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    with f:
+        try:
+            got = struct.unpack(fmt, fcntl.fcntl(f.fileno(), fcntl.F_GETLK,
+                                                 struct.pack(fmt, *(fields[i] for i in order))))
+        except OSError:
+            return None
     named = {i: got[k] for k, i in enumerate(order)}
     return None if named[0] == fcntl.F_UNLCK else named[4]
+
+
+def _small(path: Path) -> str:
+    """An alive file's line ('' when there is none, or it is not one)."""
+    return readback.text_or_empty(path, readback.SAMPLE, cut=None)
+
+
+def _stacks_file(path: Path) -> str:
+    """A rank's stacks or native frames ('' when there are none, or they are not a plain file)."""
+    return readback.text_or_empty(path, readback.STACKS, cut=None)
 
 
 def summary(folder: Path, ranks: int, send: Callable[[], None], wait_s: float = WAIT_S) -> list[str]:

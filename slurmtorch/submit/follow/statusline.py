@@ -12,7 +12,7 @@ import os
 from typing import IO
 
 from slurmtorch.submit.follow.jobstatus import JobStatus
-from slurmtorch.submit.follow.tail import visible
+from slurmtorch.submit.follow.terminaltext import visible
 
 _CLEAR = "\r\x1b[K"
 

@@ -2,32 +2,32 @@
 
 The ranks write their logs on a shared file system while `--wait`, `logs --follow` and
 a Distributor's job stream them here; a write may end in the middle of a UTF-8 character.
-What a rank printed reaches the user's terminal only through `visible`: a rank's output
-is data, and an escape sequence in it (a title change, OSC 52 writing the clipboard, a
-cursor move that hides the lines above) would otherwise act on the user's terminal.
+A log is read as readback reads what a job wrote (a plain file only; a FIFO or a link there
+is one line saying so) and copied a chunk at a time, however large it grew. What a rank
+printed reaches the user's terminal only through `terminaltext`: each line in its final
+state (a progress bar's redraws applied), its control characters written out. On a
+terminal, the line a bar is still redrawing is shown live, drawn over by us with `\r`.
 """
 
 from __future__ import annotations
 
-import re
+import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from slurmtorch import readback
+from slurmtorch.submit.follow.statusline import is_terminal
+from slurmtorch.submit.follow.terminaltext import Redraws, visible
 
-# C0 controls but tab, newline and carriage return (progress bars redraw their line with it),
-# DEL, and the C1 controls (U+0080..U+009F: U+009B is CSI to some terminals).
-_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """`text` with every control character a terminal would act on written out as `\\xHH`."""
-    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+_CLEAR = "\r\x1b[K"  # ours: the live line taken away
 
 
 class Tail:
-    """Copies what was appended to a file since the last call, its controls made `visible`.
+    """Copies what was appended to a file since the last call, as `terminaltext` shows it;
+    `finish` writes what is left at the end (a last line without its newline).
 
     `line` (a statusline.StatusLine) is told before and after each write, so that a live
     status line on the same terminal steps aside for the job's output.
@@ -38,16 +38,42 @@ class Tail:
         self.out = out
         self.offset = 0
         self.line = line
+        self.refused = ""  # why the file is not read, once said
+        self.redraws = Redraws()
+        self.live = is_terminal(out)  # show the line a bar is redrawing
+        self.shown = ""  # the live line on the terminal now
 
     def pump(self) -> bool:
+        """Copy what the file holds past `offset` now, a chunk at a time; whether anything came."""
         try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+            f = readback.open_plain(self.path)
         except FileNotFoundError:
             return False
-        if not data:
+        except readback.NotRead as why:
+            self._refuse(str(why))
             return False
+        wrote = False
+        with f:
+            end = os.fstat(f.fileno()).st_size
+            while self.offset < end:
+                f.seek(self.offset)
+                taken = self._copy(f.read(min(readback.CHUNK, end - self.offset)))
+                if not taken:
+                    break
+                wrote = True
+        return wrote
+
+    def _refuse(self, why: str) -> None:
+        if why != self.refused:
+            self.refused = why
+            if self.line is not None:
+                self.line.before_output()
+            print(visible(f"slurmtorch: {self.path}: {why}, not read"), file=sys.stderr, flush=True)
+
+    def _copy(self, data: bytes) -> int:
+        """Write `data` (less an unfinished UTF-8 character at its end); the bytes taken."""
+        if not data:
+            return 0
         # Hold back an incomplete UTF-8 sequence at the end until the rest arrives.
         cut = len(data)
         for back in range(1, min(4, len(data)) + 1):
@@ -59,30 +85,44 @@ class Tail:
                 break
             if b & 0x80 == 0:
                 break
+        if not cut:
+            return 0
         self.offset += cut
-        text = visible(data[:cut].decode("utf-8", errors="replace"))
+        done = self.redraws.feed(data[:cut].decode("utf-8", errors="replace"))
+        self._show(done, self.redraws.live() if self.live else "")
+        return cut
+
+    def finish(self) -> None:
+        """The end of the stream: every line still open, in its final state."""
+        self._show(self.redraws.finish(), "")
+
+    def _show(self, done: str, live: str) -> None:
+        if not done and live == self.shown:
+            return
+        text = (_CLEAR if self.shown else "") + done + live
         if self.line is not None:
             self.line.before_output()
         self.out.write(text)
         self.out.flush()
+        self.shown = live
         if self.line is not None:
             self.line.after_output(text, self.out)
-        return True
 
 
 def last_lines_offset(path: Path, lines: int, chunk: int = 1 << 16) -> int:
     """Where the last `lines` lines of a file start (its size: none; 0: all of it), read
-    backwards a chunk at a time, so a long log is not read whole."""
+    backwards a chunk at a time and at most readback.LOG_LINES back, so a long log is not
+    read whole (nor a 10 GiB line)."""
     try:
-        with open(path, "rb") as f:
+        with readback.open_plain(path) as f:
             end = f.seek(0, 2)
             if lines <= 0:
                 return end
-            pos, seen = end, 0
+            pos, seen, floor = end, 0, max(0, end - readback.LOG_LINES)
             if end and (f.seek(end - 1), f.read(1))[1] == b"\n":
                 seen = -1  # the last line's own newline ends it, not another line
-            while pos > 0:
-                start = max(0, pos - chunk)
+            while pos > floor:
+                start = max(floor, pos - chunk)
                 f.seek(start)
                 data = f.read(pos - start)
                 for i in range(len(data) - 1, -1, -1):
@@ -91,8 +131,8 @@ def last_lines_offset(path: Path, lines: int, chunk: int = 1 << 16) -> int:
                         if seen == lines:
                             return start + i + 1
                 pos = start
-            return 0
-    except OSError:
+            return floor
+    except (OSError, readback.NotRead):
         return 0
 
 
@@ -123,10 +163,12 @@ class Prefixed:
 
 def drain(tails: Sequence[Tail]) -> None:
     """Output written just before the end may land a moment after the state changed:
-    pump until the files stay quiet for a few polls (at most ~1 s)."""
+    pump until the files stay quiet for a few polls (at most ~1 s), then finish each."""
     quiet = 0
     for _ in range(20):
         quiet = 0 if any([t.pump() for t in tails]) else quiet + 1
         if quiet >= 3:
             break
         time.sleep(0.05)
+    for t in tails:
+        t.finish()

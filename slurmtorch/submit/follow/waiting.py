@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, cast
 
+from slurmtorch import readback
 from slurmtorch.errors import SlurmtorchError, typed
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.edge import queries, scancel
@@ -110,7 +111,7 @@ def trial_tails(folder: Path, out: IO[str], err: IO[str], line=None) -> dict[int
     """Rank 0's output and errors (node 0's under torchrun) of every trial in an array job's
     folder, each line marked with its trial: `[trial 2] epoch 1 loss 0.5`."""
     tails: dict[int, list[Tail]] = {}
-    for trial in sorted(int(p.name.split("-", 1)[1]) for p in folder.glob("trial-*") if p.name[6:].isdigit()):
+    for trial in sorted(t for p in folder.glob("trial-*") if (t := readback.numbered(p.name, "trial-")) is not None):
         o, e = jobdir.rank_log_paths(folder / f"trial-{trial}")
         marked = [cast(IO[str], Prefixed(stream, f"[trial {trial}] ")) for stream in (out, err)]  # write/flush/isatty
         tails[trial] = [Tail(o, marked[0], line), Tail(e, marked[1], line)]
@@ -153,6 +154,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
                             reported[t.trial] = t.status
                             for tail in tails.get(t.trial, ()):  # its last lines before its end line
                                 tail.pump()
+                                tail.finish()
                             line.before_output()
                             _report_trial(job_id, t, root, err)
                     if len(reported) == len(trials):

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from slurmtorch import readback
 from slurmtorch.errors import SubmitError
 from slurmtorch.protocol import CODE_DIR, SNAPSHOT
 from slurmtorch.submit.jobfolder import snapshot
@@ -370,7 +371,8 @@ def read_record(folder: Path) -> dict | None:
     if not path.exists() and folder.name.startswith("trial-"):
         path = folder.parent / SNAPSHOT
     try:
-        record = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
-    except (OSError, ValueError):
+        data = readback.read_bytes(path, readback.RECORD)
+        record = None if data is None else json.loads(data.decode("utf-8", errors="surrogateescape"))
+    except (readback.NotRead, ValueError):
         return None
     return record if isinstance(record, dict) else None

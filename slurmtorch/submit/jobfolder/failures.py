@@ -24,7 +24,7 @@ __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits",
 
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
 # the log it wrote to says which rank it was.
-_RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d+)\)$")
+_RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d{1,9})\)$")
 # Where a report ends in a log shared with other writers (mpirun's, a torchrun node's):
 # slurmstepd's notice, mpirun's banner (a line of dashes, `prterun ...`), srun's lines.
 _REPORT_END_RE = re.compile(rf"^(-{{10,}}|slurmstepd|prterun |srun: |{protocol.START_PREFIX})")
@@ -71,12 +71,12 @@ def ch_run_error(text: str) -> str | None:
 
 # mpirun's words (Open MPI 5's prterun, 4's mpirun) for the rank it saw end first, in its own log
 # (a local run's launcher.out) or batch.out. Its messages wrap over lines: read with spaces joined.
-_MPIRUN_SIGNAL_RE = re.compile(r"(?:prterun|mpirun) noticed that process rank (?P<rank>\d+) with PID \d+ on node "
-                               r"(?P<host>\S+) exited on signal (?P<signal>\d+)")
-_MPIRUN_EARLY_RE = re.compile(r"(?:prterun|mpirun) has exited due to process rank (?P<rank>\d+) with PID \d+ on node "
+_MPIRUN_SIGNAL_RE = re.compile(r"(?:prterun|mpirun) noticed that process rank (?P<rank>\d{1,9}) with PID \d+ on node "
+                               r"(?P<host>\S+) exited on signal (?P<signal>\d{1,3})")
+_MPIRUN_EARLY_RE = re.compile(r"(?:prterun|mpirun) has exited due to process rank (?P<rank>\d{1,9}) with PID \d+ on node "
                               r"(?P<host>\S+) exiting improperly")
 _MPIRUN_NONZERO_RE = re.compile(r"(?:prterun|mpirun) detected that one or more processes exited with non-zero status"
-                                r".*? Process name: \[\S*?(?P<rank>\d+)\] Exit code: (?P<code>\d+)")
+                                r".*? Process name: \[\S*?(?P<rank>\d{1,9})\] Exit code: (?P<code>\d{1,9})")
 EXITED_EARLY = "Exited without MPI_Finalize"  # a launcher's words, as srun's are kept: mpirun's "exiting improperly"
 # Signals a launcher sends a rank's peers once one failed (srun's kill-on-bad-exit, mpirun's
 # teardown): a rank ended by one of these was stopped, it did not fail first.
@@ -120,7 +120,7 @@ def latest_exits(texts: list[str]) -> dict[int, RankExit]:
     return {e.rank: e for e in exits if e.restart == latest}
 
 
-_EXITED_RE = re.compile(r"Exited with exit code (\d+)")  # srun's words for a task that exited by itself
+_EXITED_RE = re.compile(r"Exited with exit code (\d{1,9})(?!\d)")  # srun's words for a task that exited by itself
 
 
 def srun_exit_code(what: str) -> int | None:
@@ -140,7 +140,7 @@ def mpirun_ends(log: str) -> dict[int, tuple[str, str]]:
     text = " ".join(log.split())
     ends: dict[int, tuple[str, str]] = {}
     for m in _MPIRUN_SIGNAL_RE.finditer(text):
-        ends.setdefault(int(m["rank"]), (m["host"], signal.strsignal(int(m["signal"])) or f"signal {m['signal']}"))
+        ends.setdefault(int(m["rank"]), (m["host"], _signal_said(int(m["signal"]))))
     for m in _MPIRUN_EARLY_RE.finditer(text):
         ends.setdefault(int(m["rank"]), (m["host"], EXITED_EARLY))
     for m in _MPIRUN_NONZERO_RE.finditer(text):
@@ -148,12 +148,24 @@ def mpirun_ends(log: str) -> dict[int, tuple[str, str]]:
     return ends
 
 
+_TASKS_RE = re.compile(r"(?P<lo>[0-9]{1,9})(?:-(?P<hi>[0-9]{1,9}))?")
+_MOST_TASKS = 1 << 20
+
+
+def _signal_said(number: int) -> str:
+    """`Killed` for 9 (strsignal), `signal 99` for one this system has no name for."""
+    try:
+        return signal.strsignal(number) or f"signal {number}"
+    except ValueError:  # out of range (a log may say anything)
+        return f"signal {number}"
+
+
 def _expand_tasks(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        if lo.isdigit() and (not hi or hi.isdigit()):
-            out.extend(range(int(lo), int(hi or lo) + 1))
+        m = _TASKS_RE.fullmatch(part)
+        if m and int(m["hi"] or m["lo"]) - int(m["lo"]) < _MOST_TASKS:  # a line the job wrote may say anything
+            out.extend(range(int(m["lo"]), int(m["hi"] or m["lo"]) + 1))
     return out
 
 

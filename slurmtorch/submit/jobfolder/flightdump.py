@@ -7,20 +7,18 @@ collective as torch's `flight_recorder` tools read it (`process_group` as (name,
 `collective_seq_id`, `profiling_name` such as `nccl:all_reduce`, `state` scheduled |
 started | completed, `is_p2p`). `summary_lines` is pure; `load` reads one dump with an
 unpickler that builds plain values only (dicts, lists, strings, numbers), never objects,
-from a plain file and up to MAX_BYTES: a dump that is not one is a reason, not an error.
+from a plain file and up to MAX_BYTES (readback): a dump that is not one is a reason, not
+an error.
 """
 
 from __future__ import annotations
 
-import errno
 import io
-import os
 import pickle
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.submit.jobfolder.stacks import ranges
 
 
@@ -32,22 +30,16 @@ class _PlainValues(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not a plain value")
 
 
-def load(path: Path) -> dict | str | None:
+def load(path: Path, below: Path | None = None) -> dict | str | None:
     """One rank's dump; None when there is none; else why it is not one (one short phrase).
-    Read from a plain file only (not a link, a fifo or a device: /dev/urandom never ends)
-    and up to MAX_BYTES, so no dump can hang `stacks` or fill its memory."""
+    Read as readback reads what a job wrote (a plain file only: /dev/urandom never ends) and
+    up to MAX_BYTES, so no dump can hang `stacks` or fill its memory."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+        data = readback.read_bytes(path, MAX_BYTES, below=below)
+    except readback.NotRead as exc:
+        return str(exc)
+    if data is None:
         return None
-    except OSError as exc:
-        return "not a plain file" if exc.errno == errno.ELOOP else f"unreadable ({exc.strerror or exc})"
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not a plain file"
-        data = f.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        return f"over {MAX_BYTES >> 20} MiB, not read"
     try:
         dump = _PlainValues(io.BytesIO(data)).load()
     except Exception as exc:  # noqa: BLE001 - any bytes at all: pickle raises a dozen kinds
@@ -64,23 +56,29 @@ def _malformed(entries: list) -> str | None:
         if not isinstance(e, dict):
             return f"entry {i} is not a record"
         seq, group, name = e.get("collective_seq_id", 0), e.get("process_group", ("",)), e.get("profiling_name", "")
-        if type(seq) is not int:
-            return f"entry {i}'s collective_seq_id is not a number"
-        if not isinstance(group, (list, tuple)) or not group or not isinstance(group[0], (str, int)):
+        if not _sequence(seq):
+            return f"entry {i}'s collective_seq_id is not a sequence number"
+        if not isinstance(group, (list, tuple)) or not group or not (isinstance(group[0], str) or _sequence(group[0])):
             return f"entry {i}'s process_group is not (name, description)"
         if not isinstance(name, str) or not isinstance(e.get("state", ""), str):
             return f"entry {i}'s profiling_name or state is not text"
     return None
 
 
+def _sequence(value) -> bool:
+    """A number torch could have counted to: a pickle holds ints of any size, and str() refuses
+    one of over 4300 digits (the summary says `#42`)."""
+    return type(value) is int and 0 <= value < 1 << 63
+
+
 def load_folder(folder: Path) -> dict[int, dict | str]:
     """Every rank's dump in a job folder's flight/, by rank (a str: why that rank's is not one)."""
     dumps = {}
     for path in (folder / protocol.FLIGHT).glob("rank-*"):
-        tail = path.name[len("rank-"):]
-        dump = load(path) if tail.isdigit() else None
-        if dump is not None:
-            dumps[int(tail)] = dump
+        rank = readback.numbered(path.name, "rank-")
+        dump = None if rank is None else load(path, folder)
+        if rank is not None and dump is not None:
+            dumps[rank] = dump
     return dumps
 
 

@@ -33,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.protocol import (BATCH_OUT, EXIT_CODE, HEARTBEATS, JOB, NODE_PROLOGUE_ERR, RESTARTS, RUN_TOKEN,
                                  SCRIPT, TRIALS)
@@ -196,21 +196,38 @@ def checked(folder: Path, home: Path | None = None) -> Path:
     return folder
 
 
-def read_trials(folder: Path) -> dict | None:
-    """An array job's trials.json, or None for a plain job."""
+def read_record(path: Path) -> dict | None:
+    """A JSON record slurmtorch wrote into a job folder (job.json, restarts.json, ...), read
+    back as what the job may have made of it (readback): None when it is not there; SubmitError
+    when it is not a JSON object, or not a plain file."""
     try:
-        return json.loads((folder / TRIALS).read_text())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise SubmitError(f"cannot read {folder / TRIALS}: {exc}") from None
+        text = readback.read_text(path, readback.RECORD)
+        record = None if text is None else json.loads(text)
+    except readback.NotRead as why:
+        raise SubmitError(f"cannot read {path}: {why}") from None
+    except ValueError as exc:
+        raise SubmitError(f"cannot read {path}: not JSON ({exc})") from None
+    if text is not None and not isinstance(record, dict):
+        raise SubmitError(f"cannot read {path}: not a JSON object")
+    return record
+
+
+def read_trials(folder: Path) -> dict | None:
+    """An array job's trials.json (its `trials`: parameters by trial number), or None for a
+    plain job; SubmitError when it is not one slurmtorch wrote."""
+    record = read_record(folder / TRIALS)
+    trials = None if record is None else record.get("trials")
+    if record is not None and not (isinstance(trials, dict) and trials and all(
+            readback.numbered(t, "") is not None and isinstance(params, dict) for t, params in trials.items())):
+        raise SubmitError(f"cannot read {folder / TRIALS}: no trials by number", tip="was it edited by hand?")
+    return record
 
 
 def read_restarts(folder: Path) -> dict | None:
-    """A --max-restarts job's restarts.json, or None (no restarts asked, or none yet)."""
+    """A --max-restarts job's restarts.json, or None (no restarts asked, none yet, or unreadable)."""
     try:
-        return json.loads((folder / RESTARTS).read_text())
-    except (OSError, ValueError):
+        return read_record(folder / RESTARTS)
+    except SubmitError:
         return None
 
 
@@ -240,12 +257,13 @@ def replace_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+_EXIT_CODE_RE = re.compile(r"-?[0-9]{1,9}")
+
+
 def read_exit_code(folder: Path) -> int | None:
     """The launch step's exit code, once the batch script has written it."""
-    try:
-        return int((folder / EXIT_CODE).read_text().strip())
-    except (OSError, ValueError):
-        return None
+    text = readback.text_or_empty(folder / EXIT_CODE, readback.SAMPLE, cut=None).strip()
+    return int(text) if _EXIT_CODE_RE.fullmatch(text) else None
 
 
 _JOB_NAME = re.compile(r"^#SBATCH --job-name=(.*)$", re.MULTILINE)
@@ -253,7 +271,7 @@ _JOB_NAME = re.compile(r"^#SBATCH --job-name=(.*)$", re.MULTILINE)
 
 def read_job_name(folder: Path) -> str:
     """The name the job was submitted with (its script's `#SBATCH --job-name=`), '' if none."""
-    m = _JOB_NAME.search(read_text(folder / SCRIPT)[:8192])
+    m = _JOB_NAME.search(readback.text_or_empty(folder / SCRIPT, 8192, cut="head"))
     return m.group(1).strip().strip("'\"") if m else ""
 
 
@@ -274,17 +292,24 @@ def read_job(folder: Path) -> dict | None:
     if not path.exists() and folder.name.startswith("trial-"):
         path = folder.parent / JOB
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
+        return read_record(path)
+    except SubmitError:
         return None
-    return record if isinstance(record, dict) else None
+
+
+def job_number(job: dict | None, key: str, most: int = 1 << 20) -> int | None:
+    """A count in a job's job.json (nodes, ntasks), or None where it is not one from 0 to
+    `most` (pure): the job can write its folder, and a count sizes what is read and shown."""
+    value = (job or {}).get(key)
+    return value if type(value) is int and 0 <= value <= most else None
 
 
 def torchrun_layout(job: dict | None) -> tuple[int, int] | None:
     """(nodes, ranks per node) when a job (its job.json) launches torchrun, else None (pure)."""
     if not job or job.get("launcher") != "torchrun":
         return None
-    return int(job["nodes"]), int(job["ntasks_per_node"])
+    nodes, per = job_number(job, "nodes"), job_number(job, "ntasks_per_node")
+    return (nodes, per) if nodes and per else None
 
 
 def log_names(torchrun: tuple[int, int] | None, rank: int | None = None, node: int | None = None) -> tuple[str, str]:
@@ -322,23 +347,22 @@ def rank_log_paths(folder: Path, rank: int | None = None, node: int | None = Non
 def error_logs(folder: Path) -> dict[int, str]:
     """The text of every rank-R.err (torchrun: node-N.err) in a job folder, by R (or N)."""
     errs: dict[int, str] = {}
-    for pattern in ("rank-*.err", "node-*.err"):
-        for p in folder.glob(pattern):
-            idx = p.stem.split("-", 1)[1]
-            if idx.isdigit():
-                errs.setdefault(int(idx), read_text(p))
+    for prefix in ("rank-", "node-"):
+        for p in folder.glob(f"{prefix}*.err"):
+            idx = readback.numbered(p.name, prefix, ".err")
+            if idx is not None:
+                errs.setdefault(idx, read_log(p))
     return errs
 
 
 def exit_notes(folder: Path) -> list[str]:
     """The text of every rank-R.exit in a job folder: the ranks whose script returned
     (bootstrap.exits.note_exit; failures.latest_exits reads them)."""
-    return [read_text(p) for p in sorted(folder.glob(protocol.exit_note_name("*")))]
+    return [readback.text_or_empty(p, readback.SAMPLE, cut=None)
+            for p in sorted(folder.glob(protocol.exit_note_name("*")))]
 
 
-def read_text(path: Path) -> str:
-    """A log's text, '' when it is not there (yet)."""
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
+def read_log(path: Path) -> str:
+    """A log's end (readback.LOG_TAIL: where its failure is), '' when it is not there (yet)
+    or not a plain file."""
+    return readback.text_or_empty(path, readback.LOG_TAIL)

@@ -16,7 +16,7 @@ import os
 import re
 from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.errors import SpecError, SubmitError, typed
 from slurmtorch.submit.jobfolder import jobdir, ownership
 from slurmtorch.submit.jobfolder.pruning import prune_ended
@@ -62,7 +62,7 @@ def create(script: str, ntasks: int, root: Path | None = None) -> Path:
     root = root or runs_root()
     try:
         ownership.secure_folder(root, root.parent)
-        taken = [int(p.name) for p in root.iterdir() if p.name.isdigit()]
+        taken = [n for p in root.iterdir() if (n := readback.numbered(p.name, "")) is not None]
         number = max(taken, default=0) + 1
         while True:
             folder = root / str(number)
@@ -87,7 +87,7 @@ def live_runs(root: Path | None = None) -> list[Path]:
     """The local runs not yet ended (no exit-code; job.json says local), oldest first: the
     CLI's, then the Distributor's."""
     root = root or runs_root()
-    mine = sorted((p for p in _folders(root) if p.name.isdigit()), key=lambda p: int(p.name))
+    mine = sorted((p for p in _folders(root) if readback.numbered(p.name, "") is not None), key=lambda p: int(p.name))
     distributed = sorted(p for p in _folders(root.parent / "distributor") if _DISTRIBUTOR_ID_RE.fullmatch(run_id(p)))
     return [p for p in (*mine, *distributed)
             if not (p / protocol.EXIT_CODE).exists() and (jobdir.read_job(p) or {}).get("local")]

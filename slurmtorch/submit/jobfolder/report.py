@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from slurmtorch import protocol
+from slurmtorch import protocol, readback
 from slurmtorch.errors import BootstrapError, typed
 from slurmtorch.protocol import parse_summary
 from slurmtorch.rankfiles import parse_stacks
@@ -22,7 +22,7 @@ from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.batchnode.batchbash import ROLE_NODES_FILE
 from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
-from slurmtorch.submit.follow.tail import visible
+from slurmtorch.submit.follow.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.failures import (RankFailure, batch_failures, is_timeout, latest_exits, latest_start,
                                                   parse_failures)
@@ -35,10 +35,10 @@ def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[R
     script returned; of a restarted job (--max-restarts), what its latest start wrote."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
     layout = role_layout((jobdir.read_job(folder) or {}).get("roles"))
-    nodes = jobdir.read_text(folder / ROLE_NODES_FILE).split()
+    nodes = readback.text_or_empty(folder / ROLE_NODES_FILE, readback.RECORD, cut=None).split()
     # A role job's host of every rank, from its nodes in role order (the role nodes file).
     hosts = layout.rank_hosts(nodes) if layout is not None and len(nodes) >= layout.nodes else nodes
-    report = parse_failures(latest_start(jobdir.read_text(folder / launcher_log)), errs,
+    report = parse_failures(latest_start(jobdir.read_log(folder / launcher_log)), errs,
                             latest_exits(jobdir.exit_notes(folder)), hosts)
     return with_roles(report, layout)
 
@@ -61,8 +61,8 @@ def with_roles(report: list[RankFailure], layout: RoleLayout | None) -> list[Ran
 def failure_lines(folder: Path, limit: int = 8) -> list[str]:
     """Human lines naming rank, host and cause; the first is the likely root cause. Causes
     and hosts are the ranks' own words: their control characters are made `visible`."""
-    before = batch_failures(latest_start(jobdir.read_text(folder / jobdir.BATCH_OUT)),
-                            jobdir.read_text(folder / jobdir.NODE_PROLOGUE_ERR))
+    before = batch_failures(latest_start(jobdir.read_log(folder / jobdir.BATCH_OUT)),
+                            jobdir.read_log(folder / jobdir.NODE_PROLOGUE_ERR))
     if before:  # no rank ran, or what would restart them was killed
         return [visible(f"failed: {cause}") for cause in before[:limit]]
     report = failure_report(folder)
@@ -125,7 +125,7 @@ def end_stack_lines(folder: Path) -> list[str]:
     dump: bootstrap.stacks), grouped; [] when none left one."""
     ended = {}
     for path in (folder / protocol.STACKS).glob(protocol.end_stacks_name("*")):
-        stacks = parse_stacks(jobdir.read_text(path))
+        stacks = parse_stacks(readback.text_or_empty(path, readback.STACKS, below=folder, cut=None))
         if stacks is not None and stacks.threads:
             ended[stacks.rank] = stacks
     lines = summary_lines(ended)
@@ -163,17 +163,22 @@ def restart_lines(folder: Path) -> list[str]:
     record = jobdir.read_restarts(folder)
     if not record:
         return []
-    state = RestartState.from_dict(record)
-    head = f"restarts: {state.restarts} of {record.get('max_restarts', '?')}"
-    if state.excluded:
-        head += f"; excluded: {','.join(state.excluded)}"
-    return [visible(line) for line in (head, *(e.line() for e in state.events), *stack_lines(folder))]
+    try:
+        state = RestartState.from_dict(record)
+        head = f"restarts: {state.restarts} of {record.get('max_restarts', '?')}"
+        if state.excluded:
+            head += f"; excluded: {','.join(state.excluded)}"
+        events = [e.line() for e in state.events]
+    except (ValueError, TypeError, KeyError, AttributeError):  # the job can write its folder
+        return [f"restarts: {folder / jobdir.RESTARTS} is not as the supervisor writes it, not read"]
+    return [visible(line) for line in (head, *events, *stack_lines(folder))]
 
 
 def stack_lines(folder: Path) -> list[str]:
     """The ranks' grouped stacks the restart supervisor took when a rank hung (before it
     ended the step), headed by which start; [] when none hung."""
-    said = parse_summary(jobdir.read_text(folder / protocol.STACKS / protocol.SUMMARY))
+    said = parse_summary(readback.text_or_empty(folder / protocol.STACKS / protocol.SUMMARY, readback.STACKS,
+                                                below=folder, cut=None))
     if said is None:
         return []
     start, lines = said
@@ -182,12 +187,7 @@ def stack_lines(folder: Path) -> list[str]:
 
 def last_line(path: Path, tail_bytes: int = 4096) -> str:
     """The last non-empty line of a log (its last `tail_bytes` only), '' when none."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, 2) - tail_bytes))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+    text = final_text(readback.text_or_empty(path, tail_bytes))  # a progress bar: its last state
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
 

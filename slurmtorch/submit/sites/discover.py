@@ -97,17 +97,32 @@ def gres_entries(gres: str) -> list[tuple[str, str | None, int]]:
         if entry in ("(null)", "N/A"):
             continue
         parts = entry.split(":")
-        count = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
-        kind = parts[1] if len(parts) > 2 or (len(parts) == 2 and not parts[1].isdigit()) else None
+        number = _count(parts[-1], f"Gres={gres}") if len(parts) > 1 else None
+        count = 1 if number is None else number
+        kind = parts[1] if len(parts) > 2 or (len(parts) == 2 and number is None) else None
         out.append((parts[0], kind, count))
     return out
 
 
+_COUNT_RE = re.compile(r"[0-9]+")
+
+
+def _count(text: str, said: str) -> int | None:
+    """A count scontrol printed (ASCII digits), or None for a word (UNLIMITED, N/A); one too long
+    for any count Slurm keeps (int() refuses over 4300 digits) is a SiteError naming `said`."""
+    if not _COUNT_RE.fullmatch(text):
+        return None
+    if len(text) > 18:
+        raise SiteError(f"scontrol said {_comment(said)[:60]}... ({len(text)} digits): not a count slurmtorch can use",
+                        tip="please report it with the output of scontrol show node/partition")
+    return int(text)
+
+
 def _int(record: dict[str, str], *keys: str) -> int:
     for k in keys:
-        v = record.get(k, "")
-        if v.isdigit():
-            return int(v)
+        v = _count(record.get(k, ""), f"{k}={record.get(k, '')}")
+        if v is not None:
+            return v
     return 0
 
 
@@ -263,7 +278,7 @@ def _partition_lines(part: dict[str, str], types: list[NodeType]) -> tuple[list[
     if default_time is not None and parse_time(default_time) > parse_time(max_time or "UNLIMITED"):
         default_time = None
     lines += [f"  {_key(name)}:",
-              f"    max_nodes: {int(max_nodes) if max_nodes.isdigit() and int(max_nodes) else len(members)}",
+              f"    max_nodes: {_count(max_nodes, f'MaxNodes={max_nodes}') or len(members)}",
               f"    max_time: {_str(max_time or 'UNLIMITED')}",
               f"    node_type: {_key(nt.name)}"]
     if default_time not in (None, "UNLIMITED"):
