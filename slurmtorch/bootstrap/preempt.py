@@ -51,7 +51,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from slurmtorch import protocol
+from slurmtorch import events, protocol
 from slurmtorch.errors import SlurmtorchError
 
 __all__ = ["on_preempt", "install", "restart_count", "checkpoint_dir", "requeue_target", "preempt_signal",
@@ -244,6 +244,10 @@ def _requeue_and_exit(who: str, host: str, environ: Mapping[str, str]) -> None:
     # line printed after scontrol returns was lost about one run in ten on the testbed.
     try:
         _say(protocol.requeueing_line(who, host, requeue_target(environ), restart_count(environ) + 1))
+        folder = protocol.rank_folder(environ)
+        if folder:  # before the requeue, as the line: Slurm's TERM may come the moment it is done
+            events.append(folder, "requeued", by=f"{who} on {host}", why=f"{_STATE['installed'].name} received",
+                          attempt=restart_count(environ))
         requeue(environ, _STATE["runner"])
     except SlurmtorchError as e:
         _say(f"{who} on {host}: requeue failed:\n{e.render()}")

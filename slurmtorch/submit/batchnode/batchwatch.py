@@ -69,10 +69,9 @@ def act(folder: Path, job: str, host: str, max_restarts: int) -> int:
     """Record the lost start (`host` excluded) and requeue the job, or cancel it: no restarts left."""
     plan = decide(record.load_state(folder), batch_node_lost(host), (), 1, max_restarts, now=time.time(),
                   in_place=False, requeue=not slurmjob.heterogeneous(os.environ))
-    record.save_state(folder, plan.state, max_restarts)
-    record.say(f"{plan.state.events[-1].line()} ({plan.why})")
+    record.noted(folder, plan, max_restarts)
     if plan.action == "requeue":
-        return 0 if slurmjob.requeue_alone(job) else 1
+        return 0 if slurmjob.requeue_alone(job, plan.state.events[-1].cause, [host]) else 1
     slurmjob.cancel(job)
     return 1
 

@@ -4,20 +4,21 @@ it. Runs scontrol, sinfo and scancel (the requeue through `slurmtorch.requeue`).
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 
 import hostlist
 
-from slurmtorch import protocol
+from slurmtorch import events, protocol
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.batchnode.record import say
 from slurmtorch.submit.batchnode.restarts import dead_nodes, requeue_size
 
 
-def requeue(job: str, excluded: Sequence[str], layout: tuple[int, int, int] | None = None) -> bool:
+def requeue(job: str, excluded: Sequence[str], layout: tuple[int, int, int] | None = None, why: str = "") -> bool:
     """Requeue the job without the excluded nodes (`slurmtorch.requeue`, the one path); True
     once Slurm has it (it then ends us). The requeue's TERM is ignored here: the update that
     excludes the nodes follows it, while the job is completing. With `layout` (Args.layout)
@@ -38,7 +39,16 @@ def requeue(job: str, excluded: Sequence[str], layout: tuple[int, int, int] | No
         say(protocol.requeued_without_line(job, requeuing.exclude(job, nodes, extra=size)))
     except SubmitError as exc:
         say(f"warning: job {job} requeued, but excluding {','.join(nodes)} failed: {exc.message}")
+    _noted(why, nodes)
     return True
+
+
+def _noted(why: str, excluded: Sequence[str], by: str = "supervisor") -> None:
+    """The requeue in the job's record (after the update: that has to land before the KILL)."""
+    folder = os.environ.get(protocol.JOB_DIR)
+    if folder:
+        events.append(folder, "requeued", by=by, why=why, excluded=list(excluded),
+                      attempt=int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0))
 
 
 def _size(job: str, excluded: Sequence[str], layout: tuple[int, int, int]) -> tuple[str, ...]:
@@ -91,7 +101,7 @@ def cancel(job: str) -> None:
     subprocess.run(["scancel", job], capture_output=True, text=True, timeout=60)
 
 
-def requeue_alone(job: str) -> bool:
+def requeue_alone(job: str, why: str = "", excluded: Sequence[str] = ()) -> bool:
     """`scontrol requeue JOB` and nothing after it, for the watcher (batchwatch.py): Slurm
     completes the requeue only once every step has ended, the watcher's own included, and
     takes ExcNodeList only after that (the testbed: an update 5 s later was still refused,
@@ -103,4 +113,5 @@ def requeue_alone(job: str) -> bool:
     except SubmitError as exc:
         say(f"error: {exc.message}")
         return False
+    _noted(why, excluded, by="watcher")
     return True

@@ -52,12 +52,12 @@ from pathlib import Path
 
 import hostlist
 
-from slurmtorch import protocol, readback
+from slurmtorch import events, protocol, readback
 from slurmtorch import requeue as requeuing
 from slurmtorch.errors import BootstrapError, SlurmtorchError, SubmitError
 from slurmtorch.pace import Streak
 from slurmtorch.roles import RoleLayout, parse_roles
-from slurmtorch.submit.batchnode.record import load_state, save_state, say
+from slurmtorch.submit.batchnode.record import load_state, noted, save_state, say
 from slurmtorch.submit.batchnode.restarts import Pool, blame, decide, place
 from slurmtorch.submit.batchnode.slurmjob import HET_NODELIST, dead_now, heterogeneous, job_fields, requeue
 from slurmtorch.submit.follow import stackrequest
@@ -430,11 +430,13 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
         if placed is None:  # a requeued job that Slurm placed on a node excluded since
             healthy = [n for n in allocated if n not in state.excluded]
             say(f"start {start}: {len(healthy)} healthy nodes of the {args.nodes} needed; requeueing")
-            return 0 if requeue(requeuing.target(os.environ), state.excluded, args.layout) and _wait_for_requeue() else 1
+            return 0 if requeue(requeuing.target(os.environ), state.excluded, args.layout,
+                                "placed on a node excluded since") and _wait_for_requeue() else 1
         nodes = list(placed)
         # The watcher runs on one of the batch script's nodes (a heterogeneous job's first component's).
         watcher.ensure([n for n in pools[0][0] if n not in state.excluded])
         env = start_env(args, start, folder, nodes, here, fixed)
+        events.append(folder, "launched", start=start, nodes=nodes)
         _clear_beats(folder)
         if start:
             last = state.events[-1] if state.events else None
@@ -452,11 +454,11 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
                       dead=dead_now(requeuing.target(os.environ), allocated, listed=not het), pools=pools,
                       requeue=not het)
         state = plan.state
-        save_state(folder, state, args.max_restarts)
-        say(f"{state.events[-1].line()} ({plan.why})")
+        noted(folder, plan, args.max_restarts)
         if plan.action == "restart":
             continue
-        if plan.action == "requeue" and requeue(requeuing.target(os.environ), plan.nodes, args.layout) and _wait_for_requeue():
+        if plan.action == "requeue" and requeue(requeuing.target(os.environ), plan.nodes, args.layout,
+                                                verdict.cause) and _wait_for_requeue():
             return 0
         return verdict.code or rc or 1
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmtorch import events
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.edge.git import git
 from slurmtorch.submit.edge.runner import Runner, run
@@ -93,6 +94,7 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
             pending.check()
             # Only once renamed is the folder at the job id ours: before, it may be an older job's.
             final = jobdir.move_into_place(tmp, root, job_id)
+            events.append(final, "submitted", **submitted_fields(job_id, job or {}))
             if release:
                 released = True  # from here the job may start, even if scontrol fails to say so
                 runner(["scontrol", "release", job_id])
@@ -104,6 +106,12 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
         if announce is not None:
             announce(submission)
     return submission
+
+
+def submitted_fields(job_id: str, job: dict) -> dict:
+    """The `submitted` event of a job from its job.json (pure): what the story starts with."""
+    keep = {"nodes": int, "ntasks": int, "launcher": str, "workdir": str}
+    return {"job": job_id, **{k: job[k] for k, kind in keep.items() if isinstance(job.get(k), kind)}}
 
 
 def release_jobs(job_ids: Sequence[str], *, runner: Runner = run) -> None:
