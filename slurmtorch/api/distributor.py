@@ -170,6 +170,8 @@ class Distributor:
         spec, text = rendered.spec, rendered.text
 
         meta["redirect_logs"] = self.local_mode
+        if self.local_mode:
+            launch.check_launcher(spec, os.environ)
         try:
             create_run_folder(workdir)
         except OSError as exc:
