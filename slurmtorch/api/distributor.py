@@ -175,6 +175,8 @@ class Distributor:
 
         meta["redirect_logs"] = self.local_mode
         meta["answer"] = self.answer
+        if self.local_mode:
+            launch.check_launcher(spec, os.environ)
         try:
             create_run_folder(workdir)
         except OSError as exc:

@@ -3,7 +3,7 @@
 `derive` reads the launcher's environment (`launchers`) or asks MPI (`mpi`), and on the
 rank that hosts the store holds MASTER_PORT (`rendezvous`) until torch binds it.
 `place_rank` puts the rank on the CPUs nearest its GPU (`placement`, from the node's
-`topology`); `thread_defaults` gives ranks sharing a node their share of its CPUs; `own_session`
+`topology`); `thread_defaults` gives each rank its share of its node's CPUs (a rank alone: all it may use); `own_session`
 gives an mpirun rank the session of its own that srun and torchrun give theirs (CPU scheduling).
 """
 
@@ -112,17 +112,19 @@ def _set_affinity(cpus: frozenset[int]) -> None:
 
 
 def thread_defaults(environ, local_world_size: int, cpus: int) -> dict[str, str]:
-    """Pure: OMP_NUM_THREADS for ranks sharing a node, unless the user set it.
+    """Pure: OMP_NUM_THREADS for every rank, unless the user or the site set it.
 
     Like torchrun, which sets 1 when several ranks share a node: N ranks each starting
     a thread per core oversubscribe the node badly. We give each rank its share:
     srun's SLURM_CPUS_PER_TASK when present, else the CPUs this process may use
-    divided by the ranks on the node. Must be set before torch is imported.
+    divided by the ranks on the node; a rank alone on its node, all it may use (left
+    unset, accelerate warns in every job and gives torch the host's physical cores,
+    whatever the job was allotted). Must be set before torch is imported.
     """
-    if "OMP_NUM_THREADS" in environ or local_world_size <= 1:
+    if "OMP_NUM_THREADS" in environ:
         return {}
     per_task = environ.get("SLURM_CPUS_PER_TASK", "").strip()
-    threads = int(per_task) if per_task.isdigit() and int(per_task) > 0 else max(1, cpus // local_world_size)
+    threads = int(per_task) if per_task.isdigit() and int(per_task) > 0 else max(1, cpus // max(1, local_world_size))
     return {"OMP_NUM_THREADS": str(threads)}
 
 

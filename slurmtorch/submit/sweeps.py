@@ -146,6 +146,16 @@ def trial_folder(trial: int, params: tuple[tuple[str, str], ...]) -> str:
     return f"params-{digest[:16]}"
 
 
+# Every name trial_folder gives: `trial-K`, `params-<hash>`, or NAME=VALUE pairs of escaped characters.
+_ESCAPED = r"[A-Za-z0-9._+%-]"
+_TRIAL_FOLDER = re.compile(rf"trial-[0-9]+|params-[0-9a-f]{{16}}|{_ESCAPED}+={_ESCAPED}*(?:,{_ESCAPED}+={_ESCAPED}*)*")
+
+
+def is_trial_folder(name: str) -> bool:
+    """Whether `name` (a folder below a `trials/`) is one `trial_folder` makes (pure)."""
+    return _TRIAL_FOLDER.fullmatch(name) is not None
+
+
 def _escaped(text: str) -> str:
     return "".join(c if c in _FOLDER_SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogateescape"))
                    for c in text)

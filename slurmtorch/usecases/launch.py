@@ -19,7 +19,7 @@ from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit import interactive, render, sites, spec
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
-from slurmtorch.submit.mpiflavour import ROOT_NOTE, root_allowance
+from slurmtorch.submit.mpiflavour import ROOT_NOTE, launcher_missing, launcher_places, mpiexec_line, root_allowance
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sites.model import Site
 from slurmtorch.submit.spec import JobSpec
@@ -132,6 +132,7 @@ def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:
     from slurmtorch.submit.edge import local  # lazy: the edge, only a real run starts processes
     from slurmtorch.submit.jobfolder import localrun
 
+    check_launcher(job.spec, os.environ)
     ntasks = job.spec.ntasks
     try:
         folder = localrun.create(job.text, ntasks)
@@ -145,6 +146,20 @@ def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:
                                    local_environment(job, localrun.environment(folder), say))
     finally:
         localrun.ended(folder)
+
+
+def check_launcher(job: JobSpec, environ) -> None:
+    """Before a run here starts anything: its MPI's launcher, looked for where its script looks
+    (`mpiflavour.launcher_places`), else one line saying which and how to get one. Where the
+    site changes PATH itself (its modules, a prologue, PATH in its environment) or the ranks run
+    in a container, the script may find one that is not on PATH yet: left to the script."""
+    if (job.modules or job.module_use or job.module_purge or job.prologue or job.container is not None
+            or any(edit[0] == "PATH" for edit in (*job.env, *job.env_paths))):
+        return
+    line = mpiexec_line(job.mpi_launch, job.ntasks, job.hostfile, [])
+    places = launcher_places(line.program, line.beside_python, job.python, environ.get("PATH", os.defpath))
+    if not any(os.path.isfile(place) and os.access(place, os.X_OK) for place in places):
+        raise launcher_missing(line.program, job.mpi_launch.flavour, line.beside_python, job.python)
 
 
 def local_environment(job: RenderedJob, env: dict[str, str], say: Callable[[str], None]) -> dict[str, str]:

@@ -16,7 +16,7 @@ AFFINITY = """\
 import os, socket
 import torch.distributed as dist
 print("BIND", os.environ["RANK"], socket.gethostname(), ",".join(map(str, sorted(os.sched_getaffinity(0)))),
-      flush=True)
+      os.environ.get("OMP_NUM_THREADS", "unset"), flush=True)
 dist.barrier()  # no rank leaves while another is still connecting
 """
 
@@ -28,15 +28,20 @@ SHAPES = {
 }
 
 
+def bind_lines(folder) -> list[list[str]]:
+    """The BIND lines in the job's logs (rank-N.out, or torchrun's node-N.out), split."""
+    return [line.split() for log in folder.glob("*.out") for line in log.read_text().splitlines()
+            if line.startswith("BIND ")]
+
+
 def bindings(folder) -> dict[int, tuple[str, frozenset[int]]]:
-    """rank -> (host, CPUs) from the BIND lines in the job's logs (rank-N.out, or torchrun's node-N.out)."""
-    out = {}
-    for log in folder.glob("*.out"):
-        for line in log.read_text().splitlines():
-            if line.startswith("BIND "):
-                _, rank, host, cpus = line.split()
-                out[int(rank)] = (host, frozenset(int(c) for c in cpus.split(",")))
-    return out
+    """rank -> (host, CPUs) from the BIND lines."""
+    return {int(rank): (host, frozenset(int(c) for c in cpus.split(","))) for _, rank, host, cpus, _ in bind_lines(folder)}
+
+
+def threads(folder) -> dict[int, str]:
+    """rank -> its OMP_NUM_THREADS ("unset" where it had none) from the BIND lines."""
+    return {int(rank): omp for _, rank, _, _, omp in bind_lines(folder)}
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -56,6 +61,10 @@ def test_each_rank_gets_its_share_of_its_nodes_cpus(testbed, has_torch, tmp_path
     got = bindings(tmp_path / "home" / "jobs" / r.stdout.split()[0])
     assert sorted(got) == list(range(nodes * per_node)), got
     assert {rank: len(cpus) for rank, (_, cpus) in got.items()} == {rank: share for rank in got}, got
+    # Its threads fit its share, a rank alone on its node too (issue 44: it had none, and
+    # accelerate warned in every job).
+    omp = threads(tmp_path / "home" / "jobs" / r.stdout.split()[0])
+    assert omp == {rank: str(share) for rank in got}, omp
     if disjoint:
         for host in {h for h, _ in got.values()}:
             sets = [cpus for h, cpus in got.values() if h == host]

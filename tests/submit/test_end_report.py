@@ -113,3 +113,17 @@ def test_without_a_primary_failure_the_first_rank_reported_is_the_one_whose_log_
         "failed: ranks 0 (node1): RuntimeError: Read error [198.18.0.13]:63725: Connection reset by peer",
         "rank 0's whole log: slurmtorch logs 42 --rank 0",
     ]
+
+
+def test_the_sweep_table_keeps_the_end_of_each_trials_last_line():
+    """Issue 44: the table cut rank 0's last line at 40 characters, so the loss at its end was lost."""
+    from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus
+
+    done = JobStatus("42_0", "COMPLETED", 0, started=100.0, ended=112.0)
+    said = "trained on 4 ranks across nodes node1,node2,node3,node4 final loss 0.0123 (local rank 0)"
+    rows = report.sweep_table([TrialStatus(0, {"lr": "1e-3"}, done)], {0: said})
+    assert rows[1].endswith("final loss 0.0123 (local rank 0)"), rows
+    assert rows[1].split()[:4] == ["0", "lr=1e-3", "COMPLETED", "0"], rows
+    long = "x" * 500 + " loss 0.5"
+    row = report.sweep_table([TrialStatus(0, {}, done)], {0: long})[1]
+    assert row.endswith("x loss 0.5") and len(row) < 200, row  # a line of any length: its end, within a width

@@ -380,3 +380,74 @@ def test_the_snapshot_says_which_repositories_it_took_by_their_own_rules(tmp_pat
     assert record["nested"] == [{"path": "vendor/lib", "kind": how, "left_out": 3}]
     assert capsys.readouterr().err == (f"slurmtorch: snapshot: vendor/lib is a git repository of its own ({how}): "
                                        "taken as its own .gitignore and the tree's say; 3 files they ignore left out\n")
+
+
+# --------------------------------------------------------------------------- a run's own files (issue 44)
+
+
+def test_a_sweep_trials_working_folder_is_told_by_the_names_slurmtorch_gives_them():
+    from slurmtorch.submit.sweeps import trial_folder
+
+    for params in [(), (("lr", "1e-3"), ("bs", "32")), (("opt", "it's $x"),), (("long", "v" * 200),)]:
+        assert snapshot.in_trials(f"trials/{trial_folder(3, params)}/ckpt.pt"), params
+        assert snapshot.in_trials(f"exp/trials/{trial_folder(3, params)}/rank-0.log"), params
+    for kept in ["trials/notes.md", "trials/analysis/plot.py", "src/trials.py", "trials.py", "lr=1/trials/x.py"]:
+        assert not snapshot.in_trials(kept), kept
+
+
+def test_untracked_checkpoints_and_big_files_are_named_in_one_line_biggest_first():
+    entries = [Entry("train.py", "file", 900), Entry("ckpt.pt", "file", 3 << 20), Entry("tiny.ckpt", "file", 10),
+               Entry("data.csv", "file", 5 << 20), Entry("model.bin", "file", 9 << 20), Entry("w.safetensors", "link"),
+               Entry("big.py", "file", 2 << 20)]
+    untracked = {"ckpt.pt", "tiny.ckpt", "data.csv", "w.safetensors", "train.py", "big.py"}  # model.bin: tracked
+    assert snapshot.outputs_line(entries, untracked) == (
+        "slurmtorch: snapshot: 4 untracked files look like a run's output, not code, and each job copies them "
+        "(10.0 MiB): data.csv (5.0 MiB), ckpt.pt (3.0 MiB), big.py (2.0 MiB) and 1 more; add them to .gitignore, "
+        "or --no-snapshot runs the code in place")
+    assert snapshot.outputs_line(entries[:3], {"tiny.ckpt"}).startswith(
+        "slurmtorch: snapshot: an untracked file looks like a run's output, not code, and each job copies it (0.0 MiB): "
+        "tiny.ckpt (0.0 MiB); add it to .gitignore")
+    assert snapshot.outputs_line(entries, {"train.py"}) is None
+
+
+def outputs_tree(tmp_path: Path) -> Path:
+    """A tree after a sweep and a run: trials' folders and an untracked checkpoint and log."""
+    root = repo(tmp_path / "r", {"train.py": "print(1)\n", "model.bin": "tracked on purpose\n"})
+    for rel, size in {"trials/lr=1e-3/ckpt.pt": 4 << 20, "trials/lr=1e-3/rank-0.log": 10, "trials/trial-2/out": 10,
+                      "ckpt.pt": 3 << 20, "trials/notes.md": 10, "metrics.jsonl": 2 << 20}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        with open(root / rel, "wb") as f:
+            f.truncate(size)
+    return root
+
+
+def test_sweep_trials_stay_out_of_the_copy_and_untracked_outputs_are_named_at_submission(tmp_path, capsys):
+    """Issue 44: every later job copied the trials' folders and the untracked checkpoint, silently."""
+    root = outputs_tree(tmp_path)
+    folder, record = take(snapshot.locate(str(root / "train.py"), None, str(root)), tmp_path / "home")
+    assert {m[0] for m in record["manifest"]} == {"train.py", "model.bin", "ckpt.pt", "metrics.jsonl", "trials/notes.md"}
+    assert not (folder / CODE_DIR / "trials" / "lr=1e-3").exists()
+    assert capsys.readouterr().err.splitlines() == [
+        "slurmtorch: snapshot: 2 untracked files look like a run's output, not code, and each job copies them "
+        "(5.0 MiB): ckpt.pt (3.0 MiB), metrics.jsonl (2.0 MiB); add them to .gitignore, or --no-snapshot runs the "
+        "code in place"]
+
+
+def test_the_code_sent_to_a_cluster_is_listed_and_said_as_a_snapshot_is(tmp_path, capsys):
+    """`--cluster` sends what a snapshot here would take (remote.sync lists with its own git) and
+    says the same line."""
+    from slurmtorch.remote import sync
+
+    root = outputs_tree(tmp_path)
+    snap = snapshot.locate(str(root / "train.py"), None, str(root))
+    notes: list[str] = []
+    sent = {e.path for e in codecopy.list_entries(snap, sync._git, 1 << 30, str(tmp_path / "home"), [], notes)}
+    _, record = take(snap, tmp_path / "home")
+    assert sent == {m[0] for m in record["manifest"]} and notes == capsys.readouterr().err.splitlines()
+
+
+def test_a_folder_outside_git_leaves_its_sweep_trials_out(tmp_path):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "trials" / "lr=1e-3").mkdir(parents=True)
+    (tmp_path / "trials" / "lr=1e-3" / "ckpt.pt").write_bytes(b"\0" * 100)
+    assert listed(tmp_path, tmp_path, "train.py") == {"train.py"}

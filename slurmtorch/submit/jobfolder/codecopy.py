@@ -27,7 +27,9 @@ from slurmtorch.submit.jobfolder.snapshot import Entry, Snapshot
 
 # git(folder, *args) -> (exit code, stdout bytes, stderr's last line): the scheduler edge's `git`.
 Git = Callable[..., "tuple[int, bytes, str]"]
-_LS_FILES = ("ls-files", "--cached", "--others", "--exclude-standard", "-z")
+# git's listing in two: what it tracks, and what it does not track nor ignore (`outputs_line`).
+_TRACKED = ("ls-files", "--cached", "-z")
+_UNTRACKED = ("ls-files", "--others", "--exclude-standard", "-z")
 _CHUNK = 1 << 20
 
 
@@ -54,16 +56,22 @@ def nested_lines(nested: list[Nested]) -> list[str]:
 def list_entries(snap: Snapshot, git: Git, limit: int, home: str, nested: list[Nested] | None = None,
                  notes: list[str] | None = None) -> list[Entry]:
     """What the snapshot copies, checked against the limit before anything is copied.
-    Never slurmtorch's own home (job folders, earlier snapshots), should it be in the tree.
-    `nested` gets the repositories inside the tree (`Nested`); `notes`, what the user should
-    be told of what was taken (a folder outside git too big to copy whole: `_folder_entries`)."""
+    Never slurmtorch's own home (job folders, earlier snapshots), should it be in the tree, nor
+    sweep trials' working folders (snapshot.in_trials). `nested` gets the repositories inside
+    the tree (`Nested`); `notes`, what the user should be told of what was taken (a folder
+    outside git too big to copy whole: `_folder_entries`; untracked files that look like a
+    run's output: snapshot.outputs_line)."""
     skip = snapshot.inside(home, snap.root)
+    said: list[str] = [] if notes is None else notes
     if snap.synced is not None:
         entries = _synced_entries(snap)
+    elif snap.git:
+        untracked: set[str] = set()
+        entries = _git_entries(snap.root, "", git, [] if nested is None else nested, untracked)
+        outputs = snapshot.outputs_line(entries, untracked)
+        said += [outputs] if outputs else []
     else:
-        found: list[Nested] = [] if nested is None else nested
-        entries = (_git_entries(snap.root, "", git, found) if snap.git
-                   else _folder_entries(snap.root, home, limit, [] if notes is None else notes))
+        entries = _folder_entries(snap.root, home, limit, said)
     if skip is not None:
         entries = [e for e in entries if not snapshot.under(e.path, skip)]
     if snap.script is not None and snap.synced is None:
@@ -118,22 +126,28 @@ def _make_entry(root: str, rel: str, st: os.stat_result | None) -> Entry | None:
     return snapshot.entry(rel, st, target)
 
 
-def _git_entries(root: str, prefix: str, git: Git, nested: list[Nested]) -> list[Entry]:
-    """git's tracked and untracked-not-ignored files under `root`; a repository inside (a
-    checked-out submodule or an untracked clone, listed as its folder) with its own files,
-    less those this tree's rules ignore (`_ignored`); an empty (not checked-out) one with none."""
+def _git_entries(root: str, prefix: str, git: Git, nested: list[Nested], untracked: set[str]) -> list[Entry]:
+    """git's tracked and untracked-not-ignored files under `root` (those untracked also added to
+    `untracked`), but a sweep trial's; a repository inside (a checked-out submodule or an
+    untracked clone, listed as its folder) with its own files, less those this tree's rules
+    ignore (`_ignored`); an empty (not checked-out) one with none."""
     folder = os.path.join(root, prefix) if prefix else root
-    code, out, said = git(folder, *_LS_FILES)
-    if code != 0:
-        raise _unlisted(folder, code, said)
+    listings = []
+    for args in (_TRACKED, _UNTRACKED):
+        code, out, said = git(folder, *args)
+        if code != 0:
+            raise _unlisted(folder, code, said)
+        listings.append([f"{prefix}/{rel}" if prefix else rel for rel in snapshot.git_paths(out)])
+    untracked.update(listings[1])
     entries: list[Entry] = []
-    for rel in snapshot.git_paths(out):
-        rel = f"{prefix}/{rel}" if prefix else rel
+    for rel in dict.fromkeys(listings[0] + listings[1]):
+        if snapshot.in_trials(rel):
+            continue
         st = _lstat(os.path.join(root, rel))
         if st is not None and stat.S_ISDIR(st.st_mode):
             dot_git = os.path.join(root, rel, ".git")
             if os.path.lexists(dot_git):
-                inner = _git_entries(root, rel, git, nested)
+                inner = _git_entries(root, rel, git, nested, untracked)
                 ignored = _ignored(folder, prefix, [e.path for e in inner], git)
                 entries += [e for e in inner if e.path not in ignored]
                 nested.append(Nested(rel, "submodule" if os.path.isfile(dot_git) else "clone", len(ignored)))
@@ -202,14 +216,16 @@ def _folder_entries(root: str, home: str, limit: int, notes: list[str]) -> list[
 
 
 def _walk_entries(root: str, home: str) -> tuple[list[Entry] | None, str]:
-    """A folder outside git: everything in it but __pycache__, .git and slurmtorch's home,
-    links as links; or None and why not (more than a snapshot's MAX_FILES, something unreadable)."""
+    """A folder outside git: everything in it but __pycache__, .git, slurmtorch's home and sweep
+    trials' folders, links as links; or None and why not (more than a snapshot's MAX_FILES,
+    something unreadable)."""
     entries: list[Entry] = []
     unreadable: list[str] = []
     for folder, dirs, files in os.walk(root, onerror=lambda exc: unreadable.append(exc.filename or root)):
         if unreadable:
             break
-        dirs[:] = sorted(d for d in dirs if d not in snapshot.SKIPPED_IN_FOLDERS and os.path.join(folder, d) != home)
+        dirs[:] = sorted(d for d in dirs if d not in snapshot.SKIPPED_IN_FOLDERS and os.path.join(folder, d) != home
+                         and not snapshot.in_trials(os.path.relpath(os.path.join(folder, d), root).replace(os.sep, "/")))
         for name in [*(d for d in dirs if os.path.islink(os.path.join(folder, d))), *sorted(files)]:
             rel = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
             made = _make_entry(root, rel, _lstat(os.path.join(folder, name)))

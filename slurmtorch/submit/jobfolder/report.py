@@ -192,16 +192,22 @@ def last_line(path: Path, tail_bytes: int = 4096) -> str:
     return lines[-1] if lines else ""
 
 
-def sweep_table(trials, last_lines: dict[int, str], width: int = 40) -> list[str]:
+def sweep_table(trials, last_lines: dict[int, str], width: int = 100) -> list[str]:
     """The end of a sweep: per trial its parameters, state, exit code, how long it ran and
-    rank 0's last line (pure; `trials` are TrialStatus, `last_lines` by trial)."""
+    rank 0's last line (pure; `trials` are TrialStatus, `last_lines` by trial), its end where
+    it is longer than `width`: a final line ends with what it reports (`final loss 0.012`)."""
     rows = []
     for t in sorted(trials, key=lambda t: t.trial):
         ran = t.status.elapsed()
         params = ",".join(f"{k}={v}" for k, v in t.params.items()) or "-"
         code = exit_code_of(t.status)
         rows.append((str(t.trial), params, t.status.state, "-" if code is None else str(code),
-                     clock(ran) if ran is not None else "-", visible(last_lines.get(t.trial, ""))[:width] or "-"))
+                     clock(ran) if ran is not None else "-", _end_of(visible(last_lines.get(t.trial, "")), width) or "-"))
     head = ("TRIAL", "PARAMS", "STATE", "EXIT", "ELAPSED", "LAST LINE")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(5)]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r[:5], widths)) + "  " + r[5] for r in [head, *rows]]
+
+
+def _end_of(text: str, width: int) -> str:
+    """`text`, or its last `width` characters after `...` where it is longer (pure)."""
+    return text if len(text) <= width else "..." + text[len(text) - width + 3:]

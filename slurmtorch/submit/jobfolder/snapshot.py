@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmtorch.errors import SpecError, SubmitError
+from slurmtorch.submit.sweeps import is_trial_folder
 
 SETTING = "SLURMTORCH_SNAPSHOT"  # off (0, no, false): run in place unless --snapshot is given
 LIMIT_SETTING = "SLURMTORCH_SNAPSHOT_MAX_MB"
@@ -32,6 +33,14 @@ _OFF, _ON = ("0", "off", "no", "false"), ("1", "on", "yes", "true")
 # Never code, and rewritten by any run: a folder's walk (no .gitignore there) leaves them out.
 SKIPPED_IN_FOLDERS = ("__pycache__", ".git")
 TIP = "--no-snapshot runs the code in place; or keep big or private files out of the tree (.gitignore)"
+# What a run writes rather than code, named when git does not track it (`outputs_line`): a
+# checkpoint or weights by its suffix (torch's .pt/.pth, Lightning's .ckpt, safetensors,
+# Hugging Face's and DeepSpeed's .bin, Keras' .h5, ONNX), and any file over BIG_FILE. 1 MiB: no
+# source file a person writes is that big (torch's largest Python file, a generated test table,
+# is 1.3 MB), while a small model's checkpoint already is; each is copied into every later job.
+OUTPUT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".h5", ".onnx")
+BIG_FILE = 1 << 20
+NAMED_OUTPUTS = 3
 
 
 @dataclass(frozen=True)
@@ -174,6 +183,32 @@ def git_paths(listing: bytes) -> list[str]:
         if raw.rstrip(b"/"):  # an untracked nested repository is listed as its folder, `vendor/x/`
             seen.setdefault(os.fsdecode(raw.rstrip(b"/")), None)
     return list(seen)
+
+
+def in_trials(path: str) -> bool:
+    """Whether the '/'-separated `path` is in a sweep trial's working folder (`trials/<its
+    parameters>/`, which the job makes below the folder it runs in): what a trial wrote, never
+    the code, and found where it is by the next trial of the same parameters (pure)."""
+    parts = path.split("/")
+    return any(parts[i] == "trials" and is_trial_folder(parts[i + 1]) for i in range(len(parts) - 1))
+
+
+def outputs_line(entries: Sequence[Entry], untracked: set[str]) -> str | None:
+    """One line naming the files git does not track that look written by a run (a checkpoint's
+    suffix, or over BIG_FILE), the biggest first, which every later job would copy too; None
+    where there are none (pure)."""
+    found = sorted((e for e in entries if e.kind == "file" and e.path in untracked
+                    and (e.size > BIG_FILE or e.path.lower().endswith(OUTPUT_SUFFIXES))),
+                   key=lambda e: (-e.size, e.path))
+    if not found:
+        return None
+    named = ", ".join(f"{e.path} ({mib(e.size)})" for e in found[:NAMED_OUTPUTS])
+    more = f" and {len(found) - NAMED_OUTPUTS} more" if len(found) > NAMED_OUTPUTS else ""
+    many = len(found) > 1
+    what, them = (f"{len(found)} untracked files look", "them") if many else ("an untracked file looks", "it")
+    return (f"slurmtorch: snapshot: {what} like a run's output, not code, and each job copies {them} "
+            f"({mib(sum(e.size for e in found))}): {named}{more}; add {them} to .gitignore, "
+            "or --no-snapshot runs the code in place")
 
 
 def entry(path: str, st: os.stat_result | None, target: str = "") -> Entry | None:
