@@ -58,6 +58,12 @@ def test_a_rank_that_exits_with_a_code_ends_the_job_with_that_code():
     assert (v.kind, v.code) == ("script", 3)
 
 
+def test_a_rank_that_exits_after_saying_why_ends_the_job_with_its_code_and_its_words():
+    said = "usage: sweep.py [-h]\nsweep.py: error: unrecognized arguments: --stesp 20\nrank 1 on node2 failed:\nexited with code 2\n"
+    v = blame(parse_failures("", {1: said}), code=1)
+    assert (v.kind, v.code, v.cause) == ("script", 2, "rank 1 on node2: sweep.py: error: unrecognized arguments: --stesp 20")
+
+
 def test_a_hung_rank_blames_its_node_whatever_its_peers_said():
     v = blame([fail(0, "node1", "Connection closed by peer", primary=False)],
               hung=[(1, "node2", "hung: stuck in its own code for 9 s while rank 0 waited for it")])

@@ -148,7 +148,7 @@ def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung:
     first = primary[0]
     if _LAUNCH_RE.search(first.cause):
         return Verdict("unknown", first.line(), (), code)
-    return Verdict("script", first.line(), (), _exit_code_of(first.cause, code))
+    return Verdict("script", first.line(), (), first.code if first.code is not None else _exit_code_of(first.cause, code))
 
 
 def _exit_code_of(cause: str, default: int) -> int:
