@@ -727,7 +727,7 @@ def test_a_distributor_job_over_its_time_limit_says_so_as_wait_does(home):
     with pytest.raises(JobFailed) as e:
         job.result(timeout=5)
     assert str(e.value).startswith("job 123 ended TIMEOUT (exit 143): failed: the job ran past its time limit "
-                                   "(00:01:00) and Slurm ended it (TIMEOUT); tip: ask for more with --time"), e.value
+                                   "(--time 00:01:00) and Slurm ended it (TIMEOUT); tip: ask for more with --time"), e.value
 
 
 def test_an_early_failure_in_mpiruns_shared_log_is_named_by_its_hint(home):

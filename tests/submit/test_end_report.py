@@ -131,7 +131,7 @@ def test_a_job_over_its_time_limit_says_so_with_the_limit_and_how_to_keep_the_ru
     (folder / "script.sh").write_text("#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --no-requeue\n"
                                       "#SBATCH --time=00:01:00\nsrun ...\n")
     lines = report.failure_lines(folder)
-    assert lines[0] == "failed: the job ran past its time limit (00:01:00) and Slurm ended it (TIMEOUT)"
+    assert lines[0] == "failed: the job ran past its time limit (--time 00:01:00) and Slurm ended it (TIMEOUT)"
     assert lines[1].startswith("tip: ask for more with --time, or save and go on: --signal USR1@60 runs the "
                                "slurmtorch.on_preempt hooks"), lines
     (folder / "script.sh").write_text("#!/bin/bash\n#SBATCH --no-requeue\n#SBATCH --signal=USR1@50\nsrun ...\n")

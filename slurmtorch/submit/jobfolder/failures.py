@@ -435,13 +435,13 @@ def _own_code(srun_line: tuple[str, str] | None, said: int | None) -> int:
 def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
     """What failed in the batch script itself: its python (which picks the port on the first
     node) without slurmtorch, the node prologue (`prologue_failures`), the restart supervisor
-    killed (the ranks' own ends are its consequence), or a --ray job's node whose Ray died
-    (its step's exit is not a rank's)."""
+    killed (the ranks' own ends are its consequence), or a --ray job's node whose Ray died or
+    never started (its step's exit is not a rank's)."""
     killed = protocol.SUPERVISOR_KILLED_RE.search(batch_out)
     if killed:
         return [f"the restart supervisor on the batch node was killed by {killed['signal']} (exit {killed['code']}); "
                 "the job ended with it, and nothing restarted it"]
-    died = [f"Ray {m['kind']} on {m['node']} died: {m['why']}" for m in protocol.RAY_DIED_RE.finditer(batch_out)]
+    died = [f"Ray {m['kind']} on {m['node']} {m['what']}: {m['why']}" for m in protocol.RAY_FAILED_RE.finditer(batch_out)]
     if died:
         return died
     if _NO_SLURMTORCH_RE.search(batch_out):

@@ -88,7 +88,7 @@ def time_limit_lines(folder: Path) -> list[str]:
     """A job Slurm ended at its time limit: the limit, and what would have kept the run (the
     job's own --time, --signal and --requeue, from its script)."""
     said = jobdir.read_directives(folder)
-    limit = f"its time limit ({said['time']})" if said.get("time") else "its partition's default time limit"
+    limit = f"its time limit (--time {said['time']})" if said.get("time") else "its partition's default time limit"
     if not said.get("signal"):
         tip = ("ask for more with --time, or save and go on: --signal USR1@60 runs the slurmtorch.on_preempt hooks "
                "60 s before the limit and requeues the job, which resumes where slurmtorch.restart_count() > 0")
