@@ -72,6 +72,20 @@ def exception_lines(lines: Iterable[str]) -> list[str]:
     return found
 
 
+def last_traceback(lines: Iterable[str]) -> list[str]:
+    """The lines of the last traceback in `lines` (of a chain, the one of the exception that
+    ended the program; an exception group's without its `  | ` margin), [] when there is none."""
+    found: list[str] = []
+    prefix = None
+    for line in lines:
+        m = _TRACEBACK_RE.match(line)
+        if m:
+            found, prefix = [], m["indent"] + "| " if m["group"] else ""
+        elif prefix is not None:
+            found.append(line[len(prefix):] if line.startswith(prefix) else line)
+    return found
+
+
 def cause_of(body: list[str], said: str = "") -> str:
     """A report's cause in one line: a traceback's exception line (the last of a chain), the
     error line, or, for a rank that exited with a code and said nothing more, `said` (the last

@@ -93,6 +93,25 @@ def test_of_chained_exceptions_the_one_that_ended_the_program_is_the_headline(tm
     assert rank_reports(log, 0)[0].exc_type == want.split(":")[0]
 
 
+GROUP = '''\
+def load(shard):
+    raise ValueError(f"shard {shard} is empty\\nsee the manifest")
+
+errors = []
+for shard in (1, 2):
+    try:
+        load(shard)
+    except ValueError as exc:
+        errors.append(exc)
+raise ExceptionGroup("the loaders failed", errors)
+'''
+
+
+def test_an_exception_group_is_headed_by_its_own_line_and_frame(tmp_path):
+    assert headline(rank_log(tmp_path, GROUP))[:2] == (
+        f"rank 0 on {HOST}: ExceptionGroup: the loaders failed (2 sub-exceptions)", f"{tmp_path}/train.py:10")
+
+
 def test_a_rank_that_exits_with_a_code_is_headed_by_its_last_stderr_line(tmp_path):
     line, _, _ = headline(rank_log(tmp_path, ARGPARSE, "--stesp", "20", name="sweep.py"))
     assert line == f"rank 0 on {HOST}: sweep.py: error: unrecognized arguments: --stesp 20"

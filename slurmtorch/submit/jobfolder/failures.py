@@ -365,8 +365,8 @@ def user_frame(text: str, origin: str = "") -> str:
     A file in the job's copy of the code is named by its path in `origin`, the user's tree
     it was copied from (`/home/ada/proj/train.py:9`; without one, `train.py:9`): the file
     their editor opens."""
-    part = text.rpartition(rankfiles.TRACEBACK)[2]
-    frames = [m for m in map(_FRAME_RE.match, part.splitlines()) if m and not _NOT_USERS_RE.search(m["file"])]
+    part = rankfiles.last_traceback(text.splitlines())
+    frames = [m for m in map(_FRAME_RE.match, part) if m and not _NOT_USERS_RE.search(m["file"])]
     if not frames:
         return ""
     root = origin.rstrip("/") + "/" if origin else ""
