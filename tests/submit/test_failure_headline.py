@@ -119,6 +119,21 @@ def test_a_rank_that_exits_with_a_code_is_headed_by_its_last_stderr_line(tmp_pat
     assert line == f"rank 0 on {HOST}: loss is nan at step 12"
 
 
+WARNED = '''\
+import sys, warnings
+
+warnings.warn("lr_scheduler.step() before optimizer.step()")
+sys.stderr.write("[W1207 21:17:25.093 ProcessGroupGloo.cpp:727] Warning: Unable to resolve hostname\\n")
+sys.exit(3)
+'''
+
+
+def test_a_library_warning_is_not_what_an_exit_said(tmp_path):
+    """Python's warnings (the line and its source line) and torch's C++ ones (`[W...]`) are not
+    the script's words: an exit after them alone says its code."""
+    assert headline(rank_log(tmp_path, WARNED))[0] == f"rank 0 on {HOST}: exited with code 3"
+
+
 def test_an_exit_with_nothing_on_stderr_says_its_code():
     log = "rank 3 on node4 failed:\nexited with code 3\n"
     assert headline(log)[0] == "rank 3 on node4: exited with code 3"

@@ -176,13 +176,21 @@ def _exc_type(text: str) -> str:
     return m["name"].rpartition(".")[2] if m else ""
 
 
+# Lines a library wrote, not the script: Python's warnings (`FILE:LINE: CATEGORY: message`, then
+# the source line, indented) and torch's C++ log lines (`[W1207 21:17:25.093 FILE:LINE] ...`).
+_WARNING_RE = re.compile(r"^\S+:\d+: \w*Warning: |^\[[WIE]\d{4} ")
+
+
 def _said_before(lines: list[str], header: int) -> str:
-    """The last line a rank wrote before its report at `header` (not one of ours, nor a
-    launcher's), '' when there is none."""
-    for line in reversed(lines[:header]):
+    """The last line a rank wrote before its report at `header` (not one of ours, a launcher's
+    or a library's warning), '' when there is none."""
+    said = lines[:header]
+    for i in range(len(said) - 1, -1, -1):
+        line = said[i]
         if rankfiles.FAILURE_HEADER_RE.match(line) or _REPORT_END_RE.match(line):
             return ""
-        if line.strip() and not line.startswith("slurmtorch: "):
+        warned = line[:1].isspace() and i > 0 and _WARNING_RE.match(said[i - 1])  # a warning's source line
+        if line.strip() and not line.startswith("slurmtorch: ") and not _WARNING_RE.match(line) and not warned:
             return line.strip()
     return ""
 
