@@ -100,7 +100,7 @@ def append(folder: str | os.PathLike, kind: str, **fields: object) -> bool:
     OSError: a job goes on whether or not its story could be noted."""
     data = line(kind, fields)
     try:
-        fd = os.open(os.path.join(folder, FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fd = os.open(os.path.join(folder, FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError:
         return False
     try:

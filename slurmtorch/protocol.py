@@ -225,13 +225,19 @@ PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
 # templates/sbatch.sh.j2's line when the restart supervisor ended without its SUPERVISOR_END file.
 SUPERVISOR_KILLED = "slurmtorch: error: the restart supervisor was killed"
 SUPERVISOR_KILLED_RE = re.compile(re.escape(SUPERVISOR_KILLED) + r" by (?P<signal>SIG\w+) \(exit (?P<code>\d+)\)")
-# A --ray job's node whose Ray died (bootstrap.raynode, in batch.out): the job's cause, which
-# its step's exit (srun: `task 0: Exited with exit code 1`) would otherwise pass off as a rank's.
-RAY_DIED_RE = re.compile(r"^slurmtorch: error: Ray (?P<kind>head|worker) on (?P<node>\S+) died: (?P<why>.*)$", re.MULTILINE)
+# A --ray job's node whose Ray died or never started (bootstrap.raynode, in batch.out): the job's
+# cause, which its step's exit (srun: `task 0: Exited with exit code 1`) would otherwise pass off
+# as a rank's.
+RAY_FAILED_RE = re.compile(r"^slurmtorch: error: Ray (?P<kind>head|worker) on (?P<node>\S+) (?P<what>died|did not start): "
+                           r"(?P<why>.*)$", re.MULTILINE)
 
 
 def ray_died_line(kind: str, node: str, why: str) -> str:
     return f"slurmtorch: error: Ray {kind} on {node} died: {why}\n"
+
+
+def ray_not_started_line(kind: str, node: str, why: str) -> str:
+    return f"slurmtorch: error: Ray {kind} on {node} did not start: {why}\n"
 
 
 # --------------------------------------------------------------------------- requeue lines

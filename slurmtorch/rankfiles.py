@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -35,15 +36,72 @@ def failure_header(who: int | str, host: str) -> str:
     return f"rank {who} on {host} failed:"
 
 
-def cause_of(body: list[str]) -> str:
-    """A report's cause in one line: a traceback's exception line, or the error line."""
+def exit_text(code: int) -> str:
+    """A report's body for SystemExit(code): the rank said nothing else (bootstrap.runner)."""
+    return f"exited with code {code}"
+
+
+_EXIT_TEXT_RE = re.compile(r"^exited with code (?P<code>-?\d+)$")
+
+
+def exit_code_in(body: str) -> int | None:
+    """The code of a report that says only exit_text, None for any other."""
+    m = _EXIT_TEXT_RE.match(body.strip())
+    return int(m["code"]) if m else None
+TRACEBACK = "Traceback (most recent call last):"
+# Python's line above a traceback, and above an exception group's (3.11+: `  + Exception Group
+# Traceback ...`, whose own lines carry the `  | ` it is indented by).
+_TRACEBACK_RE = re.compile(r"^(?P<indent>\s*)(?P<group>\+ Exception Group )?Traceback \(most recent call last\):\s*$")
+
+
+def exception_lines(lines: Iterable[str]) -> list[str]:
+    """The exception line that ends each traceback in `lines`, in order: Python's
+    `TYPE: first line of the message` (the rest of a message of several lines follows it). Of a
+    chained exception (`raise X from Y`, one raised while handling another), the cause comes
+    first and the exception that ended the program last."""
+    found, prefix = [], None
+    for line in lines:
+        m = _TRACEBACK_RE.match(line)
+        if m:
+            prefix = m["indent"] + "| " if m["group"] else ""
+        elif prefix is not None and line.startswith(prefix) and line[len(prefix):].strip():
+            rest = line[len(prefix):]
+            if not rest[0].isspace():  # a frame and its source are indented; the exception is not
+                found.append(rest.strip())
+                prefix = None
+    return found
+
+
+def last_traceback(lines: Iterable[str]) -> list[str]:
+    """The lines of the last traceback in `lines` (of a chain, the one of the exception that
+    ended the program; an exception group's without its `  | ` margin), [] when there is none."""
+    found: list[str] = []
+    prefix = None
+    for line in lines:
+        m = _TRACEBACK_RE.match(line)
+        if m:
+            found, prefix = [], m["indent"] + "| " if m["group"] else ""
+        elif prefix is not None:
+            found.append(line[len(prefix):] if line.startswith(prefix) else line)
+    return found
+
+
+def cause_of(body: list[str], said: str = "") -> str:
+    """A report's cause in one line: a traceback's exception line (the last of a chain), the
+    error line, or, for a rank that exited with a code and said nothing more, `said` (the last
+    line it wrote to stderr before its report: argparse's error, say) where there is one."""
     lines = [ln.strip() for ln in body if ln.strip()]
     if not lines:
         return "failed (no detail)"
-    if lines[0].startswith("Traceback"):
-        cause = lines[-1]  # the exception line
+    raised = exception_lines(body) if any(TRACEBACK in ln for ln in lines) else []
+    if raised:
+        cause = raised[-1]
+    elif lines[0].startswith("Traceback"):
+        cause = lines[-1]  # a traceback cut short: its last line
     elif lines[0].startswith("error: "):
         cause = lines[0][len("error: "):]  # a BootstrapError's one line
+    elif said and _EXIT_TEXT_RE.match(lines[0]):
+        cause = said
     else:
         cause = lines[0]
     # gloo prefixes its messages with a source location and suffixes them with advice.

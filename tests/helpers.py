@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -32,3 +34,15 @@ def read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def rank_failure(folder: Path, script: str, *args: str, name: str = "train.py") -> str:
+    """The stderr of one rank that ran `script` (written to `folder`/`name`) under the real
+    bootstrap and failed: what its rank-R.err holds, its report included."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(script)
+    env = {"PATH": os.environ["PATH"], "HOME": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "slurmtorch.bootstrap", "--from", "single", "--no-init", name, *args],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and f"rank 0 on {os.uname().nodename} failed:" in proc.stderr, proc.stderr
+    return proc.stderr

@@ -24,7 +24,7 @@ from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit.jobfolder.failures import RankFailure
-from slurmtorch.submit.jobfolder.report import failure_report, log_command
+from slurmtorch.submit.jobfolder.report import failure_lines, failure_report, log_command
 
 CANCEL_GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.out"  # a local run's: mpirun's own output, and the ranks' until runfn redirects it
@@ -61,6 +61,10 @@ class Handle(ABC):
     @abstractmethod
     def log_command(self, failure: RankFailure) -> str:
         """What shows the failed rank's whole log (the report's last line)."""
+
+    @abstractmethod
+    def report(self) -> list[str]:
+        """The lines `--wait` and `status` end the failed job with (report.failure_lines)."""
 
     @abstractmethod
     def headline(self) -> str: ...
@@ -109,6 +113,9 @@ class SlurmHandle(Handle):
 
     def log_command(self, failure: RankFailure) -> str:
         return log_command(self.job_id, failure, self.torchrun is not None)
+
+    def report(self) -> list[str]:
+        return failure_lines(self.job_dir, log=self.log_command)
 
     def headline(self) -> str:
         return _headline(self.job_dir / "batch.out")
@@ -192,6 +199,9 @@ class LocalHandle(Handle):
 
     def log_command(self, failure: RankFailure) -> str:
         return str(self.workdir / jobdir.log_names(None, failure.rank)[1])  # `slurmtorch logs` reads Slurm jobs only
+
+    def report(self) -> list[str]:
+        return failure_lines(self.workdir, launcher_log=LAUNCHER_LOG, log=self.log_command)
 
     def headline(self) -> str:
         return _headline(self.workdir / LAUNCHER_LOG)

@@ -26,7 +26,6 @@ from slurmtorch.submit.follow.statusline import StatusLine
 from slurmtorch.submit.follow.tail import Tail, drain
 from slurmtorch.submit.follow.waiting import TICK_S
 from slurmtorch.submit.jobfolder import failures, jobdir
-from slurmtorch.submit.jobfolder.report import describe
 
 
 JSON_CAP = 256 << 20  # a JSON answer is plain data, read bounded: a summary, not a model's weights
@@ -61,7 +60,7 @@ class RemoteError(JobFailed):
                  state: str = "", job_exit_code: int | None = None, report: tuple[str, ...] = ()):
         self.traceback_text = traceback_text
         self.exc_type = exc_type
-        self.report = tuple(report)  # the lines `--wait` ends the job with (report.describe)
+        self.report = tuple(report)  # the lines `--wait` ends the job with (report.failure_lines)
         told = "".join(f"\n{line}" for line in self.report)
         super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}{told}",
                          job_id=job_id, state=state, job_exit_code=job_exit_code, rank=rank, host=host)
@@ -282,7 +281,7 @@ class Job:
         if error is not None:
             rank, host, text, exc_type = error[:4]
             raise RemoteError(rank, host, text, job_id=self.job_id, exc_type=exc_type, state=status.state,
-                              job_exit_code=exit_code, report=tuple(describe(found, log=self._handle.log_command)))
+                              job_exit_code=exit_code, report=tuple(self._handle.report()))
         if status.state.startswith("CANCELLED"):
             word = "was cancelled"
         elif status.state == "ENDED":  # known only from its folder, and no exit-code in it
@@ -290,7 +289,8 @@ class Job:
         else:
             word = f"ended {status.state}"
         code = "" if exit_code is None else f" (exit {exit_code})"
-        told = describe(found, log=self._handle.log_command) if first is not None else []
+        # What --wait would say; of a cancelled job, whose ranks were ended, nothing of theirs.
+        told = self._handle.report() if not status.state.startswith("CANCELLED") else []
         line = "; ".join(told) or self._handle.headline()
         raise JobFailed(f"job {self.job_id} {word}{code}" + (f": {line}" if line else ""),
                         tip=self._handle.log_tip(), job_id=self.job_id, state=status.state, job_exit_code=exit_code,

@@ -68,6 +68,9 @@ WAIT_FOR_RANKS_S = 20.0
 # should it still be running (rank 0's requeue ends it first). Longer than rank 0's wait,
 # short enough to leave a `--signal ...@60` warning time to requeue.
 WAIT_FOR_RANK0_S = 30.0
+# What a rank says on the signal in a job submitted with --no-requeue (Slurm refuses `scontrol requeue`):
+# a script's own requeue (Lightning's auto-requeue) would otherwise fail without a word of ours.
+NO_REQUEUE = "this job cannot be requeued (--no-requeue)"
 
 _HOOKS: list[Callable[[], object]] = []
 _STATE: dict = {"installed": None, "handling": False, "chained": None}
@@ -323,9 +326,12 @@ def _handle(signum, frame) -> None:
     who = f"rank {'?' if rank is None else rank}"
     chained = _STATE["chained"]
     if callable(chained):
+        theirs = getattr(chained, "__qualname__", type(chained).__qualname__)
+        then = "which requeues as it sees fit" if _STATE["requeue"] else (
+            f"{NO_REQUEUE}: a requeue it asks for (Lightning's auto-requeue) is refused, and the job runs on until "
+            "Slurm ends it at its time limit; without --no-requeue it would go on in a new allocation")
         _say(f"{who} on {host}: {name} received (restart {restart_count(environ)}); running {len(_HOOKS)} "
-             f"preemption hook(s), then the script's own handler "
-             f"({getattr(chained, '__qualname__', type(chained).__qualname__)}), which requeues as it sees fit")
+             f"preemption hook(s), then the script's own handler ({theirs}); {then}")
         run_hooks()
         try:
             chained(signum, frame)
@@ -336,7 +342,8 @@ def _handle(signum, frame) -> None:
          f"running {len(_HOOKS)} preemption hook(s)")
     run_hooks()
     if not _STATE["requeue"]:
-        _say(f"{who}: hooks done; not requeueing (--no-requeue), carrying on")
+        _say(f"{who}: hooks done; {NO_REQUEUE}: it runs on until Slurm ends it at its time limit (without "
+             "--no-requeue it would be requeued, to go on from what the hooks saved)")
         _STATE["handling"] = False
         return
     _mark_hooks_done(environ, rank)

@@ -12,7 +12,8 @@ python, in the job's container if it has one, as the ranks run the bootstrap:
 that session's raylet (and the head's GCS) every POLL_S: `ray start --block` treats a raylet
 ended by SIGTERM as a clean exit and would go on blocking with no node behind it. A vital
 process gone while the job runs is this node's death: one line naming the node, exit 1,
-and the batch script ends the job. On SIGTERM (the batch script's stop, passed on by srun)
+and the batch script ends the job; so is a Ray that never started (no ray in the job's python,
+or `ray start` failing: the line says why, where before it was only in ray-NODE.out). On SIGTERM (the batch script's stop, passed on by srun)
 every process of that session is ended, TERM then KILL, and Ray's folder removed: only this
 job's Ray, where `ray stop` would end every Ray of the user's on the node.
 Each node's own address is on the site's fabric interface (rendezvous.site_address, as a
@@ -87,6 +88,17 @@ def ray_log(node: str) -> str:
     """Where this node's `ray start` writes: the job's folder (RAY_LOG), else /dev/null."""
     folder = os.environ.get(protocol.JOB_DIR)
     return os.path.join(folder, RAY_LOG.format(node=node)) if folder else os.devnull
+
+
+def last_line(path: str, tail: int = 4096) -> str:
+    """The last line with words of a log (its last `tail` bytes only), '' when none."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            text = f.read(tail).decode(errors="replace")
+    except OSError:
+        return ""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
 
 
 def split_address(head: str) -> tuple[str, int]:
@@ -236,6 +248,10 @@ def up_line(kind: str, node: str, own_ip: str, head_port: int, dashboard: int | 
 def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
     """Start this node's Ray, watch it, stop it when told (SIGTERM); 1 when it died or never started."""
     node, temp, deadline = node_name(), temp_dir(), float(opts["--deadline"])
+    if importlib.util.find_spec("ray") is None:  # `ray start` would say so only in its log
+        sys.stderr.write(protocol.ray_not_started_line(kind, node, f"its python ({sys.executable}) has no ray "
+                                                                   "(No module named 'ray')"))
+        return 1
     head = split_address(head_text)
     own_ip = head[0] if kind == "head" else (
         site_address(os.environ, socket.gethostname(), opts["--backend"]) or host_address(node))
@@ -258,8 +274,10 @@ def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
         if stopping:
             return 0
         if start.returncode != 0:
-            say(f"error: Ray {kind} on {node} did not start: ray start exited with {start.returncode} (its output: "
-                f"{ray_log(node)})")
+            said = last_line(ray_log(node))
+            sys.stderr.write(protocol.ray_not_started_line(
+                kind, node, f"ray start exited with {start.returncode}{f': {said}' if said else ''} (its output: "
+                            f"{ray_log(node)})"))
             return 1
         # `ray start` returns once the dashboard listens, or has given up on it.
         dashboard = ports.dashboard if ports.dashboard and wait_listening(DASHBOARD_HOST, ports.dashboard, 0) else None

@@ -15,7 +15,7 @@ import atexit
 import os
 import sys
 
-from slurmtorch import protocol
+from slurmtorch import protocol, rankfiles
 from slurmtorch.bootstrap import contracts, orphans, runid, stacks
 from slurmtorch.bootstrap.exits import fail, finish, interrupted
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         if exc.code is None or exc.code == 0:
             code = 0
         elif isinstance(exc.code, int):
-            fail(exc.code, f"exited with code {exc.code}")
+            fail(exc.code, rankfiles.exit_text(exc.code))
         else:
             fail(1, str(exc.code))
     except BootstrapError as exc:

@@ -33,6 +33,7 @@ from slurmtorch.api.job import Job, JobFailed, RemoteError
 from slurmtorch.api.layout import plan_layout
 from slurmtorch.api.runfolder import create_run_folder
 from slurmtorch.errors import SlurmtorchError, SpecError
+from helpers import rank_failure
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS_SCRIPT = REPO / "tests" / "scripts" / "dist_args.py"
@@ -727,6 +728,41 @@ def test_a_rank_that_failed_before_knowing_its_rank_is_named_by_its_log(home):
     with pytest.raises(RemoteError) as e:
         job.result(timeout=5)
     assert (e.value.rank, e.value.host, e.value.traceback_text) == (5, "node3", why)
+
+
+MULTI_LINE = '''\
+raise RuntimeError("Expected to have finished reduction in the prior iteration before starting a new one.\\n"
+                   "Parameter indices which did not receive grad for rank 0: 1\\n"
+                   " In addition, you can set the environment variable TORCH_DISTRIBUTED_DEBUG to INFO or DETAIL")
+'''
+
+
+def test_a_remote_errors_type_and_report_are_the_headline_of_its_last_exception(home):
+    """A message of several lines (DDP's) ends the traceback with advice: the error is typed and
+    headed by its first line, as `--wait` says it (report.failure_lines)."""
+    workdir = home / "run"
+    log = rank_failure(workdir / "code", MULTI_LINE)
+    (workdir / "exit-code").write_text("1\n")
+    (workdir / "launcher.out").write_text("")
+    (workdir / "rank-0.err").write_text(log)
+    job = Job(LocalHandle("local-x", workdir, 2**31 - 2), workdir, "file", "train.py", 1)
+    with pytest.raises(RemoteError) as e:
+        job.result(timeout=5)
+    assert e.value.exc_type == "RuntimeError" and "TORCH_DISTRIBUTED_DEBUG" in e.value.traceback_text
+    assert e.value.report[0] == (f"failed: rank 0 on {socket.gethostname()}: RuntimeError: Expected to have "
+                                 "finished reduction in the prior iteration before starting a new one. "
+                                 f"(at {workdir}/code/train.py:1, exit 1)"), e.value.report
+
+
+def test_a_distributor_job_over_its_time_limit_says_so_as_wait_does(home):
+    job = slurm_job(home, fake_slurm("JobId=123 JobState=TIMEOUT Reason=TimeLimit ExitCode=0:15"))
+    (job._handle.job_dir / "batch.out").write_text(
+        "slurmstepd: error: *** JOB 123 ON node1 CANCELLED AT 2026-01-05T10:00:00 DUE TO TIME LIMIT ***\n")
+    (job._handle.job_dir / "script.sh").write_text("#SBATCH --no-requeue\n#SBATCH --time=00:01:00\n")
+    with pytest.raises(JobFailed) as e:
+        job.result(timeout=5)
+    assert str(e.value).startswith("job 123 ended TIMEOUT (exit 143): failed: the job ran past its time limit "
+                                   "(--time 00:01:00) and Slurm ended it (TIMEOUT); tip: ask for more with --time"), e.value
 
 
 def test_an_early_failure_in_mpiruns_shared_log_is_named_by_its_hint(home):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import read
 from slurmtorch.bootstrap import preempt
 from slurmtorch.errors import BootstrapError
 
@@ -305,6 +306,35 @@ def test_a_script_handler_is_chained_and_giving_it_back_restores_ours():
     assert proc.stdout.splitlines() == ["HOOK", "THEIRS 10", "CARRIED ON", "HOOK", "RAN scontrol requeue 5"]
 
 
+@pytest.mark.parametrize("theirs", [False, True], ids=["hooks-only", "script-handler"])
+def test_a_signal_in_a_job_that_cannot_be_requeued_says_so(theirs):
+    """--signal with --no-requeue: the hooks run, and nothing will requeue the job; a script's own
+    handler (Lightning's auto-requeue) asks Slurm to, is refused, and its fit ends as if done."""
+    code = textwrap.dedent(f"""
+        import os, signal
+        from slurmtorch.bootstrap import preempt
+        preempt.on_preempt(lambda: print("HOOK", flush=True))
+        preempt.install(environ={{"SLURMTORCH_PREEMPT_SIGNAL": "USR1", "SLURMTORCH_PREEMPT_REQUEUE": "0",
+                                  "SLURMTORCH_JOB_RANK": "0", "SLURM_JOB_ID": "5"}})
+        def theirs(signum, frame):
+            print("THEIRS", flush=True)
+        if {theirs}:
+            signal.signal(signal.SIGUSR1, theirs)
+        os.kill(os.getpid(), signal.SIGUSR1)
+        print("CARRIED ON", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["HOOK", *(["THEIRS"] if theirs else []), "CARRIED ON"]
+    said = " ".join(proc.stderr.split())
+    assert "SIGUSR1 received (restart 0)" in said and "this job cannot be requeued (--no-requeue)" in said, said
+    if theirs:
+        assert "then the script's own handler (theirs); this job cannot be requeued (--no-requeue)" in said, said
+        assert "a requeue it asks for (Lightning's auto-requeue) is refused" in said, said
+    else:
+        assert "it runs on until Slurm ends it at its time limit" in said, said
+
+
 def test_lightning_job_preempted_by_scancel_saves_hpc_ckpt_requeues_once_and_resumes(testbed, has_torch, tmp_path):
     # The same Lightning script, submitted with --signal, signalled by a real `scancel --signal=USR1`:
     # Lightning's handler saves hpc_ckpt_1.ckpt and requeues (once); the second run resumes from it.
@@ -320,3 +350,56 @@ def test_lightning_job_preempted_by_scancel_saves_hpc_ckpt_requeues_once_and_res
     assert text.count("Handling auto-requeue signal") == 1 and "requeueing job" not in text
     assert "Restarts=1" in testbed.run(["scontrol", "-o", "show", "job", job_id]).stdout
     assert "LIGHTNING done step 120" in text
+
+
+# A script with its own handler for the signal that asks Slurm to requeue the job, as Lightning's
+# SLURMEnvironment does (`scontrol requeue $SLURM_JOB_ID`), without Lightning's start-up time.
+OWN_REQUEUE = """\
+import os, signal, subprocess, time
+
+asked = []
+
+
+def requeue(signum, frame):
+    said = subprocess.run(["scontrol", "requeue", os.environ["SLURM_JOB_ID"]], capture_output=True, text=True)
+    print("REQUEUE", said.returncode, said.stderr.strip(), flush=True)
+    asked.append(signum)
+
+
+signal.signal(signal.SIGUSR1, requeue)
+print("READY", flush=True)
+while not asked:
+    time.sleep(0.1)
+"""
+
+
+def test_a_scripts_own_requeue_in_a_job_that_cannot_be_requeued_is_not_silent(testbed, has_torch, tmp_path):
+    # Issue 44: `--signal` with `--no-requeue`: Lightning's auto-requeue saves, asks Slurm to requeue, is
+    # refused (`Requested operation is presently disabled`), and its fit carries on until the time
+    # limit ends it, never resumed. The signal is a real `scancel --signal=USR1`; the rank says so.
+    home, script = tmp_path / "home", tmp_path / "own_requeue.py"
+    script.write_text(OWN_REQUEUE)
+    waiter = subprocess.Popen(
+        [testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "-N", "1", "-n", "1",
+         "--signal", "USR1@60", "--no-requeue", "-t", "5", "--wait", str(script)],
+        env=dict(testbed.env, SLURMTORCH_HOME=str(home)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job_id = ""
+    try:
+        job_id = waiter.stdout.readline().strip()
+        folder = home / "jobs" / job_id
+        wait_for(lambda: "READY\n" in read(folder / "rank-0.out"), 120, "the script's handler")
+        sig = testbed.run(["scancel", "--signal=USR1", job_id])
+        assert sig.returncode == 0, sig.stderr
+        waiter.communicate(timeout=120)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+        if job_id.isdigit():
+            testbed.run(["scancel", job_id])
+    out, said = read(folder / "rank-0.out"), " ".join(read(folder / "rank-0.err").split())
+    assert "REQUEUE 1 " in out and "presently disabled" in out, out  # Slurm refused the script's requeue
+    assert ("SIGUSR1 received (restart 0); running 0 preemption hook(s), then the script's own handler (requeue); "
+            "this job cannot be requeued (--no-requeue): a requeue it asks for (Lightning's auto-requeue) is refused, "
+            "and the job runs on until Slurm ends it at its time limit") in said, said
+    assert "Restarts=0" in testbed.run(["scontrol", "-o", "show", "job", job_id]).stdout
+

@@ -30,8 +30,9 @@ for i in range(int(sys.argv[1])):
     time.sleep(float(sys.argv[2]))
 """
 
-# Rank 1 of two fails as asked (argv[1]): raise, exit N, or kill itself with SIGKILL;
-# rank 0 waits in a collective until srun ends the step.
+# Rank 1 of two fails as asked (argv[1]): raise (a message of several lines, chained to the
+# KeyError it was raised from, as DDP's and data loaders' are), exit N, or kill itself with
+# SIGKILL; rank 0 waits in a collective until srun ends the step.
 FAILS = """\
 import os, signal, sys
 import torch, torch.distributed as dist
@@ -39,7 +40,10 @@ dist.all_reduce(torch.ones(1))
 if dist.get_rank() == 1:
     how = sys.argv[1]
     if how == "raise":
-        raise ValueError("bad batch")
+        try:
+            {}["batch"]
+        except KeyError as exc:
+            raise ValueError("bad batch\\nIn addition, you can set BATCH_DEBUG=1 to print it") from exc
     if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     sys.exit(int(how))
@@ -210,15 +214,17 @@ def test_wait_status_and_follow_give_the_failing_ranks_own_exit_code(testbed, ha
 def test_wait_logs_follow_and_status_end_a_failed_job_with_the_same_report(testbed, has_torch, home, tmp_path):
     """Issue 36: `logs --follow` ended with rank 0's output and exit 1, no report; now every
     front end ends with the same one: the first failing rank, its host, the line of the
-    user's code that raised, the exit code, and the command that shows its whole log."""
+    user's code that raised, the exit code, and the command that shows its whole log.
+    Issue 44: the exception is Python's last line (`TYPE: first line`) of the one that ended
+    the rank, not its message's last line, and the file is the user's, not the job's copy."""
     fails = script(tmp_path, "fails.py", FAILS)
     proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--wait", str(fails), "raise"], timeout=200)
     assert proc.returncode == 1, proc.stderr
     job_id = proc.stdout.split()[0]
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith(("slurmtorch: failed: ", "slurmtorch: then failed: "))
             or "'s whole log: " in ln]
-    assert re.fullmatch(r"slurmtorch: failed: rank 1 on node\d: ValueError: bad batch \(at \S*fails\.py:7, exit 1\)",
-                        said[0]), proc.stderr
+    assert re.fullmatch(rf"slurmtorch: failed: rank 1 on node\d: ValueError: bad batch \(at {re.escape(str(fails))}:10, "
+                        r"exit 1\)", said[0]), proc.stderr
     assert said[-1] == f"slurmtorch: rank 1's whole log: slurmtorch logs {job_id} --rank 1", proc.stderr
     follow = st(testbed, home, ["logs", job_id, "--follow"])
     assert follow.returncode == 1, follow.stderr
@@ -227,7 +233,39 @@ def test_wait_logs_follow_and_status_end_a_failed_job_with_the_same_report(testb
     status = st(testbed, home, ["status", job_id])
     assert status.stdout.splitlines()[-len(said):] == [ln.removeprefix("slurmtorch: ") for ln in said], status.stdout
     whole = st(testbed, home, ["logs", job_id, "--rank", "1"])
-    assert 'raise ValueError("bad batch")' in whole.stderr, whole.stderr
+    assert 'raise ValueError("bad batch' in whole.stderr and "BATCH_DEBUG=1" in whole.stderr, whole.stderr
+    assert f"{home}/jobs/{job_id}/code/fails.py" in whole.stderr  # the traceback names the copy that ran
+
+
+@pytest.mark.timeout(150)
+def test_a_job_over_its_time_limit_ends_with_the_limit_and_a_tip(testbed, home, tmp_path):
+    """Issue 44: a TIMEOUT job said nothing of its time limit. Slurm counts limits in minutes and
+    looks at running jobs every 30 s, so the job (`-t 1`) is moved to its end at once
+    (`scontrol update EndTime=now`, as root may): Slurm's own time-out follows within seconds."""
+    proc = waiter(testbed, home, ["sbatch", "--site", "testbed", "-N", "1", "-t", "1", "--wait",
+                                  str(script(tmp_path, "ticks.py", TICKS)), "120", "1"])
+    job_id = ""
+    try:
+        job_id = first_tick(proc)
+        now = time.strftime("%Y-%m-%dT%H:%M:%S")
+        moved = testbed.run(["scontrol", "update", f"JobId={job_id}", f"EndTime={now}"])
+        assert moved.returncode == 0, moved.stderr
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if job_id.isdigit():
+            testbed.run(["scancel", job_id])
+    assert f"job {job_id} TIMEOUT" in err, err
+    said = [ln.removeprefix("slurmtorch: ") for ln in err.splitlines() if ln.startswith(("slurmtorch: failed: ",
+                                                                                         "slurmtorch: tip: "))]
+    assert said == ["failed: the job ran past its time limit (--time 1) and Slurm ended it (TIMEOUT)",
+                    "tip: ask for more with --time, or save and go on: --signal USR1@60 runs the slurmtorch.on_preempt "
+                    "hooks 60 s before the limit and requeues the job, which resumes where slurmtorch.restart_count() "
+                    "> 0"], err
+    assert "stacks as the ranks ended:" in err, err  # where the ranks stood as time ran out
+    status = st(testbed, home, ["status", job_id])
+    assert "state=TIMEOUT" in status.stdout and status.stdout.splitlines()[1:3] == said, status.stdout
 
 
 @pytest.mark.timeout(120)

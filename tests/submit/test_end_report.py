@@ -127,3 +127,29 @@ def test_the_sweep_table_keeps_the_end_of_each_trials_last_line():
     long = "x" * 500 + " loss 0.5"
     row = report.sweep_table([TrialStatus(0, {}, done)], {0: long})[1]
     assert row.endswith("x loss 0.5") and len(row) < 200, row  # a line of any length: its end, within a width
+
+
+# What slurmstepd writes into batch.out when Slurm ends a job at its time limit (Slurm 22.05 and
+# 24.11 alike), and srun's lines for the step's ranks it ended with it.
+TIME_LIMIT = ("slurmstepd: error: *** JOB 42 ON node1 CANCELLED AT 2026-01-05T10:00:00 DUE TO TIME LIMIT ***\n"
+              "srun: Job step aborted: Waiting up to 5 seconds for job step to finish.\n"
+              "slurmstepd: error: *** STEP 42.0 ON node1 CANCELLED AT 2026-01-05T10:00:00 DUE TO TIME LIMIT ***\n"
+              "srun: error: node1: tasks 0-1: Terminated\n")
+
+
+def test_a_job_over_its_time_limit_says_so_with_the_limit_and_how_to_keep_the_run(tmp_path):
+    folder = tmp_path / "jobs" / "42"
+    folder.mkdir(parents=True)
+    (folder / "batch.out").write_text(TIME_LIMIT)
+    (folder / "rank-0.err").write_text(PEER_LOST)  # a peer's end, ended with it: not the cause
+    (folder / "script.sh").write_text("#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --no-requeue\n"
+                                      "#SBATCH --time=00:01:00\nsrun ...\n")
+    lines = report.failure_lines(folder)
+    assert lines[0] == "failed: the job ran past its time limit (--time 00:01:00) and Slurm ended it (TIMEOUT)"
+    assert lines[1].startswith("tip: ask for more with --time, or save and go on: --signal USR1@60 runs the "
+                               "slurmtorch.on_preempt hooks"), lines
+    (folder / "script.sh").write_text("#!/bin/bash\n#SBATCH --no-requeue\n#SBATCH --signal=USR1@50\nsrun ...\n")
+    assert report.failure_lines(folder) == [
+        "failed: the job ran past its partition's default time limit and Slurm ended it (TIMEOUT)",
+        "tip: --signal USR1@50 ran the on_preempt hooks, but the job could not be requeued (--no-requeue): "
+        "without it, the job goes on from what its hooks saved"]

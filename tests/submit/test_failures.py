@@ -215,7 +215,8 @@ def submit_fault(testbed, home, mode):
 
 CASES = [
     # mode, what --wait/status/logs must say about rank 2
-    ("exit", "rank 2 on node3: exited with code 3"),
+    # sys.exit(3) after a line on stderr: that line is what it said (issue 44), exit 3 beside it.
+    ("exit", "rank 2 on node3: FAULT exit at "),
     ("kill", "rank 2 on node3: killed by a signal"),
     ("raise", "rank 2 on node3: ValueError: bad batch at step 3"),
     # Ended by the process-group --timeout: the peers report timing out, rank 2 nothing.
@@ -474,3 +475,15 @@ def test_a_ray_node_that_died_is_the_cause_not_its_steps_exit_as_a_rank():
              "srun: error: node2: task 0: Exited with exit code 1\n")
     assert batch_failures(batch, "") == [
         "Ray worker on node2 died: its raylet ended (Ray's logs: /tmp/r/session_latest/logs on node2)"]
+
+
+def test_a_ray_node_that_never_started_is_the_cause_with_its_reason():
+    """Issue 44: a --ray job whose nodes' python has no ray read as `rank 0 ... exited without reporting a
+    cause`; the head says why in batch.out, and that is the job's cause."""
+    batch = (protocol.ray_not_started_line("head", "node1", "its python (/opt/py/bin/python) has no ray (No module "
+                                                            "named 'ray')")
+             + "slurmtorch: error: a Ray node's step ended before the script did (the line above names the node); "
+               "ending the job\n"
+             "srun: error: node1: task 0: Exited with exit code 1\n")
+    assert batch_failures(batch, "") == [
+        "Ray head on node1 did not start: its python (/opt/py/bin/python) has no ray (No module named 'ray')"]

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -152,6 +153,30 @@ def test_a_killed_ray_worker_ends_the_job_naming_its_node(testbed, has_ray, tmp_
     status = st(testbed, home, ["status", job], timeout=60)
     assert f"failed: Ray worker on {worker} died: its raylet ended" in status.stdout + status.stderr, status
     assert "rank 0" not in status.stdout + status.stderr, status
+    wait_for(lambda: not ray_processes(job), "no Ray process of the job left", 30)
+
+
+@pytest.mark.timeout(180)
+def test_a_ray_job_whose_nodes_have_no_ray_says_so(testbed, tmp_path):
+    """Issue 44: it said `rank 0 ... exited without reporting a cause`, the cause only in
+    ray-NODE.out. The nodes' python here is the site's `python:`, one with slurmtorch and no Ray
+    (the checkout's .venv-lint, scripts/setup's): the testbed's own .venv, which has Ray, is left
+    as every other test finds it."""
+    python = Path(__file__).resolve().parents[2] / ".venv-lint" / "bin" / "python"
+    need(python.exists(), "no .venv-lint (scripts/setup)")
+    site = tmp_path / "no-ray.yaml"
+    site.write_text(json.dumps({"extends": "testbed", "python": str(python)}))
+    (tmp_path / "driver.py").write_text(CLUSTER)
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", str(site), "-N", "1", "-t", "5", "--ray", "--wait", "driver.py"],
+              cwd=str(tmp_path), timeout=150)
+    assert proc.returncode != 0, proc.stderr
+    job = proc.stdout.split()[0]
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("slurmtorch: failed: ")]
+    assert said and re.fullmatch(rf"slurmtorch: failed: Ray head on node\d did not start: its python \({re.escape(str(python))}\) "
+                                 r"has no ray \(No module named 'ray'\)", said[0]), proc.stderr
+    status = st(testbed, home, ["status", job], timeout=60)
+    assert status.stdout.splitlines()[1] == said[0].removeprefix("slurmtorch: "), status.stdout
     wait_for(lambda: not ray_processes(job), "no Ray process of the job left", 30)
 
 

@@ -20,7 +20,7 @@ from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import Recovery, resolve_restarts
 from slurmtorch.roles import parse_roles
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
-                                                  place, requeue_size)
+                                                  place, requeue_size, short_role)
 from slurmtorch.submit.batchnode.supervisor import Stragglers, job_pools, parse_args, step_argv, verdict_of
 
 NODES = ["node1", "node2", "node3"]
@@ -56,6 +56,12 @@ def test_an_exception_is_the_scripts_and_excludes_nothing():
 def test_a_rank_that_exits_with_a_code_ends_the_job_with_that_code():
     v = blame([fail(1, "node2", "exited with code 3")], code=1)
     assert (v.kind, v.code) == ("script", 3)
+
+
+def test_a_rank_that_exits_after_saying_why_ends_the_job_with_its_code_and_its_words():
+    said = "usage: sweep.py [-h]\nsweep.py: error: unrecognized arguments: --stesp 20\nrank 1 on node2 failed:\nexited with code 2\n"
+    v = blame(parse_failures("", {1: said}), code=1)
+    assert (v.kind, v.code, v.cause) == ("script", 2, "rank 1 on node2: sweep.py: error: unrecognized arguments: --stesp 20")
 
 
 def test_a_hung_rank_blames_its_node_whatever_its_peers_said():
@@ -411,6 +417,26 @@ def test_losing_the_batch_node_requeues_without_it_or_ends_with_no_restarts_left
                                             "supervisor with it); node1 excluded; requeued without node1")
     spent = RestartState.from_dict({"starts": 4, "restarts": 3, "events": []})
     assert decide(spent, batch_node_lost("node1"), (), 1, 3, in_place=False).action == "give_up"
+
+
+def test_a_heterogeneous_job_that_lost_its_batch_node_says_so_not_that_a_spare_is_missing():
+    """Issue 44: it said `no healthy spare of the failed role's kind is left`, with spares to spare."""
+    plan = decide(started(), batch_node_lost("node1"), (), 1, 3, in_place=False, requeue=False)
+    assert plan.action == "give_up"
+    assert plan.why == "its batch script went with its node, and a heterogeneous job is not requeued: the job is cancelled"
+
+
+def test_a_heterogeneous_role_with_no_spare_of_its_kind_left_is_named():
+    """Issue 44: `a role has fewer healthy nodes ...`: which role, how many it has and needs, and how to keep one."""
+    pools = ((("node1",), 1), (("node3", "node4"), 1))
+    lost = Verdict("machine", "rank 0 (master 0) on node1: lost with its node", ("node1",), lost=True)
+    plan = decide(started(), lost, ["node1", "node3", "node4"], 2, 3, pools=pools, requeue=False,
+                  roles=("master", "worker"))
+    assert plan.action == "give_up"
+    assert plan.why == ("role master has 0 healthy nodes of its kind and needs 1: no spare of its kind is left "
+                        "(--role master=1:spare=1 holds one), and a heterogeneous job is not requeued")
+    assert short_role(pools, ["node1"], ("master", "worker")) == "role master has 0 healthy nodes of its kind and needs 1"
+    assert short_role(pools, ["node3"], ("master", "worker")) == ""  # node4 stands in for the worker
 
 
 @pytest.mark.parametrize("fields, gone", [

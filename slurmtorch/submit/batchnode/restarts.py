@@ -148,7 +148,7 @@ def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung:
     first = primary[0]
     if _LAUNCH_RE.search(first.cause):
         return Verdict("unknown", first.line(), (), code)
-    return Verdict("script", first.line(), (), _exit_code_of(first.cause, code))
+    return Verdict("script", first.line(), (), first.code if first.code is not None else _exit_code_of(first.cause, code))
 
 
 def _exit_code_of(cause: str, default: int) -> int:
@@ -188,9 +188,31 @@ def place(pools: Sequence[Pool], excluded: Iterable[str]) -> tuple[str, ...] | N
     return tuple(nodes)
 
 
+def short_role(pools: Sequence[Pool], excluded: Iterable[str], roles: Sequence[str]) -> str:
+    """Pure: which role of a heterogeneous job (`roles`, one a pool) has fewer healthy nodes of its
+    own kind than a start needs, and how many (`role master has 0 healthy nodes of its kind and
+    needs 1`); '' when every role has enough, or the roles are not known."""
+    short = _short_pool(pools, excluded, roles)
+    if short is None:
+        return ""
+    role, healthy, need, _ = short
+    return f"role {role} has {healthy} healthy node{'' if healthy == 1 else 's'} of its kind and needs {need}"
+
+
+def _short_pool(pools: Sequence[Pool], excluded: Iterable[str],
+                roles: Sequence[str]) -> tuple[str, int, int, int] | None:
+    """(role, healthy nodes, nodes needed, spares held) of the first role short of nodes."""
+    out = set(excluded)
+    for (pool, need), role in zip(pools, roles):
+        healthy = len([n for n in pool if n not in out])
+        if healthy < need:
+            return role, healthy, need, len(pool) - need
+    return None
+
+
 def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need: int, max_restarts: int,
            now: float = 0.0, dead: Iterable[str] = (), in_place: bool = True,
-           pools: Sequence[Pool] = (), requeue: bool = True) -> Plan:
+           pools: Sequence[Pool] = (), requeue: bool = True, roles: Sequence[str] = ()) -> Plan:
     """Pure: what to do after a failed start, and the state that records it.
 
     `allocated` are the job's nodes in order (the batch host first), `need` the nodes one
@@ -198,7 +220,8 @@ def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need
     verdict. Without `in_place` (the batch script is gone with its node) the job can only
     be requeued. The failed start is `state.starts - 1`. `pools` (default: the allocation,
     `need` of it) say where a start's nodes come from (`place`); without `requeue` (a
-    heterogeneous job), a start that no longer fits ends the job.
+    heterogeneous job), a start that no longer fits ends the job; `roles` name its pools, for
+    the line that says which role ran out of spares.
     """
     start = max(0, state.starts - 1)
     # A lost node is the machine's however often it happens; any other machine-looking
@@ -231,11 +254,24 @@ def decide(state: RestartState, verdict: Verdict, allocated: Sequence[str], need
         return Plan("restart", nodes, replace(counted, events=state.events + (event,)),
                     f"restart {counted.restarts} of {max_restarts}")
     if not requeue:
-        return end("no healthy spare of the failed role's kind is left, and a heterogeneous job is not requeued")
+        return end(_not_requeued(in_place, pools, excluded, roles))
     event = Event(start, verdict.cause, "requeue", excluded, newly, now)
     short = f"{len(healthy)} healthy of the {need} nodes needed" if in_place else "no batch script left to restart in"
     return Plan("requeue", excluded, replace(counted, events=state.events + (event,)),
                 f"restart {counted.restarts} of {max_restarts}: {short}; requeued without {','.join(excluded)}")
+
+
+def _not_requeued(in_place: bool, pools: Sequence[Pool], excluded: Iterable[str], roles: Sequence[str]) -> str:
+    """Why a heterogeneous job ends where another would be requeued: its batch script is gone,
+    or a role has no spare of its kind left (which, and how to hold one more)."""
+    if not in_place:
+        return "its batch script went with its node, and a heterogeneous job is not requeued: the job is cancelled"
+    short = _short_pool(pools, excluded, roles)
+    if short is None:
+        return "a role has no healthy spare of its kind left, and a heterogeneous job is not requeued"
+    role, _, need, spares = short
+    return (f"{short_role(pools, excluded, roles)}: no spare of its kind is left (--role {role}={need}:spare={spares + 1} "
+            f"holds {'one' if not spares else 'one more'}), and a heterogeneous job is not requeued")
 
 
 def requeue_size(nodes: int, ntasks: int, spares: int, usable: int, cpus_per_task: int = 1) -> tuple[str, ...]:

@@ -58,7 +58,7 @@ from slurmtorch.errors import BootstrapError, SlurmtorchError, SubmitError
 from slurmtorch.pace import Streak
 from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.batchnode.record import load_state, noted, save_state, say
-from slurmtorch.submit.batchnode.restarts import Pool, blame, decide, place
+from slurmtorch.submit.batchnode.restarts import Pool, blame, decide, place, short_role
 from slurmtorch.submit.batchnode.slurmjob import HET_NODELIST, dead_now, heterogeneous, job_fields, requeue
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.follow.live import read_samples
@@ -416,6 +416,7 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
     folder = Path(os.environ[protocol.JOB_DIR])
     pools = job_pools(args, os.environ)
     het = len(pools) > 1
+    roles = tuple(role for role, _ in args.roles.roles) if het and args.roles is not None else ()
     allocated = list(dict.fromkeys(n for pool, _ in pools for n in pool))
     fixed = {k: os.environ[k] for k in ("MASTER_ADDR", "MASTER_PORT") if os.environ.get(k)}
     state = load_state(folder)
@@ -425,7 +426,8 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
         state = replace(state, starts=start + 1)
         save_state(folder, state, args.max_restarts)
         if placed is None and het:
-            say(f"start {start}: a role has fewer healthy nodes of its own kind than it needs; not starting")
+            short = short_role(pools, state.excluded, roles) or "a role has fewer healthy nodes of its kind than it needs"
+            say(f"start {start}: {short}; not starting (a heterogeneous job is not requeued)")
             return 1
         if placed is None:  # a requeued job that Slurm placed on a node excluded since
             healthy = [n for n in allocated if n not in state.excluded]
@@ -452,7 +454,7 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
         verdict = verdict_of(folder, sizes, start, rc, started, hung, allocated, args.roles, nodes)
         plan = decide(state, verdict, allocated, args.nodes, args.max_restarts, now=time.time(),
                       dead=dead_now(requeuing.target(os.environ), allocated, listed=not het), pools=pools,
-                      requeue=not het)
+                      requeue=not het, roles=roles)
         state = plan.state
         noted(folder, plan, args.max_restarts)
         if plan.action == "restart":

@@ -16,11 +16,12 @@ from dataclasses import dataclass, replace
 
 from slurmtorch import protocol
 from slurmtorch import rankfiles
-from slurmtorch.rankfiles import RankExit, cause_of, is_consequence, parse_exit as rank_exit
+from slurmtorch.rankfiles import RankExit, cause_of, exception_lines, is_consequence, parse_exit as rank_exit
 from slurmtorch.submit.batchnode.batchbash import ROLE_STOPPED_RE
 
 __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
-           "parse_failures", "batch_failures", "prologue_failures", "latest_start", "lost_nodes", "is_consequence"]
+           "parse_failures", "batch_failures", "prologue_failures", "latest_start", "lost_nodes", "is_consequence",
+           "ran_out_of_time"]
 
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
 # the log it wrote to says which rank it was.
@@ -40,6 +41,16 @@ _REFUSED_RE = re.compile(r"^srun: error: (?:Unable to create step for job \S+|Ap
                          r"|Task launch for \S+ failed on node (?P<node>[^\s:]+)): (?P<why>.+?)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+# slurmstepd's line in batch.out (the batch step's, and srun's for its step) when Slurm ends a job at its
+# time limit: `slurmstepd: error: *** JOB 123 ON node1 CANCELLED AT 2026-01-05T10:00:00 DUE TO TIME LIMIT ***`.
+_TIME_LIMIT_RE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*")
+
+
+def ran_out_of_time(batch_out: str) -> bool:
+    """Whether Slurm ended the job at its time limit (TIMEOUT), as slurmstepd said in batch.out."""
+    return bool(_TIME_LIMIT_RE.search(batch_out))
 
 
 def is_timeout(cause: str) -> bool:
@@ -91,6 +102,7 @@ class RankReport:
     host: str
     text: str  # as the rank wrote it: a traceback, or a BootstrapError's `error: ...` line
     exc_type: str  # the traceback's exception class, as type(exc).__qualname__ ('' for an error line)
+    said: str = ""  # the last line the rank wrote before its report (rankfiles.cause_of's for an exit)
 
 
 @dataclass(frozen=True)
@@ -170,11 +182,29 @@ def _expand_tasks(text: str) -> list[int]:
 
 
 def _exc_type(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if not lines or not lines[0].startswith("Traceback"):
-        return ""
-    m = _EXC_LINE_RE.match(lines[-1])
+    """The class of the exception that ended a traceback (of a chain, the last), '' for none."""
+    raised = exception_lines(text.splitlines())
+    m = _EXC_LINE_RE.match(raised[-1]) if raised else None
     return m["name"].rpartition(".")[2] if m else ""
+
+
+# Lines a library wrote, not the script: Python's warnings (`FILE:LINE: CATEGORY: message`, then
+# the source line, indented) and torch's C++ log lines (`[W1207 21:17:25.093 FILE:LINE] ...`).
+_WARNING_RE = re.compile(r"^\S+:\d+: \w*Warning: |^\[[WIE]\d{4} ")
+
+
+def _said_before(lines: list[str], header: int) -> str:
+    """The last line a rank wrote before its report at `header` (not one of ours, a launcher's
+    or a library's warning), '' when there is none."""
+    said = lines[:header]
+    for i in range(len(said) - 1, -1, -1):
+        line = said[i]
+        if rankfiles.FAILURE_HEADER_RE.match(line) or _REPORT_END_RE.match(line):
+            return ""
+        warned = line[:1].isspace() and i > 0 and _WARNING_RE.match(said[i - 1])  # a warning's source line
+        if line.strip() and not line.startswith("slurmtorch: ") and not _WARNING_RE.match(line) and not warned:
+            return line.strip()
+    return ""
 
 
 def _rank_of(said: str, log_rank: int | None) -> int | None:
@@ -209,12 +239,12 @@ def rank_reports(log: str, log_rank: int | None = None) -> list[RankReport]:
                 break
             body.append(nxt)
         text = "".join(body)
-        reports.append(RankReport(rank, m["host"], text, _exc_type(text)))
+        reports.append(RankReport(rank, m["host"], text, _exc_type(text), _said_before(lines, i)))
     return reports
 
 
-def parse_failures(batch_out: str, rank_errs: dict[int, str],
-                   exits: dict[int, RankExit] | None = None, hosts: Sequence[str] = ()) -> list[RankFailure]:
+def parse_failures(batch_out: str, rank_errs: dict[int, str], exits: dict[int, RankExit] | None = None,
+                   hosts: Sequence[str] = (), origin: str = "") -> list[RankFailure]:
     """Which ranks failed, where, and why: primary causes first (pure; for status/logs/--wait).
 
     Ranks report `rank R on HOST failed:` + a cause (the bootstrap's contract); srun's
@@ -225,19 +255,21 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str],
     latest_exits), left too early; one that did not went down with its node. `hosts`: a
     role job's host of each job rank, by which srun's lines are placed, since srun numbers
     each role's tasks from 0 (a node's ranks are consecutive: its task t is its first rank
-    plus t modulo the ranks it runs).
+    plus t modulo the ranks it runs). `origin`: the user's tree the job's copy of the code
+    came from (snapshot.json's), by which a frame in the copy is named (user_frame).
     """
     exits = exits or {}
     reported: dict[int, RankFailure] = {}
     for rank, text in sorted(rank_errs.items()):
         for report in rank_reports(text, rank)[:1]:
-            cause = cause_of(report.text.splitlines())
+            cause = cause_of(report.text.splitlines(), report.said)
             reported[report.rank] = RankFailure(report.rank, report.host, cause, not rankfiles.CONSEQUENCE_RE.search(cause),
-                                                where=user_frame(report.text), log=rank)
+                                                rankfiles.exit_code_in(report.text), user_frame(report.text, origin),
+                                                log=rank)
     srun, unlaunched, stopped, after_stop = _launcher_lines(batch_out, hosts)
-    # A rank that reported a cause exited on its own: srun's line has its code, else the
-    # bootstrap's for a Python exception (1).
-    failures = {r: replace(f, code=_own_code(srun.get(r))) for r, f in reported.items()}
+    # A rank that reported a cause exited on its own: srun's line has its code, else its
+    # report's (SystemExit's), else the bootstrap's for a Python exception (1).
+    failures = {r: replace(f, code=_own_code(srun.get(r), f.code)) for r, f in reported.items()}
     for rank, why in unlaunched.items():
         if rank not in failures and rank not in srun:
             failures[rank] = RankFailure(rank, "", f"never started: the step failed to launch ({why}); "
@@ -345,31 +377,20 @@ _NOT_USERS_RE = re.compile(r"[/\\](slurmtorch|torch|site-packages|dist-packages)
 _SNAPSHOT_RE = re.compile(rf"^.*[/\\]jobs[/\\]\d+[/\\]{protocol.CODE_DIR}[/\\]")
 
 
-def user_frame(text: str) -> str:
-    """`FILE:LINE` of the last frame of the user's own code in the traceback that ended a
-    report, '' when none is there (an error line, a traceback of only library frames). The
-    exception line says what; this says where in the script, past the bootstrap's frames
-    above it and torch's below it. Of a chained traceback, the last part with such a frame.
-    A file in the job's snapshot is named by its path in the user's tree (`train.py:9`)."""
-    parts = text.split("Traceback (most recent call last):")[1:]
-    for part in reversed(parts):
-        frames = [m for m in map(_FRAME_RE.match, part.splitlines()) if m and not _NOT_USERS_RE.search(m["file"])]
-        if frames:
-            return f"{_SNAPSHOT_RE.sub('', frames[-1]['file'])}:{frames[-1]['line']}"
-    return ""
-
-
-def exception_lines(text: str) -> list[str]:
-    """The exception line that ends each traceback in a log, in order (a chained exception's
-    cause comes before the exception it caused)."""
-    found, in_traceback = [], False
-    for line in text.splitlines():
-        if line.startswith("Traceback (most recent call last):"):
-            in_traceback = True
-        elif in_traceback and line.strip() and not line[0].isspace():
-            found.append(line.strip())
-            in_traceback = False
-    return found
+def user_frame(text: str, origin: str = "") -> str:
+    """`FILE:LINE` of the innermost frame of the user's own code in the traceback of the
+    exception that ended a report (of a chain, the last one's), '' when none is there (an
+    error line, a traceback of only library frames). The exception line says what; this
+    says where in the script, past the bootstrap's frames above it and torch's below it.
+    A file in the job's copy of the code is named by its path in `origin`, the user's tree
+    it was copied from (`/home/ada/proj/train.py:9`; without one, `train.py:9`): the file
+    their editor opens."""
+    part = rankfiles.last_traceback(text.splitlines())
+    frames = [m for m in map(_FRAME_RE.match, part) if m and not _NOT_USERS_RE.search(m["file"])]
+    if not frames:
+        return ""
+    root = origin.rstrip("/") + "/" if origin else ""
+    return f"{_SNAPSHOT_RE.sub(lambda _: root, frames[-1]['file'])}:{frames[-1]['line']}"
 
 
 def agent_error(text: str) -> str | None:
@@ -379,7 +400,7 @@ def agent_error(text: str) -> str | None:
     through torchrun's own code (a worker's report is read as a rank's)."""
     if not _AGENT_FRAME_RE.search(text):
         return None
-    raised = [_short_name(line) for line in exception_lines(text)]
+    raised = [_short_name(line) for line in exception_lines(text.splitlines())]
     if not raised:
         return None
     cause = raised[-1]
@@ -422,24 +443,25 @@ def _short_name(line: str) -> str:
     return line[len(m["name"]) - len(m["name"].rpartition(".")[2]):] if m else line
 
 
-def _own_code(srun_line: tuple[str, str] | None) -> int:
+def _own_code(srun_line: tuple[str, str] | None, said: int | None) -> int:
     """The exit code of a rank that reported its failure: the one srun saw it exit with, else
-    1, the bootstrap's after an exception (srun has no line for it, or names the signal it
-    ended the rank with once it had reported: that is srun's doing, not the rank's)."""
+    the one its report `said` (SystemExit's), else 1, the bootstrap's after an exception (srun
+    has no line for it, or names the signal it ended the rank with once it had reported: that
+    is srun's doing, not the rank's)."""
     m = _EXITED_RE.match(srun_line[1]) if srun_line else None
-    return int(m[1]) if m else 1
+    return int(m[1]) if m else said if said is not None else 1
 
 
 def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
     """What failed in the batch script itself: its python (which picks the port on the first
     node) without slurmtorch, the node prologue (`prologue_failures`), the restart supervisor
-    killed (the ranks' own ends are its consequence), or a --ray job's node whose Ray died
-    (its step's exit is not a rank's)."""
+    killed (the ranks' own ends are its consequence), or a --ray job's node whose Ray died or
+    never started (its step's exit is not a rank's)."""
     killed = protocol.SUPERVISOR_KILLED_RE.search(batch_out)
     if killed:
         return [f"the restart supervisor on the batch node was killed by {killed['signal']} (exit {killed['code']}); "
                 "the job ended with it, and nothing restarted it"]
-    died = [f"Ray {m['kind']} on {m['node']} died: {m['why']}" for m in protocol.RAY_DIED_RE.finditer(batch_out)]
+    died = [f"Ray {m['kind']} on {m['node']} {m['what']}: {m['why']}" for m in protocol.RAY_FAILED_RE.finditer(batch_out)]
     if died:
         return died
     if _NO_SLURMTORCH_RE.search(batch_out):

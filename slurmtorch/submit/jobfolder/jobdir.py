@@ -266,13 +266,21 @@ def read_exit_code(folder: Path) -> int | None:
     return int(text) if _EXIT_CODE_RE.fullmatch(text) else None
 
 
-_JOB_NAME = re.compile(r"^#SBATCH --job-name=(.*)$", re.MULTILINE)
+_DIRECTIVE = re.compile(r"^#SBATCH --(?P<name>[\w-]+)(?:=(?P<value>.*))?$", re.MULTILINE)
+
+
+def read_directives(folder: Path) -> dict[str, str]:
+    """The `#SBATCH --NAME[=VALUE]` lines the job was submitted with (an array task's: its
+    array job's script), by name ('' for a flag)."""
+    path = folder / SCRIPT
+    if not path.exists() and folder.name.startswith("trial-"):
+        path = folder.parent / SCRIPT
+    return {m["name"]: (m["value"] or "").strip().strip("'\"") for m in _DIRECTIVE.finditer(readback.text_or_empty(path, 8192, cut="head"))}
 
 
 def read_job_name(folder: Path) -> str:
     """The name the job was submitted with (its script's `#SBATCH --job-name=`), '' if none."""
-    m = _JOB_NAME.search(readback.text_or_empty(folder / SCRIPT, 8192, cut="head"))
-    return m.group(1).strip().strip("'\"") if m else ""
+    return read_directives(folder).get("job-name", "")
 
 
 def progress_mark(folder: Path) -> tuple[bool, int | None]:

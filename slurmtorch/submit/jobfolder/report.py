@@ -24,22 +24,25 @@ from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
 from slurmtorch.submit.follow.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.codecopy import read_record
 from slurmtorch.submit.jobfolder.failures import (RankFailure, batch_failures, is_timeout, latest_exits, latest_start,
-                                                  parse_failures)
+                                                  parse_failures, ran_out_of_time)
+from slurmtorch.submit.jobfolder.snapshot import origin
 from slurmtorch.submit.jobfolder.stacks import summary_lines
 
 
 def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[RankFailure]:
     """`parse_failures` over a job folder's batch.out (a Distributor's local run folder:
     mpirun's launcher.out), rank-*.err / node-*.err and the rank-*.exit notes of ranks whose
-    script returned; of a restarted job (--max-restarts), what its latest start wrote."""
+    script returned; of a restarted job (--max-restarts), what its latest start wrote. A frame
+    in the job's copy of the code is named in the tree it was copied from (snapshot.json)."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
     layout = role_layout((jobdir.read_job(folder) or {}).get("roles"))
     nodes = readback.text_or_empty(folder / ROLE_NODES_FILE, readback.RECORD, cut=None).split()
     # A role job's host of every rank, from its nodes in role order (the role nodes file).
     hosts = layout.rank_hosts(nodes) if layout is not None and len(nodes) >= layout.nodes else nodes
     report = parse_failures(latest_start(jobdir.read_log(folder / launcher_log)), errs,
-                            latest_exits(jobdir.exit_notes(folder)), hosts)
+                            latest_exits(jobdir.exit_notes(folder)), hosts, origin(read_record(folder)))
     return with_roles(report, layout)
 
 
@@ -58,20 +61,44 @@ def with_roles(report: list[RankFailure], layout: RoleLayout | None) -> list[Ran
     return [replace(f, role="%s %d" % layout.role_of(f.rank)) if 0 <= f.rank < layout.total else f for f in report]
 
 
-def failure_lines(folder: Path, limit: int = 8) -> list[str]:
+def failure_lines(folder: Path, limit: int = 8, launcher_log: str = jobdir.BATCH_OUT,
+                  log: Callable[[RankFailure], str] | None = None) -> list[str]:
     """Human lines naming rank, host and cause; the first is the likely root cause. Causes
-    and hosts are the ranks' own words: their control characters are made `visible`."""
-    before = batch_failures(latest_start(jobdir.read_log(folder / jobdir.BATCH_OUT)),
-                            jobdir.read_log(folder / jobdir.NODE_PROLOGUE_ERR))
+    and hosts are the ranks' own words: their control characters are made `visible`.
+    `launcher_log`: where srun's (a local run's: mpirun's) lines are; `log`: the command that
+    shows a failed rank's whole log (default: `slurmtorch logs`, for a job folder)."""
+    batch_out = latest_start(jobdir.read_log(folder / launcher_log))
+    if ran_out_of_time(batch_out):  # its ranks were ended by it: no rank's failure
+        return [visible(line) for line in (*time_limit_lines(folder), *end_stack_lines(folder))]
+    before = batch_failures(batch_out, jobdir.read_log(folder / jobdir.NODE_PROLOGUE_ERR))
     if before:  # no rank ran, or what would restart them was killed
         return [visible(f"failed: {cause}") for cause in before[:limit]]
-    report = failure_report(folder)
-    job_id = _job_id_of(folder)
-    torchrun = jobdir.torchrun_layout(jobdir.read_job(folder)) is not None
-    lines = describe(report, limit, lambda f: log_command(job_id, f, torchrun) if job_id else "")
+    report = failure_report(folder, launcher_log)
+    if log is None:
+        job_id = _job_id_of(folder)
+        torchrun = jobdir.torchrun_layout(jobdir.read_job(folder)) is not None
+        log = (lambda f: log_command(job_id, f, torchrun)) if job_id else None
+    lines = describe(report, limit, log)
     if any(f.cause.startswith("hung") or is_timeout(f.cause) for f in report):
         lines += [visible(line) for line in end_stack_lines(folder)]
     return lines
+
+
+def time_limit_lines(folder: Path) -> list[str]:
+    """A job Slurm ended at its time limit: the limit, and what would have kept the run (the
+    job's own --time, --signal and --requeue, from its script)."""
+    said = jobdir.read_directives(folder)
+    limit = f"its time limit (--time {said['time']})" if said.get("time") else "its partition's default time limit"
+    if not said.get("signal"):
+        tip = ("ask for more with --time, or save and go on: --signal USR1@60 runs the slurmtorch.on_preempt hooks "
+               "60 s before the limit and requeues the job, which resumes where slurmtorch.restart_count() > 0")
+    elif "requeue" not in said:
+        tip = (f"--signal {said['signal']} ran the on_preempt hooks, but the job could not be requeued "
+               "(--no-requeue): without it, the job goes on from what its hooks saved")
+    else:
+        tip = (f"with --signal {said['signal']} it should have been requeued: its lines in batch.out and the rank "
+               "logs (`preemption hook ... failed`, `requeue failed`) say why it was not")
+    return [f"failed: the job ran past {limit} and Slurm ended it (TIMEOUT)", f"tip: {tip}"]
 
 
 def describe(report: list[RankFailure], limit: int = 8,

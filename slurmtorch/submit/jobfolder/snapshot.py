@@ -274,3 +274,11 @@ def summary(record: Mapping | None) -> str:
         return "code=folder"
     what = str(record["commit"])[:12] if record.get("commit") else "uncommitted"
     return f"code={what}-dirty" if record.get("dirty") and record.get("commit") else f"code={what}"
+
+
+def origin(record: Mapping | None) -> str:
+    """The user's tree the job's copy of its code came from, as a path their editor opens:
+    snapshot.json's root; a laptop's (`host:path`, sent with --cluster) without its host.
+    '' for a job that ran in place (no record)."""
+    root = str((record or {}).get("root") or "")
+    return root if root.startswith("/") else root.partition(":")[2]
