@@ -22,7 +22,8 @@ from slurmtorch.bootstrap import exits
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.bootstrap.state import STATE
 from slurmtorch.submit.jobfolder import report
-from slurmtorch.submit.jobfolder.failures import (RankExit, batch_failures, is_consequence, latest_exits, parse_failures,
+from slurmtorch.submit.jobfolder.batchlines import batch_failures
+from slurmtorch.submit.jobfolder.failures import (RankExit, is_consequence, latest_exits, parse_failures,
                                                  rank_exit)
 
 RAISED = """rank 2 on node3 failed:

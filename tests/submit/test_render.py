@@ -535,7 +535,8 @@ def test_the_bash_port_pick_gives_a_free_port_below_the_ephemeral_range(tmp_path
 
 
 def test_an_interpreter_without_slurmtorch_is_named_as_such():
-    from slurmtorch.submit.jobfolder.failures import NO_SLURMTORCH, batch_failures, parse_failures
+    from slurmtorch.submit.jobfolder.batchlines import batch_failures
+    from slurmtorch.submit.jobfolder.failures import NO_SLURMTORCH, parse_failures
 
     err = ("/usr/bin/python3: Error while finding module specification for 'slurmtorch.bootstrap' "
            "(ModuleNotFoundError: No module named 'slurmtorch')\n")

@@ -14,7 +14,8 @@ from slurmtorch import rankfiles
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.batchnode.batchwatch import batch_host_gone
 from slurmtorch.submit.batchnode.batchwatch import parse_args as watch_args
-from slurmtorch.submit.jobfolder.failures import RankFailure, latest_start, parse_failures, step_refusal
+from slurmtorch.submit.jobfolder.batchlines import latest_start, step_refusal
+from slurmtorch.submit.jobfolder.failures import RankFailure, parse_failures
 from slurmtorch.submit.jobfolder.heartbeats import Beat, all_waiting, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.recovery import Recovery, resolve_restarts

@@ -118,7 +118,7 @@ def blame(failures: Sequence[RankFailure], lost_nodes: Iterable[str] = (), hung:
     stopped (`heartbeat.hung_ranks`); `addresses` maps node addresses to names, for a rank
     named by its peer's address; `code` the step's exit code, kept unless a rank's is known;
     `refusal` srun's words and the nodes they name when Slurm did not start the step
-    (`failures.step_refusal`); `roles` a role job's layout, by which a hung rank's role is named.
+    (`batchlines.step_refusal`); `roles` a role job's layout, by which a hung rank's role is named.
     """
     addresses = addresses or {}
     lost = tuple(sorted(set(lost_nodes)))

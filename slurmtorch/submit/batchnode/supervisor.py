@@ -63,7 +63,8 @@ from slurmtorch.submit.batchnode.slurmjob import HET_NODELIST, dead_now, heterog
 from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.follow.live import read_samples
 from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures, step_refusal
+from slurmtorch.submit.jobfolder.batchlines import step_refusal
+from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures
 from slurmtorch.submit.jobfolder.heartbeats import all_waiting, hung_ranks, interval_for, parse_beat
 from slurmtorch.submit.jobfolder.report import with_roles
 from slurmtorch.submit.edge.scancel import send_stacks_signal
@@ -182,7 +183,7 @@ def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: 
 def mark_start(folder: Path, start: int, nodes: Sequence[str], after: str) -> None:
     """`slurmtorch: start N on NODES, after: CAUSE` in batch.out and at the end of every rank's
     stderr: a reader (`logs`, `--wait` streaming rank 0's) sees the restart where it happened,
-    and the failure report reads only what follows the last such line (failures.latest_start)."""
+    and the failure report reads only what follows the last such line (batchlines.latest_start)."""
     line = protocol.start_line(start, nodes, after)
     sys.stderr.write(line)
     sys.stderr.flush()

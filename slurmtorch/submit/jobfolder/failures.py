@@ -20,8 +20,7 @@ from slurmtorch.rankfiles import RankExit, cause_of, exception_lines, is_consequ
 from slurmtorch.submit.batchnode.batchbash import ROLE_STOPPED_RE
 
 __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
-           "parse_failures", "batch_failures", "prologue_failures", "latest_start", "lost_nodes", "is_consequence",
-           "ran_out_of_time"]
+           "parse_failures", "is_consequence", "lost_nodes"]
 
 # A rank that failed before it knew its rank writes `rank ?(RANK=5) on ...` (rankinfo.rank_hint):
 # the log it wrote to says which rank it was.
@@ -30,27 +29,13 @@ _RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d{1,9})\)$")
 # slurmstepd's notice, mpirun's banner (a line of dashes, `prterun ...`), srun's lines.
 _REPORT_END_RE = re.compile(rf"^(-{{10,}}|slurmstepd|prterun |srun: |{protocol.START_PREFIX})")
 _EXC_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(:|$)")
-_SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
+SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
 # slurmstepd could not set the step up (PMIx, container, cgroup): the task never ran, and
 # srun (22.05) still exits 0; the batch script turns that into exit 1.
 _LAUNCH_FAILED_RE = re.compile(r"^srun: error: tasks? (?P<tasks>[\d,\-]+) launch failed: (?P<why>.+?)\s*$")
 _NODE_FAILURE_RE = re.compile(r"^srun: error: Node failure on (\S+)\s*$", re.MULTILINE)
-# Slurm refusing to create or launch a step (a node taken out of the job, one not answering):
-# srun's words before any task ran.
-_REFUSED_RE = re.compile(r"^srun: error: (?:Unable to create step for job \S+|Application launch failed"
-                         r"|Task launch for \S+ failed on node (?P<node>[^\s:]+)): (?P<why>.+?)\s*$", re.MULTILINE)
 _PEER_ADDR_RE = re.compile(r"\[([0-9A-Fa-f.:]+)\]:\d+")
 _TIMEOUT_RE = re.compile(r"timed out|timeout", re.IGNORECASE)
-
-
-# slurmstepd's line in batch.out (the batch step's, and srun's for its step) when Slurm ends a job at its
-# time limit: `slurmstepd: error: *** JOB 123 ON node1 CANCELLED AT 2026-01-05T10:00:00 DUE TO TIME LIMIT ***`.
-_TIME_LIMIT_RE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+ DUE TO TIME LIMIT \*\*\*")
-
-
-def ran_out_of_time(batch_out: str) -> bool:
-    """Whether Slurm ended the job at its time limit (TIMEOUT), as slurmstepd said in batch.out."""
-    return bool(_TIME_LIMIT_RE.search(batch_out))
 
 
 def is_timeout(cause: str) -> bool:
@@ -59,7 +44,7 @@ def is_timeout(cause: str) -> bool:
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
 # A torchrun node's log (node-N.err) whose traceback passed through torchrun's agent itself.
 _AGENT_FRAME_RE = re.compile(r"torch[/.]distributed[/.](run\.py|elastic[/.])")
-_NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
+NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
                  "the image, or set the site's container.python to an interpreter that has it)")
 # charliecloud's ch-run could not set the container up (its words: `ch-run[PID]: error: WHAT (file.c:LINE ...)`,
@@ -172,7 +157,7 @@ def _signal_said(number: int) -> str:
         return f"signal {number}"
 
 
-def _expand_tasks(text: str) -> list[int]:
+def expand_tasks(text: str) -> list[int]:
     out: list[int] = []
     for part in text.split(","):
         m = _TASKS_RE.fullmatch(part)
@@ -282,7 +267,7 @@ def parse_failures(batch_out: str, rank_errs: dict[int, str], exits: dict[int, R
         if rank not in failures and rank not in srun:
             failures[rank] = RankFailure(rank, host, f"stopped when role {stopped} failed", False, srun_exit_code(what))
     for rank, text in rank_errs.items():  # an interpreter (a container image's) without slurmtorch
-        if rank not in reported and _NO_SLURMTORCH_RE.search(text):
+        if rank not in reported and NO_SLURMTORCH_RE.search(text):
             host = srun[rank][0] if rank in srun else ""
             failures[rank] = RankFailure(rank, host, NO_SLURMTORCH, True, 1)
         elif rank not in reported and (error := ch_run_error(text)) is not None:  # the container never started
@@ -330,16 +315,16 @@ def _launcher_lines(batch_out: str, hosts: Sequence[str]) -> tuple[dict[int, tup
     after_stop: dict[int, tuple[str, str]] = {}
     for ln in batch_out.splitlines():
         stopped = m["role"] if (m := ROLE_STOPPED_RE.match(ln)) else stopped
-        m = _SRUN_TASK_RE.match(ln)
+        m = SRUN_TASK_RE.match(ln)
         if m:
-            tasks = _expand_tasks(m["tasks"])
+            tasks = expand_tasks(m["tasks"])
             if m["host"] in hosts:
                 tasks = [hosts.index(m["host"]) + t % hosts.count(m["host"]) for t in tasks]
             for t in tasks:
                 (after_stop if stopped else srun).setdefault(t, (m["host"], m["what"]))
         m = _LAUNCH_FAILED_RE.match(ln)
         if m:
-            for t in _expand_tasks(m["tasks"]):
+            for t in expand_tasks(m["tasks"]):
                 unlaunched.setdefault(t, m["why"])
     return srun, unlaunched, stopped, after_stop
 
@@ -452,59 +437,6 @@ def _own_code(srun_line: tuple[str, str] | None, said: int | None) -> int:
     return int(m[1]) if m else said if said is not None else 1
 
 
-def batch_failures(batch_out: str, prologue_err: str) -> list[str]:
-    """What failed in the batch script itself: its python (which picks the port on the first
-    node) without slurmtorch, the node prologue (`prologue_failures`), the restart supervisor
-    killed (the ranks' own ends are its consequence), or a --ray job's node whose Ray died or
-    never started (its step's exit is not a rank's)."""
-    killed = protocol.SUPERVISOR_KILLED_RE.search(batch_out)
-    if killed:
-        return [f"the restart supervisor on the batch node was killed by {killed['signal']} (exit {killed['code']}); "
-                "the job ended with it, and nothing restarted it"]
-    died = [f"Ray {m['kind']} on {m['node']} {m['what']}: {m['why']}" for m in protocol.RAY_FAILED_RE.finditer(batch_out)]
-    if died:
-        return died
-    if _NO_SLURMTORCH_RE.search(batch_out):
-        return ["the job's python on its first node has no slurmtorch (the site's `python:` must be an "
-                "interpreter the compute nodes share with slurmtorch installed)"]
-    return prologue_failures(batch_out, prologue_err)
-
-
-def prologue_failures(batch_out: str, prologue_err: str) -> list[str]:
-    """The node prologue's failure, if the batch script said it failed: one cause per node srun
-    named (`node2: exited with exit code 1 (its output: node-prologue-1.out)`), else one line."""
-    if protocol.PROLOGUE_FAILED not in batch_out:
-        return []
-    causes = []
-    for ln in prologue_err.splitlines():
-        m = _SRUN_TASK_RE.match(ln)
-        if m:
-            for t in _expand_tasks(m["tasks"]):
-                causes.append(f"the node prologue on {m['host']}: {m['what'].lower()} (its output: "
-                              f"node-prologue-{t}.out)")
-    return causes or ["the node prologue failed before any node ran it (node-prologue.err says why)"]
-
-
-def latest_start(text: str) -> str:
-    """The part of a log that the latest start wrote: after the last restart line, if any.
-    A restarted job's logs grow across its starts; an earlier start's failure is history."""
-    last = None
-    for last in protocol.START_RE.finditer(text):
-        pass
-    return text[last.end():] if last else text
-
-
 def lost_nodes(batch_out: str) -> list[str]:
     """The nodes srun said it lost (`srun: error: Node failure on HOST`), in order, once each."""
     return list(dict.fromkeys(_NODE_FAILURE_RE.findall(batch_out)))
-
-
-def step_refusal(batch_out: str) -> tuple[str, tuple[str, ...]] | None:
-    """srun's reason when Slurm did not create or launch the step, with the nodes it named
-    (`Task launch for StepId=5.1 failed on node node3: ...`); None when it said no such thing."""
-    found = list(_REFUSED_RE.finditer(batch_out))
-    if not found:
-        return None
-    nodes = tuple(dict.fromkeys(m["node"] for m in found if m["node"]))
-    return found[0]["why"], nodes
-

@@ -25,8 +25,8 @@ from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
 from slurmtorch.submit.follow.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.codecopy import read_record
-from slurmtorch.submit.jobfolder.failures import (RankFailure, batch_failures, is_timeout, latest_exits, latest_start,
-                                                  parse_failures, ran_out_of_time)
+from slurmtorch.submit.jobfolder.batchlines import batch_failures, latest_start, ran_out_of_time
+from slurmtorch.submit.jobfolder.failures import RankFailure, is_timeout, latest_exits, parse_failures
 from slurmtorch.submit.jobfolder.snapshot import origin
 from slurmtorch.submit.jobfolder.stacks import summary_lines
 
