@@ -93,6 +93,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Passed on as typed", ("sbatch_args", "srun_args", "mpirun_args")),
 )
 OTHER = "Other options"
+# The options that say what slurmtorch does with the job rather than what the job is
+# (print it, follow it, where to submit it): refused after the program without a `--`.
+ACTING = frozenset(dict(SECTIONS)["Following it"])
 
 
 def sections(names: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -161,16 +164,19 @@ def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[
 
     `slurmtorch sbatch train.py --nodes 2 -- --lr 1` once gave --nodes to slurmtorch and
     --lr to the script; now both go to the script, which is almost never meant. Without
-    the `--`, `train.py --nodes 2 --wait` is kept (the script may have its own --nodes) but
-    said: the job would otherwise run on one node, not waited for, without a word. A `--`
-    right after the program says its arguments are its own, and silences both.
+    the `--`, `train.py --nodes 2` is kept (the script may have its own --nodes) but said:
+    the job would otherwise run on one node without a word. Ours that say what slurmtorch
+    does rather than what the job is (ACTING: `train.py --dry-run` submitted a real job) are
+    refused there too: nothing typed after the program may make slurmtorch act as it was not
+    asked. A `--` right after the program says its arguments are its own, and silences all.
     """
     items = list(script_and_args or [])
     module = ctx.params.get("module")
     rest = items[1:] if module is None else items
     if rest[:1] == ["--"]:
         return items
-    ours = {flag for p in ctx.command.params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
+    params = [p for p in ctx.command.params if p.name]
+    ours = {flag for p in params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
     mine = stray_options(rest[:rest.index("--")] if "--" in rest else rest, ours)
     if not mine:
         return items
@@ -180,9 +186,19 @@ def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[
                         "goes to the program, as with sbatch and torchrun",
                         tip=f"put slurmtorch's options before {where}; for the program's own {mine[0]}, start "
                             f"its arguments with '--' ({where} -- {mine[0]} ...)")
+    program = "script" if module is None else "module"
+    shown = items[0] if module is None else f"-m {module}"
+    acting = {flag for p in params if p.name in ACTING for flag in (*p.opts, *p.secondary_opts)}
+    refused = [flag for flag in mine if flag in acting]
+    if refused:
+        flags, verb = " ".join(refused), ctx.info_name or "sbatch"
+        raise SpecError(f"{', '.join(refused)} after {shown} would go to the {program}, and slurmtorch would go on "
+                        f"without {'it' if len(refused) == 1 else 'them'}: refused, nothing "
+                        f"{'submitted' if verb == 'sbatch' else 'run'}",
+                        tip=f"for slurmtorch, before it: slurmtorch {verb} {flags} {shown} ...; for the {program}, "
+                            f"after a '--': {shown} -- {flags}")
     if not os.environ.get(protocol.ON_CLUSTER):  # a forwarded verb: the laptop's side said it
-        program = "script" if module is None else "module"
-        print(f"warning: {', '.join(mine)} after {items[0] if module is None else f'-m {module}'} "
+        print(f"warning: {', '.join(mine)} after {shown} "
               f"{'goes' if len(mine) == 1 else 'go'} to the {program}, not to slurmtorch (put slurmtorch's options "
               f"before the {program}; use -- before the {program}'s own to silence this)", file=sys.stderr)
     return items

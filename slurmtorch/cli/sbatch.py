@@ -49,7 +49,8 @@ def sbatch(
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
 
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun;
-    slurmtorch's options there get a warning, unless a -- follows SCRIPT (MODULE).
+    slurmtorch's options there get a warning (those that say what slurmtorch does, as
+    --dry-run, are refused), unless a -- follows SCRIPT (MODULE).
     The ranks start in this folder (--sbatch-arg=--chdir=DIR for another), where relative
     paths (checkpoints, outputs/, wandb/) lead, and so do its restarts and requeues; each
     array task in trials/<its parameters>/ (trials/trial-K/) below it. Logs: the job folder.
