@@ -13,6 +13,11 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
+try:  # click >= 8.2: the value of an option typed without one (flag_value with is_flag=False)
+    from click._utils import FLAG_NEEDS_VALUE
+except ImportError:  # pragma: no cover - click 8.0/8.1
+    from click.parser import _flag_needs_value as FLAG_NEEDS_VALUE  # type: ignore[no-redef]
+
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import Options
@@ -110,7 +115,16 @@ def sections(names: Sequence[str]) -> list[tuple[str, list[str]]]:
 
 class GroupedCommand(TyperCommand):
     """A verb whose `--help` lists its options in SECTIONS' groups, when it has enough of them
-    to need it (sbatch's ~50 in one list were hard to read)."""
+    to need it (sbatch's ~50 in one list were hard to read). An option with a value of its own
+    when typed alone (`Options` field metadata `bare`) gets it here: typer < 0.20 passes no
+    `flag_value` on to click."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            bare = _FIELDS[param.name].metadata.get("bare") if param.name in _FIELDS else None
+            if bare:
+                param.flag_value, param._flag_needs_value = bare[0], True  # type: ignore[attr-defined]
 
     def format_options(self, ctx, formatter) -> None:
         records = [(p, record) for p in self.get_params(ctx) if (record := p.get_help_record(ctx)) is not None]
@@ -147,6 +161,8 @@ class ProgramCommand(GroupedCommand):
         for opt in {*parser._long_opt.values(), *parser._short_opt.values()}:
             if opt.dest == "module":
                 opt.process = _ends_options(opt.process)  # type: ignore[method-assign]
+        bare = {name: _FIELDS[name].metadata["bare"][1] for name in _FIELDS if _FIELDS[name].metadata.get("bare")}
+        parser._get_value_from_state = _value_only_if(bare, parser._get_value_from_state)  # type: ignore[method-assign]
         return parser
 
 
@@ -156,6 +172,19 @@ def _ends_options(process):
         state.largs.extend(state.rargs)  # the rest is the module's, as typed
         del state.rargs[:]
     return process_then_stop
+
+
+def _value_only_if(accepts: Mapping[str, Any], get_value):
+    """click's reading of an option's value from the words that follow (`--opt VALUE`; the
+    `--opt=VALUE` form never asks it), where an option of `accepts` takes the next word only
+    when that word is one of its values: else it stands alone (its flag value), and the word
+    stays, SCRIPT as typed."""
+    def value_from_state(option_name, option, state):
+        accepted = accepts.get(option.dest)
+        if accepted is not None and state.rargs and not accepted(state.rargs[0]):
+            return FLAG_NEEDS_VALUE
+        return get_value(option_name, option, state)
+    return value_from_state
 
 
 def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[str]:

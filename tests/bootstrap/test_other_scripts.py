@@ -117,6 +117,23 @@ def test_a_malformed_init_args_on_the_command_line_is_one_error_line(tmp_path, v
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("verb", FRONT_ENDS)
+@pytest.mark.parametrize("typed, given", [(["--init-args"], "rank"), (["--init-args", "node"], "node"),
+                                          (["--init-args", "node:dist-url,rank,world-size"],
+                                           "node:dist-url,rank,world-size"), (["--init-args=rank"], "rank")])
+def test_init_args_takes_a_value_only_when_it_is_one_and_never_the_script(tmp_path, verb, typed, given):
+    """Issue 44: `--init-args t.py` took t.py for its value ("error: missing SCRIPT"), though the
+    docs call `rank` the default and the bootstrap takes the bare flag."""
+    (tmp_path / "t.py").write_text("pass\n")
+    proc = run([sys.executable, "-m", "slurmtorch", *verb, "--dry-run", *typed, "t.py", "--lr", "1"],
+               {**os.environ, "SLURMTORCH_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--init-args={given} " in proc.stdout.replace("\\\n", " ") and " t.py --lr 1" in proc.stdout, proc.stdout
+    # Before another option, too (click's own optional value).
+    proc = dry_run(tmp_path, verb, *typed)
+    assert proc.returncode == 0 and f"--init-args={given} " in proc.stdout.replace("\\\n", " "), proc.stderr
+
+
 # ----------------------------------------------------------------------------- rank and world of the script's own
 
 def mpirun(n: int, *args) -> list:
