@@ -90,7 +90,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                            "cpus_per_task", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive", "constraint", "gres",
                            "nodelist", "exclude", "hostfile", "reservation", "time", "account", "qos")),
     ("What runs", ("module", "launcher", "backend", "timeout", "placement", "env", "local_rank_arg", "init_args",
-                   "cluster_spec", "container_image", "container_runtime", "roles", "role_images", "ray", "snapshot")),
+                   "no_init", "cluster_spec", "container_image", "container_runtime", "roles", "role_images", "ray", "snapshot")),
     ("Sweeps, restarts and signals", ("array", "sweep", "max_restarts", "spare_nodes", "hang_timeout",
                                       "replace_straggler", "requeue", "signal")),
     ("When and who is told", ("job_name", "dependency", "begin", "mail_type", "mail_user", "comment")),

@@ -14,7 +14,7 @@ from slurmtorch.errors import SpecError
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.
 @with_options("ntasks", "module", "hostfile", "preset", "backend", "timeout", "local_rank_arg", "init_args",
-              "cluster_spec", "placement", "env", "mpirun_args",
+              "no_init", "cluster_spec", "placement", "env", "mpirun_args",
               helps={"ntasks": "number of ranks, on this host or over --hostfile's (default: the preset's ntasks; "
                                "one of the two is needed)"})
 def mpirun(

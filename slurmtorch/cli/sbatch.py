@@ -17,7 +17,7 @@ SBATCH_OPTIONS = (
     "module", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
     "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
-    "backend", "launcher", "timeout", "local_rank_arg", "init_args", "cluster_spec", "placement", "env", "requeue",
+    "backend", "launcher", "timeout", "local_rank_arg", "init_args", "no_init", "cluster_spec", "placement", "env", "requeue",
     "signal", "roles", "ray", "container_image", "container_runtime",
     "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "replace_straggler",
     "sbatch_args", "srun_args",

@@ -114,12 +114,14 @@ class ScriptConventions(TypedDict):
     local_rank_arg: str | None
     init_args: str | None
     cluster_spec: str | None
+    no_init: bool
 
 
 def script_conventions(o: Options, preset: dict[str, Any]) -> ScriptConventions:
-    """The --local_rank argument, --init-args and CLUSTER_SPEC's shape, each checked."""
+    """The --local_rank argument, --init-args, CLUSTER_SPEC's shape, each checked, and whether
+    the script makes the process group itself (--no-init)."""
     return ScriptConventions(local_rank_arg=local_rank_form(o, preset), init_args=init_args_form(o),
-                             cluster_spec=cluster_spec_shape(o))
+                             cluster_spec=cluster_spec_shape(o), no_init=bool(o.no_init))
 
 
 def cluster_spec_shape(o: Options) -> str | None:

@@ -98,6 +98,11 @@ class Options:
              "rank (the default, --init-args alone): --init_method URL --rank R --world_size N (ModelArts); node: "
              "node rank and node count (one task per node); name the flags after a colon, e.g. "
              "node:dist-url,rank,world-size (pytorch/examples' imagenet)")
+    no_init: bool | None = _flag(
+        "--no-init",
+        help="start no process group of ours: each rank gets its world (env://, CLUSTER_SPEC, ...) and the script "
+             "calls init_process_group itself, with its own backend, timeout and settings (torchtitan's "
+             "init_distributed, which skips its set-up where a group exists)")
     cluster_spec: str | None = _flag(
         "--cluster-spec", metavar=_choices(CLUSTER_SPEC_SHAPES),
         help="CLUSTER_SPEC's shape: ai-platform (master/worker, one entry per rank; the default) or vertex "

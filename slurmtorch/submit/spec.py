@@ -120,6 +120,8 @@ class JobSpec:
     init_args: str | None = None
     # --cluster-spec: CLUSTER_SPEC's shape (protocol.CLUSTER_SPEC_SHAPES); None: the default.
     cluster_spec: str | None = None
+    # --no-init: the ranks' bootstrap starts no process group; the script makes its own.
+    no_init: bool = False
     # How the header asks for the GPUs (sites.model.GPU_REQUESTS): --gpus-per-node=N, --gres=gpu:N, none.
     gpu_request: str = "gpus-per-node"
     # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.

@@ -312,6 +312,30 @@ def test_a_script_that_sets_up_its_own_group_gets_its_own_settings(env, tmp_path
     assert {(r["fr_buffer"], r["async"]) for r in found} == {("20000", "3")}  # the script's, not ours
 
 
+def test_no_init_on_slurmtorch_mpirun_lets_a_script_that_skips_an_existing_group_set_up_its_own(env, tmp_path):
+    """Issue 44: torchtitan as written today returns early from its `init_distributed()` when a
+    group exists, which under slurmtorch it always does, so its timeout, backend and flight-recorder
+    settings were dropped; the docs said `--no-init`, which neither sbatch nor mpirun offered."""
+    script = [SCRIPTS / "titan_init.py", "--as-titan-today"]
+    result = run([sys.executable, "-m", "slurmtorch", "mpirun", "-n", "2", "--no-init", *script],
+                 {**env, "TITAN_DUMP": str(tmp_path), "SLURMTORCH_HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = sorted((json.loads(ln[6:]) for ln in result.stdout.splitlines() if ln.startswith("TITAN ")),
+                   key=lambda r: r["rank"])
+    assert [(r["rank"], r["sum"], r["replaced"], r["timeout"]) for r in found] == [(0, 2.0, False, 300.0),
+                                                                                   (1, 2.0, False, 300.0)]
+    assert "skipping its set-up" not in result.stdout
+
+
+@pytest.mark.parametrize("verb", FRONT_ENDS)
+def test_no_init_reaches_every_ranks_bootstrap_from_each_front_end(tmp_path, verb):
+    proc = dry_run(tmp_path, verb, "--no-init")
+    assert proc.returncode == 0, proc.stderr
+    launch = proc.stdout.replace("\\\n", " ")
+    assert re.search(r"-m slurmtorch\.bootstrap [^\n]*--no-init [^\n]*t\.py", launch), launch
+    assert "--no-init" not in dry_run(tmp_path, verb).stdout
+
+
 def test_a_script_asking_for_our_group_again_with_no_new_settings_keeps_it(env):
     result = run(mpirun(2, SCRIPTS / "probe.py", "--init-self"), env)
     assert result.returncode == 0, result.stderr[-3000:]
