@@ -21,6 +21,8 @@ from slurmtorch.bootstrap.options import UsageError, parse_args
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
 
+from helpers import st
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "scripts"
 
@@ -266,6 +268,50 @@ def test_vertex_cluster_spec_of_a_role_job_names_the_pools_by_role():
     assert spec["cluster"] == {"workerpool0": ["198.18.0.1:29500"], "workerpool1": ["n2:29501", "n3:29502"],
                                "workerpool2": ["n4:29503"], "workerpool3": ["n5:29504"]}
     assert spec["task"] == {"type": "workerpool2", "index": 0}
+
+
+def test_a_torchrun_ranks_hosts_are_each_nodes_in_the_order_its_rendezvous_numbered_them():
+    from slurmtorch.bootstrap.torchrunhosts import hosts_of, wanted
+
+    assert hosts_of([["b", 0, 2], ["a", 2, 2]], 4) == (("b", "a"), ("b", "b", "a", "a"))
+    assert hosts_of([["b", 0, 1], ["a", 1, 3]], 4) == (("b", "a"), ("b", "a", "a", "a"))
+    assert hosts_of([["b", 0, 2], ["a", 3, 2]], 5) is None and hosts_of([["b", 0, 2]], 4) is None
+    agents = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+    two = info(source="torchrun", num_nodes=2)
+    assert wanted(two, agents) and not wanted(two, {})
+    assert not wanted(info(source="slurm", num_nodes=2), agents)
+    assert not wanted(info(source="torchrun", num_nodes=1, local_world_size=4, node_rank=0), agents)
+    assert not wanted(info(source="torchrun", num_nodes=2, rank_hosts=("a", "a", "b", "b")), agents)
+
+
+@pytest.mark.testbed
+def test_torchrun_on_two_nodes_gives_every_rank_the_cluster_maps(testbed, has_torch, tmp_path):
+    """Issue 44: `--launcher torchrun` on 2 nodes set no CLUSTER_SPEC or TF_CONFIG (a torchrun
+    worker knows no other node's host), and nothing said so: a Vertex-style script failed with
+    KeyError: 'CLUSTER_SPEC'. Two ranks a node, Vertex's shape; TF_CONFIG has one entry a rank."""
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--ntasks-per-node", "2", "--launcher",
+                              "torchrun", "--cluster-spec", "vertex", "--time", "3", "--wait",
+                              SCRIPTS / "vertex_probe.py"], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = home / "jobs" / proc.stdout.split()[0]
+    lines = [ln for p in sorted(folder.glob("*.out")) for ln in p.read_text().splitlines() if ln.startswith("VERTEX ")]
+    found = sorted((json.loads(ln[7:]) for ln in lines), key=lambda r: r["rank"])
+    assert [r["rank"] for r in found] == [0, 1, 2, 3], lines
+    master = f"{found[0]['MASTER_ADDR']}:{found[0]['MASTER_PORT']}"
+    port = found[0]["MASTER_PORT"]
+    nodes = [found[0]["host"], found[2]["host"]]
+    assert found[1]["host"] == nodes[0] != nodes[1] == found[3]["host"], found
+    for r in found:
+        node = r["rank"] // 2
+        assert r["cluster_spec"] == {"cluster": {"workerpool0": [master], "workerpool1": [f"{nodes[1]}:{port + 1}"]},
+                                     "environment": "cloud",
+                                     "task": {"type": "workerpool1" if node else "workerpool0", "index": 0}}, r
+        assert (r["node_rank"], r["NODE_RANK"], r["replicas"]) == (node, node, 2), r
+        assert r["tf_config"] == {"cluster": {"chief": [master], "worker": [f"{found[w]['host']}:{port + w}"
+                                                                            for w in (1, 2, 3)]},
+                                  "task": {"type": "chief", "index": 0} if r["rank"] == 0 else
+                                  {"type": "worker", "index": r["rank"] - 1}}, r
 
 
 def test_the_cluster_spec_shape_is_chosen_by_option_and_ai_platforms_stays_the_default():
