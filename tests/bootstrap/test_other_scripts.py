@@ -119,7 +119,22 @@ def test_a_malformed_init_args_on_the_command_line_is_one_error_line(tmp_path, v
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("verb", FRONT_ENDS)
+@pytest.mark.parametrize("verb, shape, tasks", [(["sbatch", "--site", "testbed", "--ntasks-per-node", "2"], [], 2),
+                                               (["sbatch", "--site", "testbed", "-N", "2", "-n", "3"], [], 2),
+                                               (["sbatch", "--site", "testbed", "--launcher", "torchrun",
+                                                 "--ntasks-per-node", "2"], [], 2),
+                                               (["mpirun", "-n", "3"], [":dist-url,rank,world-size"], 3)])
+def test_init_args_per_node_with_several_tasks_on_a_node_is_refused_at_submission(tmp_path, verb, shape, tasks):
+    """Issue 44: known when it is submitted, it was said only once the job ran (every rank's
+    bootstrap refused it: "each would claim the same rank")."""
+    proc = dry_run(tmp_path, verb, "--init-args", "node" + "".join(shape))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-500:]
+    assert proc.stderr.startswith(f"error: --init-args=node{''.join(shape)} gives each task its node's rank and "
+                                  f"the node count, but {tasks} tasks run on a node: each would claim the same "
+                                  "rank\ntip: one task per node"), proc.stderr
+
+
+@pytest.mark.parametrize("verb", [["sbatch", "--site", "testbed"], ["mpirun", "-n", "1"]])  # node: one task a node
 @pytest.mark.parametrize("typed, given", [(["--init-args"], "rank"), (["--init-args", "node"], "node"),
                                           (["--init-args", "node:dist-url,rank,world-size"],
                                            "node:dist-url,rank,world-size"), (["--init-args=rank"], "rank")])
