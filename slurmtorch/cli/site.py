@@ -12,9 +12,9 @@ from typing import Optional
 
 import typer
 
-from slurmtorch import resources, shell
+from slurmtorch import protocol, resources, shell
 from slurmtorch.cli._common import cluster_option, on_cluster
-from slurmtorch.errors import SiteError
+from slurmtorch.errors import SiteError, typed
 from slurmtorch.submit.inputs import file_problem
 
 app = typer.Typer(help="Inspect and validate site configs.", no_args_is_help=True, add_completion=False,
@@ -183,9 +183,16 @@ def init(ctx: typer.Context,
         sys.stdout.write(text)
     else:
         _write_new(target, text, force)
-    print(f"{'wrote ' + str(target) if target is not None else 'site file above'}: site {site.name!r}, "
-          f"{len(site.partitions)} partitions, {len(site.node_types)} node types; "
+    # On the cluster's side of `--cluster NAME` (the verb runs on its login host), a PATH is
+    # written there: said so, with the way to have it where the command was typed.
+    there = os.environ.get(protocol.ON_CLUSTER, "")
+    host = f"cluster {there}'s login host" if there != "1" else "the cluster's login host"
+    where = (f"wrote {target.absolute()} on {host}, not here" if target is not None and there
+             else f"wrote {target}" if target is not None else "site file above")
+    print(f"{where}: site {site.name!r}, {len(site.partitions)} partitions, {len(site.node_types)} node types; "
           f"{text.count('# CHECK:')} lines marked CHECK: for a person to decide", file=sys.stderr)
+    if target is not None and there:
+        print(f"tip: to have it here: {typed('site init')} > {shell.quote(target.name)}", file=sys.stderr)
     return 0
 
 

@@ -36,8 +36,10 @@ def per_node(o: Options, preset: dict[str, Any], partition: Partition, node: Nod
         raise SpecError(f"--gpus-per-node must not be negative, got {gpus}")
     if gpus > node.gpus:
         raise SpecError(
-            f"{gpus} GPUs per node requested, but node type {node.name!r} of partition {partition.name!r} has {node.gpus}",
-            tip=f"use --gpus-per-node {node.gpus} or less, or another partition",
+            f"{gpus} GPUs per node requested, but node type {node.name!r} of partition {partition.name!r} has "
+            f"{node.gpus or 'no GPUs'}",
+            tip=f"use --gpus-per-node {node.gpus} or fewer, or another partition" if node.gpus else
+                "leave --gpus-per-node out, or ask for a partition whose nodes have GPUs (-p PARTITION)",
         )
     ntasks_per_node = positive("--ntasks-per-node", o.pick(preset, "ntasks_per_node", _tasks_per_node(o, preset, gpus)))
     default_cpus = max(1, node.cpus // ntasks_per_node)

@@ -77,9 +77,17 @@ class HetComponent:
 
     @property
     def env_argv(self) -> tuple[str, ...]:
-        """`env -u NAME... NAME=VALUE...` before its steps' srun; () when nothing changes."""
-        args = (*(a for name in self.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in self.env))
+        """`env -u NAME... NAME=VALUE...` before its steps' srun; () when nothing changes. A
+        job-time value (a site's `{expand: ...}`) stays one, so its variables expand there, as
+        the batch script's own `export` of a plain job's does."""
+        args = (*(a for name in self.unset for a in ("-u", name)), *(_assignment(k, v) for k, v in self.env))
         return ("env", *args) if args else ()
+
+
+def _assignment(name: str, value: str) -> str:
+    """`NAME=VALUE` as one argv word; a job-time value's word is a job-time word too."""
+    word = f"{name}={value}"
+    return shell.JobTimeWord(word) if isinstance(value, shell.JobTimeWord) else word
 
 
 def split_roles(o: Options) -> tuple[Options, RoleAsks]:

@@ -97,14 +97,23 @@ def local_rank_form(o: Options, preset: dict[str, Any]) -> str | None:
     return form
 
 
-def init_args_form(o: Options) -> str | None:
-    """--init-args, checked here as the ranks will read it (`initargs`), or None."""
+def init_args_form(o: Options, tasks_per_node: int | None) -> str | None:
+    """--init-args, checked here as the ranks will read it (`initargs`), or None. The per-node
+    shape with more than one task on a node (`tasks_per_node`, the most any node runs; None:
+    not known here) is refused now, not by every rank once the job has waited its turn."""
     if o.init_args is None:
         return None
     try:
-        initargs.parse(o.init_args)
+        shape, _ = initargs.parse(o.init_args)
     except initargs.InitArgsError as exc:
         raise SpecError(str(exc), tip=initargs.TIP) from None
+    if shape == "node" and tasks_per_node is not None and tasks_per_node > 1:
+        raise SpecError(f"--init-args={o.init_args} gives each task its node's rank and the node count, but "
+                        f"{tasks_per_node} tasks run on a node: each would claim the same rank",
+                        tip="one task per node (" + ("--ntasks-per-node 1" if o.kind == "sbatch" else
+                                                     "-n 1 a host, with --hostfile") +
+                            "; the script starts its own workers, as imagenet's --multiprocessing-distributed "
+                            "does), or --init-args=rank")
     return o.init_args
 
 
@@ -114,12 +123,16 @@ class ScriptConventions(TypedDict):
     local_rank_arg: str | None
     init_args: str | None
     cluster_spec: str | None
+    no_init: bool
 
 
-def script_conventions(o: Options, preset: dict[str, Any]) -> ScriptConventions:
-    """The --local_rank argument, --init-args and CLUSTER_SPEC's shape, each checked."""
-    return ScriptConventions(local_rank_arg=local_rank_form(o, preset), init_args=init_args_form(o),
-                             cluster_spec=cluster_spec_shape(o))
+def script_conventions(o: Options, preset: dict[str, Any], tasks_per_node: int | None) -> ScriptConventions:
+    """The --local_rank argument, --init-args, CLUSTER_SPEC's shape, each checked, and whether
+    the script makes the process group itself (--no-init); `tasks_per_node`: the most tasks any
+    node runs, None where that is not known here."""
+    return ScriptConventions(local_rank_arg=local_rank_form(o, preset),
+                             init_args=init_args_form(o, tasks_per_node),
+                             cluster_spec=cluster_spec_shape(o), no_init=bool(o.no_init))
 
 
 def cluster_spec_shape(o: Options) -> str | None:

@@ -160,6 +160,8 @@ def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, containe
         argv.append(f"--init-args={spec.init_args}")
     if spec.cluster_spec is not None:
         argv.append(f"--cluster-spec={spec.cluster_spec}")
+    if spec.no_init:
+        argv.append("--no-init")
     if spec.module and spec.snapshot is not None and spec.snapshot.cwd is not None:
         # `python -m` imports from the working folder, the live tree: the job's copy instead.
         argv += ["--import-from", InCode(spec.snapshot.cwd)]

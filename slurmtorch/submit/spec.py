@@ -120,6 +120,8 @@ class JobSpec:
     init_args: str | None = None
     # --cluster-spec: CLUSTER_SPEC's shape (protocol.CLUSTER_SPEC_SHAPES); None: the default.
     cluster_spec: str | None = None
+    # --no-init: the ranks' bootstrap starts no process group; the script makes its own.
+    no_init: bool = False
     # How the header asks for the GPUs (sites.model.GPU_REQUESTS): --gpus-per-node=N, --gres=gpu:N, none.
     gpu_request: str = "gpus-per-node"
     # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.
@@ -230,12 +232,20 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         **recovery._asdict(),  # max_restarts, spare_nodes, hang_timeout, replace_straggler
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
-        **script_conventions(o, preset),
+        **script_conventions(o, preset, most_tasks_on_a_node(o, ntasks_per_node, ntasks, roles)),
         interactive=o.interactive,
         het_components=het_components,
         ray=bool(o.ray),
     )
     return _site_parts(job, site, node, partition, preset, asked)
+
+
+def most_tasks_on_a_node(o: Options, ntasks_per_node: int, ntasks: int, roles: RoleLayout | None) -> int | None:
+    """The most tasks any node runs: a batch job's per node (or a role's), a run here's all
+    (one host); None over a --hostfile, whose hosts share the ranks as mpirun decides."""
+    if o.kind == "mpirun":
+        return None if o.hostfile else ntasks
+    return max([ntasks_per_node, *(tasks for _, tasks in (roles.tasks if roles else ()))])
 
 
 def process_group_timeout(o: Options, preset: dict, site: Site) -> int:

@@ -131,6 +131,19 @@ def test_a_role_on_its_own_node_type_gets_its_env_and_loses_what_the_leaders_has
     assert "\nenv -u ONLY_CPU TESTBED_NODE_TYPE=fat 'NCCL_DEBUG=it'\"'\"'s INFO' srun --het-group=1 " in text
 
 
+def test_a_later_components_expand_value_expands_when_its_step_starts(tmp_path):
+    """Issue 44: a second node type's `env: {expand: ...}` reached its ranks as literal ${...}
+    text (its step's `env` prefix quoted it whole); a plain job's expands."""
+    site = tmp_path / "two.yaml"
+    site.write_text("extends: testbed\nnode_types:\n  fat: {env: {SCRATCH: {expand: '/scratch/${SLURM_JOB_ID}/a b'}}}\n")
+    text = render.render_sbatch(build_spec(sites.load_site(str(site)), golden_options("testbed", roles=HET)))
+    bash_syntax_ok(text)
+    line = next(ln for ln in text.splitlines() if ln.lstrip().startswith("env ") and " srun --het-group=1 " in ln)
+    words = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + line.split(" srun ")[0]], capture_output=True,
+                           text=True, check=True, env={"SLURM_JOB_ID": "42"}).stdout.split("\0")[:-1]
+    assert "SCRATCH=/scratch/42/a b" in words, line
+
+
 @pytest.mark.parametrize("fat, message", [
     ("modules: [arch/fat]", "needs its own modules"),
     ("node_prologue: ['true']", "needs a node prologue"),
@@ -236,7 +249,10 @@ def het_records(folder: Path, ranks: int) -> list[dict]:
 @pytest.mark.slurm_versions
 def test_a_heterogeneous_job_trains_the_readme_example_across_two_node_types(testbed, tmp_path):
     home = tmp_path / "home"
-    proc = st(testbed, home, ["sbatch", "--site", "testbed", "--role", "master=1", "--role", "worker=2:partition=fat",
+    # The fat node type's own variable expands when its step starts (issue 44: it was literal).
+    site = tmp_path / "testbed-expand.yaml"
+    site.write_text("extends: testbed\nnode_types:\n  fat: {env: {TESTBED_FAT_JOB: {expand: 'fat-${SLURM_JOB_ID}'}}}\n")
+    proc = st(testbed, home, ["sbatch", "--site", str(site), "--role", "master=1", "--role", "worker=2:partition=fat",
                               "--wait", str(SCRIPTS / "het_probe.py"), "--epochs", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.splitlines()[0]
@@ -253,7 +269,8 @@ def test_a_heterogeneous_job_trains_the_readme_example_across_two_node_types(tes
         assert (g["RANK"], g["WORLD_SIZE"], g["ROLE_RANK"], g["SLURMTORCH_ROLE"], g["SLURMTORCH_ROLE_INDEX"]) == \
             (str(r), "3", str(r), role, str(index)), g
         # Each role's nodes in its own partition, with its node type's environment.
-        assert (g["SLURM_JOB_PARTITION"], g["TESTBED_NODE_TYPE"]) == (("debug", None) if r == 0 else ("fat", "fat")), g
+        assert (g["SLURM_JOB_PARTITION"], g["TESTBED_NODE_TYPE"], g["TESTBED_FAT_JOB"]) == \
+            (("debug", None, None) if r == 0 else ("fat", "fat", f"fat-{job_id}")), g
         assert g["MASTER_ADDR"] == master
         assert g["cluster_spec"] == {"cluster": cluster, "task": {"type": role, "index": index}}, g
     rank0 = (folder / "rank-0.out").read_text()

@@ -210,6 +210,23 @@ def test_a_site_with_a_larger_max_array_size_takes_arrays_up_to_it_and_says_so_p
         sites.load_site(str(tmp_path / "past.yaml"))
 
 
+@pytest.mark.parametrize("asked", [dict(array="0-3"), dict(array="%2", sweep=("lr=1,2",)), dict(sweep=("lr=1",))])
+def test_a_cluster_without_job_arrays_says_so_for_array_and_sweep(tmp_path, asked):
+    """Issue 44: `max_array_size: 0` (Slurm's MaxArraySize=0: no job arrays) with `--array 0-3`
+    said "--sweep is a grid of 1 trials", of a sweep never asked for."""
+    from slurmtorch.submit.options import Options
+
+    (tmp_path / "none.yaml").write_text("extends: testbed\nmax_array_size: 0\n")
+    with pytest.raises(SpecError) as e:
+        build_spec(sites.load_site(str(tmp_path / "none.yaml")), Options(kind="sbatch", script="/x/t.py", **asked))
+    assert e.value.message == ("the site's cluster runs no job arrays (its max_array_size: 0, as MaxArraySize=0 "
+                               "turns them off), so no --array or --sweep"), e.value.message
+    assert "separate jobs" in (e.value.tip or "")
+    (tmp_path / "below.yaml").write_text("extends: testbed\nmax_array_size: -1\n")
+    with pytest.raises(SlurmtorchError, match="max_array_size"):
+        sites.load_site(str(tmp_path / "below.yaml"))
+
+
 @pytest.mark.parametrize("items, message", [
     (["lr"], "malformed"), (["=1"], "malformed"), (["l r=1"], "malformed"), (["lr=1,,2"], "empty value"),
     (["lr=1,1"], "repeats"), (["lr=1", "lr=2"], "twice"), (["a-b=1", "a_b=2"], "twice"),

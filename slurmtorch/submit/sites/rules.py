@@ -45,6 +45,9 @@ def validate(raw: Marked, path: Path) -> Site:
     if site.get("fabric_defaults") is not None and site["fabric_defaults"] not in EDITIONS:
         V.note(raw, "fabric_defaults", "fabric_defaults", f"no edition {site.pop('fabric_defaults')} of the fabric "
                f"defaults", f"editions: {', '.join(map(str, EDITIONS))} (the current one: {CURRENT_EDITION})")
+    if site.get("max_array_size", 0) < 0:
+        V.note(raw, "max_array_size", "max_array_size", f"{site.pop('max_array_size')} is below 0",
+               "0 where the cluster runs no job arrays (MaxArraySize=0), else its `scontrol show config` MaxArraySize")
     if site.get("max_array_size", 0) > SLURM_MAX_ARRAY_SIZE:
         V.note(raw, "max_array_size", "max_array_size", f"{site.pop('max_array_size')} is past Slurm's own limit "
                f"on MaxArraySize", f"at most {SLURM_MAX_ARRAY_SIZE}, as the cluster's `scontrol show config` says")

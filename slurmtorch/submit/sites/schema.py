@@ -186,7 +186,7 @@ SITE_SCHEMA: dict[str, Any] = {
     "omp_num_threads": ("threads", _OMP),
     "placement": (PLACEMENTS, _PLACEMENT),
     "max_array_size": ("int", "the cluster's MaxArraySize (`scontrol show config`; Slurm's default 1001): "
-                              "--array and --sweep take indices below it"),
+                              "--array and --sweep take indices below it; 0: no job arrays"),
     "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
                       "`container.python`"),
     "module_purge": ("bool", "`module purge` before the site's modules are loaded"),
