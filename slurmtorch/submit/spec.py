@@ -20,7 +20,7 @@ from slurmtorch import shell
 from slurmtorch.roles import RoleLayout
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit.allocation import (account_and_qos, check_required_time, node_count, per_node,
+from slurmtorch.submit.allocation import (account_and_qos, check_limits, check_required_time, node_count, per_node,
                                           resolve_target, role_layout, time_limit)
 from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site
 from slurmtorch.submit.environment import PathEdit, job_env
@@ -186,6 +186,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     in_container = container is not None or any(c for _, c in role_containers)
     recovery = resolve_restarts(o, launcher, bool(het_components), in_container, nodes, partition.max_nodes,
                                 partition.name, timeout, role_asks.spares)
+    if not het_components:  # a heterogeneous job's components: each in hetjob.components
+        check_limits(o, preset, site, partition, nodes + recovery.spare_nodes, time, recovery.spare_nodes)
     account, qos = account_and_qos(o, preset, partition, site)
     job = JobSpec(
         kind=o.kind,

@@ -55,7 +55,7 @@ def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name
     for partition in site.partitions:
         # In the partition's own form where it asks for one (LUMI: project_N).
         own = "project_465000123" if account and partition.account_pattern else account
-        spec = build_spec(site, opts(partition=partition.name, account=own))
+        spec = build_spec(site, opts(partition=partition.name, account=own, nodes=partition.min_nodes or 1))
         assert spec.time == partition.default_time
     for name, _ in site.presets:
         build_spec(site, opts(preset=name, account="project_465000123" if account and

@@ -174,7 +174,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "append_path": _paths(p.append_path),
             "refused_options": None if p.refused_options is None else dict(p.refused_options),
             "account_suffix": p.account_suffix, "account_pattern": p.account_pattern,
-            "slurm_partition": p.slurm_name,
+            "slurm_partition": p.slurm_name, "min_nodes": p.min_nodes, "max_node_minutes": p.max_node_minutes,
         }
     return out
 

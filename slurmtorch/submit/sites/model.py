@@ -143,6 +143,8 @@ class Partition:
     account_suffix: str | None = None  # IDRIS: "@h100"
     account_pattern: str | None = None  # a regex the whole account matches
     slurm_partition: str | None = None  # the Slurm partition this entry submits to; None: its name
+    min_nodes: int | None = None  # fewest nodes a job here may use (a QOS's MinNodes; Leonardo's bprod: 65)
+    max_node_minutes: int | None = None  # most nodes x minutes per job (a QOS's MaxTRESMinsPerJob=node=N)
 
     @property
     def slurm_name(self) -> str:

@@ -115,8 +115,12 @@ def _partition(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Par
     V.check_keys(body, PARTITION_SCHEMA, kp, required=REQUIRED["partition"])
     vals = V.values(body, PARTITION_SCHEMA, kp)
     _refers(V, body, vals, "node_type", kp, raw.get("node_types"), "node type")
-    if vals.get("max_nodes") == 0:
-        V.note(body, "max_nodes", f"{kp}.max_nodes", "must be at least 1")
+    for key in ("max_nodes", "min_nodes", "max_node_minutes"):
+        if vals.get(key) == 0:
+            V.note(body, key, f"{kp}.{key}", "must be at least 1")
+    if vals.get("min_nodes", 0) > vals.get("max_nodes", vals.get("min_nodes", 0)):
+        V.note(body, "min_nodes", f"{kp}.min_nodes", f"more than max_nodes ({vals['max_nodes']}): no job fits",
+               "min_nodes and max_nodes as the partition's or QOS's MinNodes and MaxNodes say")
     suffix = vals.get("account_suffix")
     if suffix is not None and (not suffix or not re.fullmatch(r"[^\s'\"\\$`]+", suffix)):
         V.note(body, "account_suffix", f"{kp}.account_suffix", f"{suffix!r} cannot end a Slurm account",

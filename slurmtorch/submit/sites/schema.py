@@ -79,6 +79,12 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
 PARTITION_SCHEMA: dict[str, Any] = {
     "max_nodes": ("int", "most nodes one job may use"),
     "max_time": ("time", "longest time limit (Slurm format, e.g. 1-00:00:00)"),
+    "min_nodes": ("int", "fewest nodes one job may use, spares included (a partition's or QOS's MinNodes; CINECA "
+                         "Leonardo's boost_qos_bprod: 65): a smaller job is refused before sbatch, with the entry "
+                         "that would take it, rather than pend for ever"),
+    "max_node_minutes": ("int", "most nodes x minutes one job may use (a QOS's MaxTRESMinsPerJob=node=N; CSCS's "
+                                "debug: 90, e.g. 2 nodes for 45 minutes): its nodes and spares times its --time, else "
+                                "default_time, else max_time; refused before sbatch, with the entry that would take it"),
     "node_type": ("str", "name of an entry in node_types"),
     "default": ("bool", "used when no --partition is given"),
     "default_time": ("time", "time limit when none is given"),
