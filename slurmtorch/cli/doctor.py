@@ -71,7 +71,7 @@ def doctor(
                       account="(doctor)", qos="(doctor)")
     job = spec.build_spec(site_obj, options) if part is not None else None
     env = (expanded(job.env, os.environ) + composed(job.env_paths, os.environ) if job is not None else
-           list(nt.network_env(site_obj.fabric_defaults)) + [(k, v) for k, v in site_obj.env if v is not None])
+           list(nt.network_env(site_obj.fabric_defaults, site_obj.interfaces_only)) + [(k, v) for k, v in site_obj.env if v is not None])
     backend = d.wanted_backend(job.backend if job is not None else None, nt)
     print(f"slurmtorch doctor: site {site_obj.name!r} ({site_obj.source}), node type {nt.name!r}"
           + (f", partition {part!r}" if part else ""), flush=True)

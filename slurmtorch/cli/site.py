@@ -90,7 +90,7 @@ def validate(ctx: typer.Context, path: str = typer.Argument(..., metavar="NAME|P
               file=sys.stderr)
     # The bundled presets ship with the edition they were checked against: never noted.
     editioned = sorted({nt.fabric for nt in site.node_types} & set(EDITIONS[CURRENT_EDITION]))
-    if site.fabric_defaults is None and editioned and not _bundled(site.source):
+    if site.fabric_defaults is None and editioned and not site.interfaces_only and not _bundled(site.source):
         print(f"note: not pinned: its jobs take the current edition ({CURRENT_EDITION}) of the "
               f"{', '.join(editioned)} defaults, and a newer slurmtorch's changes; pin it with fabric_defaults: "
               f"{CURRENT_EDITION} (slurmtorch site changes shows what each edition changes)", file=sys.stderr)

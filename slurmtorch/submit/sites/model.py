@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.sites.fabric import fabric_directives, fabric_env
+from slurmtorch.submit.sites.fabric import FULL, INTERFACES_ONLY, fabric_directives, fabric_env
 
 # A site's `launcher:` and `container.runtime:` take what the CLI offers: LAUNCHERS and
 # CONTAINER_RUNTIMES in submit/options.py, which --help lists without loading this package.
@@ -102,13 +102,14 @@ class NodeType:
     modules: tuple[str, ...] = ()
     fabric_host_suffix: str | None = None  # JSC: "i" (jwb0001 -> jwb0001i, the node's IPoIB name)
 
-    def network_env(self, edition: int | None = None) -> tuple[tuple[str, str], ...]:
+    def network_env(self, edition: int | None = None, interfaces_only: bool = False) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment (of the bundled defaults' `edition`; None: the
-        current one), with the admin's `env` applied on top.
+        current one; `interfaces_only`: the interface names alone), with the admin's `env`
+        applied on top.
 
         A key the admin sets to null removes what the fabric would have set.
         """
-        derived = dict(fabric_env(self, edition=edition))
+        derived = dict(fabric_env(self, edition=edition, interfaces_only=interfaces_only))
         for key, value in self.env:
             if value is None:
                 derived.pop(key, None)
@@ -236,6 +237,11 @@ class Site:
     refused_options: tuple[tuple[str, str], ...] = ()  # option name -> the centre's reason
     mpirun: MpiLaunch = MpiLaunch()  # how `slurmtorch mpirun` launches here
     fabric_defaults: int | None = None  # the edition of the bundled fabric defaults pinned (None: the current)
+    fabric_env: str = FULL  # interfaces-only: the centre's own layer sets the network libraries' variables
+
+    @property
+    def interfaces_only(self) -> bool:
+        return self.fabric_env == INTERFACES_ONLY
 
     def gpu_request_for(self, partition: Partition, node: NodeType) -> str:
         """How a job on `partition` asks for its GPUs: the nearest of partition, node type, site."""
@@ -252,7 +258,8 @@ class Site:
         fabric asks for (unless the site's directives set or remove them)."""
         out = []
         for nt in self.node_types:
-            before, after = dict(nt.network_env(old)), dict(nt.network_env(new))
+            before = dict(nt.network_env(old, self.interfaces_only))
+            after = dict(nt.network_env(new, self.interfaces_only))
             for key in dict.fromkeys((*before, *after)):
                 if key not in after:
                     out.append(f"node type {nt.name}: - {key}={before[key]}")

@@ -15,7 +15,7 @@ from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS
 from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, APPTAINER_COMMANDS, APPTAINER_SUBCOMMANDS, CPU_BINDS,
                                            GPU_ORDERS, GPU_REQUESTS, GPU_VENDORS, MPI_FLAVOURS, MPI_PLUGINS)
-from slurmtorch.submit.sites.fabric import FABRICS
+from slurmtorch.submit.sites.fabric import FABRIC_ENV_MODES, FABRICS
 from slurmtorch.submit.sites.values import REQUIRABLE
 
 _PATHS = ("prepend_path: NAME: [DIR, ...] put before the variable's existing value (kept, with ':'), "
@@ -39,6 +39,11 @@ _GPU_REQUEST = ("how the job asks Slurm for its GPUs: gpus-per-node (#SBATCH --g
 _REFUSED = ("options a job here may not pass, NAME: the centre's reason (e.g. mem: \"Vista does not accept "
             "--mem\"): refused before sbatch with that reason; NAME is the long option without dashes, "
             "checked against the job's options, --sbatch-arg and --srun-arg")
+_FABRIC_ENV = ("the fabric's environment in the job: full (the default: what `slurmtorch site show` prints for "
+               "each node type) or interfaces-only, where the centre's own layer sets the network libraries' "
+               "variables (LUMI's lumi-aif-singularity-bindings, NERSC's shifter --module=nccl-plugin, CSCS's "
+               "Container Engine hooks): only NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from `interfaces` are "
+               "exported, and the site's own env; a preset's wins")
 _PROLOGUE = ("shell lines (trusted admin text) run once on every node before the ranks start, as their own "
              "srun step under bash -eu; a failure ends the job (exit 1). Output: the job folder's "
              "node-prologue-N.out")
@@ -179,6 +184,7 @@ PRESET_SCHEMA: dict[str, Any] = {
     "srun_mpi": ("mpi", _MPI),
     "srun_args": ("srunargs", _SRUN + " (a preset's come after the partition's)"),
     "container": (CONTAINER_SCHEMA, "container for every rank of a job with this preset, in place of the site's"),
+    "fabric_env": (FABRIC_ENV_MODES, _FABRIC_ENV),
 }
 SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),
@@ -218,6 +224,7 @@ SITE_SCHEMA: dict[str, Any] = {
     "fabric_defaults": ("int", "the edition of slurmtorch's fabric defaults this site renders with (default: "
                                "the current one): a newer slurmtorch changes nothing in its jobs until the pin "
                                "moves; `slurmtorch site changes SITE` shows what each later edition would change"),
+    "fabric_env": (FABRIC_ENV_MODES, _FABRIC_ENV),
     "node_types": ({"*": NODE_TYPE_SCHEMA}, "node types by name"),
     "partitions": ({"*": PARTITION_SCHEMA}, "partitions by name (on a QOS-routed site: the routes -p names)"),
     "presets": ({"*": PRESET_SCHEMA}, "named option defaults; `default` applies when none is named"),
