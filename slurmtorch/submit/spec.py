@@ -109,6 +109,7 @@ class JobSpec:
     env_paths: tuple[PathEdit, ...] = ()
     module_purge: bool = False
     module_use: tuple[str, ...] = ()
+    after_modules: tuple[str, ...] = ()  # the site's trusted lines between the modules and the exports
     # Trusted admin lines run once per node (site's, then the node type's) before the ranks.
     node_prologue: tuple[str, ...] = ()
     gpu_vendor: str = "nvidia"
@@ -270,8 +271,8 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
     # `slurmtorch mpirun`'s launcher, and its GPU order for the ranks (the job's own --env wins).
     env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind).items() if k not in dict(job.env)))
     return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
-                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge,
-                               module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
+                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge, module_use=site.module_use,
+                   after_modules=site.after_modules, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool | None]) -> tuple[tuple[str, str | bool], ...]:

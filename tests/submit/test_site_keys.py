@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import render
+from slurmtorch.submit import interactive, render
 from slurmtorch.submit import sites
 from slurmtorch.submit.environment import composed
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED
@@ -264,6 +264,47 @@ def test_module_use_alone_makes_a_login_shell(tmp_path):
     site = sites.load_site(write(tmp_path, MINIMAL + "module_use: [/opt/mf]\n"))
     text = render.render_sbatch(build_spec(site, golden_options("s")))
     assert text.startswith("#!/bin/bash -l\n") and "module use /opt/mf\n" in text and "module purge" not in text
+
+
+AFTER = MINIMAL + """\
+module_use: [/soft/modulefiles]
+modules: [conda]
+after_modules: [conda activate]
+env: {NCCL_DEBUG: WARN}
+"""
+
+
+def between_the_modules_and_the_exports(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index("module load conda") + 1
+    exports = next(i for i, ln in enumerate(lines) if ln.startswith("export NCCL_IB_DISABLE"))  # the first
+    assert lines.index("export NCCL_DEBUG=WARN") > exports
+    return [ln for ln in lines[start:exports] if ln and not ln.startswith("#")]
+
+
+@pytest.mark.parametrize("kind", ["sbatch", "mpirun"])
+def test_after_modules_lines_run_after_the_modules_and_before_the_exports(tmp_path, kind):
+    """ALCF Polaris's PyTorch page: `module use /soft/modulefiles; module load conda; conda
+    activate`, and the job's exports after it (the activation would otherwise change them)."""
+    site = sites.load_site(write(tmp_path, AFTER))
+    spec = build_spec(site, golden_options("s", kind=kind, **({"ntasks": 2} if kind == "mpirun" else {})))
+    text = render.render_sbatch(spec) if kind == "sbatch" else render.render_mpirun(spec)
+    bash_syntax_ok(text)
+    assert between_the_modules_and_the_exports(text) == ["conda activate"]
+
+
+def test_alloc_shells_set_up_runs_the_after_modules_lines_too(tmp_path):
+    site = sites.load_site(write(tmp_path, AFTER))
+    spec = build_spec(site, golden_options("s", interactive=True, script=None))
+    shell = interactive.render_setup(spec, "{}", ["python3"])
+    assert between_the_modules_and_the_exports(shell) == ["conda activate"]
+
+
+def test_after_modules_lines_are_shell_lines_without_a_nul(tmp_path):
+    assert problems(write(tmp_path, MINIMAL + 'after_modules: ["a\\0b"]\n'))[0].endswith(
+        "after_modules[0]: contains a NUL byte, which no shell can carry")
+    assert problems(write(tmp_path, MINIMAL + "after_modules: conda activate\n"))[0].endswith(
+        "after_modules: expected a list of strings")
 
 
 # ------------------------------------------------------------------ node prologue

@@ -141,6 +141,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "mpirun": {"flavour": site.mpirun.flavour, "ranks_per_node": site.mpirun.ranks_per_node,
                    "cpu_bind": site.mpirun.cpu_bind, "depth": site.mpirun.depth, "gpu_order": site.mpirun.gpu_order},
         "srun_args": list(site.srun_args),
+        "after_modules": list(site.after_modules),
         "prologue": list(site.prologue),
         "node_prologue": list(site.node_prologue),
         "epilogue": list(site.epilogue),

@@ -221,6 +221,7 @@ class Site:
     modules: tuple[str, ...] = ()
     container: Container | None = None
     directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
+    after_modules: tuple[str, ...] = ()  # shell lines between the modules and the exports (Polaris: conda activate)
     prologue: tuple[str, ...] = ()
     epilogue: tuple[str, ...] = ()
     env: tuple[tuple[str, str | None], ...] = ()

@@ -209,6 +209,9 @@ SITE_SCHEMA: dict[str, Any] = {
                                  "`partition: null` for a QOS-routed site)"),
     "required": ("required", f"what every job must have ({', '.join(REQUIRABLE)}), refused before sbatch "
                              "otherwise; a partition's `required` replaces it"),
+    "after_modules": ("lines", "shell lines (trusted admin text) after the modules are loaded and before the job's "
+                               "variables are exported, in the batch script, slurmtorch mpirun's and alloc's shell "
+                               "(ALCF Polaris: `conda activate` after `module load conda`)"),
     "prologue": ("strlist", "shell lines before the launch (trusted admin text)"),
     "node_prologue": ("lines", _PROLOGUE),
     "epilogue": ("strlist", "shell lines after the launch (trusted admin text)"),
