@@ -22,7 +22,7 @@ from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit.allocation import (account_and_qos, check_limits, check_required_time, node_count, per_node,
                                           resolve_target, role_layout, time_limit)
-from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site, layered_srun_args
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.hetjob import HetComponent, components, split_roles
 from slurmtorch.submit.inputs import file_problem
@@ -227,8 +227,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         roles=roles.roles if roles else (), role_tasks=roles.tasks if roles else (),
         role_containers=role_containers,
         array=array, trial_ids=trial_ids, sweep=sweep, trials=trials,
-        srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
-                                               *preset.get("srun_args", ())), refused, partition.name),
+        srun_args=srun_arguments(o, launcher, layered_srun_args(site.srun_args, node.srun_args, partition.srun_args,
+                                                                preset.get("srun_args", ())), refused, partition.name),
         mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
         **recovery._asdict(),  # max_restarts, spare_nodes, hang_timeout, replace_straggler
         env_paths=env_paths,

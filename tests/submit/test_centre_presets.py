@@ -261,6 +261,12 @@ def test_lumi_g_follows_lumis_ai_guide():
     assert header(rendered("lumi-g", account="project_1", partition="dev-g", time="03:00:00"))["partition"] == "dev-g"
     with pytest.raises(SpecError, match="a share of the node's CPUs"):
         rendered("lumi-g", account="project_1", launcher="torchrun")
+    # run_ddp_torchrun.sh: plain srun, one torchrun per node; the preset takes the masks out.
+    torchrun = rendered("lumi-g", account="project_1", preset="torchrun", nodes=2)
+    h = header(torchrun)
+    assert (h["ntasks-per-node"], h["cpus-per-task"], h["gpus-per-node"]) == ("1", "56", "8")
+    assert "--cpu-bind" not in torchrun and build_spec(sites.load_site("lumi-g"), golden_options(
+        "lumi-g", account="project_1", preset="torchrun")).launcher == "torchrun"
 
 
 # --------------------------------------------------------------------------- NERSC

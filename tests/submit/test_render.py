@@ -97,12 +97,14 @@ def required_options(site) -> dict:
 
 
 # Bundled sites' named presets that change how ranks start (a container, another srun --mpi).
-PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun"), ("nersc-perlmutter", "shifter", "srun")]
+PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun"), ("nersc-perlmutter", "shifter", "srun"),
+                  ("lumi-g", "torchrun", "torchrun")]
 
 
 @pytest.mark.parametrize("site_name, preset, launcher", PRESET_GOLDENS)
 def test_preset_script_matches_golden(site_name, preset, launcher):
-    spec = build_spec(sites.load_site(site_name), golden_options(site_name, launcher=launcher, preset=preset, nodes=2))
+    site = sites.load_site(site_name)
+    spec = build_spec(site, golden_options(site_name, launcher=launcher, preset=preset, nodes=2, **required_options(site)))
     text = render.render_sbatch(spec)
     bash_syntax_ok(text)
     check_golden(f"sbatch-{site_name}-{preset}-{launcher}.sh", text)

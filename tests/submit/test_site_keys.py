@@ -108,6 +108,42 @@ def test_gpus_per_task_cannot_reach_torchruns_one_agent_per_node(tmp_path):
     assert build_spec(site, golden_options("s", launcher="srun")).srun_args == ("--gpus-per-task=1",)
 
 
+REMOVALS = MINIMAL.replace("fabric: ethernet,", "fabric: ethernet, srun_args: [--gpu-bind=none],") + """\
+srun_args: [--cpu-bind=cores, --hint=nomultithread]
+presets:
+  unbound: {srun_args: [{--cpu-bind: null}, --cpu-bind=none]}
+  free: {srun_args: [{--gpu-bind: null}, {--hint: null}]}
+"""
+
+
+def test_a_later_layers_null_removes_an_earlier_layers_srun_option(tmp_path):
+    """A preset's (or a node type's, a partition's) `{--NAME: null}` takes --NAME out of the layers
+    before it, as `directives:` null does: LUMI's torchrun preset drops the node type's CPU masks."""
+    site = sites.load_site(write(tmp_path, REMOVALS))
+    assert build_spec(site, golden_options("s")).srun_args == ("--cpu-bind=cores", "--hint=nomultithread",
+                                                                "--gpu-bind=none")
+    assert build_spec(site, golden_options("s", preset="unbound")).srun_args == (
+        "--hint=nomultithread", "--gpu-bind=none", "--cpu-bind=none")
+    spec = build_spec(site, golden_options("s", preset="free", srun_args=("--hint=compute_bound",)))
+    assert spec.srun_args == ("--cpu-bind=cores", "--hint=compute_bound")  # the job's own --srun-arg stays
+    assert sites.site_as_dict(site)["presets"]["unbound"]["srun_args"] == [{"--cpu-bind": None}, "--cpu-bind=none"]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("presets: {p: {srun_args: [{--cpu-bnd: null}]}}\n",
+     "presets.p.srun_args[0]: removes --cpu-bnd, which no layer before it sets (site, node type, partition)"),
+    ("srun_args: [{--cpu-bind: null}]\n",
+     "srun_args[0]: the site's srun_args come first: there is nothing before them to remove"),
+    ("presets: {p: {srun_args: [{--cpu-bind: cores}]}}\n",
+     "presets.p.srun_args[0]: {'--cpu-bind': 'cores'}: a removal is {--NAME: null}"),
+    ("presets: {p: {srun_args: [{--cpu-bind=cores: null}]}}\n",
+     "presets.p.srun_args[0]: {'--cpu-bind=cores': None}: a removal is {--NAME: null}"),
+])
+def test_a_removal_names_an_option_an_earlier_layer_sets(tmp_path, text, problem):
+    found = problems(write(tmp_path, MINIMAL + "srun_args: [--cpu-bind=cores]\n" * ("site's" not in problem) + text))
+    assert any(p.endswith(problem) for p in found), found
+
+
 # ------------------------------------------------------------------ directives, account, QOS
 
 def test_a_qos_routed_site_writes_no_partition_line_and_routes_by_its_partition_entries(keys):
@@ -386,7 +422,7 @@ def test_schema_lists_every_new_key():
     nt = top["node_types"]["additionalProperties"]["properties"]
     assert nt["gpu_vendor"]["enum"] == ["nvidia", "amd"] and {"srun_args", "node_prologue", "prepend_path"} <= set(nt)
     assert top["directives"]["additionalProperties"]["type"][-1] == "null"
-    assert re.fullmatch(top["srun_args"]["items"]["pattern"], "--gpu-bind=closest")
+    assert re.fullmatch(top["srun_args"]["items"]["oneOf"][0]["pattern"], "--gpu-bind=closest")
 
 
 def test_the_site_admins_guide_example_is_one_valid_site(tmp_path):

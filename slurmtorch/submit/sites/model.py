@@ -75,6 +75,21 @@ def mpi_option(plugin: str) -> list[str]:
     return [] if plugin == NO_MPI_OPTION else [f"--mpi={plugin}"]
 
 
+class SrunRemoval(str):
+    """A layer's `{--NAME: null}` in `srun_args`: --NAME, with any value, taken out of the layers
+    before it (site, node type, partition, preset), as a `directives:` null takes a line out."""
+
+
+def layered_srun_args(*layers: tuple[str, ...]) -> tuple[str, ...]:
+    """The srun options of `layers` in order, each layer's removals applied to those before it."""
+    out: list[str] = []
+    for layer in layers:
+        gone = {str(r) for r in layer if isinstance(r, SrunRemoval)}
+        out = [arg for arg in out if arg.partition("=")[0] not in gone]
+        out += [arg for arg in layer if not isinstance(arg, SrunRemoval)]
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class NodeType:
     """What one node offers: GPUs, CPUs, memory and how it talks to its peers."""

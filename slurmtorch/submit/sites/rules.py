@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.submit.sites.model import (GPU_FLAG_RUNTIMES, NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, MpiLaunch,
-                                           NodeType, Partition, Site, parse_time, valid_tip)
+                                           NodeType, Partition, Site, SrunRemoval, parse_time, valid_tip)
 from slurmtorch.submit.sites.fabric import CURRENT_EDITION, EDITIONS, HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
 from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, MPIRUN_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA,
                                            PRESET_SCHEMA, REQUIRED, SITE_SCHEMA)
@@ -41,6 +41,7 @@ def validate(raw: Marked, path: Path) -> Site:
     _one_default(V, raw, parts)
     _one_entry_per_qos(V, raw, parts)
     named = _presets(V, raw, site.get("launcher", "srun"))
+    _srun_removals(V, raw, site, types, parts, named)
     _older_mpi_name(V, raw, site)
     if site.get("fabric_defaults") is not None and site["fabric_defaults"] not in EDITIONS:
         V.note(raw, "fabric_defaults", "fabric_defaults", f"no edition {site.pop('fabric_defaults')} of the fabric "
@@ -163,6 +164,39 @@ def _one_entry_per_qos(V: Validator, raw: Marked, parts: list[Partition]) -> Non
                    f"{p.qos!r} is already partitions.{seen[key]}",
                    "give each entry of one Slurm partition its own qos:, or merge the two")
         seen.setdefault(key, p.name)
+
+
+def _srun_removals(V: Validator, raw: Marked, site: dict[str, Any], types: list[NodeType], parts: list[Partition],
+                   named: list) -> None:
+    """Each `{--NAME: null}` in srun_args names an option a layer before it sets: the site's come
+    first (nothing to remove), a node type's remove the site's, a partition's the site's and its
+    node type's, a preset's those of the site, any node type or any partition."""
+    def options(*layers) -> set[str]:
+        return {arg.partition("=")[0] for layer in layers for arg in layer if not isinstance(arg, SrunRemoval)}
+
+    def check(mapping: Any, kp: str, args: tuple[str, ...], before: set[str], where: str) -> None:
+        for i, arg in enumerate(args):
+            if not isinstance(arg, SrunRemoval) or not arg:
+                continue
+            if not where:
+                V.note(mapping, "srun_args", f"{kp}[{i}]", "the site's srun_args come first: there is nothing "
+                       "before them to remove", "leave it out (a site that extends another replaces its list)")
+            elif arg not in before:
+                V.note(mapping, "srun_args", f"{kp}[{i}]", f"removes {arg}, which no layer before it sets ({where})",
+                       "set there: " + (", ".join(sorted(before)) or "no srun option"))
+    own = site.get("srun_args", ())
+    check(raw, "srun_args", own, set(), "")
+    by_type = {nt.name: nt for nt in types}
+    for nt in types:
+        check(raw["node_types"][nt.name], f"node_types.{nt.name}.srun_args", nt.srun_args, options(own), "site")
+    for p in parts:
+        nt_args = by_type[p.node_type].srun_args if p.node_type in by_type else ()
+        check(raw["partitions"][p.name], f"partitions.{p.name}.srun_args", p.srun_args, options(own, nt_args),
+              "site, node type")
+    every = options(own, *(nt.srun_args for nt in types), *(p.srun_args for p in parts))
+    for name, body in named:
+        check(raw["presets"][name], f"presets.{name}.srun_args", dict(body).get("srun_args", ()), every,
+              "site, node type, partition")
 
 
 def _older_mpi_name(V: Validator, raw: Marked, site: dict[str, Any]) -> None:

@@ -22,7 +22,8 @@ _PATHS = ("prepend_path: NAME: [DIR, ...] put before the variable's existing val
           "after the layers before this one")
 _APPEND = "append_path: NAME: [DIR, ...] put after the variable's existing value (kept, with ':')"
 _SRUN = ("extra options (--name[=value]) for every srun that starts ranks; site, node type, partition, then "
-         "the job's --srun-arg. Options slurmtorch sets itself are refused")
+         "the job's --srun-arg; {--name: null} removes one a layer before set (LUMI's torchrun preset: "
+         "{--cpu-bind: null}). Options slurmtorch sets itself are refused")
 _MPI = ("srun --mpi plugin of the rank steps: pmix (Open MPI 5, MPI in a container), pmi2, cray_shasta (Cray "
         "MPICH), another of `srun --mpi=list`, or none for plain srun (the cluster's MpiDefault); the nearest of "
         "preset, partition, node type and site wins")
@@ -257,7 +258,10 @@ _KINDS: dict[str, dict[str, Any]] = {
         "propertyNames": {"pattern": f"^{ANNOTATION_KEY_RE.pattern}$"},
         "additionalProperties": {"type": "string"},
     },
-    "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
+    "srunargs": {"type": "array", "items": {"oneOf": [
+        {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"},
+        {"type": "object", "minProperties": 1, "maxProperties": 1,
+         "propertyNames": {"pattern": "^--[a-z][a-z0-9-]*$"}, "additionalProperties": {"type": "null"}}]}},
     "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
     "hcas": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"const": "auto"}]},
     "image": {"type": "string", "minLength": 1},
