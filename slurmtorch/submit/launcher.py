@@ -44,12 +44,16 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     return launcher, backend
 
 
-def gpu_order_env(site: Site, kind: str) -> dict[str, str]:
-    """The rank side's GPU order for `slurmtorch mpirun` on this site (bootstrap.device): reverse
-    where the site says so (ALCF Polaris: set_affinity_gpu_polaris.sh, "need to assign GPUs in
-    reverse order due to topology"), else nothing."""
+def gpu_order_env(site: Site, kind: str, node: NodeType) -> dict[str, str]:
+    """The rank side's GPU order (bootstrap.device, bootstrap.placement): reverse where the site
+    says so, for `slurmtorch mpirun` in its `mpirun:` block (ALCF Polaris: set_affinity_gpu_polaris.sh,
+    "need to assign GPUs in reverse order due to topology"), else for any job on the node type's
+    board (its `gpu_order`: GPU 0 by the last NUMA node, where srun binds rank 0 to the first
+    cores); else nothing."""
     if kind == "mpirun" and site.mpirun.gpu_order != "natural":
         return {protocol.GPU_ORDER: site.mpirun.gpu_order}
+    if node.gpu_order not in (None, "natural"):
+        return {protocol.GPU_ORDER: node.gpu_order}
     return {}
 
 

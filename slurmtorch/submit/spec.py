@@ -269,7 +269,7 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
             **dict(preset.get("directives", ())), **asked}
     directives = sbatch_header(job, base)
     # `slurmtorch mpirun`'s launcher, and its GPU order for the ranks (the job's own --env wins).
-    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind).items() if k not in dict(job.env)))
+    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind, node).items() if k not in dict(job.env)))
     return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
                    mpi_launch=site.mpirun, env=env, module_purge=site.module_purge, module_use=site.module_use,
                    after_modules=site.after_modules, node_prologue=(*site.node_prologue, *node.node_prologue))

@@ -144,6 +144,23 @@ def test_a_removal_names_an_option_an_earlier_layer_sets(tmp_path, text, problem
     assert any(p.endswith(problem) for p in found), found
 
 
+GPU_BOARD = MINIMAL.replace("cpu: {gpus: 0, cpus: 4,", "cpu: {gpus: 4, cpus: 64, gpu_order: reverse,")
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+def test_a_node_types_gpu_order_reaches_the_ranks_of_a_slurm_job(tmp_path, launcher):
+    """A board whose GPU 0 sits by the last NUMA node (ALCF's affinity table of the A100 board):
+    local rank i takes GPU n-1-i in a batch job too (bootstrap.placement, SLURMTORCH_GPU_ORDER);
+    the job's own --env wins."""
+    site = sites.load_site(write(tmp_path, GPU_BOARD))
+    assert dict(build_spec(site, golden_options("s", launcher=launcher)).env)["SLURMTORCH_GPU_ORDER"] == "reverse"
+    mine = build_spec(site, golden_options("s", env=("SLURMTORCH_GPU_ORDER=natural",)))
+    assert dict(mine.env)["SLURMTORCH_GPU_ORDER"] == "natural"
+    natural = sites.load_site(write(tmp_path, GPU_BOARD.replace(" gpu_order: reverse,", "")))
+    assert "SLURMTORCH_GPU_ORDER" not in dict(build_spec(natural, golden_options("s")).env)
+    assert sites.site_as_dict(site)["node_types"]["cpu"]["gpu_order"] == "reverse"
+
+
 # ------------------------------------------------------------------ directives, account, QOS
 
 def test_a_qos_routed_site_writes_no_partition_line_and_routes_by_its_partition_entries(keys):

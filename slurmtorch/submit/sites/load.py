@@ -162,7 +162,7 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": _env(nt.network_env(site.fabric_defaults, site.interfaces_only)),
             "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
             "srun_args": _srun(nt.srun_args), "node_prologue": list(nt.node_prologue),
-            "srun_mpi": nt.srun_mpi, "omp_num_threads": nt.omp_num_threads,
+            "srun_mpi": nt.srun_mpi, "omp_num_threads": nt.omp_num_threads, "gpu_order": nt.gpu_order or "natural",
         }
     for p in site.partitions:
         out["partitions"][p.name] = {

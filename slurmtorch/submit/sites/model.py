@@ -116,6 +116,7 @@ class NodeType:
     gpu_request: str | None = None  # None: the site's
     modules: tuple[str, ...] = ()
     fabric_host_suffix: str | None = None  # JSC: "i" (jwb0001 -> jwb0001i, the node's IPoIB name)
+    gpu_order: str | None = None  # reverse: local rank i takes GPU n-1-i (GPU 0 by the last NUMA node)
 
     def network_env(self, edition: int | None = None, interfaces_only: bool = False) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment (of the bundled defaults' `edition`; None: the

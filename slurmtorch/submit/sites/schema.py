@@ -81,6 +81,11 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
     "node_prologue": ("lines", _PROLOGUE + "; after the site's"),
     "srun_mpi": ("mpi", _MPI),
     "omp_num_threads": ("threads", _OMP),
+    "gpu_order": (GPU_ORDERS, "which GPU local rank i takes on this board, in every job here: natural (GPU i, the "
+                              "default) or reverse (GPU n-1-i, where GPU 0 sits by the last NUMA node: ALCF's affinity "
+                              "table for the A100 board, GPU0 by CPUs 24-31 and GPU3 by 0-7, so that srun's rank 0 "
+                              "on the first cores drives the GPU beside them); `mpirun: gpu_order` wins for "
+                              "slurmtorch mpirun"),
 }
 PARTITION_SCHEMA: dict[str, Any] = {
     "max_nodes": ("int", "most nodes one job may use"),
