@@ -19,7 +19,8 @@ from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
 from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS, Options
-from slurmtorch.submit.sites.model import SRUN_RUNTIMES, Container, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import (BATCH_MPIRUN_FLAVOURS, SRUN_RUNTIMES, Container, NodeType, Partition,
+                                           Site)
 
 
 def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str, str]:
@@ -30,7 +31,7 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     backend = o.pick(preset, "backend") or "auto"
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
-    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour != "openmpi":
+    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour not in BATCH_MPIRUN_FLAVOURS:
         raise SpecError(f"site {site.name!r} launches with {site.mpirun.flavour}'s mpiexec (its mpirun: block), "
                         "which is for slurmtorch mpirun on hosts without Slurm; a batch job's mpirun is Open MPI's",
                         tip="use --launcher srun in a Slurm job, or slurmtorch mpirun --hostfile on the hosts")

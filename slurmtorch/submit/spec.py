@@ -229,7 +229,7 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         array=array, trial_ids=trial_ids, sweep=sweep, trials=trials,
         srun_args=srun_arguments(o, launcher, layered_srun_args(site.srun_args, node.srun_args, partition.srun_args,
                                                                 preset.get("srun_args", ())), refused, partition.name),
-        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
+        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind, site.mpirun, o.hostfile), gpu_request=gpu_request,
         **recovery._asdict(),  # max_restarts, spare_nodes, hang_timeout, replace_straggler
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,

@@ -159,17 +159,19 @@ def test_option_shapes_match_golden(shape):
 
 
 # Each MPI's launcher (a site's `mpirun: flavour:`): Open MPI (local, testbed), Cray PALS (ALCF
-# Polaris), MPICH's Hydra and Intel MPI (test sites).
+# Polaris), TACC's ibrun (Vista), MPICH's Hydra and Intel MPI (test sites).
 FLAVOUR_SITES = {"hydra-local": Path(__file__).resolve().parents[1] / "sites" / "hydra-local.yaml",
                  "intel-mpi": Path(__file__).resolve().parents[1] / "sites" / "intel-mpi.yaml"}
 
 
-@pytest.mark.parametrize("site_name", ["local", "testbed", "alcf-polaris", *FLAVOUR_SITES])
+@pytest.mark.parametrize("site_name", ["local", "testbed", "alcf-polaris", "tacc-vista", *FLAVOUR_SITES])
 def test_mpirun_script_matches_golden(site_name):
     site = sites.load_site(str(FLAVOUR_SITES.get(site_name, site_name)))
+    # TACC's ibrun takes its hosts from the Slurm job (an idev session) it runs in.
+    hosts = () if site.mpirun.flavour == "ibrun" else ("--hostfile", "hosts")
     spec = build_spec(site, golden_options(
-        site_name, kind="mpirun", ntasks=4, hostfile="/home/user/hosts",
-        command=("slurmtorch", "mpirun", "train.py", "-n", "4", "--hostfile", "hosts")))
+        site_name, kind="mpirun", ntasks=4, hostfile="/home/user/hosts" if hosts else None,
+        command=("slurmtorch", "mpirun", "train.py", "-n", "4", *hosts)))
     text = render.render_mpirun(spec)
     bash_syntax_ok(text)
     check_golden(f"mpirun-{site_name}.sh", text)

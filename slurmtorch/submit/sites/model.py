@@ -51,8 +51,14 @@ PathMap = tuple[tuple[str, tuple[str, ...]], ...]
 DEFAULT_TIMEOUT_S = 600
 
 # `slurmtorch mpirun`'s launcher per MPI (`mpirun: flavour:`): Open MPI's mpirun, MPICH's Hydra
-# mpiexec, HPE Cray PALS's mpiexec (PBS Pro systems such as ALCF Polaris), Intel MPI's mpiexec.
-MPI_FLAVOURS = ("openmpi", "hydra", "pals", "intel")
+# mpiexec, HPE Cray PALS's mpiexec (PBS Pro systems such as ALCF Polaris), Intel MPI's mpiexec,
+# TACC's ibrun (inside a Slurm job or idev session: it places the ranks itself).
+MPI_FLAVOURS = ("openmpi", "hydra", "pals", "intel", "ibrun")
+# Flavours whose site's batch jobs (`--launcher mpirun`) may still start their ranks with Open
+# MPI's mpirun: TACC's ML guide runs PyTorch so on Vista, where ibrun is `slurmtorch mpirun`'s.
+BATCH_MPIRUN_FLAVOURS = ("openmpi", "ibrun")
+# Flavours that place the ranks themselves from the Slurm job: no ranks per node, binding or hosts.
+SELF_PLACING_FLAVOURS = ("ibrun",)
 # How each rank is bound to CPUs, in words every flavour spells its own way (submit/mpiflavour.py):
 # none, one core, or `depth` CPUs (PALS's --depth; Hydra's core:N; Intel's pin domain size).
 CPU_BINDS = ("none", "core", "depth")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.submit.sites.model import (GPU_FLAG_RUNTIMES, NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, MpiLaunch,
-                                           NodeType, Partition, Site, SrunRemoval, parse_time, valid_tip)
+                                           SELF_PLACING_FLAVOURS, NodeType, Partition, Site, SrunRemoval, parse_time,
+                                           valid_tip)
 from slurmtorch.submit.sites.fabric import CURRENT_EDITION, EDITIONS, HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
 from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, MPIRUN_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA,
                                            PRESET_SCHEMA, REQUIRED, SITE_SCHEMA)
@@ -286,9 +287,14 @@ def _mpirun(V: Validator, raw: Marked) -> MpiLaunch:
     if vals.get("cpu_bind") == "depth" and "depth" not in vals and "depth" not in m:
         V.note(m, "cpu_bind", "mpirun.cpu_bind", "cpu_bind: depth binds each rank to `depth` CPUs, but depth "
                "is not set", "add depth: N (CPUs per rank; ALCF Polaris: 16 for 4 ranks per node)")
-    if "depth" in vals and vals.get("cpu_bind") != "depth":
+    if "depth" in vals and vals.get("cpu_bind") != "depth" and vals.get("flavour") not in SELF_PLACING_FLAVOURS:
         V.note(m, "depth", "mpirun.depth", "depth is the CPUs of cpu_bind: depth, which is not set",
                "add cpu_bind: depth, or leave depth out")
+    if vals.get("flavour") in SELF_PLACING_FLAVOURS:
+        for key in ("ranks_per_node", "cpu_bind", "depth"):
+            if key in vals:
+                V.note(m, key, f"mpirun.{key}", f"{vals['flavour']} places the ranks itself, from the Slurm job's "
+                       "own layout", "leave it out: the job's #SBATCH -N/-n (or idev's) say where ranks run")
     if V.count() != before:
         raise Stop
     return MpiLaunch(**vals)
