@@ -151,8 +151,8 @@ def init(ctx: typer.Context,
                                             "file name less its extension, as a site file is named)"),
          force: bool = typer.Option(False, "--force", help="replace PATH if it exists"),
          cluster: Optional[str] = cluster_option()) -> int:
-    """A starting site file from what this cluster says of itself (scontrol show node and
-    partition, srun --mpi=list): node types, partitions, srun's MPI plugin; the fabric, its
+    """A starting site file from what this cluster says of itself (scontrol show node, partition
+    and config, srun --mpi=list): node types, partitions, MaxArraySize, srun's MPI plugin; the fabric, its
     interfaces and the modules marked `# CHECK:`. Validated before it is written to PATH (whole
     or not at all; an existing PATH is kept unless --force) or, without PATH or with -, to stdout."""
     remote = on_cluster(ctx, cluster)

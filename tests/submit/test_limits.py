@@ -114,3 +114,18 @@ def test_the_cli_prints_the_limit_and_the_entry_that_takes_it_and_submits_nothin
     assert err == ("error: 3 nodes x 00:40:00 is 120 node-minutes, but partition 'debug' allows at most 90 per job "
                    "(max_node_minutes); partition 'normal' would take 3 nodes for 00:40:00\n"
                    "tip: pass -p normal, or --time 00:30:00 or less\n")
+
+
+def test_each_component_of_a_heterogeneous_job_is_held_to_its_own_partitions_limits(tmp_path):
+    """Roles on different node types are one Slurm heterogeneous job whose components Slurm checks
+    each against its partition: a role below its partition's min_nodes is refused before sbatch."""
+    site = tmp_path / "het.yaml"
+    site.write_text(
+        "node_types:\n  cpu: {gpus: 0, cpus: 2, fabric: ethernet}\n  fat: {gpus: 0, cpus: 4, fabric: ethernet}\n"
+        "partitions:\n  debug: {max_nodes: 4, max_time: '1-00:00:00', node_type: cpu, default: true}\n"
+        "  fat: {min_nodes: 2, max_nodes: 4, max_time: '1-00:00:00', node_type: fat}\n")
+    het = sites.load_site(site)
+    err = refusal(het, roles=("master=1", "worker=1:partition=fat"))
+    assert err.problems == ("role worker: 1 node requested, but partition 'fat' takes at least 2 (min_nodes): sbatch "
+                            "would refuse the job, or Slurm hold it for ever",)
+    assert build_spec(het, opts(roles=("master=1", "worker=2:partition=fat"))).het_components

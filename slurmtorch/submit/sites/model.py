@@ -46,6 +46,8 @@ GPU_FLAG_RUNTIMES = ("apptainer", "podman-hpc")
 # prepend_path / append_path: (NAME, (dir, ...)) in the order written.
 PathMap = tuple[tuple[str, tuple[str, ...]], ...]
 
+SLURM_MAX_ARRAY_SIZE = 4000001  # slurm.conf(5): MaxArraySize "may not exceed 4000001"
+
 # Process-group timeout. gloo's own default (30 min) would let one hung peer hold
 # every node of the job that long; 10 min is torch's NCCL default.
 DEFAULT_TIMEOUT_S = 600

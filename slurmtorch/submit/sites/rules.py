@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.submit.sites.model import (GPU_FLAG_RUNTIMES, NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, MpiLaunch,
-                                           SELF_PLACING_FLAVOURS, NodeType, Partition, Site, SrunRemoval, parse_time,
-                                           valid_tip)
+                                           SELF_PLACING_FLAVOURS, SLURM_MAX_ARRAY_SIZE, NodeType, Partition, Site,
+                                           SrunRemoval, parse_time, valid_tip)
 from slurmtorch.submit.sites.fabric import CURRENT_EDITION, EDITIONS, HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
 from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, MPIRUN_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA,
                                            PRESET_SCHEMA, REQUIRED, SITE_SCHEMA)
@@ -24,7 +24,6 @@ from slurmtorch.submit.sites.safe_yaml import Marked, type_name
 
 _SUBTREES = ("node_types", "partitions", "presets", "container", "extends", "mpirun")
 
-SLURM_MAX_ARRAY_SIZE = 4000001  # slurm.conf(5): MaxArraySize "may not exceed 4000001"
 
 
 def validate(raw: Marked, path: Path) -> Site:
