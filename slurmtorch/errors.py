@@ -94,9 +94,14 @@ class LimitError(SpecError):
         super().__init__("; ".join((*problems, taker)), tip)
         self.problems = problems
         self.taker = taker
+        self._said = self.message
 
     def render(self) -> str:
-        lines = [f"error: {p}" for p in self.problems]
+        # Words a caller put before the message (a chain's `part 'ev': `) go before each line.
+        if not self.message.endswith(self._said):
+            return super().render()
+        prefix = self.message[:len(self.message) - len(self._said)]
+        lines = [f"error: {prefix}{p}" for p in self.problems]
         lines[-1] += f"; {self.taker}"
         return "\n".join(lines) + (f"\ntip: {self.tip}" if self.tip else "")
 
