@@ -43,6 +43,7 @@ def doctor(
     from slurmtorch.submit import sites
     from slurmtorch.submit import spec
     from slurmtorch.submit.environment import composed, expanded
+    from slurmtorch.submit.sites.model import parse_time
 
     # --site, else $SLURMTORCH_SITE, else (run inside a slurmtorch job) the site its script
     # was rendered for; else where Slurm is, none (as sbatch says); elsewhere "local", mpirun's.
@@ -61,16 +62,21 @@ def doctor(
     nt, part = d.resolve_node_type(site_obj, node_type, part_name)
     python = site_obj.python or sys.executable
     # The environment exactly as a job script would export it (fabric, site, node type,
-    # preset): build a one-node spec. Its time limit is the partition's, so a preset's
-    # longer default cannot make the doctor itself refuse to run.
-    max_time = next((p.max_time for p in site_obj.partitions if p.name == part), None)
+    # preset): build a spec of as few nodes as the partition takes. Its time limit is the
+    # partition's (within its node-minutes), so a preset's longer default cannot make the
+    # doctor itself refuse to run.
+    entry = next((p for p in site_obj.partitions if p.name == part), None)
+    nodes = (entry.min_nodes or 1) if entry is not None else 1
+    max_time = entry.max_time if entry is not None else None
+    if entry is not None and entry.max_node_minutes is not None:
+        max_time = str(max(1, min(parse_time(entry.max_time) // 60, entry.max_node_minutes // nodes)))
     # The doctor submits nothing: a site's `required:` account/QOS gets a stand-in, so that
     # the spec (built only for its environment) is not refused for lacking one.
-    options = Options(module="slurmtorch.doctor", partition=part, preset=preset, nodes=1, time=max_time,
+    options = Options(module="slurmtorch.doctor", partition=part, preset=preset, nodes=nodes, time=max_time,
                       account="(doctor)", qos="(doctor)")
     job = spec.build_spec(site_obj, options) if part is not None else None
     env = (expanded(job.env, os.environ) + composed(job.env_paths, os.environ) if job is not None else
-           list(nt.network_env(site_obj.fabric_defaults)) + [(k, v) for k, v in site_obj.env if v is not None])
+           list(nt.network_env(site_obj.fabric_defaults, site_obj.interfaces_only)) + [(k, v) for k, v in site_obj.env if v is not None])
     backend = d.wanted_backend(job.backend if job is not None else None, nt)
     where = site_obj.source if ref else "no site given, and no Slurm here: slurmtorch mpirun's site"
     print(f"slurmtorch doctor: site {site_obj.name!r} ({where}), node type {nt.name!r}"

@@ -90,7 +90,7 @@ def validate(ctx: typer.Context, path: str = typer.Argument(..., metavar="NAME|P
               file=sys.stderr)
     # The bundled presets ship with the edition they were checked against: never noted.
     editioned = sorted({nt.fabric for nt in site.node_types} & set(EDITIONS[CURRENT_EDITION]))
-    if site.fabric_defaults is None and editioned and not _bundled(site.source):
+    if site.fabric_defaults is None and editioned and not site.interfaces_only and not _bundled(site.source):
         print(f"note: not pinned: its jobs take the current edition ({CURRENT_EDITION}) of the "
               f"{', '.join(editioned)} defaults, and a newer slurmtorch's changes; pin it with fabric_defaults: "
               f"{CURRENT_EDITION} (slurmtorch site changes shows what each edition changes)", file=sys.stderr)
@@ -151,8 +151,8 @@ def init(ctx: typer.Context,
                                             "file name less its extension, as a site file is named)"),
          force: bool = typer.Option(False, "--force", help="replace PATH if it exists"),
          cluster: Optional[str] = cluster_option()) -> int:
-    """A starting site file from what this cluster says of itself (scontrol show node and
-    partition, srun --mpi=list): node types, partitions, srun's MPI plugin; the fabric, its
+    """A starting site file from what this cluster says of itself (scontrol show node, partition
+    and config, srun --mpi=list): node types, partitions, MaxArraySize, srun's MPI plugin; the fabric, its
     interfaces and the modules marked `# CHECK:`. Validated before it is written to PATH (whole
     or not at all; an existing PATH is kept unless --force) or, without PATH or with -, to stdout."""
     remote = on_cluster(ctx, cluster)

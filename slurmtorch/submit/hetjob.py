@@ -20,7 +20,7 @@ from typing import Any
 from slurmtorch import shell
 from slurmtorch.errors import SpecError
 from slurmtorch.roles import LEADER_ROLES, RoleLayout
-from slurmtorch.submit.allocation import account_and_qos, check_role_total, per_node, time_limit
+from slurmtorch.submit.allocation import account_and_qos, check_limits, check_role_total, per_node, time_limit
 from slurmtorch.submit.environment import job_env
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
@@ -218,6 +218,7 @@ def _place(site: Site, o: Options, preset: dict[str, Any], role: str, count: int
     elif gpus and site.gpu_request_for(partition, node) == "gpus-per-node":
         directives["gpus-per-node"] = str(gpus)
     time = time_limit(o, preset, partition)
+    check_limits(o, preset, site, partition, count, time, ask.spare, role)
     account, qos = account_and_qos(o, preset, partition, site)
     for name, value in (("time", time), ("account", account), ("qos", qos)):
         if value:

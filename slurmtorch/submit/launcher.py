@@ -19,7 +19,8 @@ from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
 from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS, Options
-from slurmtorch.submit.sites.model import SRUN_RUNTIMES, Container, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import (BATCH_MPIRUN_FLAVOURS, SRUN_RUNTIMES, Container, NodeType, Partition,
+                                           Site)
 
 
 def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str, str]:
@@ -30,7 +31,7 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     backend = o.pick(preset, "backend") or "auto"
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
-    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour != "openmpi":
+    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour not in BATCH_MPIRUN_FLAVOURS:
         raise SpecError(f"site {site.name!r} launches with {site.mpirun.flavour}'s mpiexec (its mpirun: block), "
                         "which is for slurmtorch mpirun on hosts without Slurm; a batch job's mpirun is Open MPI's",
                         tip="use --launcher srun in a Slurm job, or slurmtorch mpirun --hostfile on the hosts")
@@ -44,12 +45,16 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     return launcher, backend
 
 
-def gpu_order_env(site: Site, kind: str) -> dict[str, str]:
-    """The rank side's GPU order for `slurmtorch mpirun` on this site (bootstrap.device): reverse
-    where the site says so (ALCF Polaris: set_affinity_gpu_polaris.sh, "need to assign GPUs in
-    reverse order due to topology"), else nothing."""
+def gpu_order_env(site: Site, kind: str, node: NodeType) -> dict[str, str]:
+    """The rank side's GPU order (bootstrap.device, bootstrap.placement): reverse where the site
+    says so, for `slurmtorch mpirun` in its `mpirun:` block (ALCF Polaris: set_affinity_gpu_polaris.sh,
+    "need to assign GPUs in reverse order due to topology"), else for any job on the node type's
+    board (its `gpu_order`: GPU 0 by the last NUMA node, where srun binds rank 0 to the first
+    cores); else nothing."""
     if kind == "mpirun" and site.mpirun.gpu_order != "natural":
         return {protocol.GPU_ORDER: site.mpirun.gpu_order}
+    if node.gpu_order not in (None, "natural"):
+        return {protocol.GPU_ORDER: node.gpu_order}
     return {}
 
 

@@ -20,9 +20,9 @@ from slurmtorch import shell
 from slurmtorch.roles import RoleLayout
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit.allocation import (account_and_qos, check_required_time, node_count, per_node,
+from slurmtorch.submit.allocation import (account_and_qos, check_limits, check_required_time, node_count, per_node,
                                           resolve_target, role_layout, time_limit)
-from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site, layered_srun_args
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.hetjob import HetComponent, components, split_roles
 from slurmtorch.submit.inputs import file_problem
@@ -109,6 +109,7 @@ class JobSpec:
     env_paths: tuple[PathEdit, ...] = ()
     module_purge: bool = False
     module_use: tuple[str, ...] = ()
+    after_modules: tuple[str, ...] = ()  # the site's trusted lines between the modules and the exports
     # Trusted admin lines run once per node (site's, then the node type's) before the ranks.
     node_prologue: tuple[str, ...] = ()
     gpu_vendor: str = "nvidia"
@@ -188,6 +189,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     in_container = container is not None or any(c for _, c in role_containers)
     recovery = resolve_restarts(o, launcher, bool(het_components), in_container, nodes, partition.max_nodes,
                                 partition.name, timeout, role_asks.spares)
+    if not het_components:  # a heterogeneous job's components: each in hetjob.components
+        check_limits(o, preset, site, partition, nodes + recovery.spare_nodes, time, recovery.spare_nodes)
     account, qos = account_and_qos(o, preset, partition, site)
     job = JobSpec(
         kind=o.kind,
@@ -226,9 +229,9 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         roles=roles.roles if roles else (), role_tasks=roles.tasks if roles else (),
         role_containers=role_containers,
         array=array, trial_ids=trial_ids, sweep=sweep, trials=trials,
-        srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
-                                               *preset.get("srun_args", ())), refused, partition.name),
-        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
+        srun_args=srun_arguments(o, launcher, layered_srun_args(site.srun_args, node.srun_args, partition.srun_args,
+                                                                preset.get("srun_args", ())), refused, partition.name),
+        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind, site.mpirun, o.hostfile), gpu_request=gpu_request,
         **recovery._asdict(),  # max_restarts, spare_nodes, hang_timeout, replace_straggler
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
@@ -276,10 +279,10 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
             **dict(preset.get("directives", ())), **asked}
     directives = sbatch_header(job, base)
     # `slurmtorch mpirun`'s launcher, and its GPU order for the ranks (the job's own --env wins).
-    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind).items() if k not in dict(job.env)))
+    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind, node).items() if k not in dict(job.env)))
     return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
-                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge,
-                               module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
+                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge, module_use=site.module_use,
+                   after_modules=site.after_modules, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool | None]) -> tuple[tuple[str, str | bool], ...]:

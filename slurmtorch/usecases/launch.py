@@ -23,7 +23,7 @@ from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.mpiflavour import ROOT_NOTE, launcher_missing, launcher_places, mpiexec_line, root_allowance
 from slurmtorch.submit.options import Options
-from slurmtorch.submit.sites.model import Site
+from slurmtorch.submit.sites.model import SELF_PLACING_FLAVOURS, Site
 from slurmtorch.submit.spec import JobSpec
 
 
@@ -194,9 +194,12 @@ def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:
 def check_launcher(job: JobSpec, environ) -> None:
     """Before a run here starts anything: its MPI's launcher, looked for where its script looks
     (`mpiflavour.launcher_places`), else one line saying which and how to get one. Where the
-    site changes PATH itself (its modules, a prologue, PATH in its environment) or the ranks run
+    site changes PATH itself (its modules and the lines after them, a prologue, PATH in its environment) or the ranks run
     in a container, the script may find one that is not on PATH yet: left to the script."""
-    if (job.modules or job.module_use or job.module_purge or job.prologue or job.container is not None
+    if job.mpi_launch.flavour in SELF_PLACING_FLAVOURS and not environ.get("SLURM_JOB_ID"):
+        raise SubmitError(f"{job.mpi_launch.flavour} starts ranks inside a Slurm job, and this shell is in none",
+                          tip="run it in an idev session or your own job script (or use slurmtorch sbatch)")
+    if (job.modules or job.module_use or job.module_purge or job.after_modules or job.prologue or job.container is not None
             or any(edit[0] == "PATH" for edit in (*job.env, *job.env_paths))):
         return
     line = mpiexec_line(job.mpi_launch, job.ntasks, job.hostfile, [])

@@ -1,7 +1,7 @@
 """`slurmtorch site init [PATH]`: the site written from what the cluster says, validated first,
 to stdout or a new file written whole; an existing file kept unless --force.
 
-scontrol and srun are stand-ins on PATH that print the testbed's captured outputs
+scontrol (show node, partition, config) and srun are stand-ins on PATH that print the testbed's captured outputs
 (tests/sites/discover/); the testbed itself runs it in tests/cli/test_main_job.py."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def stand_ins(tmp_path: Path, nodes: str = "testbed-nodes", scontrol_fails: bool
 
     scontrol = ('  "show node --oneliner") ' + ("echo 'slurm_load_node error: Unable to contact slurm controller' >&2;"
                                               " exit 1" if scontrol_fails else show(nodes)) + " ;;\n"
-                f'  "show partition --oneliner") {show(partitions)} ;;')
+                f'  "show partition --oneliner") {show(partitions)} ;;\n'
+                f'  "show config") {show("testbed-config")} ;;')
     for program, cases in (("scontrol", scontrol), ("srun", f'  "--mpi=list") {show("testbed-mpi")} ;;')):
         p = bin_dir / program
         p.write_text(STAND_IN.format(program=program, cases=cases))
@@ -58,7 +59,8 @@ def expected(title: str | None = None) -> str:
     def read(name: str) -> str:
         return "".join(ln for ln in (FIXTURES / f"{name}.txt").read_text().splitlines(keepends=True)
                        if not ln.startswith("#"))
-    return discover.site_yaml(read("testbed-nodes"), read("testbed-partitions"), read("testbed-mpi"), title=title)
+    return discover.site_yaml(read("testbed-nodes"), read("testbed-partitions"), read("testbed-mpi"),
+                              read("testbed-config"), title=title)
 
 
 @pytest.mark.parametrize("args", [(), ("-",)])

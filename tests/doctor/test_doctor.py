@@ -331,6 +331,17 @@ def test_without_a_site_or_slurm_here_the_doctor_checks_this_host_as_mpiruns_loc
                                     "slurmtorch mpirun's site), "), result.stdout + result.stderr
 
 
+def test_the_doctor_checks_a_partition_whose_jobs_need_many_nodes_or_few_node_minutes():
+    """Its one-node spec (built for the environment a job there would have) stays within the
+    entry's min_nodes and max_node_minutes: Leonardo's boost_qos_bprod takes 65 nodes at least."""
+    for site, partition in (("cineca-leonardo-booster", "boost_qos_bprod"), ("cscs-alps", "debug")):
+        result = subprocess.run([*CLI, "--site", site, "--partition", partition, "--allocation"],
+                                capture_output=True, text=True, timeout=120,
+                                env={k: v for k, v in os.environ.items() if not k.startswith("SLURM")})
+        assert result.stdout.startswith(f"slurmtorch doctor: site {site!r}"), result.stdout + result.stderr
+        assert "needs a Slurm allocation" in result.stderr
+
+
 # ----------------------------------------------------------------------------- on real nodes
 
 

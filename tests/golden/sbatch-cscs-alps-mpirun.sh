@@ -43,12 +43,12 @@ export GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export CUDA_CACHE_DISABLE=1
 export MPICH_GPU_SUPPORT_ENABLED=0
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export OMP_NUM_THREADS=8
+export TRITON_HOME=/dev/shm/
 export NCCL_NET='AWS Libfabric'
 export NCCL_PROTO='^LL128'
 export FI_CXI_DEFAULT_TX_SIZE=32768
 export FI_CXI_RX_MATCH_MODE=software
-export OMP_NUM_THREADS=8
-export TRITON_HOME=/dev/shm/
 
 # Launch: one mpirun step; rank logs go to $SLURMTORCH_JOB_DIR.
 # Open MPI from a pip wheel sits beside the job's python, which need not be on PATH

@@ -43,12 +43,12 @@ export GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 export CUDA_CACHE_DISABLE=1
 export MPICH_GPU_SUPPORT_ENABLED=0
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export OMP_NUM_THREADS=8
+export TRITON_HOME=/dev/shm/
 export NCCL_NET='AWS Libfabric'
 export NCCL_PROTO='^LL128'
 export FI_CXI_DEFAULT_TX_SIZE=32768
 export FI_CXI_RX_MATCH_MODE=software
-export OMP_NUM_THREADS=8
-export TRITON_HOME=/dev/shm/
 
 # Rank 0 runs on this node, the first of the allocation: take a port that is free here
 # now, at random below the kernel's ephemeral range (a port from there can be taken by

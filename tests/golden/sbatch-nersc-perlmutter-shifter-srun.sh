@@ -32,12 +32,6 @@ export SLURMTORCH_JOB_DIR
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
-export FI_CXI_DISABLE_HOST_REGISTER=1
-export FI_MR_CACHE_MONITOR=userfaultfd
-export FI_CXI_DEFAULT_CQ_SIZE=131072
-export NCCL_NET_GDR_LEVEL=PHB
-export NCCL_CROSS_NIC=1
-export NCCL_NET='AWS Libfabric'
 export NCCL_SOCKET_IFNAME==hsn0,hsn1,hsn2,hsn3
 export GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3
 

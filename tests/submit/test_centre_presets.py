@@ -239,11 +239,15 @@ def test_lumi_g_follows_lumis_ai_guide():
         "standard-g", "8", "8", "7", "60G")
     assert [ln for ln in text.splitlines() if ln.startswith("module ")] == [
         "module purge", "module use /appl/local/laifs/modules", "module load lumi-aif-singularity-bindings"]
-    env = exported(text, ["TORCH_HOME", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "FI_CXI_RDZV_PROTO"],
+    env = exported(text, ["TORCH_HOME", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "FI_CXI_RDZV_PROTO",
+                          "NCCL_NET", "FI_CXI_DISABLE_HOST_REGISTER", "HSA_FORCE_FINE_GRAIN_PCIE", "NCCL_SOCKET_IFNAME"],
                    {"SLURM_JOB_ACCOUNT": "project_465000123", "USER": "ana"})
+    # The bindings module and the image give the Slingshot network (the guide's chapter 02): the
+    # interface names only, none of the fabric's defaults (fabric_env: interfaces-only).
     assert env == {"TORCH_HOME": "/scratch/project_465000123/ana/torch_home",
                    "MIOPEN_USER_DB_PATH": "/tmp/miopen-config-ana", "MIOPEN_CUSTOM_CACHE_DIR": "/tmp/miopen-cache-ana",
-                   "FI_CXI_RDZV_PROTO": "<unset>"}
+                   "FI_CXI_RDZV_PROTO": "<unset>", "NCCL_NET": "<unset>", "FI_CXI_DISABLE_HOST_REGISTER": "<unset>",
+                   "HSA_FORCE_FINE_GRAIN_PCIE": "<unset>", "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3"}
     assert "network" not in h
     assert 'mkdir -p "$TORCH_HOME"' in text and 'mkdir -p "$MIOPEN_CUSTOM_CACHE_DIR" "$MIOPEN_USER_DB_PATH"' in text
     argv = launch_words(text, "srun", SLURMTORCH_CODE="/code")
@@ -257,6 +261,12 @@ def test_lumi_g_follows_lumis_ai_guide():
     assert header(rendered("lumi-g", account="project_1", partition="dev-g", time="03:00:00"))["partition"] == "dev-g"
     with pytest.raises(SpecError, match="a share of the node's CPUs"):
         rendered("lumi-g", account="project_1", launcher="torchrun")
+    # run_ddp_torchrun.sh: plain srun, one torchrun per node; the preset takes the masks out.
+    torchrun = rendered("lumi-g", account="project_1", preset="torchrun", nodes=2)
+    h = header(torchrun)
+    assert (h["ntasks-per-node"], h["cpus-per-task"], h["gpus-per-node"]) == ("1", "56", "8")
+    assert "--cpu-bind" not in torchrun and build_spec(sites.load_site("lumi-g"), golden_options(
+        "lumi-g", account="project_1", preset="torchrun")).launcher == "torchrun"
 
 
 # --------------------------------------------------------------------------- NERSC
@@ -275,6 +285,9 @@ def test_nersc_perlmutter_follows_nerscs_tutorial_and_policy():
     assert env == {"NCCL_NET": "AWS Libfabric", "FI_CXI_DISABLE_HOST_REGISTER": "1",
                    "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3", "FI_CXI_RDZV_PROTO": "<unset>"}
     shifter = rendered("nersc-perlmutter", preset="shifter", nodes=2)
+    # The nccl-plugin module's network settings, not the fabric's: the interface names only.
+    assert exported(shifter, ["NCCL_NET", "FI_CXI_DISABLE_HOST_REGISTER", "NCCL_SOCKET_IFNAME"]) == {
+        "NCCL_NET": "<unset>", "FI_CXI_DISABLE_HOST_REGISTER": "<unset>", "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3"}
     argv = launch_words(shifter, "srun", SLURMTORCH_CODE="/code")
     start = argv.index("shifter")
     assert argv[start + 1] == "--image=nersc/pytorch:24.06.02"

@@ -97,12 +97,14 @@ def required_options(site) -> dict:
 
 
 # Bundled sites' named presets that change how ranks start (a container, another srun --mpi).
-PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun"), ("nersc-perlmutter", "shifter", "srun")]
+PRESET_GOLDENS = [("cscs-alps", "ce", "srun"), ("cscs-alps", "ce", "torchrun"), ("nersc-perlmutter", "shifter", "srun"),
+                  ("lumi-g", "torchrun", "torchrun")]
 
 
 @pytest.mark.parametrize("site_name, preset, launcher", PRESET_GOLDENS)
 def test_preset_script_matches_golden(site_name, preset, launcher):
-    spec = build_spec(sites.load_site(site_name), golden_options(site_name, launcher=launcher, preset=preset, nodes=2))
+    site = sites.load_site(site_name)
+    spec = build_spec(site, golden_options(site_name, launcher=launcher, preset=preset, nodes=2, **required_options(site)))
     text = render.render_sbatch(spec)
     bash_syntax_ok(text)
     check_golden(f"sbatch-{site_name}-{preset}-{launcher}.sh", text)
@@ -157,17 +159,19 @@ def test_option_shapes_match_golden(shape):
 
 
 # Each MPI's launcher (a site's `mpirun: flavour:`): Open MPI (local, testbed), Cray PALS (ALCF
-# Polaris), MPICH's Hydra and Intel MPI (test sites).
+# Polaris), TACC's ibrun (Vista), MPICH's Hydra and Intel MPI (test sites).
 FLAVOUR_SITES = {"hydra-local": Path(__file__).resolve().parents[1] / "sites" / "hydra-local.yaml",
                  "intel-mpi": Path(__file__).resolve().parents[1] / "sites" / "intel-mpi.yaml"}
 
 
-@pytest.mark.parametrize("site_name", ["local", "testbed", "alcf-polaris", *FLAVOUR_SITES])
+@pytest.mark.parametrize("site_name", ["local", "testbed", "alcf-polaris", "tacc-vista", *FLAVOUR_SITES])
 def test_mpirun_script_matches_golden(site_name):
     site = sites.load_site(str(FLAVOUR_SITES.get(site_name, site_name)))
+    # TACC's ibrun takes its hosts from the Slurm job (an idev session) it runs in.
+    hosts = () if site.mpirun.flavour == "ibrun" else ("--hostfile", "hosts")
     spec = build_spec(site, golden_options(
-        site_name, kind="mpirun", ntasks=4, hostfile="/home/user/hosts",
-        command=("slurmtorch", "mpirun", "train.py", "-n", "4", "--hostfile", "hosts")))
+        site_name, kind="mpirun", ntasks=4, hostfile="/home/user/hosts" if hosts else None,
+        command=("slurmtorch", "mpirun", "train.py", "-n", "4", *hosts)))
     text = render.render_mpirun(spec)
     bash_syntax_ok(text)
     check_golden(f"mpirun-{site_name}.sh", text)

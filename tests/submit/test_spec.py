@@ -12,6 +12,7 @@ from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.submit.environment import parse_env
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.render import render_sbatch
+from slurmtorch.submit.sites.model import BATCH_MPIRUN_FLAVOURS
 from slurmtorch.submit.spec import build_spec, sbatch_line
 
 
@@ -44,7 +45,7 @@ def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name
     requires a time limit (TACC Vista: -t) refuses a job without one, before sbatch."""
     site = sites.load_site(site_name)
     account = "proj0001" if "account" in site.required else None  # a site that requires one refuses jobs without
-    if site.mpirun.flavour != "openmpi":  # a site without Slurm (PBS, ALCF Polaris): slurmtorch mpirun only
+    if site.mpirun.flavour not in BATCH_MPIRUN_FLAVOURS:  # a site without Slurm (PBS, ALCF Polaris): mpirun only
         with pytest.raises(SpecError, match="for slurmtorch mpirun on hosts without Slurm"):
             build_spec(site, opts(account=account))
         return
@@ -55,7 +56,7 @@ def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name
     for partition in site.partitions:
         # In the partition's own form where it asks for one (LUMI: project_N).
         own = "project_465000123" if account and partition.account_pattern else account
-        spec = build_spec(site, opts(partition=partition.name, account=own))
+        spec = build_spec(site, opts(partition=partition.name, account=own, nodes=partition.min_nodes or 1))
         assert spec.time == partition.default_time
     for name, _ in site.presets:
         build_spec(site, opts(preset=name, account="project_465000123" if account and
