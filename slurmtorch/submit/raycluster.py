@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.roles import RoleItem, parse_role_item
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.hetjob import HetComponent
 from slurmtorch.submit.options import Options
@@ -46,7 +47,7 @@ def ray_options(o: Options) -> Options:
         return o
     if o.kind != "sbatch" or o.interactive:
         raise SpecError("--ray starts a Ray cluster in a batch job", tip="use slurmtorch sbatch --ray")
-    if any(pair.startswith("tasks=") for item in o.roles for pair in str(item).split(":")[1:]):
+    if any(item.tasks is not None for item in _role_items(o)):
         raise SpecError("--ray runs one Ray node per Slurm node: a role's tasks= cannot apply",
                         tip="leave tasks= out; a Ray node holds the node's CPUs and GPUs")
     if o.role_images:
@@ -62,6 +63,13 @@ def ray_options(o: Options) -> Options:
         raise SpecError("--ray runs one Ray node per Slurm node, which takes all of the node's CPUs and GPUs",
                         tip="leave -n/--ntasks-per-node out; ask for CPUs with -c and GPUs with --gpus-per-node")
     return replace(o, launcher="srun", ntasks_per_node=1)
+
+
+def _role_items(o: Options) -> list[RoleItem]:
+    try:
+        return [parse_role_item(item) for item in o.roles]
+    except BootstrapError as exc:
+        raise SpecError(exc.message, tip=exc.tip) from None
 
 
 # After the steps started in the background (ray_head_step, ray_worker_steps (none on one

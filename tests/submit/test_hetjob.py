@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.bootstrap.fromenv import from_roles
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.roles import RoleItem, parse_role_item, parse_roles
 from slurmtorch.submit import render, sites
 from slurmtorch.submit.batchnode.batchbash import REAP_ROLE_STEPS, ROLE_STOPPED_RE
 from slurmtorch.submit.follow.jobstatus import parse_squeue
@@ -51,6 +52,16 @@ def spec_of(**kw):
 def test_bad_role_resources_are_refused_naming_the_role(roles, message):
     with pytest.raises(SpecError, match=message):
         spec_of(roles=roles)
+
+
+def test_one_parser_reads_a_role_item_for_the_submit_side_and_the_ranks():
+    item = parse_role_item("worker=2:partition=fat:gpus=4:tasks=2:spare=1")
+    assert item == RoleItem("worker", 2, partition="fat", gpus=4, tasks=2, spare=1)
+    assert parse_roles(["master=1", "worker=2:partition=fat:tasks=2"]).tasks == (("worker", 2),)
+    with pytest.raises(BootstrapError, match="tasks must be a whole number of tasks per node, at least 1"):
+        parse_role_item("worker=2:tasks=0")
+    with pytest.raises(SpecError, match="a role's tasks= cannot apply"):
+        spec_of(roles=("master=1", "worker=2:partition=fat:tasks=2"), ray=True)
 
 
 def test_a_heterogeneous_job_is_no_array():
