@@ -24,3 +24,13 @@ def templates_dir() -> Path:
 
 def site_configs_dir() -> Path:
     return _find("site-configs")
+
+
+def main() -> None:
+    """`python -m slurmtorch.resources`: the templates folder, whose shell files (the batch node's
+    bash: templates/*.sh) a batch script sources from the install its ranks run."""
+    print(templates_dir())
+
+
+if __name__ == "__main__":
+    main()

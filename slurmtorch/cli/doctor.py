@@ -87,28 +87,23 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     any collective. Rank 0 prints the report."""
     from slurmtorch.doctor.binding import job_cpus_per_node
     from slurmtorch.submit.edge import runner  # lazy: the edge (subprocess), only --allocation runs it
-    from slurmtorch.submit.sites.model import mpi_option
+    from slurmtorch.submit.launchplan import allocation_check_step  # lazy: only --allocation launches
 
     nodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES")
     if not os.environ.get("SLURM_JOB_ID") or not nodes:
         raise SpecError("--allocation needs a Slurm allocation (SLURM_JOB_ID is not set)",
                         tip=f"salloc -N 2 slurmtorch doctor --allocation --site {site_obj.name}, or as a batch job")
-    rank_argv = [python, "-m", "slurmtorch.bootstrap", "--backend", backend, "--timeout", str(timeout),
-                 "--from", "slurm", "--no-init", "-m", "slurmtorch.doctor", "--site", site_obj.source,
-                 "--node-type", nt.name, "--max-bytes", str(max_bytes)]
+    checks = ["--backend", backend, "--timeout", str(timeout), "--from", "slurm", "--no-init", "-m",
+              "slurmtorch.doctor", "--site", site_obj.source, "--node-type", nt.name, "--max-bytes", str(max_bytes)]
     if part:
-        rank_argv += ["--partition", part]
+        checks += ["--partition", part]
     # Each rank its share of the allocation's CPUs, as a rendered job's srun gives it (srun
     # no longer takes salloc's -c since Slurm 22.05): the binding check then reports the
     # node's binding, not a one-CPU step of our own.
     per_node = job_cpus_per_node(os.environ.get("SLURM_JOB_CPUS_PER_NODE", ""))
     cpus_per_task = max(1, min(per_node) // ntasks_per_node) if per_node else 1
-    # `env` carries the site's variables into srun's environment (srun exports it to
-    # every task); --export=ALL undoes an sbatch --export=NONE.
-    argv = ["env", *[f"{k}={v}" for k, v in env],
-            "srun", f"--nodes={nodes}", f"--ntasks-per-node={ntasks_per_node}", f"--cpus-per-task={cpus_per_task}",
-            "--kill-on-bad-exit=1",
-            *mpi_option(site_obj.srun_mpi), "--export=ALL", *rank_argv]
+    argv = allocation_check_step(python, env, site_obj.srun_mpi, nodes, ntasks_per_node, cpus_per_task,
+                                 checks).command()
     try:
         proc = runner.run(argv, timeout=timeout, check=False)
     except SubmitError as e:

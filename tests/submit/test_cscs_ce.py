@@ -41,7 +41,7 @@ def test_a_ce_job_writes_its_edf_and_names_it_on_srun(tmp_path, launcher):
     assert f"--environment={tmp_path}/environment.toml" in argv
     assert "python3" in argv and "/opt/venv/bin/python" not in argv  # the image's python, not the host's
     # MASTER_ADDR on the site's interface, found in bash (the host's python is not in the job).
-    assert 'ip -4 -o addr show dev "$name"' in text and "slurmtorch.bootstrap.rendezvous" not in text
+    assert "ip -o -4 addr show" in text and "MASTER_ADDR=$(fabric_address gloo)" in text and "$python" not in text
 
 
 def test_the_edf_reads_back_every_value_exactly(tmp_path):
