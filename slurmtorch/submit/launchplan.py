@@ -78,7 +78,7 @@ class Launch:
     roles: str = ""  # SLURMTORCH_ROLES: a role job's layout (the ranks find their place in it)
     supervisor: tuple[str, ...] = ()  # --max-restarts: the supervisor's options; it runs `launch` per start
     started_check: bool = False  # srun exits 0 when its step never launched: task 0 leaves a file
-    python: str = ""  # the host's interpreter the script runs, named once ($python); "" in a container job
+    python: str = ""  # the host's interpreter, named once ($python) where a step runs it; "" in a container job
     mpirun: str = ""  # the launcher the script finds first (mpirun, mpiexec), for mpirun's shapes
     mpirun_beside_python: bool = True  # a pip wheel's launcher beside $python may stand in for PATH's
     ray: bool = False  # a Ray cluster: the head's address ($ray_head) from MASTER_ADDR and MASTER_PORT
@@ -86,7 +86,7 @@ class Launch:
     @property
     def background(self) -> bool:
         """Several steps at once, reaped as they end (templates/reap.sh)."""
-        return sum(s.end != CHECK for s in self.steps) > 1 and not self.mpirun
+        return sum(s.end != CHECK for s in self.steps) > 1
 
 
 def bootstrap_argv(spec: JobSpec, source: str, role: str | None = None, container=None) -> list[str]:
@@ -356,16 +356,18 @@ def node_list(spec: JobSpec) -> str:
 
 def plan(spec: JobSpec) -> Launch:
     """The launch of `spec`: its shape's planner, and what the script sets up around it (pure)."""
-    in_container = spec.container is not None or any(c for _, c in spec.role_containers)
     pick_port, pick_addr = rendezvous_flags(spec)
     launcher = spec.launcher if spec.kind == "sbatch" else "mpirun"
     base = Launch((), "", pick_port=pick_port, pick_addr=pick_addr, supervisor=supervisor_args(spec),
-                  started_check=spec.max_restarts is None and (bool(spec.roles) or launcher != "mpirun"),
-                  python="" if in_container else spec.python)
+                  started_check=spec.max_restarts is None and (bool(spec.roles) or launcher != "mpirun"))
     shape = _ray if spec.ray else _roles if spec.roles else _mpirun if launcher == "mpirun" else \
         _torchrun if launcher == "torchrun" else _ranks
     launch = shape(spec, base)
-    return replace(launch, steps=(*node_prologue(spec), *launch.steps))
+    steps = (*node_prologue(spec), *launch.steps)
+    # Its nodes have the host's python when a step runs it (a role without an image, say); a
+    # container job's need not, and its script then runs nothing of ours but bash.
+    host = any(isinstance(word, Interpreter) for step in steps for word in step.argv)
+    return replace(launch, steps=steps, python=spec.python if host else "")
 
 
 def _ranks(spec: JobSpec, base: Launch) -> Launch:

@@ -639,3 +639,13 @@ def test_the_launch_template_is_one_loop_within_200_lines_and_two_srun_lines():
     assert len(text.splitlines()) <= 200
     launches = re.findall(r"(?:^\s*|[;{]\s+)srun\s+--|\{\{ step\.launcher \}\} \{\{ step\.options", text, re.M)
     assert len(launches) <= 2, launches  # the steps' one line (the run macro), the first node's from `alloc`
+
+
+def test_a_role_job_with_one_roles_image_names_the_python_its_other_roles_run():
+    """Red before the fix: the master ran "$python", which the script never set (a role's image
+    made the job a container job, which names no python of the host)."""
+    spec = build_spec(sites.load_site("testbed"), golden_options(
+        "testbed", roles=("master=1", "worker=1"), role_images=("worker=/img/w.sif",), container_runtime="apptainer"))
+    text = render.render_sbatch(spec)
+    assert '"$python" -m slurmtorch.bootstrap' in text and "\npython=/opt/venv/bin/python\n" in text
+    assert "/img/w.sif python3 -m slurmtorch.bootstrap" in text
