@@ -46,3 +46,14 @@ def rank_failure(folder: Path, script: str, *args: str, name: str = "train.py") 
                           cwd=folder, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and f"rank 0 on {os.uname().nodename} failed:" in proc.stderr, proc.stderr
     return proc.stderr
+
+
+def as_run(spec) -> str:
+    """A spec's batch script as bash runs it: each `. "$SLURMTORCH_SH"/NAME` in its place holding
+    that shell file, as the job folder's copy gives it (render.shell_files)."""
+    from slurmtorch.submit import render
+
+    text = render.render_sbatch(spec)
+    for name, body in render.shell_files(spec):
+        text = text.replace(f'. "$SLURMTORCH_SH"/{name}\n', body)
+    return text

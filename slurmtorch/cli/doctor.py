@@ -98,21 +98,18 @@ def _allocation(site_obj, nt, part, python, env, backend, ntasks_per_node, max_b
     `--from slurm`), but with `--no-init`: the doctor's ranks test MASTER_ADDR before
     any collective. Rank 0 prints the report."""
     from slurmtorch.submit.edge import runner  # lazy: the edge (subprocess), only --allocation runs it
-    from slurmtorch.submit.sites.model import mpi_option
+    from slurmtorch.submit.launchplan import allocation_check_step  # lazy: only --allocation launches
 
     if not os.environ.get("SLURM_JOB_ID") or not (os.environ.get("SLURM_JOB_NUM_NODES") or
                                                   os.environ.get("SLURM_NNODES")):
         raise SpecError("--allocation needs a Slurm allocation (SLURM_JOB_ID is not set)",
                         tip=f"salloc -N 2 slurmtorch doctor --allocation --site {site_obj.name}, or as a batch job")
-    rank_argv = [python, "-m", "slurmtorch.bootstrap", "--backend", backend, "--timeout", str(timeout),
-                 "--from", "slurm", "--no-init", "-m", "slurmtorch.doctor", "--site", site_obj.source,
-                 "--node-type", nt.name, "--max-bytes", str(max_bytes)]
+    checks = ["--backend", backend, "--timeout", str(timeout), "--from", "slurm", "--no-init", "-m",
+              "slurmtorch.doctor", "--site", site_obj.source, "--node-type", nt.name, "--max-bytes", str(max_bytes)]
     if part:
-        rank_argv += ["--partition", part]
-    # `env` carries the site's variables into srun's environment (srun exports it to
-    # every task); --export=ALL undoes an sbatch --export=NONE.
-    argv = ["env", *[f"{k}={v}" for k, v in env], "srun", *step_layout(os.environ, ntasks_per_node),
-            "--kill-on-bad-exit=1", *mpi_option(site_obj.srun_mpi), "--export=ALL", *rank_argv]
+        checks += ["--partition", part]
+    argv = allocation_check_step(python, env, site_obj.srun_mpi, step_layout(os.environ, ntasks_per_node),
+                                 checks).command()
     try:
         proc = runner.run(argv, timeout=timeout, check=False)
     except SubmitError as e:

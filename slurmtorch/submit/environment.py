@@ -82,7 +82,7 @@ SLURM_IDENTITY = frozenset({
 # Input variables srun takes the step's layout from when its options do not say it (srun(1)
 # "INPUT ENVIRONMENT VARIABLES"): exported in the script, `SLURM_NTASKS=1` made a 2-node
 # job train on one rank and end COMPLETED. Every rank step names its layout now
-# (render.launch_plan); these are refused as well, with the option that says it.
+# (launchplan.plan); these are refused as well, with the option that says it.
 SLURM_LAYOUT = {
     "SLURM_NTASKS": "-n/--ntasks", "SLURM_NPROCS": "-n/--ntasks", "SLURM_NTASKS_PER_NODE": "--ntasks-per-node",
     "SLURM_NTASKS_PER_SOCKET": "--ntasks-per-node", "SLURM_NTASKS_PER_CORE": "--ntasks-per-node",

@@ -94,7 +94,7 @@ class JobSpec:
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
     trials: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
     # Extra arguments of every srun that starts ranks (the plain step, torchrun's, each
-    # role's): the one list render.launch_plan appends; --srun-arg, as typed.
+    # role's): the one list launchplan.plan appends; --srun-arg, as typed.
     srun_args: tuple[str, ...] = ()
     # `slurmtorch mpirun`'s extra mpirun arguments, after its own: --mpirun-arg, as typed.
     mpirun_args: tuple[str, ...] = ()
@@ -130,7 +130,7 @@ class JobSpec:
     snapshot: Snapshot | None = None
     # Run from `slurmtorch alloc`'s shell (`slurmtorch run`), not as a batch job: the shell
     # has the modules and environment, the ranks' output goes to the terminal, and the
-    # first node is reached with srun (render.launch_plan; submit/interactive.py).
+    # first node is reached with srun (launchplan.plan; submit/interactive.py).
     interactive: bool = False
     # `slurmtorch mpirun`: the site's MPI launcher, ranks per node, binding (its `mpirun:` block).
     mpi_launch: MpiLaunch = MpiLaunch()

@@ -35,6 +35,7 @@ class RenderedJob:
     spec: JobSpec
     text: str
     root: Path
+    files: tuple[tuple[str, str], ...] = ()  # the shell files its script sources (render.shell_files)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def site_for(kind: str, ref: str | None) -> Site:
 def rendered(job: JobSpec) -> RenderedJob:
     """A spec as its script: the batch script, or the mpirun script for a run here."""
     text = render.render_mpirun(job) if job.kind == "mpirun" else render.render_sbatch(job)
-    return RenderedJob(job, text, Path(job.job_root))
+    return RenderedJob(job, text, Path(job.job_root), render.shell_files(job))
 
 
 def dry_run(site: Site, options: Options, snapshot: Callable[[], Snapshot | None] | None = None) -> RenderedJob:
@@ -91,7 +92,7 @@ def submit(job: RenderedJob, announce: Callable | None = None, record: dict | No
     return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=written,
                          announce=announce, snapshot=job.spec.snapshot,
                          snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0,
-                         release=release)
+                         release=release, files=job.files)
 
 
 def module_lookup(job: JobSpec, cwd: str, environ: Mapping[str, str]) -> tuple[str, str, str, dict[str, str]] | None:
@@ -240,5 +241,5 @@ def run_in_allocation(job: RenderedJob, job_id: str) -> int:
     from slurmtorch.submit.edge import local  # lazy: the edge
 
     refuse_missing_module(job.spec, "run")
-    return local.run_in_allocation(job.text, jobdir.allocation_run(job.root, job_id, job.text,
-                                                                   spec.job_record(job.spec)))
+    folder = jobdir.allocation_run(job.root, job_id, job.text, spec.job_record(job.spec), job.files)
+    return local.run_in_allocation(job.text, folder)

@@ -597,3 +597,16 @@ def test_hcas_auto_needs_one_rdma_device_with_an_active_port():
     mixed = ports(devices=["mlx5_0"]) + ports(state="1: DOWN", devices=["mlx5_1"])
     assert [c.status for c in check_ports(RdmaFacts(ports=mixed), nt)] == ["ok"]
     assert [c.status for c in check_ports(RdmaFacts(ports=ports(state="1: DOWN", devices=["mlx5_1"])), nt)] == ["fail"]
+
+
+def test_the_allocation_check_is_a_step_of_the_launch_model_run_as_one_argv():
+    """`doctor --allocation` launches as a job's ranks are launched (launchplan.allocation_check_step)."""
+    from slurmtorch.submit.launchplan import allocation_check_step
+
+    step = allocation_check_step("/v/bin/python", [("NCCL_SOCKET_IFNAME", "=ib0")], "pmix",
+                                 ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=4"],
+                                 ["--from", "slurm", "--no-init", "-m", "slurmtorch.doctor"])
+    assert step.command() == ["env", "NCCL_SOCKET_IFNAME==ib0", "srun", "--nodes=2", "--ntasks-per-node=1",
+                              "--cpus-per-task=4", "--kill-on-bad-exit=1", "--mpi=pmix", "--export=ALL",
+                              "/v/bin/python", "-m", "slurmtorch.bootstrap", "--from", "slurm", "--no-init", "-m",
+                              "slurmtorch.doctor"]

@@ -4,6 +4,7 @@
 
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
+python=/opt/venv/bin/python
 
 # Modules (node type, partition, site, preset)
 module use /soft/modulefiles
@@ -24,10 +25,9 @@ export SLURMTORCH_GPU_ORDER=reverse
 export LD_LIBRARY_PATH=/soft/libraries/aws-ofi-nccl/v1.9.1-aws/lib:/soft/libraries/hwloc/lib"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # Launch: 4 ranks under mpiexec; --env gives each variable above to every rank, as ALCF sets them.
-# The centre's mpiexec (its MPI's module puts it on PATH).
 mpiexec=mpiexec
 "$mpiexec" -n 4 --ppn 4 --depth 16 --cpu-bind depth --hostfile /home/user/hosts --env FI_CXI_DISABLE_HOST_REGISTER="$FI_CXI_DISABLE_HOST_REGISTER" --env FI_MR_CACHE_MONITOR="$FI_MR_CACHE_MONITOR" --env FI_CXI_DEFAULT_CQ_SIZE="$FI_CXI_DEFAULT_CQ_SIZE" --env NCCL_NET_GDR_LEVEL="$NCCL_NET_GDR_LEVEL" --env NCCL_CROSS_NIC="$NCCL_CROSS_NIC" --env NCCL_NET="$NCCL_NET" --env NCCL_COLLNET_ENABLE="$NCCL_COLLNET_ENABLE" --env SLURMTORCH_GPU_ORDER="$SLURMTORCH_GPU_ORDER" --env LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

@@ -4,6 +4,7 @@
 
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
+python=/opt/venv/bin/python
 
 # Modules (node type, partition, site, preset)
 module load gcc
@@ -11,10 +12,9 @@ module load cuda
 module load python3
 
 # Launch: 4 ranks under ibrun; ibrun starts them in this Slurm job with every variable above, as TACC's guide exports them.
-# The centre's ibrun (its MPI's module puts it on PATH).
 ibrun=ibrun
 "$ibrun" -np 4 \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

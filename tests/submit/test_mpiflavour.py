@@ -16,7 +16,7 @@ from conftest import MPICH
 from slurmtorch import protocol
 from slurmtorch.bootstrap.device import pick_device
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import render, sites
+from slurmtorch.submit import launchplan, render, sites
 from slurmtorch.submit.mpiflavour import mpiexec_line
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sites.model import MpiLaunch
@@ -132,7 +132,7 @@ def test_a_batch_job_on_vista_keeps_open_mpis_mpirun_as_taccs_ml_guide_runs_pyto
     assert site.mpirun.flavour == "ibrun"
     spec = build_spec(site, Options(script="/home/user/train.py", python="/opt/venv/bin/python", job_root="/j",
                                     time="01:00:00"))
-    assert spec.launcher == "mpirun" and render.launch_plan(spec).mpirun_program == "mpirun"
+    assert spec.launcher == "mpirun" and launchplan.plan(spec).mpirun == "mpirun"
 
 
 def test_ibrun_outside_a_slurm_job_is_one_line_before_anything_starts():
@@ -170,7 +170,8 @@ def test_hydra_site_runs_the_readme_example_on_4_ranks_with_mpichs_mpiexec(mpich
     assert "trained on 4 ranks across nodes" in result.stdout, result.stdout + result.stderr
     script = (tmp_path / "local" / "1" / protocol.SCRIPT).read_text()
     assert f'"$mpiexec" -n 4 -ppn 4 -bind-to core -f {hosts} -genvall' in script
-    assert f"mpiexec={MPICH / 'python'}\n" in script  # the mpich wheel's mpiexec, beside the ranks' python
+    assert f"python={MPICH / 'python'}\n" in script  # the mpich wheel's mpiexec, beside the ranks' python
+    assert 'mpiexec="${python%/*}/mpiexec"\n' in script
 
 
 def test_a_rank_that_raises_under_hydra_ends_the_run_and_is_named(mpich_env, tmp_path):

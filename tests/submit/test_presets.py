@@ -274,7 +274,7 @@ def test_cscs_alps_dry_runs_keep_the_test_grounds_fixes(capsys, monkeypatch, tmp
 
     code, text, _ = dry_run("torchrun")
     assert code == 0
-    assert "-m slurmtorch.bootstrap.agent" in text and '--rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT"' in text
+    assert "-m slurmtorch.bootstrap.agent" in text and '--rdzv-endpoint "${MASTER_ADDR:-${nodes[0]}}:$MASTER_PORT"' in text
     assert "export MASTER_ADDR" in text and "GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in text
     code, text, err = dry_run("mpirun")
     if preset == "ce":  # the Container Engine starts under srun: refused in one line, with the fix

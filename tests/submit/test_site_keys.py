@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import interactive, render
+from slurmtorch.submit import interactive, launchplan, render
 from slurmtorch.submit import sites
 from slurmtorch.submit.environment import composed
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED
@@ -80,9 +80,9 @@ def test_site_node_type_and_partition_srun_args_come_before_the_users_on_every_r
     for launcher in ("srun", "torchrun"):
         spec = build_spec(keys, opts(launcher=launcher, srun_args=("--label",)))
         assert list(spec.srun_args) == want
-        assert list(render.launch_plan(spec).srun_args[-4:]) == want
+        assert list(launchplan.plan(spec).steps[-1].options[-4:]) == want  # after the node prologue
     roles = build_spec(keys, opts(roles=("master=1", "worker=1"), ntasks_per_node=1, srun_args=("--label",)))
-    assert all(list(step.srun_args[-4:]) == want for step in render.launch_plan(roles).role_steps)
+    assert all(list(step.options[-4:]) == want for step in launchplan.plan(roles).steps if step.end != "check")
 
 
 def test_the_mpirun_launcher_starts_no_srun_so_the_sites_srun_args_do_not_apply(keys):
@@ -380,8 +380,9 @@ def test_an_array_jobs_node_prologue_writes_into_the_trials_folder(keys):
 def test_a_failing_node_prologue_ends_the_job_with_exit_1_one_line_and_the_exit_code_file(keys, tmp_path):
     """Run the rendered script's prologue block in bash with a stand-in srun that fails."""
     text = render.render_sbatch(build_spec(keys, opts()))
-    start = text.index("# Node prologue")
-    block = text[start:text.index("\n\n", text.index("fi\n", start))]
+    start = text.index("# The node prologue")
+    block = text[text.index("finish() {"):text.index("\n", text.index("die() {")) + 1] + \
+        text[start:text.index("\n\n", start)]
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "srun").write_text("#!/bin/sh\necho \"srun $*\" >> \"$SLURMTORCH_JOB_DIR/calls\"\nexit 3\n")
@@ -420,13 +421,13 @@ def test_slurmtorch_mpirun_refuses_a_site_with_a_node_prologue(tmp_path):
 def test_amd_nodes_run_apptainer_with_rocm_and_nvidia_ones_with_nv(tmp_path):
     text = MINIMAL.replace("gpus: 0, cpus: 4, fabric: ethernet", "gpus: 8, cpus: 64, fabric: ethernet, gpu_vendor: amd")
     site = sites.load_site(write(tmp_path, text))
-    amd = render.launch_plan(build_spec(site, golden_options("s", container_image="/img.sif",
-                                                            container_runtime="apptainer")))
-    assert amd.rank_argv[:3] == ("apptainer", "exec", "--rocm")
+    (amd,) = launchplan.plan(build_spec(site, golden_options("s", container_image="/img.sif",
+                                                            container_runtime="apptainer"))).steps
+    assert amd.argv[:3] == ("apptainer", "exec", "--rocm")
     site = sites.load_site(write(tmp_path, text.replace(", gpu_vendor: amd", "")))
-    nv = render.launch_plan(build_spec(site, golden_options("s", container_image="/img.sif",
-                                                           container_runtime="apptainer")))
-    assert nv.rank_argv[:3] == ("apptainer", "exec", "--nv") and site.node_types[0].gpu_vendor == "nvidia"
+    (nv,) = launchplan.plan(build_spec(site, golden_options("s", container_image="/img.sif",
+                                                           container_runtime="apptainer"))).steps
+    assert nv.argv[:3] == ("apptainer", "exec", "--nv") and site.node_types[0].gpu_vendor == "nvidia"
 
 
 def test_schema_lists_every_new_key():
@@ -458,6 +459,6 @@ def test_the_site_admins_guide_example_is_one_valid_site(tmp_path):
 def test_slurmtorch_mpirun_forwards_composed_paths_to_remote_ranks_too(tmp_path):
     site = sites.load_site(write(tmp_path, MINIMAL + "env: {A: '1'}\nprepend_path: {LD_LIBRARY_PATH: /opt/p}\n"))
     spec = build_spec(site, golden_options("s", kind="mpirun", ntasks=2))
-    args = list(render.launch_plan(spec).mpirun_args)
+    args = list(launchplan.plan(spec).steps[0].options)
     assert args[args.index("A") + 1:] == ["-x", "LD_LIBRARY_PATH"] and args[args.index("A") - 1] == "-x"
     assert 'export LD_LIBRARY_PATH=/opt/p"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in render.render_mpirun(spec)
