@@ -126,24 +126,27 @@ def test_a_ray_job_over_two_node_types_places_work_on_each_roles_nodes(testbed, 
     wait_for(lambda: not ray_processes(job), "no Ray process of the job left", 30)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 def test_a_killed_ray_worker_ends_the_job_naming_its_node(testbed, has_ray, tmp_path):
     (tmp_path / "cluster.py").write_text(CLUSTER)
     home, ready = tmp_path / "home", tmp_path / "ready"
-    hang = 60
+    # The cluster's time to form: on a loaded machine (CI's) a worker may need a second start
+    # (raynode.STARTS), and 60 s ran out once. The job's end after the kill is bound apart.
+    hang, ends_within = 150, 60
     sub = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "-t", "5", "--ray", "--hang-timeout",
                              str(hang), "--parsable", "cluster.py", str(ready)], cwd=str(tmp_path), timeout=60)
     assert sub.returncode == 0, sub.stderr
     job = sub.stdout.split()[0]
     folder = home / "jobs" / job
     try:
-        wait_for(lambda: ready.exists() or (folder / "exit-code").exists(), "the driver to see the cluster", 120)
+        wait_for(lambda: ready.exists() or (folder / "exit-code").exists(), "the driver to see the cluster", hang + 30)
         assert ready.exists(), read(folder / "batch.out") + read(folder / "rank-0.err")
         worker = job_nodes(testbed, job)[1]
         (raylet,) = [pid for pid, cmd in ray_processes(job).items()
                      if cmd.split()[0].endswith("/raylet") and f"slurmtorch-ray-{job}-{worker}/" in cmd]
         os.kill(raylet, signal.SIGKILL)
-        wait_for(lambda: (folder / "exit-code").exists(), "the job to end within the hang timeout", hang)
+        wait_for(lambda: (folder / "exit-code").exists(), f"the job to end within {ends_within} s of the kill",
+                 ends_within)
     finally:
         testbed.run(["scancel", job])
     batch = read(folder / "batch.out")
