@@ -17,14 +17,14 @@ def st(testbed, home: Path, argv, **kw) -> subprocess.CompletedProcess:
     return testbed.run([testbed.python, "-m", "slurmtorch.cli.main", *argv], env=env, **kw)
 
 
-def wait_for(predicate, what: str, timeout: float):
-    """`predicate()`'s first true value, polled every 0.2 s; a failed test after `timeout` s."""
+def wait_for(predicate, what: str, timeout: float, poll_s: float = 0.2):
+    """`predicate()`'s first true value, polled every `poll_s`; a failed test after `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(poll_s)
     pytest.fail(f"timed out waiting for {what}", pytrace=False)
 
 

@@ -243,3 +243,37 @@ def test_the_heads_line_says_where_its_dashboard_is(monkeypatch):
         "Ray head on node1 up at 198.18.0.139:23456; no dashboard (Ray runs one where ray[default] is installed; "
         "why not: /home/u/jobs/7/ray-node1.out)")
     assert raynode.up_line("worker", "node2", "198.18.0.140", 23456, None) == "Ray worker on node2 up at 198.18.0.140"
+
+
+def test_a_ray_start_that_gave_up_on_registration_with_the_nodes_vital_processes_running_is_a_node_starting_late():
+    """Issue 44: `ray start` waits 30 s (Ray's, fixed) for its node to register; on a loaded
+    node it exits 1 while the raylet goes on and registers later: that node runs."""
+    assert raynode.started("worker", 0, set())
+    assert raynode.started("worker", 1, {"raylet", "python"})
+    assert not raynode.started("worker", 1, {"python"})  # its raylet gone: it did not start
+    assert raynode.started("head", 1, {"gcs_server", "raylet"})
+    assert not raynode.started("head", 1, {"raylet"})
+
+
+def test_a_late_nodes_line_says_ray_start_gave_up_and_the_hang_timeout_decides():
+    assert raynode.late_note("head", 1, 300) == (
+        "it registers late: ray start stopped waiting after Ray's own 30 s and exited with 1, its gcs_server and "
+        "raylet running; the driver waits up to 300 s (--hang-timeout) for every node")
+
+
+def test_a_raylet_that_ended_before_its_agents_wrote_their_ports_ended_unregistered(tmp_path):
+    """Issue 44: a raylet waits 15 s (Ray's, fixed) for its agents' port files, then ends; it
+    registers its node only once it has read them all. A worker whose raylet ended before
+    they were all there is started again; one that ended after is a node that died."""
+    temp = tmp_path / "slurmtorch-ray-unit-node9"  # no process of this test's session names it
+    logs = temp / "session_2026-12-07_1" / "logs"
+    logs.mkdir(parents=True)
+    no_session = 2 ** 22 + 7  # above any pid this test can meet
+    (logs / "raylet.out").write_text("")
+    assert raynode.raylet_ended(no_session, str(temp)) is None  # it has not run yet
+    (logs / "raylet.out").write_text("[...] (raylet) main.cc:283: Setting cluster ID to: 18a2\n")
+    for name in raynode.AGENT_PORT_FILES[:-1]:
+        (logs.parent / f"{name}_b762f0").write_text("35069")
+    assert raynode.raylet_ended(no_session, str(temp)) == "unready"
+    (logs.parent / f"{raynode.AGENT_PORT_FILES[-1]}_b762f0").write_text("35070")
+    assert raynode.raylet_ended(no_session, str(temp)) == "died"
