@@ -32,8 +32,8 @@ listen on 10001 (SO_REUSEPORT), each taking half of the connections. Each is pic
 the node as MASTER_PORT is (rendezvous.free_port), the workers' left to the kernel; the
 head's line in batch.out names its dashboard where it listens.
 
-`driver` waits for the head to answer and for all N nodes to join (the deadline), then
-runs the script in this process, as `python SCRIPT` would, with RAY_ADDRESS set. `stop`
+`driver` (raydriver.py) waits for the head to answer and for all N nodes to join (the deadline),
+then runs the script in this process, as `python SCRIPT` would, with RAY_ADDRESS set. `stop`
 runs once per node at the end: anything of this job's Ray still there is ended.
 Only `driver` imports ray, lazily: `slurmtorch --help` and rendering never do.
 """
@@ -409,74 +409,6 @@ def died(kind: str, node: str, process: str, temp: str) -> int:
     return 1
 
 
-def wait_for_nodes(address: str, nodes: int, deadline: float) -> list[str]:
-    """Connect as a driver and wait until `nodes` Ray nodes are alive; the Slurm nodes still
-    missing at the deadline ([] once all joined)."""
-    import logging
-
-    import hostlist
-    import ray  # lazy: only the driver step needs Ray; rendering a --ray job never imports it
-
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    try:
-        while True:
-            alive = [n for n in ray.nodes() if n.get("Alive")]
-            if len(alive) >= nodes:
-                return []
-            if time.monotonic() >= deadline:
-                return missing_nodes(alive, hostlist.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", "")), nodes)
-            time.sleep(0.2)
-    finally:
-        ray.shutdown()
-
-
-def missing_nodes(alive: list[dict], expected: list[str], wanted: int) -> list[str]:
-    """The job's nodes that no alive Ray node is (by host name, short), pure; where the names
-    do not match Slurm's, how many are missing."""
-    seen = {str(n.get("NodeManagerHostname", "")).split(".", 1)[0] for n in alive}
-    seen |= {str(n.get("NodeManagerAddress", "")) for n in alive}
-    return [e for e in expected if e.split(".", 1)[0] not in seen] or [f"{wanted - len(alive)} node(s)"]
-
-
-def drive(head_text: str, opts: dict[str, str], program: list[str]) -> int:
-    """Once every node has joined, run the script here as Ray's driver, with RAY_ADDRESS set."""
-    started = os.environ.get(protocol.STARTED)
-    if started:  # the batch script's proof that the step launched (bootstrap.runner.note_started)
-        try:
-            os.close(os.open(started, os.O_WRONLY | os.O_CREAT, 0o644))
-        except OSError:
-            pass
-    wait_s = float(opts["--deadline"])
-    deadline = time.monotonic() + wait_s
-    ip, port = split_address(head_text)
-    address = f"{ip}:{port}"
-    if not wait_listening(ip, port, wait_s, poll_s=0.1):
-        say(f"error: the Ray head at {address} did not answer within {wait_s:g} s (its line above says why)")
-        return 1
-    missing = wait_for_nodes(address, int(opts["--nodes"]), deadline)
-    if missing:
-        say(f"error: the Ray cluster was not complete after {wait_s:g} s (--hang-timeout): not joined: "
-            f"{', '.join(missing)}")
-        return 1
-    os.environ["RAY_ADDRESS"] = address
-    run_program(program, opts.get("--import-from"))
-    return 0
-
-
-def run_program(program: list[str], import_from: str | None) -> None:
-    """`python SCRIPT ARGS` or `python -m MODULE ARGS`, in this process (bootstrap.target's way)."""
-    from slurmtorch.bootstrap.target import import_from as use_folder, run_script  # lazy: the driver's only
-    import runpy
-
-    if program[0] == "-m":
-        if import_from:
-            use_folder(import_from)
-        sys.argv = [program[1], *program[2:]]
-        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
-    else:
-        run_script(program[0], program[1:])
-
-
 def parse(argv: Sequence[str]) -> tuple[str, str, dict[str, str], list[str]]:
     """(kind, HOST:PORT, options, program) from the batch script's words (pure)."""
     if len(argv) < 2 or argv[0] not in ("head", "worker", "driver", "stop"):
@@ -503,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if kind == "driver":
+            from slurmtorch.bootstrap.raydriver import drive  # lazy: the driver step's alone
+
             return drive(head, opts, program)
         if kind == "stop":
             stop_here()

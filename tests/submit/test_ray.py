@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from slurmtorch.bootstrap import raynode
+from slurmtorch.bootstrap import raydriver, raynode
 from slurmtorch.errors import SpecError
 from slurmtorch.submit import launchplan, render, sites
 from slurmtorch.submit.raycluster import JOIN_S, RAY_HEAD
@@ -179,12 +179,12 @@ def test_rendering_a_ray_job_imports_no_ray(tmp_path):
 
 def test_the_nodes_that_did_not_join_are_named_by_their_slurm_names():
     alive = [{"NodeManagerHostname": "node1.cluster", "NodeManagerAddress": "198.18.0.139"}]
-    assert raynode.missing_nodes(alive, ["node1", "node2", "node3"], 3) == ["node2", "node3"]
+    assert raydriver.missing_nodes(alive, ["node1", "node2", "node3"], 3) == ["node2", "node3"]
     # Host names that are not Slurm's: every Slurm name is listed, none can be told joined.
-    assert raynode.missing_nodes([{"NodeManagerHostname": "x", "NodeManagerAddress": "10.0.0.1"}], ["a", "b"], 2) \
+    assert raydriver.missing_nodes([{"NodeManagerHostname": "x", "NodeManagerAddress": "10.0.0.1"}], ["a", "b"], 2) \
         == ["a", "b"]
     # Every Slurm name seen, yet fewer Ray nodes than wanted: how many are missing.
-    assert raynode.missing_nodes(alive, ["node1"], 2) == ["1 node(s)"]
+    assert raydriver.missing_nodes(alive, ["node1"], 2) == ["1 node(s)"]
 
 
 # ------------------------------------------------------------------ Ray's ports, the job's own
