@@ -138,3 +138,38 @@ class ClusterError(SlurmtorchError):
     the clusters file, the SSH connection, the slurmtorch on the other side."""
 
     exit_code = 2
+
+
+class JobFailed(SlurmtorchError):
+    """The job ended without an answer: cancelled, timed out, killed, or a rank failed."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, tip: str | None = None, *, job_id: str = "", state: str = "",
+                 job_exit_code: int | None = None, rank: int | None = None, host: str = ""):
+        super().__init__(message, tip)
+        self.job_id = job_id
+        self.state = state
+        self.job_exit_code = job_exit_code
+        self.rank = rank  # the rank that failed first, where the job's logs tell it
+        self.host = host
+
+
+class RemoteError(JobFailed):
+    """A rank raised: which rank, on which host, and its traceback as the rank printed it."""
+
+    def __init__(self, rank: int, host: str, traceback_text: str, *, job_id: str = "", exc_type: str = "",
+                 state: str = "", job_exit_code: int | None = None, report: tuple[str, ...] = ()):
+        self.traceback_text = traceback_text
+        self.exc_type = exc_type
+        self.report = tuple(report)  # the lines `--wait` ends the job with (report.failure_lines)
+        told = "".join(f"\n{line}" for line in self.report)
+        super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}{told}",
+                         job_id=job_id, state=state, job_exit_code=job_exit_code, rank=rank, host=host)
+
+    def __reduce__(self):
+        return (_remote_error, (self.rank, self.host, self.traceback_text, self.job_id, self.exc_type, self.report))
+
+
+def _remote_error(rank, host, text, job_id, exc_type, report=()):
+    return RemoteError(rank, host, text, job_id=job_id, exc_type=exc_type, report=report)

@@ -11,7 +11,7 @@
   steps; slurmjob: scontrol, sinfo, scancel),
   requeue.py for the job that requeues itself) and mpi4py is imported by one (bootstrap/mpi.py): one choke point each
   for side effects;
-- no import cycles between modules at import time;
+- no import cycles between modules at import time, and none between packages counting the imports inside functions too;
 - no module over 500 lines and no function over 80 (split by idea);
 - every module has a row in docs/ARCHITECTURE.md.
 """
@@ -115,6 +115,56 @@ def test_no_import_cycles():
             if state.get(nxt) == 1:
                 path = trail + [node]
                 pytest.fail("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, trail + [node])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [])
+
+
+def package_imports(path: Path) -> set[str]:
+    """The package's own modules `path` imports, anywhere in it (functions included): for
+    `from P import M` the module M where M is one, else P."""
+    names = {module_name(p) for p in MODULES}
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names)
+    return {m for m in found if m in names}
+
+
+def room(module: str, house: str) -> str:
+    """The room of `house` that `module` is in: its sub-package, or the module itself."""
+    return ".".join(module.split(".")[:len(house.split(".")) + 1])
+
+
+@pytest.mark.parametrize("house", ["slurmtorch"])
+def test_no_circle_between_packages_lazy_imports_included(house):
+    graph: dict[str, set[str]] = {}
+    for p in MODULES:
+        me = module_name(p)
+        if not me.startswith(house + "."):
+            continue
+        for m in package_imports(p):
+            if m.startswith(house + ".") and room(m, house) != room(me, house):
+                graph.setdefault(room(me, house), set()).add(room(m, house))
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                path = trail + [node]
+                pytest.fail("circle between packages: " + " -> ".join(path[path.index(nxt):] + [nxt]))
             if nxt not in state:
                 visit(nxt, trail + [node])
         state[node] = 2

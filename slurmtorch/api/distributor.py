@@ -46,7 +46,7 @@ from slurmtorch.api.layout import Layout, plan_layout
 from slurmtorch.api.payload import prepare
 from slurmtorch.api.runfolder import RUN_FOLDER, create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit import spec as specmod
 from slurmtorch.submit.allocation import resolve_target
@@ -142,7 +142,7 @@ class Distributor:
             from slurmtorch.remote import distribute, forward  # lazy: only cluster= needs ssh's edge
 
             if forward.elsewhere(self.cluster):
-                return distribute.run(self, target, args, kwargs)
+                return distribute.run(self, _sent(target, args, kwargs, self.cluster))
         job = self.submit_prepared(*prepare(target, args, kwargs))  # no file, no job before prepare passes
         try:
             return job.result(stream=self.progress)
@@ -160,7 +160,8 @@ class Distributor:
             from slurmtorch.remote import distribute, forward  # lazy: only cluster= needs ssh's edge
 
             if forward.elsewhere(self.cluster):
-                return ClusterJob(distribute.submit(self, target, args, kwargs), self.cluster, answer=self.answer)
+                return ClusterJob(distribute.submit(self, _sent(target, args, kwargs, self.cluster)), self.cluster,
+                                  answer=self.answer)
         meta, payload, name = prepare(target, args, kwargs)  # no file, no job before this passes
         return self.submit_prepared(meta, payload, name)
 
@@ -287,3 +288,11 @@ def _loopback_interface() -> str | None:
         if name in names:
             return name
     return None
+
+
+def _sent(target: Any, args: tuple, kwargs: dict, cluster: str) -> tuple[dict, bytes | None, str]:
+    """A call for `cluster=`, pickled here (`prepare`); a file goes with `sbatch --cluster`, which syncs its tree."""
+    if isinstance(target, (str, os.PathLike)):
+        raise SpecError("Distributor(cluster=...) sends functions; a file goes with its code",
+                        tip=f"{typed(f'sbatch {os.fspath(target)}', cluster)} ... syncs its tree and runs it")
+    return prepare(target, args, kwargs)

@@ -1,4 +1,5 @@
-"""`Job`: a submitted `Distributor` run, and what its result raises when there is no answer.
+"""`Job`: a submitted `Distributor` run (what its result raises when there is no answer,
+`JobFailed` and `RemoteError`, is in `slurmtorch.errors`, where the relay rebuilds it too).
 
 The ranks answer through the run folder (see `slurmtorch.bootstrap.runfn`): rank 0's
 value in result.pkl, a rank that raised in error-rank-R.json. A rank that failed before
@@ -20,7 +21,7 @@ from slurmtorch.api.clusterjob import ClusterJob
 from slurmtorch.api.handles import Handle, SlurmHandle
 from slurmtorch.api.runfolder import ENDED, KEEP_RUNS, RUN_FOLDER, close_run_folder
 from slurmtorch.bootstrap import runfn
-from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
+from slurmtorch.errors import JobFailed, RemoteError, SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.statusline import StatusLine
 from slurmtorch.submit.follow.tail import Tail, drain
@@ -36,41 +37,6 @@ def checked_answer(answer: str | None) -> None:
     if answer is not None and answer not in runfn.ANSWERS:
         raise SpecError(f"answer must be {' or '.join(repr(a) for a in runfn.ANSWERS)}, got {answer!r}",
                         tip="answer='json': rank 0's value comes back as JSON and nothing is unpickled")
-
-
-class JobFailed(SlurmtorchError):
-    """The job ended without an answer: cancelled, timed out, killed, or a rank failed."""
-
-    exit_code = 1
-
-    def __init__(self, message: str, tip: str | None = None, *, job_id: str = "", state: str = "",
-                 job_exit_code: int | None = None, rank: int | None = None, host: str = ""):
-        super().__init__(message, tip)
-        self.job_id = job_id
-        self.state = state
-        self.job_exit_code = job_exit_code
-        self.rank = rank  # the rank that failed first, where the job's logs tell it
-        self.host = host
-
-
-class RemoteError(JobFailed):
-    """A rank raised: which rank, on which host, and its traceback as the rank printed it."""
-
-    def __init__(self, rank: int, host: str, traceback_text: str, *, job_id: str = "", exc_type: str = "",
-                 state: str = "", job_exit_code: int | None = None, report: tuple[str, ...] = ()):
-        self.traceback_text = traceback_text
-        self.exc_type = exc_type
-        self.report = tuple(report)  # the lines `--wait` ends the job with (report.failure_lines)
-        told = "".join(f"\n{line}" for line in self.report)
-        super().__init__(f"rank {rank} on {host} failed (job {job_id}):\n{traceback_text.rstrip()}{told}",
-                         job_id=job_id, state=state, job_exit_code=job_exit_code, rank=rank, host=host)
-
-    def __reduce__(self):
-        return (_remote_error, (self.rank, self.host, self.traceback_text, self.job_id, self.exc_type, self.report))
-
-
-def _remote_error(rank, host, text, job_id, exc_type, report=()):
-    return RemoteError(rank, host, text, job_id=job_id, exc_type=exc_type, report=report)
 
 
 class Job:

@@ -1,7 +1,7 @@
 """`Distributor(..., cluster=NAME).run(fn)`: the call pickled here, run there, the answer back.
 
-The laptop pickles the call as a local run would (`payload.prepare`: what cannot be pickled
-is named before anything is sent) and sends it in the request's header, with the
+The Distributor pickles the call as a local run would (`payload.prepare`: what cannot be
+pickled is named before anything is sent); this sends it in the request's header, with the
 Distributor's own settings. The cluster side (serve's `answer`) submits it with its
 site, waits there (rank 0's output and the state lines on stderr, which ssh brings here)
 and writes one line on the request's stdout (`answer`): rank 0's value, or the error
@@ -15,24 +15,23 @@ tree; a Distributor sends functions only.
 from __future__ import annotations
 
 import base64
-import os
 from typing import Any
 
 from slurmtorch import __version__
-from slurmtorch.errors import SpecError, typed
 
 # The Distributor's settings that go along (scheduler_options too); `site` defaults to the cluster's.
 _SETTINGS = ("num_processes", "nodes", "use_gpu", "site", "preset", "backend", "progress", "answer")
 
 
-def run(dist: Any, target: Any, args: tuple, kwargs: dict) -> Any:
-    """The laptop's side: rank 0's value, or the error a local run would raise."""
-    return _send(dist, target, args, kwargs, wait=True)
+def run(dist: Any, prepared: tuple[dict, bytes | None, str]) -> Any:
+    """The laptop's side of a call `payload.prepare` pickled (`prepared`: meta, payload, name):
+    rank 0's value, or the error a local run would raise."""
+    return _send(dist, prepared, wait=True)
 
 
-def submit(dist: Any, target: Any, args: tuple, kwargs: dict) -> str:
+def submit(dist: Any, prepared: tuple[dict, bytes | None, str]) -> str:
     """`Distributor(cluster=).submit`: the call submitted there; its job id, once sbatch took it."""
-    return _send(dist, target, args, kwargs, wait=False)
+    return _send(dist, prepared, wait=False)
 
 
 # What a ClusterJob may ask of a job there, and the keywords each takes (`Job`'s methods).
@@ -50,14 +49,10 @@ def ask(name: str, job_id: str, question: str, kwargs: dict, answer: str = "pick
                  pickled=question == "result" and answer == "pickle")
 
 
-def _send(dist: Any, target: Any, args: tuple, kwargs: dict, wait: bool) -> Any:
-    from slurmtorch.api.payload import prepare
-    from slurmtorch.remote import clusters
+def _send(dist: Any, prepared: tuple[dict, bytes | None, str], wait: bool) -> Any:
+    from slurmtorch.remote import clusters  # lazy: the clusters file's reader (yaml), only when a call is sent
 
-    if isinstance(target, (str, os.PathLike)):
-        raise SpecError("Distributor(cluster=...) sends functions; a file goes with its code",
-                        tip=f"{typed(f'sbatch {os.fspath(target)}', dist.cluster)} ... syncs its tree and runs it")
-    meta, payload, name = prepare(target, args, kwargs)
+    meta, payload, name = prepared
     cluster = clusters.find(dist.cluster)
     settings = {k: getattr(dist, k) for k in _SETTINGS}
     settings["site"] = settings["site"] or cluster.site

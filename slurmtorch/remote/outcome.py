@@ -17,9 +17,8 @@ import json
 from typing import Any
 
 from slurmtorch import __version__
-from slurmtorch.api.job import JobFailed, RemoteError
 from slurmtorch import errors
-from slurmtorch.errors import ClusterError, SlurmtorchError
+from slurmtorch.errors import ClusterError, JobFailed, RemoteError, SlurmtorchError
 
 # The SlurmtorchError kinds rebuilt by name; any other is rebuilt as the nearest of these.
 _KINDS = {c.__name__: c for c in (errors.SlurmtorchError, errors.SpecError, errors.ShellSafetyError,

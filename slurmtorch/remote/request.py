@@ -44,7 +44,7 @@ if have != want:
                      "tip: install slurmtorch %s there (pip install slurmtorch==%s), or %s here\\n"
                      % (have, name, sys.executable, want, want, want, have))
     sys.exit(69)
-from slurmtorch.remote.serve import main
+from slurmtorch.cli.serve import main
 main(sys.argv[3:], name)
 """
 

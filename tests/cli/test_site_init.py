@@ -87,7 +87,7 @@ def test_a_path_gets_a_new_file_that_loads_as_the_site_named_for_it(tmp_path):
 def test_on_the_clusters_side_of_cluster_the_line_says_the_file_is_there_not_here(tmp_path):
     """Issue 44: `site init --cluster testbed mycluster.yaml` wrote the file on the login host (the
     verb runs there) and said only `wrote mycluster.yaml`, as if the laptop had it. Here as the
-    cluster's side runs it (remote.serve sets SLURMTORCH_ON_CLUSTER to the laptop's name for it)."""
+    cluster's side runs it (cli.serve sets SLURMTORCH_ON_CLUSTER to the laptop's name for it)."""
     r = init(tmp_path, "mycluster.yaml", env={**stand_ins(tmp_path), "SLURMTORCH_ON_CLUSTER": "testbed"})
     assert r.returncode == 0 and (tmp_path / "mycluster.yaml").exists(), r.stderr
     assert r.stderr.splitlines() == [

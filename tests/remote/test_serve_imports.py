@@ -13,7 +13,7 @@ def test_cluster_side_of_status_imports_no_yaml(tmp_path):
     # verbs; nothing here asserts a time).
     code = ("import os, sys\n"
             "from slurmtorch import protocol\n"
-            "from slurmtorch.remote import serve\n"
+            "from slurmtorch.cli import serve\n"
             "os.environ[protocol.ON_CLUSTER] = '1'\n"
             "from slurmtorch.remote import forward\n"
             "assert not forward.elsewhere('dev')\n"

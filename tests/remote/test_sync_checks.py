@@ -25,7 +25,7 @@ MIRROR = "proj-0123456789ab"
 
 def cluster_side(home: Path, *args: str) -> subprocess.CompletedProcess:
     """serve as request.BOOT starts it, the request's header on stdin."""
-    code = "import sys; from slurmtorch.remote.serve import main; main(sys.argv[1:])"
+    code = "import sys; from slurmtorch.cli.serve import main; main(sys.argv[1:])"
     env = {**os.environ, "SLURMTORCH_HOME": str(home), "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-c", code, "--", *args], input=request.header(None) + "\n",
                           capture_output=True, text=True, env=env, timeout=60)
