@@ -5,23 +5,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
-from pathlib import Path
-from typing import IO, List, Optional, cast
+from typing import List, Optional
 
 import typer
 
-from slurmtorch import protocol
 from slurmtorch.cli._common import cluster_option, on_cluster
-from slurmtorch.errors import SubmitError, typed
-from slurmtorch.submit.follow import live, stackrequest, waiting
-from slurmtorch.submit.follow.jobstatus import JobStatus, clock
-from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset
+from slurmtorch.errors import SubmitError
 from slurmtorch.submit.follow.terminaltext import visible
-from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
-from slurmtorch.usecases import control
-from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
-from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
+from slurmtorch.usecases import cancel as cancelling
+from slurmtorch.usecases import logs as logging
+from slurmtorch.usecases import stacks as asking
+from slurmtorch.usecases import status as statuses
+from slurmtorch.usecases import top as watching
 
 
 def status(
@@ -43,135 +38,14 @@ def status(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    root = jobdir.checked(jobdir.jobs_root())
-    if not job_ids:
-        return _table(root, as_json, states, name)
-    # a job no one knows, or whose folder cannot be read: its error line, and exit 1
-    known, unknown = control.statuses(job_ids, root)
-    records: list[dict] = []
-    shown: set[str] = set()  # the chains shown so far, by their first part's job id
-    broken = 0
-    for j in job_ids:
-        folder = jobdir.job_dir(j, root)
-        if j in unknown:
-            print(unknown[j].render(), file=sys.stderr)
-            continue
-        try:
-            if j in known and _show_chain(folder, shown, records if as_json else None, known[j]):
-                continue
-        except SubmitError as exc:  # a chain record that cannot be read: its line, and the job alone
-            print(exc.render(), file=sys.stderr)
-            broken += 1
-        if j not in known:  # an array job: one line per trial
-            for t in control.trials(j, root):
-                trial = jobdir.trial_dir(j, t.trial, root)
-                if as_json:
-                    records.append(_record(t.status, trial, trial=t.trial, params=t.params))
-                    continue
-                print(t.line())
-                if t.status.done:
-                    for line in failure_lines(trial):
-                        print(f"  {line}")
-        elif as_json:
-            records.append(_record(known[j], folder))
-        else:
-            _print_job(known[j], folder)
-    if as_json:
-        print(json.dumps(records, indent=1))
-    return 1 if unknown or broken else 0
-
-
-def _show_chain(folder: Path, shown: set[str], records: list | None, st: JobStatus) -> bool:
-    """A part of a chain: the chain shown as one (once however many of its parts are asked
-    for), or with `records` (--json) the part's record with the chain's in it. False for a
-    job that is no part of a chain; SubmitError for a chain record that cannot be read."""
-    from slurmtorch.submit import chain as core  # lazy: a plain job's status never reads a chain
-
-    if not (folder / core.RECORD).exists():
-        return False
-    from slurmtorch.usecases import chain as chains  # lazy: rendering's modules, for a chain's part only
-
-    chain = chains.chain_of(jobdir.checked(folder))
-    if chain is None:
-        return False
-    if records is None and chain.job_ids[0] in shown:
-        return True
-    shown.add(chain.job_ids[0])
-    standing = chains.standing(chain)
-    if records is None:
-        for line in standing.lines:
-            print(visible(line))
-        return True
-    parts = [{"name": e.name, "job_id": e.job_id, "after": p.after, "state": now.state,
-              "exit_code": e.code if e.done else None, "started": e.started}
-             for e, p, now in zip(standing.ends, chain.parts, standing.statuses)]
-    records.append(_record(st, folder, chain={"parts": parts, "failed": standing.failed}))
-    return True
-
-
-def _print_job(st: JobStatus, folder) -> None:
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
-    shown = st if code is None else replace(st, exit_code=code)
-    print(visible(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}"))
-    for line in restart_lines(folder):
+    said = statuses.show(job_ids, as_json) if job_ids else statuses.table(states, name, as_json)
+    for line in said.err:
+        print(line, file=sys.stderr)
+    for line in said.out:
         print(line)
-    if st.done:
-        for line in failure_lines(folder):
-            print(line)
-        end = live.end_line(live.read_samples(folder))
-        if end:
-            print(end)
-
-
-def _record(st: JobStatus, folder, **more) -> dict:
-    """A job's status as JSON-ready data (`status --json`)."""
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    record = {"job_id": st.job_id, "name": _name(st, folder), "state": st.state, "elapsed": st.elapsed(),
-              "exit_code": code, "step_exit_code": job,
-              "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
-              "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
-              "failures": failure_lines(folder) if st.done else [], "code": _code(folder)}
-    record.update(more)
-    return record
-
-
-def _code(folder) -> dict | None:
-    """What the job ran: its snapshot (tree, commit, dirty, counts; not the file list), None: in place."""
-    record = codecopy.read_record(folder)
-    return None if record is None else {k: v for k, v in record.items() if k != "manifest"}
-
-
-def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
-    """This user's slurmtorch jobs (those with a folder here), newest first: name, state,
-    how long it ran, its nodes, and for an ended one its exit code (and failing rank)."""
-    rows = control.recent_jobs(root, lambda line: print(line, file=sys.stderr))
-    wanted = {s.upper() for s in states}
-    rows = [(st, folder) for st, folder in rows
-            if (not wanted or st.state.split()[0] in wanted) and (name is None or name in _name(st, folder))]
     if as_json:
-        print(json.dumps([_record(st, folder) for st, folder in rows], indent=1))
-        return 0
-    if not rows:
-        print(f"no slurmtorch jobs{' like that' if wanted or name else ''} in {root}", file=sys.stderr)
-        return 0
-    print(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4}  {'NODES / REASON / FAILED RANK'}")
-    now = time.time()
-    for st, folder in rows:
-        code, where = "", st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
-        if st.done and st.exit_code is not None:
-            exit_at, rank, _ = exit_code(folder, st)
-            code = str(exit_at)
-            if rank is not None:  # what failed says more than Slurm's reason (NonZeroExitCode)
-                where = f"rank {rank.rank} on {rank.host}"
-        ran = st.elapsed(now)
-        print(visible(f"{st.job_id:<12} {_name(st, folder)[:16] or '-':<16} {st.state:<12} "
-                      f"{clock(ran) if ran is not None else '-':>10} {code:>4}  {where}"))
-    return 0
-
-
-def _name(st: JobStatus, folder) -> str:
-    return st.name or jobdir.read_job_name(folder)
+        print(json.dumps(said.records, indent=1))
+    return said.code
 
 
 def top(
@@ -195,11 +69,10 @@ def top(
     clear = sys.stdout.isatty() and not once
     try:
         while True:
-            view = control.live_view(job_id)
-            lines = [f"job {view.job_id} {view.status.describe()}", *_live_lines(view)]
+            view = watching.live_view(job_id)
             if clear:
                 print("\033[H\033[J", end="")
-            print(visible("\n".join(lines)), flush=True)  # host names are the ranks' own words
+            print(visible("\n".join(view.lines())), flush=True)  # host names are the ranks' own words
             for note in view.notes:
                 print(visible(note), file=sys.stderr)
             if once or view.status.done:
@@ -209,15 +82,6 @@ def top(
                 print()
     except KeyboardInterrupt:
         return 0
-
-
-def _live_lines(view: control.LiveView) -> list[str]:
-    if view.status.done:
-        end = live.end_line(view.samples)
-        return [end] if end else ["no rank sampled itself (SLURMTORCH_LIVE_S=0, or no rank started)"]
-    if not view.samples:
-        return ["no rank has sampled itself yet" if view.status.state == "RUNNING" else "no rank running yet"]
-    return live.top_lines(view.samples, time.time())
 
 
 def logs(
@@ -247,35 +111,15 @@ def logs(
         return remote
     if all_ranks and (rank is not None or node is not None or batch):
         raise SubmitError("--all-ranks shows every rank's output: leave out --rank, --node and --batch")
-    job_id, folder, logs = control.logs_target(job_id, rank, node, trial, batch)
-    paths: list[tuple[Path, IO[str]]] = [(path, sys.stdout if kind == "out" else sys.stderr) for path, kind in logs]
-    if all_ranks:
-        paths = [(path, cast(IO[str], Prefixed(stream, mark)))  # write/flush/isatty, as a stream
-                 for mark, out, err in control.all_rank_logs(folder) for path, stream in ((out, sys.stdout),
-                                                                                         (err, sys.stderr))]
+    job_id, folder, logs = logging.target(job_id, rank, node, trial, batch)
+    paths = logging.streams(folder, logs, all_ranks, sys.stdout, sys.stderr)
     if follow:  # ends as --wait does: the end line, and for a failure the report
-        from slurmtorch.usecases import launch  # lazy: its render and sites would cost every other verb here
-
-        end = launch.ended(job_id, folder, waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt,
-                                                          last=last))
+        end = logging.follow(job_id, folder, paths, cancel_on_interrupt, last)
         for line in end.lines:
             print(line, file=sys.stderr)
         return end.code
-    if not any(p.exists() for p, _ in paths):
-        raise SubmitError(
-            f"no output yet for {'the batch step' if batch else paths[0][0].stem.replace('-', ' ')} "
-            f"of job {job_id} in {folder}",
-            tip=f"is it still pending? {typed(f'status {job_id}')}",
-        )
-    for p, stream in paths:
-        tail = Tail(p, stream)
-        tail.live = False  # the whole log at once: each line in its final state
-        if last is not None:
-            tail.offset = last_lines_offset(p, last)
-        tail.pump()
-        tail.finish()
-    for line in failure_lines(folder):
-        print(f"slurmtorch: {line}", file=sys.stderr)
+    for line in logging.show(job_id, folder, paths, batch, last):
+        print(line, file=sys.stderr)
     return 0
 
 
@@ -289,16 +133,10 @@ def cancel(ctx: typer.Context,
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    failed = 0
-    for j in job_ids:
-        try:
-            before = control.cancel(j)
-        except SubmitError as exc:
-            print(exc.render(), file=sys.stderr)
-            failed += 1
-            continue
-        print(f"job {j} cancelled (it was {before.state.lower()})", file=sys.stderr)
-    return 1 if failed else 0
+    lines, code = cancelling.cancel(job_ids)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return code
 
 
 def stacks(
@@ -307,8 +145,8 @@ def stacks(
                                            help="a running job (JOBID_K: a trial), or a local run (local-N); "
                                                 "default: the one local run running"),
     all_threads: bool = typer.Option(False, "--all-threads", help="every thread's stack, not only the main one's"),
-    wait_s: float = typer.Option(stackrequest.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
-    native_wait_s: float = typer.Option(stackrequest.NATIVE_WAIT_S, "--native-wait-s",
+    wait_s: float = typer.Option(asking.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
+    native_wait_s: float = typer.Option(asking.NATIVE_WAIT_S, "--native-wait-s",
                                         help="how long py-spy gets for the native frames (0: none)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
@@ -324,23 +162,8 @@ def stacks(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    target = control.stacks_target(job_id)
-    folder, ranks = target.folder, target.ranks
-    got, silent = stackrequest.ask(folder, ranks, target.send, wait_s, native=native_wait_s > 0, resend=target.resend)
-    for line in summary_lines(got, silent):
-        print(visible(line), flush=True)  # before the native frames, which take seconds
-    native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
-    details = detail_lines(got, all_threads, native)
-    if details:
-        print()
-        for line in details:
-            print(visible(line))
-    flight = flightdump.summary_lines(flightdump.load_folder(folder), ranks)
-    if flight:
-        print()
-        for line in flight:
-            print(visible(line))
-    for line in native_notes(native, late, native_wait_s):
-        print(visible(line), file=sys.stderr)
-    print(f"(the ranks' own files: {folder / protocol.STACKS})", file=sys.stderr)
-    return 0 if got else 1
+    return asking.report(asking.target(job_id), all_threads, wait_s, native_wait_s, _say)
+
+
+def _say(line: str, on_stderr: bool) -> None:
+    print(line, file=sys.stderr if on_stderr else sys.stdout, flush=True)

@@ -26,7 +26,7 @@ from slurmtorch.doctor.node import (check_env, check_gpus, check_infiniband, che
                                     check_torch, mpi_vendor, node_checks)
 from slurmtorch.doctor.checks import Check, summary
 from slurmtorch.doctor.sitechoice import ALLOCATION, RECORDED, site_for_doctor, site_from_script
-from slurmtorch.cli.doctor import step_layout
+from slurmtorch.usecases.doctor import step_layout
 from slurmtorch.submit import sites
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch.cli import clean
+from slurmtorch.usecases import clean
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.jobfolder import cleaning, pruning
 
