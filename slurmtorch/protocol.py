@@ -109,7 +109,7 @@ SHELL = "SLURMTORCH_SH"  # where the script finds SHELL_DIR: the restart supervi
 CODE_DIR = "code"  # the snapshot of the code the job runs (submit.jobfolder.snapshot)
 SNAPSHOT = "snapshot.json"  # what that snapshot is: its tree, commit, dirtiness, files (codecopy)
 FLIGHT = "flight"  # NCCL jobs: torch's flight recorder dumps, flight_prefix + rank
-# A Distributor job's job.json names its run folder (api.runfolder) under this key; the run
+# A Distributor job's job.json names its run folder (usecases.runfolder) under this key; the run
 # folder holds RUN_ENDED once its answer was read (`Job.result`): `Job.attach` and `clean` read both.
 RUN_FOLDER = "run_folder"
 RUN_ENDED = "ended"

@@ -12,6 +12,8 @@
   requeue.py for the job that requeues itself) and mpi4py is imported by one (bootstrap/mpi.py): one choke point each
   for side effects;
 - no import cycles between modules at import time, and none between packages counting the imports inside functions too;
+- the front ends (cli/, api/, remote/) parse and print over usecases/: of submit/ they take
+  only the shared records and values named in SHARED_RECORDS, never its internals;
 - no module over 500 lines and no function over 80 (split by idea);
 - every module has a row in docs/ARCHITECTURE.md.
 """
@@ -124,6 +126,25 @@ def test_no_import_cycles():
             visit(name, [])
 
 
+FRONT_ENDS = ("slurmtorch.cli", "slurmtorch.api", "slurmtorch.remote")
+
+# What a front end may take from submit/ besides usecases/: the records and values every side
+# names, each with why. Anything else of submit/ is reached through a use case.
+SHARED_RECORDS = {
+    "slurmtorch.submit.options": "Options: the one table of what a user may ask, which every front end fills",
+    "slurmtorch.submit.sites.model": "the site model's frozen values (Site, NodeType, names) a front end prints",
+    "slurmtorch.submit.follow.jobstatus": "JobStatus: how a job stands, as a value every front end shows",
+    "slurmtorch.submit.follow.terminaltext": "`visible`: the one filter a job's text passes through to a terminal",
+    "slurmtorch.submit.jobfolder.ownership": "the one check that a folder holding what runs as the user is private",
+    "slurmtorch.submit.interrupts": "the one signal policy of a slurmtorch process (held until a step is done)",
+    "slurmtorch.submit.inputs": "what a path the user typed is, said in one line",
+    "slurmtorch.submit.sites.safe_yaml": "the one safe YAML reader (the clusters file is read with it too)",
+    "slurmtorch.submit.sites.values": "the one validator of a YAML file's values (the clusters file's too)",
+    "slurmtorch.submit.jobfolder.snapshot": "Snapshot: which copy of the code a job runs, on the laptop as here",
+    "slurmtorch.submit.chain": "Part: a chain's part as written, in a chain file or Chain(parts)",
+}
+
+
 def package_imports(path: Path) -> set[str]:
     """The package's own modules `path` imports, anywhere in it (functions included): for
     `from P import M` the module M where M is one, else P."""
@@ -140,6 +161,13 @@ def package_imports(path: Path) -> set[str]:
                 base = ".".join(anchor + ([base] if base else []))
             found.update(f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names)
     return {m for m in found if m in names}
+
+
+def test_front_ends_reach_submit_only_through_usecases_and_shared_records():
+    offenders = {module_name(p): sorted(m for m in package_imports(p) if m.startswith("slurmtorch.submit.")
+                                        and m not in SHARED_RECORDS)
+                 for p in MODULES if module_name(p).startswith(FRONT_ENDS)}
+    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def room(module: str, house: str) -> str:

@@ -25,33 +25,26 @@ ranks onto the fewest nodes), `payload` (what is sent, and what cannot be pickle
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from slurmtorch import protocol
 from slurmtorch.api.clusterjob import ClusterJob
-from slurmtorch.api.handles import Handle, LocalHandle, SlurmHandle
 from slurmtorch.api.job import Job, JobFailed, RemoteError, checked_answer, say
 from slurmtorch.api.layout import Layout, plan_layout
 from slurmtorch.api.payload import prepare
-from slurmtorch.api.runfolder import RUN_FOLDER, create_run_folder, run_folder_error
+from slurmtorch.usecases.runfolder import create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit.jobfolder import jobdir, localrun
-from slurmtorch.submit import spec as specmod
-from slurmtorch.submit.allocation import resolve_target
-from slurmtorch.submit.options import API_KEYWORDS, Options
-from slurmtorch.submit.spec import job_record
+from slurmtorch.submit.options import API_KEYWORDS
+from slurmtorch.usecases import distribute as distributing
 from slurmtorch.usecases import launch
 
 # Job, its errors and Layout live in their own modules; named here too, where docs/python-api.md sends users.
@@ -167,12 +160,10 @@ class Distributor:
 
     def submit_prepared(self, meta: dict, payload: bytes | None, name: str) -> Job:
         """`submit` of a call already pickled (`prepare`'s): a laptop's, on its cluster's side."""
-        home = jobdir.jobs_root().parent
-        run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
-        workdir = home / "distributor" / run_id
+        run_id, workdir = distributing.new_run()
         kind = "mpirun" if self.local_mode else "sbatch"
         rendered = launch.rendered(self._spec(launch.site_for(kind, self.site), name, workdir, kind))
-        spec, text = rendered.spec, rendered.text
+        spec = rendered.spec
 
         meta["redirect_logs"] = self.local_mode
         meta["answer"] = self.answer
@@ -189,13 +180,8 @@ class Distributor:
                     runfn.write_atomic(str(workdir / runfn.PAYLOAD), payload)
             except OSError as exc:
                 raise run_folder_error(exc, workdir) from None
-            if self.local_mode:
-                env = launch.local_environment(rendered, localrun.environment(workdir),
-                                               lambda line: print(line, file=sys.stderr, flush=True))
-                handle: Handle = LocalHandle.start(text, workdir, run_id, spec.ntasks, env)
-            else:
-                s = launch.submit(rendered, record={RUN_FOLDER: str(workdir)})
-                handle = SlurmHandle(s.job_id, s.job_dir, rendered.root, jobdir.torchrun_layout(job_record(spec)))
+            handle = distributing.start(rendered, workdir, run_id,
+                                        lambda line: print(line, file=sys.stderr, flush=True))
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
@@ -216,23 +202,23 @@ class Distributor:
             job_name=o.get("job_name") or _job_name(name), timeout=o.get("timeout"),
             cpus_per_task=o.get("cpus_per_task"), backend=None if self.backend == "auto" else self.backend,
             **{k: _opt_tuple(o[k]) if k in ("sbatch_args", "srun_args") else o[k] for k in PASSED_ON if k in o},
-            python=sys.executable, job_root=str(jobdir.jobs_root()), command=(f"{self!r}.run({name})",),
+            python=sys.executable, command=(f"{self!r}.run({name})",),
         )
         if kind == "mpirun":
             if self.backend == "auto" and self.use_gpu:
                 given["backend"] = "nccl"  # the local site describes no GPUs; the user says there are
-            return _runfn_spec(specmod.build_spec(site, Options.given(
-                given, kind="mpirun", ntasks=self.num_processes, launcher="mpirun",
-                env=(*self._local_defaults(), *self._env))))
-        # The rank layout is ours: plan it on the partition and node type build_spec will use.
-        preset, partition, node = resolve_target(site, Options.given(given, partition=o.get("partition") or None))
-        layout = plan_layout(self.num_processes, self.nodes if self.nodes is not None else preset.get("nodes"),
-                             self.use_gpu, node.gpus, node.cpus, partition.max_nodes,
-                             o.get("cpus_per_task") or preset.get("cpus_per_task"),
-                             where=f"node type {node.name!r} of partition {partition.name!r}")
-        return _runfn_spec(specmod.build_spec(site, Options.given(
-            given, kind="sbatch", partition=partition.name, nodes=layout.nodes, ntasks_per_node=layout.ranks_per_node,
-            gpus_per_node=layout.gpus_per_node, launcher=o.get("launcher"), env=self._env)))
+            return distributing.spec(site, given, "mpirun", None, None, ntasks=self.num_processes, launcher="mpirun",
+                                   env=(*self._local_defaults(), *self._env))
+
+        def plan(preset, partition, node):  # the rank layout is ours, on the partition and node type build_spec uses
+            layout = plan_layout(self.num_processes, self.nodes if self.nodes is not None else preset.get("nodes"),
+                                 self.use_gpu, node.gpus, node.cpus, partition.max_nodes,
+                                 o.get("cpus_per_task") or preset.get("cpus_per_task"),
+                                 where=f"node type {node.name!r} of partition {partition.name!r}")
+            return layout.nodes, layout.ranks_per_node, layout.gpus_per_node
+
+        return distributing.spec(site, given, "sbatch", plan, o.get("partition") or None, launcher=o.get("launcher"),
+                               env=self._env)
 
     def _local_defaults(self) -> tuple[str, ...]:
         """One host: rendezvous over loopback, and let mpirun put more ranks than cores."""
@@ -262,12 +248,6 @@ def _env_items(env: Mapping[str, Any] | Iterable[str] | None) -> tuple[str, ...]
 
 def _opt_tuple(value: Any) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(str(v) for v in value)
-
-
-def _runfn_spec(spec):
-    """Every rank runs runfn, whose argv is its run folder alone: a preset's --local-rank-arg
-    is for the scripts the CLI starts, not for it."""
-    return dataclasses.replace(spec, local_rank_arg=None)
 
 
 def _opt_str(value: Any) -> str | None:

@@ -12,21 +12,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from slurmtorch import protocol, readback
 from slurmtorch.api.clusterjob import ClusterJob
-from slurmtorch.api.handles import Handle, SlurmHandle
-from slurmtorch.api.runfolder import ENDED, KEEP_RUNS, RUN_FOLDER, close_run_folder
+from slurmtorch.usecases import handles
+from slurmtorch.usecases.handles import Handle
+from slurmtorch.usecases.runfolder import ENDED, close_run_folder
 from slurmtorch.bootstrap import runfn
-from slurmtorch.errors import JobFailed, RemoteError, SlurmtorchError, SpecError, SubmitError, typed
+from slurmtorch.errors import JobFailed, RemoteError, SlurmtorchError, SpecError
 from slurmtorch.submit.follow.jobstatus import JobStatus
-from slurmtorch.submit.follow.statusline import StatusLine
-from slurmtorch.submit.follow.tail import Tail, drain
-from slurmtorch.submit.follow.waiting import TICK_S
-from slurmtorch.submit.jobfolder import failures, jobdir
 
 
 JSON_CAP = 256 << 20  # a JSON answer is plain data, read bounded: a summary, not a model's weights
@@ -138,34 +134,7 @@ class Job:
             pass
 
     def _wait(self, timeout: float | None, stream: bool) -> JobStatus:
-        """Until the job ends: its state from the handle (a Slurm job's through the shared
-        watch.WATCH, at polling's rate however often it is asked), rank 0's output streamed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        line = StatusLine(sys.stderr, self.job_id, prefix="slurmtorch: ") if stream else None
-        tails = []
-        if stream:
-            out, err = self._handle.log_paths(None, None)  # rank 0's (node 0's under torchrun)
-            tails = [Tail(out, sys.stdout, line), Tail(err, sys.stderr, line)]
-        while True:
-            for t in tails:
-                t.pump()
-            status = self._handle.status()
-            if status.done:
-                break
-            if line is not None:
-                line.show(status)
-            if deadline is not None and time.monotonic() >= deadline:
-                if line is not None:
-                    line.close()
-                raise TimeoutError(f"job {self.job_id} is still {status.state} after {timeout:g} s")
-            time.sleep(TICK_S)
-        self._handle.done_waiting()
-        drain(tails)
-        if line is not None:
-            line.close()
-            code = "" if status.exit_code is None else f" (exit {status.exit_code})"
-            say(f"job {self.job_id}: {status.state}{code}")
-        return status
+        return handles.wait(self._handle, timeout, stream, say)
 
     def _collect(self, status: JobStatus) -> Any:
         """Turn the ended job's files into rank 0's value, a RemoteError or a JobFailed.
@@ -282,16 +251,7 @@ class Job:
                 for restart, rank, host, text, exc_type, at in records if restart == latest}
 
     def _logged_failure(self, rank: int | None = None) -> tuple[int, str, str, str] | None:
-        """A rank that failed before `runfn` ran (e.g. in the bootstrap) says so on its stderr:
-        the earliest log's report (of `rank`, if given), as `failures` reads it."""
-        found = []
-        for path, log_rank in self._handle.failure_logs():
-            for r in failures.rank_reports(jobdir.read_log(path), log_rank):
-                if rank is None or r.rank == rank:
-                    found.append((path.stat().st_mtime, r.rank, r.host, r.text, r.exc_type))
-        if not found:
-            return None
-        return min(found)[1:]
+        return handles.logged_failure(self._handle, rank)
 
     def _drop_pickles(self) -> None:
         """Payload and result can be large, and a result is read once; the small files (meta,
@@ -304,28 +264,9 @@ class Job:
 
 
 def _attached(job_id: str) -> Job:
-    """`Job.attach` here: the job's folder (checked as every verb checks one), its job.json's
-    run folder, and that folder's meta (what was called)."""
-    root = jobdir.jobs_root()
-    folder = jobdir.job_dir(job_id, root)
-    if not folder.is_dir():
-        raise SpecError(f"no job {job_id} in {root}",
-                        tip="the id submit() gave (job.job_id), with SLURMTORCH_HOME as it was then")
-    record = jobdir.read_job(jobdir.checked(folder)) or {}
-    run = record.get(RUN_FOLDER)
-    if not run:
-        raise SpecError(f"job {job_id} was not submitted by a Distributor: it has no answer to attach to",
-                        tip=f"follow it with {typed(f'status {job_id}')} or {typed(f'logs {job_id} --follow')}")
-    workdir = Path(str(run))
-    try:
-        meta = jobdir.read_record(jobdir.checked(workdir) / runfn.META)
-        if meta is None:
-            raise SubmitError("no meta")
-    except SubmitError:
-        raise SubmitError(f"job {job_id}'s run folder {workdir} is gone or unreadable",
-                          tip=f"only the newest {KEEP_RUNS} answered runs' folders are kept") from None
+    """`Job.attach` here: the job's handle, its run folder and what was called (`handles.attach`)."""
+    handle, workdir, meta, record = handles.attach(job_id)
     name = str(meta.get("name") or Path(str(meta.get("script", ""))).name)
-    handle = SlurmHandle(job_id, folder, root, jobdir.torchrun_layout(record))
     answer = "json" if meta.get("answer") == "json" else "pickle"
     return Job(handle, workdir, str(meta.get("kind", "function")), name, int(record.get("ntasks", 1)), answer)
 

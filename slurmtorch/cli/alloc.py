@@ -3,7 +3,6 @@ in that shell starts the ranks on it, as the batch script would."""
 
 # No `from __future__ import annotations`: typer would eval each string annotation per call.
 
-import os
 import sys
 from typing import List, Optional
 
@@ -11,7 +10,7 @@ import typer
 
 from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
 from slurmtorch.cli.sbatch import SBATCH_OPTIONS
-from slurmtorch.submit.options import INTERACTIVE_JOB_NAME
+from slurmtorch.submit.options import INTERACTIVE_JOB_NAME, split_script
 
 # sbatch's options less those only a batch job has (requeueing, arrays and sweeps, the
 # restart supervisor, roles' separate steps, containers) and the program (`slurmtorch run`'s).
@@ -41,16 +40,12 @@ def alloc(
 
         if forward.elsewhere(cluster):
             return forward.submit(cluster, ctx.obj["argv"], [], None, None, tty=True)
-    # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import interactive, sites
-    from slurmtorch.submit.jobfolder import jobdir
-    from slurmtorch.usecases import launch
+    from slurmtorch.usecases import launch  # lazy: `slurmtorch --help` must not import yaml or jinja2
 
-    ref = interactive.site_for_later(sites.site_ref(site, None))
     own = ("site", "dry_run", "cluster")
-    asked = launch.allocation_dry_run(sites.load_site(ref), ref, options(
+    asked = launch.allocation_dry_run(site, options(
         ctx.params, own, kind="sbatch", interactive=True, python=sys.executable,
-        job_name=given["job_name"] or INTERACTIVE_JOB_NAME, job_root=str(jobdir.jobs_root()),
+        job_name=given["job_name"] or INTERACTIVE_JOB_NAME,
         command=provenance(ctx, "alloc")), {k: v for k, v in ctx.params.items() if k not in own})
     if dry_run:
         sys.stdout.write(asked.text)
@@ -73,17 +68,14 @@ def run(
     slurmtorch's options there get a warning (those that say what slurmtorch does, as
     --dry-run, are refused), unless a -- follows SCRIPT (MODULE).
     """
-    from slurmtorch.submit import interactive, sites, spec
-    from slurmtorch.submit.jobfolder import jobdir
-    from slurmtorch.usecases import launch
+    from slurmtorch.usecases import launch  # lazy: `slurmtorch --help` must not import yaml or jinja2
 
     typed = program_args(ctx, script_and_args)  # what was typed first: it is refused wherever it is typed
-    job_id, ref, stored = interactive.read_stored(os.environ)
-    script, args = spec.split_script(typed, given["module"])
-    root = jobdir.jobs_root()
-    job = launch.dry_run(sites.load_site(ref), options(
+    job_id, where, stored = launch.in_allocation()
+    script, args = split_script(typed, given["module"])
+    job = launch.dry_run(where, options(
         {**stored, "module": given["module"]}, (), kind="sbatch", interactive=True, script=script,
-        script_args=args, python=sys.executable, job_root=str(root), command=provenance(ctx, "run", len(typed))))
+        script_args=args, python=sys.executable, command=provenance(ctx, "run", len(typed))))
     if dry_run:
         sys.stdout.write(job.text)
         return 0

@@ -10,6 +10,7 @@ import typer
 
 from slurmtorch.cli._common import options, program_args, provenance, with_options
 from slurmtorch.errors import SpecError
+from slurmtorch.submit.options import split_script
 
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.
@@ -32,13 +33,10 @@ def mpirun(
     The run gets a folder and an id (local-N, said on stderr): `slurmtorch stacks local-N`
     shows where each of its ranks stands.
     """
-    # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import spec
-    from slurmtorch.submit.jobfolder import jobdir
-    from slurmtorch.usecases import launch
+    from slurmtorch.usecases import launch  # lazy: `slurmtorch --help` must not import yaml or jinja2
 
     typed = program_args(ctx, script_and_args)
-    script, args = spec.split_script(typed, given["module"])
+    script, args = split_script(typed, given["module"])
     hostfile = given["hostfile"]
     if hostfile is not None:
         if not os.path.isfile(hostfile):
@@ -46,7 +44,7 @@ def mpirun(
         hostfile = os.path.abspath(hostfile)
     job = launch.dry_run(launch.site_for("mpirun", site), options(
         ctx.params, ("script_and_args", "site", "dry_run"), kind="mpirun", script=script, script_args=args,
-        hostfile=hostfile, launcher="mpirun", python=sys.executable, job_root=str(jobdir.jobs_root()),
+        hostfile=hostfile, launcher="mpirun", python=sys.executable,
         command=provenance(ctx, "mpirun", len(typed))))
     if dry_run:
         sys.stdout.write(job.text)

@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
+from slurmtorch.submit.options import split_script
 
 
 # The `Options` fields this verb offers, in --help's order: flags, help and type live there.
@@ -61,17 +62,13 @@ def sbatch(
 
         if forward.elsewhere(cluster):  # the code synced, the rest done there (no rendering here)
             return forward.submit(cluster, ctx.obj["argv"], typed, given["module"], snapshot)
-    # lazy: `slurmtorch --help` builds this verb and must not import yaml or jinja2
-    from slurmtorch.submit import spec
-    from slurmtorch.submit.jobfolder import jobdir
-    from slurmtorch.usecases import launch
+    from slurmtorch.usecases import launch  # lazy: `slurmtorch --help` must not import yaml or jinja2
 
-    script, args = spec.split_script(typed, given["module"])
-    root = jobdir.jobs_root()
+    script, args = split_script(typed, given["module"])
     where = launch.site_for("sbatch", site)
     job = launch.dry_run(where, options(
         ctx.params, VERB_ONLY, kind="sbatch", script=script, script_args=args, python=sys.executable,
-        job_root=str(root), command=provenance(ctx, "sbatch", len(typed))),
+        command=provenance(ctx, "sbatch", len(typed))),
         lambda: _tree(script, given["module"], snapshot))
     if dry_run:
         sys.stdout.write(job.text)

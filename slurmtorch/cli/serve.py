@@ -102,19 +102,13 @@ def answer(call: dict) -> int:
 
 
 def _mirror(name: str) -> int:
-    """The laptop's check before it sends code (remote.sync): the mirror made here privately,
-    or the error line and tip a job folder's check would give, and its exit code."""
+    """The laptop's check before it sends code (remote.sync): the mirror made here privately
+    (`codesync.ready`), or the error line and tip a job folder's check would give, and its exit code."""
     from slurmtorch.errors import SlurmtorchError
-    from slurmtorch.remote import sync
-    from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.usecases import codesync  # lazy: only a sync's first question needs it
 
-    home = jobdir.jobs_root().parent
     try:
-        sync.ready(name, home)
-    except OSError as exc:
-        error = jobdir.folder_error(exc, home, "code mirror")
-        print(error.render(), file=sys.stderr)
-        return error.exit_code
+        codesync.ready(name)
     except SlurmtorchError as exc:
         if exc.tip and "SLURMTORCH_HOME" in exc.tip:
             exc.tip += " (from a laptop: workdir: of this cluster in its clusters file)"

@@ -42,15 +42,12 @@ def submit(name: str, argv: Sequence[str], program: Sequence[str], module: str |
     synced, the words as typed with SCRIPT as the mirror names it, run from the mirror's copy
     of this folder."""
     from slurmtorch.remote import clusters, ssh, sync  # lazy: as in `verb`
-    from slurmtorch.submit.jobfolder import codecopy, snapshot
+    from slurmtorch.submit.jobfolder import snapshot
+    from slurmtorch.usecases import codesync
 
     cluster = clusters.find(name)
     script = os.path.abspath(program[0]) if module is None and program else None
-    tree = snapshot.locate(script, module, os.getcwd())
-    if tree is None and tty:
-        # alloc: its shell's `run SCRIPT` names this folder's files, so it is sent as a
-        # script's folder outside git is (its Python code), and the shell opens in it.
-        tree = snapshot.Snapshot(root=os.getcwd(), git=False, script=None, cwd="")
+    tree = codesync.tree(script, module, shell=tty)
     if tree is None:  # -m MODULE outside any tree of the user's: nothing to send
         return verb(name, argv, site=True, tty=tty)
     conn = ssh.connect(cluster)
@@ -61,10 +58,8 @@ def submit(name: str, argv: Sequence[str], program: Sequence[str], module: str |
     sync.announce(sent, cluster.name)
     cwd = posixpath.join(sent.mirror, tree.cwd) if tree.cwd else sent.mirror
     args = with_site(argv, cluster.site, len(program))
-    if tree.script is not None:
-        # named where it really is: the mirror holds files, not links (ld/s.py, ld -> d: d/s.py)
-        real = codecopy.real_script(tree.root, tree.script)
-        where = posixpath.relpath(real, tree.cwd or ".") if tree.cwd is not None else real
+    where = codesync.script_there(tree)
+    if where is not None:
         args[len(args) - len(program)] = where
     if not snapshot.wanted(snapshot_flag, os.environ) and snapshot_flag is None:
         args.insert(1, "--no-snapshot")  # this laptop's SLURMTORCH_SNAPSHOT=off goes along

@@ -27,7 +27,6 @@ from slurmtorch.submit.follow.jobstatus import TERMINAL_STATES
 
 NAMED = 20  # .git folders and links named in the answer, at most; the rest counted
 SCAN_MAX = 200_000  # entries looked at for them, at most
-SNAPSHOT_MAX = 64 << 20  # as flightdump's cap: a manifest of the snapshot's limit fits
 
 
 @dataclass(frozen=True)
@@ -97,11 +96,9 @@ def answer(word: str, call: dict) -> int:
 def where(call: dict) -> dict:
     """The folder job `call["job"]` runs in (the laptop's `top` and `cwd`, else Slurm's
     WorkDir), checked, and what a pull of `call["paths"]` from it leaves out."""
-    from slurmtorch.submit.edge import queries  # lazy: only the cluster side asks Slurm
-    from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.usecases import pull  # lazy: only the cluster side asks Slurm
 
-    job = jobdir.check_job_id(str(call.get("job")))
-    fields = queries.scontrol_job(job, multiline=True) or {}
+    job, fields = pull.job_fields(str(call.get("job")))
     top, cwd = str(call.get("top") or ""), str(call.get("cwd") or "")
     top = _expanded(top) if top else _workdir_of(job, fields)
     folder = checked_folder(job, top, cwd)
@@ -109,7 +106,7 @@ def where(call: dict) -> dict:
     for p in paths:
         _through_no_link(job, folder, p)
     never, unnamed = _never_pulled(folder, paths or [""])
-    return {"top": top, "cwd": cwd, "code": _code_files(job), "state": fields.get("JobState", ""),
+    return {"top": top, "cwd": cwd, "code": pull.code_files(job), "state": fields.get("JobState", ""),
             "never": never, "unnamed": unnamed}
 
 
@@ -218,26 +215,6 @@ def _readlink(path: str) -> str:
         return os.readlink(path)
     except OSError:
         return "?"
-
-
-def _code_files(job: str) -> list[str]:
-    """The code the laptop sent, relative to the working folder: the job's snapshot.json's
-    manifest (read bounded; none without one: then nothing is left out for being code)."""
-    from slurmtorch.protocol import SNAPSHOT
-    from slurmtorch.remote.statefiles import read_bounded
-    from slurmtorch.submit.jobfolder import jobdir  # lazy: as in `where`
-
-    try:
-        folder = jobdir.checked(jobdir.job_dir(job))
-        data = read_bounded(folder / SNAPSHOT, SNAPSHOT_MAX)
-        record = json.loads(data) if data else {}
-    except (OSError, ValueError):
-        return []
-    if not isinstance(record, dict) or not isinstance(record.get("manifest"), list):
-        return []
-    inside = str(record.get("cwd") or "")
-    code = [str(m[0]) for m in record["manifest"] if isinstance(m, list) and m]
-    return [c[len(inside) + 1:] if inside else c for c in code if not inside or c.startswith(inside + "/")]
 
 
 def _relative(path: str, empty: bool = False) -> bool:

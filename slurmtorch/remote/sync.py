@@ -1,6 +1,6 @@
 """Sending the code to a cluster: the snapshot's own file list, mirrored there with rsync.
 
-The files are those a local snapshot takes (codecopy.list_entries: git's tracked and
+The files are those a local snapshot takes (`usecases.codesync.listing`: git's tracked and
 untracked-not-ignored files, a repository inside the tree's by its own rules and the
 tree's, else the folder; the same limits). They go to one mirror
 per laptop tree on the cluster (`<workdir>/sync/<name>-<key>`, private: 0700 folders,
@@ -20,13 +20,12 @@ import re
 import socket
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from slurmtorch import __version__
-from slurmtorch.errors import ClusterError, SpecError
+from slurmtorch.errors import ClusterError
 from slurmtorch.remote import request, ssh
-from slurmtorch.submit.jobfolder import codecopy, jobdir, ownership, snapshot
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
+from slurmtorch.usecases import codesync
 
 DEFAULT_WORKDIR = "~/.slurmtorch"  # the cluster side's own default SLURMTORCH_HOME
 _SENT = re.compile(rb"Number of regular files transferred: ([0-9,]+)")
@@ -54,17 +53,13 @@ def rsync_dest(mirror: str) -> str:
 
 
 def send(conn: ssh.Connection, snap: Snapshot, environ=os.environ) -> Sent:
-    """List the tree's files as a snapshot would, hash them, and rsync them to the mirror."""
-    home = str(jobdir.jobs_root(environ).parent)
-    nested: list[codecopy.Nested] = []
-    notes: list[str] = []  # a folder outside git too big to send whole: its Python code only, said
-    entries = codecopy.list_entries(snap, _git, snapshot.limit_bytes(environ), home, nested, notes)
-    manifest = [[e.path, "link", e.target] if e.kind == "link" else [e.path, _sha256(snap.root, e.path), ""]
-                for e in entries]
+    """List the tree's files as a snapshot would, hash them (`codesync.listing`), and rsync
+    them to the mirror."""
+    listed = codesync.listing(snap, environ)
+    files = listed.files
     mirror = mirror_for(conn.cluster.workdir, snap.root, socket.gethostname())
-    record = codecopy.describe(snap, _git, manifest, sum(e.size for e in entries), nested)
+    record = dict(listed.record)
     record.update(mirror=mirror, origin=f"{socket.gethostname()}:{snap.root}")
-    files = [e.path for e in entries if e.kind == "file"]
     # Check first, send after: a workdir another user made first would see every name and size.
     code, _ = ssh.call(conn, request.command(conn.cluster, __version__, [request.MIRROR, posixpath.basename(mirror)]),
                        request.header(None))
@@ -78,7 +73,7 @@ def send(conn: ssh.Connection, snap: Snapshot, environ=os.environ) -> Sent:
                            tip="rsync must be installed on both sides; check the workdir in the clusters file")
     found = _SENT.search(proc.stdout)
     sent = int(found.group(1).replace(b",", b"")) if found else len(files)
-    return Sent(record, mirror, len(files), sent, codecopy.nested_lines(nested) + notes)
+    return Sent(record, mirror, len(files), sent, listed.notes)
 
 
 class Declined(Exception):
@@ -98,34 +93,8 @@ def rsync_said(stderr: bytes) -> str:
     return "; ".join(reasons[:3]) + more if reasons else "no message"
 
 
-def ready(name: str, home: Path) -> None:
-    """The cluster's side: the mirror NAME in `home`/sync, made privately or refused, as a job
-    folder's levels are (ownership), before anything is sent into it."""
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", name) or name in (".", ".."):
-        raise SpecError(f"not a mirror's name: {name!r}")
-    ownership.secure_folder(home / "sync" / name, home)
-
-
 def announce(sent: Sent, cluster: str) -> None:
     for line in sent.notes:
         print(line, file=sys.stderr)
     print(f"slurmtorch: code synced to {cluster}:{sent.mirror} ({sent.files} files, {sent.transferred} sent)",
           file=sys.stderr, flush=True)
-
-
-def _git(folder: str, *args: str, input: bytes | None = None) -> tuple[int, bytes, str]:
-    from slurmtorch.submit.edge.git import git  # the edge that runs git for a local snapshot too
-
-    return git(folder, *args, input=input)
-
-
-def _sha256(root: str, path: str) -> str:
-    digest = hashlib.sha256()
-    try:
-        with open(os.path.join(root, path), "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
-    except OSError as exc:
-        raise ClusterError(f"cannot read {os.path.join(root, path)}: {exc.strerror or exc}",
-                           tip="make it readable, or keep it out of the tree (.gitignore)") from None
-    return digest.hexdigest()

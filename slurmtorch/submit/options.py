@@ -10,15 +10,17 @@ Light on purpose: `slurmtorch --help` imports it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from slurmtorch import initargs
 from slurmtorch.backends import BACKENDS
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import SpecError, typed
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.protocol import CLUSTER_SPEC_SHAPES, PLACEMENTS
+from slurmtorch.submit.inputs import file_problem
 
 # What --launcher and --container-runtime accept, and a site's `launcher:` and
 # `container.runtime:` (sites/schema.py): here, not in the sites package, because --help
@@ -238,3 +240,24 @@ def positive(name: str, value: int, tip: str | None = None) -> int:
 # keywords: read off the table above, so no front end lists them again.
 SBATCH_PASSED_ON = {f.name: f.metadata["sbatch"] for f in fields(Options) if f.metadata.get("sbatch")}
 API_KEYWORDS = tuple(f.name for f in fields(Options) if f.metadata.get("api"))
+
+
+def split_script(script_and_args: list[str] | None, module: str | None) -> tuple[str | None, list[str]]:
+    """SCRIPT [--] [ARGS...] or -m MODULE [--] [ARGS...]; SCRIPT must exist and becomes absolute.
+
+    Everything after SCRIPT (or MODULE) is the program's, as with sbatch and torchrun; a
+    `--` right after it only separates, and is dropped. The one filesystem check of the
+    spec side, called at the edge (CLI, Distributor) before `build_spec`, so a missing
+    SCRIPT never reaches a job folder.
+    """
+    items = list(script_and_args or [])
+    if module is not None:
+        return None, items[1:] if items[:1] == ["--"] else items
+    if not items:
+        raise SpecError("missing SCRIPT", tip=f"e.g. {typed('sbatch train.py --lr 0.1')}, or -m pkg.train")
+    script, args = items[0], items[1:]
+    problem = file_problem(script)
+    if problem:
+        shown = repr(script) if problem == "contains a newline" else script
+        raise SpecError(f"SCRIPT {shown} {problem}", tip="check the path; use -m MODULE for a module")
+    return os.path.abspath(script), args[1:] if args[:1] == ["--"] else args

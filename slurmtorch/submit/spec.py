@@ -11,7 +11,6 @@ their results in `Options`.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, replace
 
@@ -25,7 +24,6 @@ from slurmtorch.submit.allocation import (account_and_qos, check_limits, check_r
 from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site, layered_srun_args
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.hetjob import HetComponent, components, split_roles
-from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.mpiflavour import mpirun_arguments
 from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launcher, gpu_order_env, placement_env,
@@ -466,24 +464,3 @@ def job_record(spec: JobSpec) -> dict:
 def slurm_pattern_escape(path: str) -> str:
     """Escape `%` for Slurm's --output/--error filename patterns (`%j`, `%t`, ...)."""
     return path.replace("%", "%%")
-
-
-def split_script(script_and_args: list[str] | None, module: str | None) -> tuple[str | None, list[str]]:
-    """SCRIPT [--] [ARGS...] or -m MODULE [--] [ARGS...]; SCRIPT must exist and becomes absolute.
-
-    Everything after SCRIPT (or MODULE) is the program's, as with sbatch and torchrun; a
-    `--` right after it only separates, and is dropped. The one filesystem check of the
-    spec side, called at the edge (CLI, Distributor) before `build_spec`, so a missing
-    SCRIPT never reaches a job folder.
-    """
-    items = list(script_and_args or [])
-    if module is not None:
-        return None, items[1:] if items[:1] == ["--"] else items
-    if not items:
-        raise SpecError("missing SCRIPT", tip=f"e.g. {typed('sbatch train.py --lr 0.1')}, or -m pkg.train")
-    script, args = items[0], items[1:]
-    problem = file_problem(script)
-    if problem:
-        shown = repr(script) if problem == "contains a newline" else script
-        raise SpecError(f"SCRIPT {shown} {problem}", tip="check the path; use -m MODULE for a module")
-    return os.path.abspath(script), args[1:] if args[:1] == ["--"] else args

@@ -20,12 +20,11 @@ from typing import Any
 from slurmtorch import readback
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit import chain as core
-from slurmtorch.submit import spec
 from slurmtorch.submit.chain import Part, PartEnd, RecordedPart
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.waiting import StoppedWaiting
 from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.options import Options, split_script
 from slurmtorch.usecases import launch
 
 # The job id a dry run gives the part before (no Slurm job has id 0).
@@ -106,7 +105,7 @@ def render_part(part: Part, previous: str | None, command: tuple[str, ...] = (),
         if part.site is None and not os.environ.get("SLURMTORCH_SITE"):
             raise SpecError("no site given", tip="give the chain a site: (or the part its own), or set SLURMTORCH_SITE")
         where = launch.site_for("sbatch", part.site)
-        script, args = spec.split_script([part.script, *part.args] if part.script else list(part.args),
+        script, args = split_script([part.script, *part.args] if part.script else list(part.args),
                                          part.module)
         options = Options.given(core.chained_options(part, previous), kind="sbatch", module=part.module,
                                 script=script, script_args=tuple(args), python=sys.executable,

@@ -71,7 +71,7 @@ def rendered(job: JobSpec) -> RenderedJob:
 def dry_run(site: Site, options: Options, snapshot: Callable[[], Snapshot | None] | None = None) -> RenderedJob:
     """What `--dry-run` prints, as a value: the options checked against the site, rendered.
     `snapshot` says which copy of the code the job runs, asked once the options passed."""
-    job = spec.build_spec(site, options)
+    job = spec.build_spec(site, _in_jobs_root(options))
     return rendered(replace(job, snapshot=snapshot()) if snapshot is not None else job)
 
 
@@ -219,10 +219,12 @@ def local_environment(job: RenderedJob, env: dict[str, str], say: Callable[[str]
     return {**env, **allowed}
 
 
-def allocation_dry_run(site: Site, ref: str, options: Options, params: dict) -> RenderedAllocation:
-    """`slurmtorch alloc`'s salloc command and shell set-up: the options checked as a batch
-    job's (less what only a batch job has), `params` kept for `slurmtorch run` in the shell."""
-    job = spec.build_spec(site, options)
+def allocation_dry_run(site: str | None, options: Options, params: dict) -> RenderedAllocation:
+    """`slurmtorch alloc`'s salloc command and shell set-up on `site` (else $SLURMTORCH_SITE):
+    the options checked as a batch job's (less what only a batch job has), `params` kept for
+    `slurmtorch run` in the shell, with the site as a path that works from any folder."""
+    ref = interactive.site_for_later(sites.site_ref(site, None))
+    job = spec.build_spec(sites.load_site(ref), _in_jobs_root(options))
     interactive.check(job)
     setup = interactive.render_setup(job, interactive.stored(ref, params), [sys.executable, "-m", "slurmtorch"])
     return RenderedAllocation(job, setup, interactive.dry_run_text(job, setup))
@@ -233,6 +235,19 @@ def allocate(alloc: RenderedAllocation) -> int:
     from slurmtorch.submit.edge import salloc  # lazy: the edge, only a real allocation starts processes
 
     return salloc.allocate(alloc.setup, lambda path: interactive.salloc_argv(alloc.spec, path))
+
+
+def in_allocation() -> tuple[str, Site, dict]:
+    """The allocation whose shell `slurmtorch run` is typed in (`alloc` stored it there): its
+    job id, its site and the options it was asked with; else a SpecError saying where `run` works."""
+    job_id, ref, stored = interactive.read_stored(os.environ)
+    return job_id, sites.load_site(ref), stored
+
+
+def _in_jobs_root(options: Options) -> Options:
+    """The options with the jobs folder this process uses ($SLURMTORCH_HOME/jobs) where they
+    name none of their own."""
+    return options if options.job_root != Options.job_root else replace(options, job_root=str(jobdir.jobs_root()))
 
 
 def run_in_allocation(job: RenderedJob, job_id: str) -> int:

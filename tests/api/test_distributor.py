@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import Distributor
-from slurmtorch.api.handles import LocalHandle, SlurmHandle, group_alive
+from slurmtorch.usecases.handles import LocalHandle, SlurmHandle, group_alive
 from slurmtorch.api.job import Job, JobFailed, RemoteError
 from slurmtorch.api.layout import plan_layout
-from slurmtorch.api.runfolder import create_run_folder
+from slurmtorch.usecases.runfolder import create_run_folder
 from slurmtorch.errors import SlurmtorchError, SpecError
 from helpers import rank_failure
 

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from slurmtorch import Distributor
-from slurmtorch.api import runfolder
+from slurmtorch.usecases import runfolder
 from slurmtorch.api.job import RemoteError
 from slurmtorch.errors import SlurmtorchError, SubmitError
 

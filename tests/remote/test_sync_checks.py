@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.remote import request, sync
+from slurmtorch.usecases import codesync
 
 REPO = Path(__file__).resolve().parent.parent.parent
 OTHER = pwd.getpwnam("nobody").pw_uid
@@ -109,7 +110,7 @@ def test_the_code_sent_to_a_cluster_leaves_out_what_the_trees_gitignore_ignores_
     subprocess.run([*git, "clone", "-q", str(lib), str(root / "vendor" / "lib")], check=True)
     nested: list = []
     snap = snapshot.locate(str(root / "train.py"), None, str(root))
-    paths = {e.path for e in codecopy.list_entries(snap, sync._git, 1 << 30, str(tmp_path / "home"), nested)}
+    paths = {e.path for e in codecopy.list_entries(snap, codesync._git, 1 << 30, str(tmp_path / "home"), nested)}
     assert paths == {".gitignore", "train.py", "vendor/lib/helper.py"}
     assert codecopy.nested_lines(nested) == ["slurmtorch: snapshot: vendor/lib is a git repository of its own (clone): "
                                              "taken as its own .gitignore and the tree's say; 1 file they ignore left out"]

@@ -436,12 +436,12 @@ def test_sweep_trials_stay_out_of_the_copy_and_untracked_outputs_are_named_at_su
 def test_the_code_sent_to_a_cluster_is_listed_and_said_as_a_snapshot_is(tmp_path, capsys):
     """`--cluster` sends what a snapshot here would take (remote.sync lists with its own git) and
     says the same line."""
-    from slurmtorch.remote import sync
+    from slurmtorch.usecases import codesync
 
     root = outputs_tree(tmp_path)
     snap = snapshot.locate(str(root / "train.py"), None, str(root))
     notes: list[str] = []
-    sent = {e.path for e in codecopy.list_entries(snap, sync._git, 1 << 30, str(tmp_path / "home"), [], notes)}
+    sent = {e.path for e in codecopy.list_entries(snap, codesync._git, 1 << 30, str(tmp_path / "home"), [], notes)}
     _, record = take(snap, tmp_path / "home")
     assert sent == {m[0] for m in record["manifest"]} and notes == capsys.readouterr().err.splitlines()
 

@@ -2,7 +2,7 @@
 
 `$SLURMTORCH_HOME/local/<N>/`, the run's id `local-N` (N counting up: the first free number
 above the newest folder's). A `Distributor`'s local run is one too: its folder
-`distributor/<run id>/` (`api.runfolder`), its id `local-<run id>`, as its `Job` names it. It holds `script.sh` (the script run), `job.json` (launcher
+`distributor/<run id>/` (`usecases.runfolder`), its id `local-<run id>`, as its `Job` names it. It holds `script.sh` (the script run), `job.json` (launcher
 mpirun, ntasks: what `slurmtorch stacks` reads, as for a job), the ranks' `stacks/` and exit
 notes (they find the folder in `protocol.LOCAL_RUN_DIR`), and `exit-code` once the run has
 ended. Private as job folders are (0700, `ownership`); the newest KEEP ended ones stay.

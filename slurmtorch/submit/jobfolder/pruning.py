@@ -1,4 +1,4 @@
-"""Only the newest ended run folders stay: a Distributor's (`api.runfolder`) and a local
+"""Only the newest ended run folders stay: a Distributor's (`usecases.runfolder`) and a local
 `slurmtorch mpirun` run's (`localrun`), each kept for its logs, stacks and reports a while."""
 
 from __future__ import annotations

@@ -11,20 +11,25 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 
 from slurmtorch import readback
-from slurmtorch.api import runfolder
-from slurmtorch.errors import SlurmtorchError, SubmitError
+from slurmtorch.bootstrap.runfn import META
+from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit.edge import local, queries, scancel
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
 from slurmtorch.submit.jobfolder import jobdir, localrun
-from slurmtorch.submit.jobfolder.failures import RankFailure
+from slurmtorch.submit.follow.statusline import StatusLine
+from slurmtorch.submit.follow.tail import Tail, drain
+from slurmtorch.submit.follow.waiting import TICK_S
+from slurmtorch.submit.jobfolder.failures import RankFailure, rank_reports
 from slurmtorch.submit.jobfolder.report import failure_lines, failure_report, log_command
+from slurmtorch.usecases import runfolder
 
 CANCEL_GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.out"  # a local run's: mpirun's own output, and the ranks' until runfn redirects it
@@ -257,3 +262,73 @@ def _proc_stat(entry: Path) -> tuple[str, int] | None:
         return None
     fields = text[text.rfind(")") + 2:].split()
     return (fields[0], int(fields[2])) if len(fields) > 2 else None
+
+
+def wait(handle: Handle, timeout: float | None, stream: bool, say: Callable[[str], None]) -> JobStatus:
+    """Until the job ends (TimeoutError after `timeout` s): its state from the handle (a Slurm
+    job's through the shared watch.WATCH, at polling's rate however often it is asked); with
+    `stream`, rank 0's output and a state line while it waits, and its end `said`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    line = StatusLine(sys.stderr, handle.job_id, prefix="slurmtorch: ") if stream else None
+    tails = []
+    if stream:
+        out, err = handle.log_paths(None, None)  # rank 0's (node 0's under torchrun)
+        tails = [Tail(out, sys.stdout, line), Tail(err, sys.stderr, line)]
+    while True:
+        for t in tails:
+            t.pump()
+        status = handle.status()
+        if status.done:
+            break
+        if line is not None:
+            line.show(status)
+        if deadline is not None and time.monotonic() >= deadline:
+            if line is not None:
+                line.close()
+            raise TimeoutError(f"job {handle.job_id} is still {status.state} after {timeout:g} s")
+        time.sleep(TICK_S)
+    handle.done_waiting()
+    drain(tails)
+    if line is not None:
+        line.close()
+        code = "" if status.exit_code is None else f" (exit {status.exit_code})"
+        say(f"job {handle.job_id}: {status.state}{code}")
+    return status
+
+
+def logged_failure(handle: Handle, rank: int | None = None) -> tuple[int, str, str, str] | None:
+    """A rank that failed before `runfn` ran (e.g. in the bootstrap) says so on its stderr:
+    the earliest log's report (of `rank`, if given), as `failures` reads it."""
+    found = []
+    for path, log_rank in handle.failure_logs():
+        for r in rank_reports(jobdir.read_log(path), log_rank):
+            if rank is None or r.rank == rank:
+                found.append((path.stat().st_mtime, r.rank, r.host, r.text, r.exc_type))
+    if not found:
+        return None
+    return min(found)[1:]
+
+
+def attach(job_id: str) -> tuple[SlurmHandle, Path, dict, dict]:
+    """A Distributor's job submitted earlier, by id: its handle, its run folder, that folder's
+    meta (what was called) and its job.json; the job folder and the run folder checked as
+    every verb checks one."""
+    root = jobdir.jobs_root()
+    folder = jobdir.job_dir(job_id, root)
+    if not folder.is_dir():
+        raise SpecError(f"no job {job_id} in {root}",
+                        tip="the id submit() gave (job.job_id), with SLURMTORCH_HOME as it was then")
+    record = jobdir.read_job(jobdir.checked(folder)) or {}
+    run = record.get(runfolder.RUN_FOLDER)
+    if not run:
+        raise SpecError(f"job {job_id} was not submitted by a Distributor: it has no answer to attach to",
+                        tip=f"follow it with {typed(f'status {job_id}')} or {typed(f'logs {job_id} --follow')}")
+    workdir = Path(str(run))
+    try:
+        meta = jobdir.read_record(jobdir.checked(workdir) / META)
+        if meta is None:
+            raise SubmitError("no meta")
+    except SubmitError:
+        raise SubmitError(f"job {job_id}'s run folder {workdir} is gone or unreadable",
+                          tip=f"only the newest {runfolder.KEEP_RUNS} answered runs' folders are kept") from None
+    return SlurmHandle(job_id, folder, root, jobdir.torchrun_layout(record)), workdir, meta, record
