@@ -334,7 +334,7 @@ def plant_unreadable_folders(jobs: Path) -> dict[str, str]:
     (jobs / "900005" / "exit-code").mkdir()
     (jobs / "900005" / "rank-0.err").symlink_to("/nonexistent")
     return {"900001": "900001 is a link to nothing", "900002": "is not a folder",
-            "900003": "900003/trials.json: not a plain file (a folder)", "900004": "900004/trials.json: 'utf-8' codec"}
+            "900003": "900003/trials.json: not a plain file (a folder)", "900004": "900004/trials.json: not JSON"}
 
 
 @pytest.mark.timeout(120)
