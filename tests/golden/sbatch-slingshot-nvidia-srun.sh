@@ -28,6 +28,28 @@ export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
 SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_JOB_DIR
+# The job's record (events.jsonl, a JSON line an event: `slurmtorch status`, `--wait` and `top`
+# tell the job's story from it): each start of this script (Slurm's restart count, its nodes,
+# this host) and its end (the exit code; none where it is killed: requeued, cancelled, out of
+# time). Only digits, Slurm's node lists and host names go in: any other value is left out.
+slurmtorch_event() {
+    local at attempt=${SLURM_RESTART_COUNT:-0} said
+    printf -v at '%(%s)T' -1
+    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0
+    if [ "$1" = started ]; then
+        local nodes=${SLURM_JOB_NODELIST:-} host=${SLURMD_NODENAME:-$HOSTNAME}
+        [[ $nodes =~ ^[][A-Za-z0-9_.,-]+$ ]] || nodes=
+        [[ $host =~ ^[A-Za-z0-9_.-]+$ ]] || host=
+        said=',"nodes":"'$nodes'","host":"'$host'"'
+        trap 'slurmtorch_event ended' EXIT
+    else
+        trap - EXIT
+        [[ ${2:-} =~ ^[0-9]{1,3}$ ]] && said=',"code":'$2
+    fi
+    [ -L "$SLURMTORCH_JOB_DIR/events.jsonl" ] || printf '{"v":1,"t":%s,"ev":"%s","attempt":%s%s}\n' \
+        "$at" "$1" "$attempt" "$said" >>"$SLURMTORCH_JOB_DIR/events.jsonl" 2>/dev/null
+}
+slurmtorch_event started
 # Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
 # end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
@@ -81,4 +103,5 @@ rm -f "$SLURMTORCH_STARTED"
 
 # `slurmtorch status` reads this once the scheduler has forgotten the job.
 printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"
+slurmtorch_event ended "$rc"
 exit "$rc"
