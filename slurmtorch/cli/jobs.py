@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, List, Optional, cast
 
@@ -18,9 +17,10 @@ from slurmtorch.submit.follow import live, stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock
 from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset
 from slurmtorch.submit.follow.terminaltext import visible
-from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
+from slurmtorch.submit.jobfolder import flightdump, jobdir
 from slurmtorch.usecases import control
-from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
+from slurmtorch.submit.jobfolder.report import exit_code, failure_lines
+from slurmtorch.usecases import story
 from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
 
 
@@ -110,41 +110,19 @@ def _show_chain(folder: Path, shown: set[str], records: list | None, st: JobStat
 
 
 def _print_job(st: JobStatus, folder) -> None:
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
-    shown = st if code is None else replace(st, exit_code=code)
-    print(visible(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}"))
-    for line in restart_lines(folder):
-        print(line)
-    if st.done:
-        for line in failure_lines(folder):
-            print(line)
-        end = live.end_line(live.read_samples(folder))
-        if end:
-            print(end)
+    for line in story.report(st.job_id, folder, st).status_lines():
+        print(visible(line))
 
 
 def _record(st: JobStatus, folder, **more) -> dict:
-    """A job's status as JSON-ready data (`status --json`)."""
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    record = {"job_id": st.job_id, "name": _name(st, folder), "state": st.state, "elapsed": st.elapsed(),
-              "exit_code": code, "step_exit_code": job,
-              "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
-              "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
-              "failures": failure_lines(folder) if st.done else [], "code": _code(folder)}
-    record.update(more)
-    return record
-
-
-def _code(folder) -> dict | None:
-    """What the job ran: its snapshot (tree, commit, dirty, counts; not the file list), None: in place."""
-    record = codecopy.read_record(folder)
-    return None if record is None else {k: v for k, v in record.items() if k != "manifest"}
+    """A job's status as JSON-ready data (`status --json`, docs/json.md)."""
+    return story.status_record(story.report(st.job_id, folder, st), _name(st, folder), **more)
 
 
 def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
     """This user's slurmtorch jobs (those with a folder here), newest first: name, state,
-    how long it ran, its nodes, and for an ended one its exit code (and failing rank)."""
+    how long it ran (every start), how often it started again, its nodes, and for an ended
+    one its exit code (and failing rank)."""
     rows = control.recent_jobs(root, lambda line: print(line, file=sys.stderr))
     wanted = {s.upper() for s in states}
     rows = [(st, folder) for st, folder in rows
@@ -155,23 +133,26 @@ def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
     if not rows:
         print(f"no slurmtorch jobs{' like that' if wanted or name else ''} in {root}", file=sys.stderr)
         return 0
-    print(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4}  {'NODES / REASON / FAILED RANK'}")
+    print(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4} {'RESTARTS':>8}  "
+          f"{'NODES / REASON / FAILED RANK'}")
     now = time.time()
     for st, folder in rows:
-        code, where = "", st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
+        ran, nodes, restarts = story.row(st, folder, now)
+        code, where = "", nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
         if st.done and st.exit_code is not None:
             exit_at, rank, _ = exit_code(folder, st)
             code = str(exit_at)
             if rank is not None:  # what failed says more than Slurm's reason (NonZeroExitCode)
                 where = f"rank {rank.rank} on {rank.host}"
-        ran = st.elapsed(now)
+        if nodes.startswith("folder cleaned"):
+            where = nodes
         print(visible(f"{st.job_id:<12} {_name(st, folder)[:16] or '-':<16} {st.state:<12} "
-                      f"{clock(ran) if ran is not None else '-':>10} {code:>4}  {where}"))
+                      f"{clock(ran) if ran is not None else '-':>10} {code:>4} {restarts:>8}  {where}"))
     return 0
 
 
 def _name(st: JobStatus, folder) -> str:
-    return st.name or jobdir.read_job_name(folder)
+    return st.name or jobdir.read_job_name(folder) or story.of(folder).name
 
 
 def top(
@@ -213,8 +194,7 @@ def top(
 
 def _live_lines(view: control.LiveView) -> list[str]:
     if view.status.done:
-        end = live.end_line(view.samples)
-        return [end] if end else ["no rank sampled itself (SLURMTORCH_LIVE_S=0, or no rank started)"]
+        return story.ended_live_lines(list(view.starts), view.story.spans(time.time()), time.time())
     if not view.samples:
         return ["no rank has sampled itself yet" if view.status.state == "RUNNING" else "no rank running yet"]
     return live.top_lines(view.samples, time.time())

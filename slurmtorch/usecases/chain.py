@@ -72,6 +72,7 @@ class ChainStanding:
     statuses: tuple[JobStatus, ...]
     failed: str | None
     lines: tuple[str, ...]
+    reports: tuple = ()  # each part's story.Report, for --json
 
 
 def read_chain(path: str | os.PathLike) -> tuple[Part, ...]:
@@ -346,20 +347,20 @@ def standing(chain: SubmittedChain) -> ChainStanding:
     """How the chain stands now (`slurmtorch status` on any part): every part's state (one
     squeue call), an ended one's end as `follow` says it, and the first failed part's own
     report, as `status` tells a job's (its end line, restarts and failure lines)."""
-    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines  # lazy: status only
+    from slurmtorch.usecases import story  # lazy: status only
 
     found = [status for _, status in statuses(chain)]
+    reports = [story.report(status.job_id, folder, status) for status, folder in zip(found, chain.folders)]
     ends = []
-    for part, status, folder in zip(chain.parts, found, chain.folders):
+    for part, status, folder, rep in zip(chain.parts, found, chain.folders, reports):
         if not status.done:
             ends.append(PartEnd(part.name, status.job_id, status.describe(), 0, _started(folder), done=False))
             continue
-        ends.append(PartEnd(part.name, status.job_id, status.state, ended_line(status.job_id, folder, status)[1],
-                            _started(folder)))
+        ends.append(PartEnd(part.name, status.job_id, status.state, rep.code or 0, _started(folder)))
     _, failed, _ = core.end_lines(ends, chain.parts)
     report: list[str] = []
     if failed is not None:
-        k = [p.name for p in chain.parts].index(failed)
-        folder, status = chain.folders[k], found[k]
-        report = [ended_line(status.job_id, folder, status)[0], *restart_lines(folder), *failure_lines(folder)]
-    return ChainStanding(tuple(ends), tuple(found), failed, tuple(core.status_lines(ends, chain.parts, report)))
+        rep = reports[[p.name for p in chain.parts].index(failed)]
+        report = [rep.headline, *rep.story.lines(), *rep.restarts, *rep.failures]
+    return ChainStanding(tuple(ends), tuple(found), failed, tuple(core.status_lines(ends, chain.parts, report)),
+                         tuple(reports))

@@ -47,10 +47,12 @@ class RenderedAllocation:
 
 @dataclass(frozen=True)
 class Ended:
-    """A followed job's end: its exit code and the report's lines (said on stderr)."""
+    """A followed job's end: its exit code, the report's lines (said on stderr) and, for
+    `--json`, the report as data (`story.Report.as_dict`; an array's: its trials')."""
 
     code: int
     lines: tuple[str, ...]
+    data: dict | None = None
 
 
 def site_for(kind: str, ref: str | None) -> Site:
@@ -112,18 +114,12 @@ def follow(submission, job: RenderedJob, cancel_on_interrupt: bool = False) -> E
 
 def ended(job_id: str, folder: Path, status) -> Ended:
     """How a followed job (or trial) ends on every front end that follows one (`--wait`,
-    `logs --follow`): the end line, the run's (mean step, slowest rank, node-hours), the
-    restarts, and for a failure the report (`report.failure_lines`)."""
-    from slurmtorch.submit.follow import live  # lazy: as in `follow`
-    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines
+    `logs --follow`): the headline, the restarts, for a failure the report
+    (`report.failure_lines`), and the end line over every start (`story.report`)."""
+    from slurmtorch.usecases import story  # lazy: as in `follow`
 
-    line, code = ended_line(job_id, folder, status)
-    said = [f"slurmtorch: {text}" for text in restart_lines(folder)]
-    if code != 0:
-        said += [f"slurmtorch: {text}" for text in failure_lines(folder)]
-    run = live.end_line(live.read_samples(folder))  # after what failed, which matters more
-    said += [f"slurmtorch: {run}"] if run else []
-    return Ended(code, (line, *said))
+    rep = story.report(job_id, folder, status)
+    return Ended(rep.code if rep.code is not None else 1, rep.end_lines(), rep.as_dict())
 
 
 def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:

@@ -26,6 +26,7 @@ from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.follow.polling import Backoff
 from slurmtorch.submit.jobfolder.report import failure_lines, last_line, sweep_table
 from slurmtorch.submit.follow.statusline import StatusLine
+from slurmtorch.submit.follow.storytail import StoryTail
 from slurmtorch.submit.follow.tail import Prefixed, Tail, drain, last_lines_offset
 from slurmtorch.submit.follow.watch import WATCH, Watch
 
@@ -75,17 +76,20 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
            cancel_on_interrupt: bool = False, last: int | None = None) -> JobStatus:
     """Stream files while the job runs (from each one's `last` lines; None: from its start);
     return its final status (StoppedWaiting on Ctrl-C)."""
-    line = StatusLine(err or sys.stderr, str(job_id), live)
+    stream = err or sys.stderr
+    line = StatusLine(stream, str(job_id), live)
     tails = [Tail(p, out, line) for p, out in paths]
     if last is not None:
         for t in tails:
             t.offset = last_lines_offset(t.path, last)
+    story = StoryTail(queries.job_folder(job_id, root), line.saying(lambda text: _say(stream, text)))
     status = None
     try:
         with stops_as_interrupts():
             while True:
                 for t in tails:
                     t.pump()
+                story.pump()
                 status = watch.status(job_id, root, runner=runner)
                 if status.done:
                     break
@@ -96,8 +100,14 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
         raise interrupted(job_id, status, cancel_on_interrupt, runner, root, _signum(stop)) from None
     line.close()
     drain(tails)
+    story.pump()
     watch.forget(job_id, root)
     return status
+
+
+def _say(stream: IO[str], text: str) -> None:
+    """A line of the job's story (a requeue, a restart), said where the state line goes."""
+    print(f"slurmtorch: {text}", file=stream, flush=True)
 
 
 def wait(job_id: str, root: Path | None = None, *, out: IO[str] | None = None, err: IO[str] | None = None,
