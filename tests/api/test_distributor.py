@@ -414,10 +414,13 @@ def test_slurmtorch_stacks_asks_a_local_job_by_its_id(sleeping):
 @pytest.mark.mpi
 @pytest.mark.torch
 @pytest.mark.timeout(120)
-def test_interrupting_run_cancels_the_job(local):
-    """Ctrl-C in a notebook must not leave ranks running."""
+def test_interrupting_run_cancels_the_job(local, monkeypatch, capsys):
+    """Ctrl-C in a notebook must not leave ranks running, and says so in one line (issue 45:
+    a bare KeyboardInterrupt said nothing of the job). A REPL or notebook gets its
+    KeyboardInterrupt; a script ends in that line alone (the testbed test runs one)."""
     import _thread
 
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)  # as in a REPL
     # interrupt_main() is ignored while SIGINT is SIG_IGN, which a shell gives every command it
     # starts in the background (`cmd &` without job control): Python's own handler, as at a prompt.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -437,6 +440,9 @@ def test_interrupting_run_cancels_the_job(local):
     assert (workdir / "cancelled").exists()
     pgid = int((workdir / "launcher.pid").read_text())
     assert not group_alive(pgid)
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1].startswith("slurmtorch: job local-") and said[-1].endswith(
+        " cancelled: Ctrl-C during run() (it was running)"), said
 
 
 # --------------------------------------------------------------------------- the Slurm testbed
@@ -459,7 +465,7 @@ def test_testbed_runs_a_function_across_nodes(slurm, capsys, nodes):
     # Its state as the watch saw it: RUNNING only if a look fell within the run (the scheduler
     # is asked at polling's rate, and this job runs for a few seconds).
     seen = re.findall(rf"^slurmtorch: job {job_id}: (PENDING|RUNNING on node\[1-{nodes}\])$", err, re.MULTILINE)
-    assert seen and f"slurmtorch: job {job_id}: COMPLETED (exit 0)" in err, err
+    assert seen and f"slurmtorch: job {job_id} COMPLETED (exit 0)" in err, err
     folder = slurm / "jobs" / job_id
     assert (folder / f"rank-{nodes - 1}.out").read_text() == f"rank {nodes - 1} of {nodes} tb{nodes}\n"
     script = (folder / "script.sh").read_text()
