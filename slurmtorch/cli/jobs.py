@@ -20,7 +20,7 @@ from slurmtorch.submit.follow.terminaltext import visible
 from slurmtorch.submit.jobfolder import flightdump, jobdir
 from slurmtorch.usecases import control
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines
-from slurmtorch.usecases import story
+from slurmtorch.usecases import records, story
 from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
 
 
@@ -28,7 +28,7 @@ def status(
     ctx: typer.Context,
     job_ids: Optional[List[str]] = typer.Argument(None, metavar="[JOBID]...", show_default=False,
                                                   help="jobs to show (default: your slurmtorch jobs)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list (docs/json.md)"),
     states: List[str] = typer.Option([], "--state", "-t", help="without JOBIDs: only jobs in this state "
                                      "(RUNNING, PENDING, FAILED, COMPLETED, ...; repeatable)"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="without JOBIDs: only jobs whose name holds this"),
@@ -116,7 +116,7 @@ def _print_job(st: JobStatus, folder) -> None:
 
 def _record(st: JobStatus, folder, **more) -> dict:
     """A job's status as JSON-ready data (`status --json`, docs/json.md)."""
-    return story.status_record(story.report(st.job_id, folder, st), _name(st, folder), **more)
+    return records.status(story.report(st.job_id, folder, st), _name(st, folder), **more)
 
 
 def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
@@ -159,6 +159,8 @@ def top(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="the job (JOBID_K: a trial)"),
     once: bool = typer.Option(False, "--once", help="print the table once and exit"),
+    as_json: bool = typer.Option(False, "--json", help="the ranks and the table once, as one JSON object "
+                                                      "(docs/json.md)"),
     every: float = typer.Option(5.0, "--every", min=0.5, help="seconds between tables"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
@@ -173,11 +175,15 @@ def top(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    clear = sys.stdout.isatty() and not once
+    clear = sys.stdout.isatty() and not once and not as_json
     try:
         while True:
             view = control.live_view(job_id)
             lines = [f"job {view.job_id} {view.status.describe()}", *_live_lines(view)]
+            if as_json:
+                rep = story.report(view.job_id, view.folder, view.status)
+                print(json.dumps(records.top(view.job_id, view.status, view.samples, lines, rep), indent=1))
+                return 0
             if clear:
                 print("\033[H\033[J", end="")
             print(visible("\n".join(lines)), flush=True)  # host names are the ranks' own words
@@ -216,6 +222,8 @@ def logs(
                                                                     "each line marked [rank R]"),
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --follow: Ctrl-C cancels the job (default: it runs on)"),
+    as_json: bool = typer.Option(False, "--json", help="the logs' paths and the job's report as one JSON object, "
+                                                      "not the logs' text (with --follow: at its end; docs/json.md)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder.
@@ -236,11 +244,17 @@ def logs(
     if follow:  # ends as --wait does: the end line, and for a failure the report
         from slurmtorch.usecases import launch  # lazy: its render and sites would cost every other verb here
 
-        end = launch.ended(job_id, folder, waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt,
-                                                          last=last))
+        end = launch.ended(job_id, folder, waiting.follow(job_id, [] if as_json else paths,
+                                                          cancel_on_interrupt=cancel_on_interrupt, last=last))
         for line in end.lines:
             print(line, file=sys.stderr)
+        if as_json:
+            print(json.dumps(records.logs(end.report, logs), indent=1))
         return end.code
+    if as_json:
+        st = control.job_status(job_id)
+        print(json.dumps(records.logs(story.report(job_id, folder, st), logs), indent=1))
+        return 0
     if not any(p.exists() for p, _ in paths):
         raise SubmitError(
             f"no output yet for {'the batch step' if batch else paths[0][0].stem.replace('-', ' ')} "
@@ -290,6 +304,7 @@ def stacks(
     wait_s: float = typer.Option(stackrequest.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
     native_wait_s: float = typer.Option(stackrequest.NATIVE_WAIT_S, "--native-wait-s",
                                         help="how long py-spy gets for the native frames (0: none)"),
+    as_json: bool = typer.Option(False, "--json", help="the same as one JSON object (docs/json.md)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print where every rank of a running job stands: ranks on the same stack together, the
@@ -307,10 +322,16 @@ def stacks(
     target = control.stacks_target(job_id)
     folder, ranks = target.folder, target.ranks
     got, silent = stackrequest.ask(folder, ranks, target.send, wait_s, native=native_wait_s > 0, resend=target.resend)
-    for line in summary_lines(got, silent):
+    summary = summary_lines(got, silent)
+    for line in summary if not as_json else ():
         print(visible(line), flush=True)  # before the native frames, which take seconds
     native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
     details = detail_lines(got, all_threads, native)
+    if as_json:
+        flight = flightdump.summary_lines(flightdump.load_folder(folder), ranks)
+        notes = native_notes(native, late, native_wait_s)
+        print(json.dumps(records.stacks(folder, ranks, got, silent, summary, details, flight, notes), indent=1))
+        return 0 if got else 1
     if details:
         print()
         for line in details:

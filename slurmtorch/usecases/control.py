@@ -41,6 +41,11 @@ def statuses(job_ids: list[str], root: Path) -> tuple[dict[str, JobStatus], dict
     return queries.statuses(singles, root, unknown=unknown), unknown
 
 
+def job_status(job_id: str) -> JobStatus:
+    """A job's (or trial's, `JOBID_K`) status: one squeue call, else its folder and record."""
+    return queries.job_status(job_id, jobdir.jobs_root())
+
+
 def trials(job_id: str, root: Path) -> list[TrialStatus]:
     """Every trial (array task) of an array job, with one squeue call."""
     return queries.array_status(job_id, root)

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit import interactive, render, sites, spec
@@ -47,12 +48,12 @@ class RenderedAllocation:
 
 @dataclass(frozen=True)
 class Ended:
-    """A followed job's end: its exit code, the report's lines (said on stderr) and, for
-    `--json`, the report as data (`story.Report.as_dict`; an array's: its trials')."""
+    """A followed job's end: its exit code, the report's lines (said on stderr) and the report
+    itself (`story.Report`, for `--json`; None for an array, whose trials have their own)."""
 
     code: int
     lines: tuple[str, ...]
-    data: dict | None = None
+    report: Any = None
 
 
 def site_for(kind: str, ref: str | None) -> Site:
@@ -99,16 +100,17 @@ def working_folder(directives, cwd: str) -> str:
     return os.path.normpath(os.path.join(cwd, folder)) if isinstance(folder, str) and folder else cwd
 
 
-def follow(submission, job: RenderedJob, cancel_on_interrupt: bool = False) -> Ended:
-    """Wait for a submitted job (every trial of an array), rank 0's output streamed, and its
-    final report: the end line, the restarts, and for a failure where it failed."""
+def follow(submission, job: RenderedJob, cancel_on_interrupt: bool = False, logs: bool = True) -> Ended:
+    """Wait for a submitted job (every trial of an array), rank 0's output streamed (`logs`),
+    and its final report: the end line, the restarts, and for a failure where it failed."""
     from slurmtorch.submit.follow import waiting  # lazy: only --wait follows the job
     from slurmtorch.submit.follow.watch import WATCH
 
     if job.spec.array:
-        return Ended(waiting.wait_array(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt), ())
+        return Ended(waiting.wait_array(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt,
+                                        logs=logs), ())
     WATCH.submitted(submission.job_id, job.root)
-    status = waiting.wait(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt)
+    status = waiting.wait(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt, logs=logs)
     return ended(submission.job_id, submission.job_dir, status)
 
 
@@ -119,7 +121,7 @@ def ended(job_id: str, folder: Path, status) -> Ended:
     from slurmtorch.usecases import story  # lazy: as in `follow`
 
     rep = story.report(job_id, folder, status)
-    return Ended(rep.code if rep.code is not None else 1, rep.end_lines(), rep.as_dict())
+    return Ended(rep.code if rep.code is not None else 1, rep.end_lines(), rep)
 
 
 def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from slurmtorch import events, rankfiles
 from slurmtorch.submit.follow import live
-from slurmtorch.submit.follow.jobstatus import JobStatus, clock
+from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.jobfolder import codecopy, jobdir, snapshot
 from slurmtorch.submit.jobfolder.failures import RankFailure
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
-from slurmtorch.submit.jobfolder.story import VERSION, Story, cleaned_line, fold
+from slurmtorch.submit.jobfolder.story import VERSION, Story, fold
 
-__all__ = ["VERSION", "Report", "of", "report", "ended_live_lines", "status_record", "row"]
+__all__ = ["VERSION", "Report", "of", "report", "ended_live_lines", "row"]
 
 
 def of(folder: Path) -> Story:
@@ -128,26 +128,3 @@ def row(status: JobStatus, folder: Path, now: float) -> tuple[float | None, str,
         return elapsed, f"folder cleaned at {time.strftime('%Y-%m-%d %H:%M', time.localtime(told.cleaned))}", \
             told.restart_count
     return elapsed, status.nodes or told.nodes, told.restart_count
-
-
-def status_record(rep: Report, name: str, **more) -> dict:
-    """A job's `status --json` record: Slurm's view (state, reason, nodes, times, source) beside
-    the report's (exit codes, failures, the end line, the story), and what it ran."""
-    st = rep.status
-    told = rep.story
-    record = {**rep.as_dict(), "name": name, "elapsed": told.elapsed(time.time()) if told.attempts else st.elapsed(),
-              "reason": st.why, "nodes": st.nodes or told.nodes, "submitted": st.submitted, "started": st.started,
-              "source": st.source, "folder": str(rep.folder), "code": _code(rep.folder),
-              "cleaned": cleaned_line(told.cleaned) if told.cleaned is not None else None}
-    record.update(more)
-    return record
-
-
-def _code(folder: Path) -> dict | None:
-    """What the job ran: its snapshot (tree, commit, dirty, counts; not the file list), None: in place."""
-    record = codecopy.read_record(folder)
-    return None if record is None else {k: v for k, v in record.items() if k != "manifest"}
-
-
-def elapsed_text(seconds: float | None) -> str:
-    return clock(seconds) if seconds is not None else "-"

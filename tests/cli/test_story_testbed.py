@@ -87,20 +87,21 @@ def live_signals() -> None:
 
 @pytest.fixture(scope="module")
 def requeued(testbed, tmp_path_factory):
-    """A 2-node job followed by `--wait`, requeued by `scontrol requeue` once rank 0 trained a
-    while, ended after its second start: (job id, home, the waiter's stdout and stderr)."""
+    """A 2-node job followed by `--wait --json`, requeued by `scontrol requeue` once rank 0
+    trained a while, ended after its second start: (job id, home, the waiter's stdout: its
+    end as JSON, and stderr: its lines)."""
     tmp = tmp_path_factory.mktemp("requeued")
     home = tmp / "home"
     script = tmp / "train.py"
     script.write_text(TRAIN)
     waiter = subprocess.Popen([testbed.python, "-m", "slurmtorch.cli.main", "sbatch", "--site", "testbed", "-N", "2",
-                               "--requeue", "-t", "5", "--wait", str(script)],
+                               "--requeue", "-t", "5", "--wait", "--json", str(script)],
                               env={**testbed.env, "SLURMTORCH_HOME": str(home), "SLURMTORCH_LIVE_S": "1"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     job_id = ""
     try:
-        job_id = waiter.stdout.readline().strip()
-        assert job_id.isdigit(), waiter.stderr.read() if waiter.poll() is not None else job_id
+        first = waiter.stderr.readline()  # --json: stdout holds the end alone
+        job_id = re.fullmatch(r"submitted job (\d+); folder .*\n", first).group(1)
         rank0 = home / "jobs" / job_id / "rank-0.out"
         wait_for(lambda: "restart 0 step 30" in read(rank0), "rank 0's 30th step", 120)
         done = testbed.run(["scontrol", "requeue", job_id])
@@ -112,7 +113,7 @@ def requeued(testbed, tmp_path_factory):
         if job_id.isdigit():
             testbed.run(["scancel", job_id])
     assert waiter.returncode == 0, err
-    return job_id, home, out, err
+    return job_id, home, out, first + err
 
 
 def record(folder: Path) -> list[dict]:
@@ -126,7 +127,7 @@ REQUEUE_LINE = re.compile(r"requeued \(by Slurm or an operator: scontrol requeue
 @pytest.mark.timeout(420)
 @pytest.mark.slurm_versions
 def test_a_requeued_job_says_so_alike_in_wait_status_and_json_and_its_end_line_spans_both_starts(requeued, testbed):
-    job_id, home, _, err = requeued
+    job_id, home, out, err = requeued
     folder = home / "jobs" / job_id
     said = [ln.removeprefix("slurmtorch: ") for ln in err.splitlines() if REQUEUE_LINE.search(ln)]
     assert len(said) == 1 and REQUEUE_LINE.fullmatch(said[0]), err  # as it happened, once
@@ -134,6 +135,10 @@ def test_a_requeued_job_says_so_alike_in_wait_status_and_json_and_its_end_line_s
     assert status.returncode == 0 and status.stdout.splitlines()[1:2] == said, status.stdout
     (data,) = json.loads(st(testbed, home, ["status", job_id, "--json"]).stdout)
     assert (data["version"], data["restarts"], data["story"]["lines"]) == (1, 1, said), data
+    ended = json.loads(out)  # --wait --json: its end, from the same report
+    assert (ended["version"], ended["job_id"], ended["restarts"], ended["story"]["lines"]) == (1, job_id, 1, said)
+    logs = json.loads(st(testbed, home, ["logs", job_id, "--json"]).stdout)
+    assert logs["version"] == 1 and logs["logs"][0]["path"] == str(folder / "rank-0.out") and logs["restarts"] == 1
     # Both starts of the batch script, in the record: the first killed by the requeue (no code).
     events = record(folder)
     starts = [e for e in events if e["ev"] == "started"]
@@ -143,6 +148,9 @@ def test_a_requeued_job_says_so_alike_in_wait_status_and_json_and_its_end_line_s
     hours = sum((end["t"] - start["t"]) * 2 for start, end in zip(starts, ends)) / 3600
     end = next(ln for ln in err.splitlines() if ln.startswith("slurmtorch: run: "))
     assert end.endswith(f" over 2 starts = {hours:.3g} node-hours"), (end, events)
+    assert ended["run"] == end.removeprefix("slurmtorch: ")
+    top = json.loads(st(testbed, home, ["top", job_id, "--json"]).stdout)
+    assert top["version"] == 1 and top["lines"][1:] == [ended["run"]], top  # the same end line
     # Every step of both starts: the first start's last sample (a second's lag behind its 30
     # steps and more), and the second's 20.
     first = max(json.loads(p.read_text())["steps"] for p in (folder / ".live" / "start-0").glob("rank-*.json"))

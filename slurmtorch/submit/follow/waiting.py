@@ -111,10 +111,11 @@ def _say(stream: IO[str], text: str) -> None:
 
 
 def wait(job_id: str, root: Path | None = None, *, out: IO[str] | None = None, err: IO[str] | None = None,
-         **kw) -> JobStatus:
-    """Block until the job ends, streaming rank 0's output (node 0's under torchrun)."""
+         logs: bool = True, **kw) -> JobStatus:
+    """Block until the job ends, streaming rank 0's output (node 0's under torchrun; `logs`
+    False: none, for `--json`, whose stdout holds the end alone)."""
     o, e = jobdir.rank_log_paths(jobdir.job_dir(job_id, root))
-    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, err=err, **kw)
+    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)] if logs else [], root, err=err, **kw)
 
 
 def trial_tails(folder: Path, out: IO[str], err: IO[str], line=None) -> dict[int, list[Tail]]:
@@ -130,7 +131,7 @@ def trial_tails(folder: Path, out: IO[str], err: IO[str], line=None) -> dict[int
 
 def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[str] | None = None,
                err: IO[str] | None = None, live: bool | None = None, cancel_on_interrupt: bool = False,
-               clock=time.monotonic) -> int:
+               clock=time.monotonic, logs: bool = True) -> int:
     """Block until every trial has ended, streaming each one's rank 0 (`trial_tails`) and
     reporting its end; 0 only if all succeeded.
 
@@ -139,7 +140,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
     """
     err = err or sys.stderr
     line = StatusLine(err, job_id, live)
-    tails = trial_tails(jobdir.job_dir(job_id, root), out or sys.stdout, err, line)
+    tails = trial_tails(jobdir.job_dir(job_id, root), out or sys.stdout, err, line) if logs else {}
     reported: dict[int, JobStatus] = {}
     backoff, marks, trials, last = Backoff(), None, [], None
     kw = {"runner": runner} if runner else {}
