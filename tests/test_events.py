@@ -119,3 +119,20 @@ def test_slurms_word_before_a_later_start_is_history_not_the_end():
     s = story.fold([E("started", 0.0, attempt=0, nodes="node1"), E("settled", 5.0, state="PREEMPTED", nodes="node1"),
                     E("started", 20.0, attempt=1, nodes="node2")])
     assert s.settled is None and s.nodes == "node2"
+
+
+def test_a_followed_story_says_each_new_line_once_as_its_event_is_appended(tmp_path):
+    from slurmtorch.submit.follow.storytail import StoryTail
+
+    said: list[str] = []
+    tail = StoryTail(tmp_path, said.append)
+    tail.pump()  # no record yet
+    events.append(tmp_path, "started", attempt=0, nodes="node[1-2]", host="node1")
+    tail.pump()
+    assert said == []
+    events.append(tmp_path, "requeued", by="rank 0 on node1", why="SIGUSR1 received", attempt=0)
+    tail.pump()
+    tail.pump()
+    events.append(tmp_path, "started", attempt=1, nodes="node[3-4]", host="node3")
+    tail.pump()
+    assert said == ["requeued by rank 0 on node1: SIGUSR1 received", "started again on node[3-4] (Slurm's restart 1)"]

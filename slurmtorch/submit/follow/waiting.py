@@ -10,6 +10,7 @@ so, and exit 143 and 129.
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import time
@@ -142,6 +143,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
     line = StatusLine(err, job_id, live)
     tails = trial_tails(jobdir.job_dir(job_id, root), out or sys.stdout, err, line) if logs else {}
     reported: dict[int, JobStatus] = {}
+    stories: dict[Path, StoryTail] = {}  # each trial's, once its folder is there: `trial 2: requeued ...`
     backoff, marks, trials, last = Backoff(), None, [], None
     kw = {"runner": runner} if runner else {}
     try:
@@ -151,6 +153,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
                     if trial not in reported:
                         for tail in pair:
                             tail.pump()
+                _pump_stories(stories, jobdir.job_dir(job_id, root), line, err)
                 now_marks = [jobdir.progress_mark(p) for p in sorted(jobdir.job_dir(job_id, root).glob("trial-*"))]
                 if marks is not None and now_marks != marks:
                     backoff.nudge()
@@ -184,6 +187,18 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
     print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
           + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
     return 1 if failed else 0
+
+
+def _pump_stories(stories: dict[Path, StoryTail], folder: Path, line: StatusLine, err: IO[str]) -> None:
+    """Each trial's story lines not said yet, marked with its trial."""
+    for trial in folder.glob("trial-*"):
+        if trial not in stories:
+            stories[trial] = StoryTail(trial, line.saying(functools.partial(_say_of, err, trial.name)))
+        stories[trial].pump()
+
+
+def _say_of(stream: IO[str], trial: str, text: str) -> None:
+    _say(stream, f"{trial.replace('-', ' ')}: {text}")
 
 
 def _signum(stop: KeyboardInterrupt) -> int:
