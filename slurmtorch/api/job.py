@@ -308,6 +308,9 @@ class Job:
         else:
             word = f"ended {status.state}"
         code = "" if exit_code is None else f" (exit {exit_code})"
+        if first is not None and first.code is not None and exit_code:  # as --wait says it: the rank's own
+            step = f"; the step exited {exit_code}" if exit_code != first.code else ""
+            code = f" (exit {first.code} from rank {first.rank}{step})"
         # What --wait would say; of a cancelled job, whose ranks were ended, nothing of theirs.
         told = self._handle.report() if not status.state.startswith("CANCELLED") else []
         line = "; ".join(told) or self._handle.headline()

@@ -360,7 +360,7 @@ def test_local_mode_names_the_rank_that_died_and_how(local, how, ranks, cause):
         job.result(timeout=90)
     assert not isinstance(e.value, RemoteError), e.value
     assert e.value.rank in ranks and e.value.host == socket.gethostname()
-    assert re.match(rf"job {job.job_id} ended FAILED \(exit \d+\): failed: rank {e.value.rank} on "
+    assert re.match(rf"job {job.job_id} ended FAILED \(exit \d+(?: from rank {e.value.rank}[^)]*)?\): failed: rank {e.value.rank} on "
                     rf"{socket.gethostname()}: {re.escape(cause)}", str(e.value)), str(e.value)
     assert "Hence" not in str(e.value) and "reasons" not in str(e.value)
 
@@ -784,3 +784,17 @@ def test_an_early_failure_in_mpiruns_shared_log_is_named_by_its_hint(home):
         job.result(timeout=5)
     assert (e.value.rank, e.value.host, e.value.exc_type) == (1, "here", "ValueError")
     assert e.value.traceback_text == "Traceback (most recent call last):\nValueError: no world\n"
+
+
+def test_a_failed_run_names_the_ranks_exit_code_as_wait_does_not_the_steps(home, capsys):
+    """Issue 45: a failed run's line gave the step's exit 143 where the CLI says `exit 137 from
+    rank 1`; now the error and the line that ends the wait say what `--wait` says."""
+    job = slurm_job(home, fake_slurm("JobId=123 JobState=FAILED Reason=NonZeroExitCode ExitCode=143:0"))
+    (home / "jobs" / "123" / "batch.out").write_text("srun: error: node2: task 1: Killed\n"
+                                                     "srun: error: node1: task 0: Terminated\n")
+    (home / "jobs" / "123" / "exit-code").write_text("143\n")
+    with pytest.raises(JobFailed) as e:
+        job.result(timeout=5, stream=True)
+    assert str(e.value).startswith("job 123 ended FAILED (exit 137 from rank 1; the step exited 143): failed: rank 1 "
+                                   "on node2: killed by a signal"), str(e.value)
+    assert "slurmtorch: job 123 FAILED (exit 137 from rank 1; the step exited 143)\n" in capsys.readouterr().err
