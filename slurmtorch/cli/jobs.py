@@ -137,15 +137,14 @@ def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
           f"{'NODES / REASON / FAILED RANK'}")
     now = time.time()
     for st, folder in rows:
-        ran, nodes, restarts = story.row(st, folder, now)
+        ran, nodes, restarts, cleaned = story.row(st, folder, now)
         code, where = "", nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
         if st.done and st.exit_code is not None:
             exit_at, rank, _ = exit_code(folder, st)
             code = str(exit_at)
             if rank is not None:  # what failed says more than Slurm's reason (NonZeroExitCode)
                 where = f"rank {rank.rank} on {rank.host}"
-        if nodes.startswith("folder cleaned"):
-            where = nodes
+        where = cleaned or where
         print(visible(f"{st.job_id:<12} {_name(st, folder)[:16] or '-':<16} {st.state:<12} "
                       f"{clock(ran) if ran is not None else '-':>10} {code:>4} {restarts:>8}  {where}"))
     return 0

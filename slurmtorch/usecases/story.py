@@ -20,7 +20,7 @@ from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.jobfolder import codecopy, jobdir, snapshot
 from slurmtorch.submit.jobfolder.failures import RankFailure
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
-from slurmtorch.submit.jobfolder.story import VERSION, Story, fold
+from slurmtorch.submit.jobfolder.story import VERSION, Story, fold, when
 
 __all__ = ["VERSION", "Report", "of", "report", "ended_live_lines", "row"]
 
@@ -119,12 +119,11 @@ def ended_live_lines(starts: list[dict[int, rankfiles.LiveSample]], spans, now: 
             f"sample{'s' if len(last) != 1 else ''} below)", *live.top_lines(last, now)]
 
 
-def row(status: JobStatus, folder: Path, now: float) -> tuple[float | None, str, int]:
+def row(status: JobStatus, folder: Path, now: float) -> tuple[float | None, str, int, str]:
     """The status list's elapsed seconds (every start together, from the record; Slurm's span
-    where the record has none), its nodes (Slurm's, else the record's) and restarts."""
+    where the record has none), its nodes (Slurm's, else the record's), restarts, and `folder
+    cleaned at ...` where `clean` left only its record ('' otherwise)."""
     told = of(folder)
     elapsed = told.elapsed(now) if told.attempts else status.elapsed(now)
-    if told.cleaned is not None:
-        return elapsed, f"folder cleaned at {time.strftime('%Y-%m-%d %H:%M', time.localtime(told.cleaned))}", \
-            told.restart_count
-    return elapsed, status.nodes or told.nodes, told.restart_count
+    cleaned = f"folder cleaned at {when(told.cleaned)}" if told.cleaned is not None else ""
+    return elapsed, status.nodes or told.nodes, told.restart_count, cleaned

@@ -225,13 +225,13 @@ def test_a_forgotten_or_cleaned_job_keeps_its_state_elapsed_and_nodes_from_its_r
     forgotten = queries.status_of("10", None, folder)  # squeue lists it no more
     assert (forgotten.state, forgotten.exit_code, forgotten.nodes, forgotten.elapsed()) == (
         "COMPLETED", 0, "node[1-2]", 90.0)
-    assert story.row(forgotten, folder, time.time())[1:] == ("node[1-2]", 0)
+    assert story.row(forgotten, folder, time.time())[1:] == ("node[1-2]", 0, "")
     clean.remove(cleaning.Stale(folder, "10", 1.0, 10))
     cleaned = queries.status_of("10", None, folder)
     lines = story.report("10", folder, cleaned).status_lines()
     assert lines[0] == "job=10 state=COMPLETED exit_code=0 nodes=node[1-2] source=job folder", lines
     assert len(lines) == 2 and lines[1].startswith("its folder was cleaned at "), lines
-    assert story.row(cleaned, folder, time.time())[1].startswith("folder cleaned at ")
+    assert story.row(cleaned, folder, time.time())[3].startswith("folder cleaned at ")
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         main(["logs", "10"])

@@ -174,7 +174,7 @@ def fold(record: Sequence[Event]) -> Story:
 
 def cleaned_line(at: float) -> str:
     """What every front end says of a job whose folder `slurmtorch clean` reduced to its record."""
-    return f"its folder was cleaned at {_clock(at)} (slurmtorch clean): its logs and files are gone"
+    return f"its folder was cleaned at {when(at)} (slurmtorch clean): its logs and files are gone"
 
 
 def _restart_line(e: Event) -> str:
@@ -208,5 +208,6 @@ def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _clock(at: float) -> str:
+def when(at: float) -> str:
+    """`2026-12-07 21:04`: a moment of a job's story, in local time."""
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(at))
