@@ -85,6 +85,27 @@ class SpecError(SlurmtorchError):
     """Options that the site/partition/node type cannot satisfy."""
 
 
+class LimitError(SpecError):
+    """A batch job beyond its partition's (or QOS's) limits: each limit it breaks on a line of its
+    own, the last with the site's entry that would take the job (or that none would), so that one
+    run says all of it; `message` is the same on one line (the Python API's)."""
+
+    def __init__(self, problems: tuple[str, ...], taker: str, tip: str | None = None):
+        super().__init__("; ".join((*problems, taker)), tip)
+        self.problems = problems
+        self.taker = taker
+        self._said = self.message
+
+    def render(self) -> str:
+        # Words a caller put before the message (a chain's `part 'ev': `) go before each line.
+        if not self.message.endswith(self._said):
+            return super().render()
+        prefix = self.message[:len(self.message) - len(self._said)]
+        lines = [f"error: {prefix}{p}" for p in self.problems]
+        lines[-1] += f"; {self.taker}"
+        return "\n".join(lines) + (f"\ntip: {self.tip}" if self.tip else "")
+
+
 class ShellSafetyError(SpecError):
     """A value that a shell or a batch directive cannot carry safely."""
 

@@ -44,6 +44,12 @@ def parse(text: str) -> tuple[str, tuple[str, str, str]]:
     return shape, (names[0], names[1], names[2])
 
 
+def is_value(word: str) -> bool:
+    """Whether `word` reads as an --init-args value (a shape, then perhaps `:` and flag names),
+    not a script: `--init-args train.py` is the bare flag before SCRIPT, as the bootstrap reads it."""
+    return str(word).partition(":")[0] in SHAPES
+
+
 def arguments(names: tuple[str, str, str], url: str, rank: int, world: int) -> list[str]:
     """The arguments appended to the script's own: `--URL url --RANK r --WORLD n`."""
     return [f"--{names[0]}", url, f"--{names[1]}", str(rank), f"--{names[2]}", str(world)]

@@ -95,12 +95,17 @@ RESTARTS = "restarts.json"  # --max-restarts: the restart history (submit.restar
 # killed (a SIGKILL leaves no line of its own), and says so (SUPERVISOR_KILLED).
 SUPERVISOR_END = "supervisor-end"
 NODE_PROLOGUE_ERR = "node-prologue.err"  # srun's own lines of the site's node prologue step
+# A role job's nodes in its folder, job rank R's on line R+1: srun numbers each role's tasks from 0, so
+# the failure report places srun's lines by host (failures.parse_failures).
+ROLE_NODES_FILE = "role-nodes"
 HEARTBEATS = ".heartbeat"  # --hang-timeout: one file per rank (heartbeat_name)
 LIVE = ".live"  # SLURMTORCH_LIVE_S: one sample per rank (live_name, live_record)
 CHECKPOINTS = "checkpoints"
 PREEMPTED = ".preempted"  # --signal: a folder per start (preempted_name), a file per rank that ran its hooks
 RUN_TOKEN = "run-token"  # random, written once at submission: what makes the run id unlike other jobs'
 STACKS = "stacks"  # every rank's Python stacks on request (stacks_name, alive_name, SUMMARY)
+SHELL_DIR = "sh"  # the batch node's bash the job's script sources (templates/*.sh, copied at submission)
+SHELL = "SLURMTORCH_SH"  # where the script finds SHELL_DIR: the restart supervisor sources its picker there too
 CODE_DIR = "code"  # the snapshot of the code the job runs (submit.jobfolder.snapshot)
 SNAPSHOT = "snapshot.json"  # what that snapshot is: its tree, commit, dirtiness, files (codecopy)
 FLIGHT = "flight"  # NCCL jobs: torch's flight recorder dumps, flight_prefix + rank
@@ -225,6 +230,11 @@ def start_line(start: int, nodes: Sequence[str], after: str) -> str:
 
 # templates/_macros.sh.j2's line when the node prologue's step fails (submit.failures reads it).
 PROLOGUE_FAILED = "slurmtorch: error: node prologue failed"
+# templates/reap.sh's line when a step fails first, and stops the others: what srun then says of a role's
+# tasks (Killed, Terminated) is the stop, not a failure of their own. A role's step is `role NAME`
+# (launchplan.role_steps); before issue 45 the line ended "stopping the other roles".
+STEP_STOPPED_RE = re.compile(r"^slurmtorch: (?:role (?P<role>\w+)|.+?) exited with (?P<code>\d+); "
+                             r"stopping the other (?:roles|steps)$")
 # templates/sbatch.sh.j2's line when the restart supervisor ended without its SUPERVISOR_END file.
 SUPERVISOR_KILLED = "slurmtorch: error: the restart supervisor was killed"
 SUPERVISOR_KILLED_RE = re.compile(re.escape(SUPERVISOR_KILLED) + r" by (?P<signal>SIG\w+) \(exit (?P<code>\d+)\)")

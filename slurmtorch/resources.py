@@ -24,3 +24,4 @@ def templates_dir() -> Path:
 
 def site_configs_dir() -> Path:
     return _find("site-configs")
+

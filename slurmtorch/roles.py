@@ -15,6 +15,22 @@ LEADER_ROLES = ("master", "chief")
 TRAINING_ROLES = ("master", "chief", "worker")
 ROLE_ORDER = ("master", "chief", "worker", "ps", "evaluator")
 ROLES_TIP = "e.g. --role master=1 --role worker=3 --role ps=2 --role evaluator=1 (counts in nodes)"
+# What a `--role` item may ask of its role's nodes, after ROLE=NODES (submit/hetjob.py).
+ROLE_KEYS = ("partition", "gpus", "tasks", "spare")
+ROLE_TIP = ("e.g. --role master=1 --role worker=2:partition=fat:gpus=4 "
+            "(ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N])")
+
+
+@dataclass(frozen=True)
+class RoleItem:
+    """One `--role` item, `ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N]` (None: the job's)."""
+
+    role: str
+    count: int
+    partition: str | None = None
+    gpus: int | None = None
+    tasks: int | None = None  # ranks per node
+    spare: int = 0  # spare nodes of the role's own kind (--max-restarts)
 
 
 @dataclass(frozen=True)
@@ -103,32 +119,49 @@ class RoleLayout:
                         for r, n in self.roles)
 
 
+def parse_role_item(item: str) -> RoleItem:
+    """`worker=2:partition=fat:tasks=4` -> RoleItem (pure): the one parser of the role grammar, for
+    `--role` (the submit side) and for SLURMTORCH_ROLES, job.json and the supervisor's --roles."""
+    head, *pairs = str(item).split(":")
+    name, sep, count = head.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise BootstrapError(f"malformed --role {head!r}: expected ROLE=COUNT", tip=ROLES_TIP)
+    if name not in ROLE_ORDER:
+        raise BootstrapError(f"unknown role {name!r} in --role {head!r}", tip=f"roles: {', '.join(ROLE_ORDER)}")
+    if not count.strip().isdigit() or not count.strip().isascii():
+        raise BootstrapError(f"malformed --role {head!r}: COUNT must be a whole number of nodes", tip=ROLES_TIP)
+    found: dict[str, str] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in ROLE_KEYS or not value:
+            raise BootstrapError(f"malformed --role {item!r}: {pair!r} is not one of "
+                                 f"{', '.join(k + '=...' for k in ROLE_KEYS)}", tip=ROLE_TIP)
+        if key in found:
+            raise BootstrapError(f"malformed --role {item!r}: {key} given twice", tip=ROLE_TIP)
+        found[key] = value
+    for key, what in (("gpus", "GPUs per node"), ("tasks", "tasks per node, at least 1"), ("spare", "spare nodes")):
+        given = found.get(key)
+        if given is not None and not (given.isascii() and given.isdigit() and (key != "tasks" or int(given) >= 1)):
+            raise BootstrapError(f"malformed --role {item!r}: {key} must be a whole number of {what}", tip=ROLE_TIP)
+    number = {k: int(v) for k, v in found.items() if k != "partition"}
+    return RoleItem(name, int(count), found.get("partition"), number.get("gpus"), number.get("tasks"),
+                    number.get("spare", 0))
+
+
 def parse_roles(items: Sequence[str] | str) -> RoleLayout:
-    """`["master=1", "worker=3", "ps=2"]` or "master=1,worker=3:tasks=4,ps=2" -> RoleLayout (pure)."""
+    """`["master=1", "worker=3", "ps=2"]` or "master=1,worker=3:tasks=4,ps=2" -> RoleLayout (pure);
+    what else an item asks (its partition, GPUs, spares) is the submit side's (hetjob.split_roles)."""
     if isinstance(items, str):
         items = [i for i in items.split(",") if i.strip()] if items.strip() else []
     counts: dict[str, int] = {}
     tasks: dict[str, int] = {}
-    for item in items:
-        item, _, per_node = str(item).partition(":tasks=")
-        name, sep, count = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise BootstrapError(f"malformed --role {item!r}: expected ROLE=COUNT", tip=ROLES_TIP)
-        if name not in ROLE_ORDER:
-            raise BootstrapError(f"unknown role {name!r} in --role {item!r}",
-                                 tip=f"roles: {', '.join(ROLE_ORDER)}")
-        if name in counts:
-            raise BootstrapError(f"role {name!r} given twice", tip=ROLES_TIP)
-        if not count.strip().isdigit() or not count.strip().isascii():
-            raise BootstrapError(f"malformed --role {item!r}: COUNT must be a whole number of nodes", tip=ROLES_TIP)
-        counts[name] = int(count)
-        if per_node:
-            if not (per_node.isascii() and per_node.isdigit()) or int(per_node) < 1:
-                raise BootstrapError(f"malformed --role {item}:tasks={per_node}: tasks must be a whole number of "
-                                     "tasks per node, at least 1", tip=ROLES_TIP)
-            if int(per_node) != 1:
-                tasks[name] = int(per_node)
+    for item in map(parse_role_item, items):
+        if item.role in counts:
+            raise BootstrapError(f"role {item.role!r} given twice", tip=ROLES_TIP)
+        counts[item.role] = item.count
+        if item.tasks not in (None, 1):
+            tasks[item.role] = item.tasks
     leaders = [r for r in LEADER_ROLES if r in counts]
     if len(leaders) != 1:
         raise BootstrapError("a role job needs exactly one of master=1 or chief=1" if not leaders

@@ -19,11 +19,13 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def quote(value: object, what: str = "value") -> str:
-    """Quote one value so a POSIX shell reads it back byte for byte."""
+    """Quote one value so a POSIX shell reads it back byte for byte. A leading `=` (NCCL's
+    exact-name prefix) is quoted too: bash reads `export X==ib0` as X='=ib0', shellcheck as a
+    mistyped comparison (SC1097), and a reader may well agree with shellcheck."""
     text = _utf8(value, what)
     if "\x00" in text:
         raise ShellSafetyError(f"{what} {text!r} contains a NUL byte, which no shell can carry")
-    return shlex.quote(text)
+    return "'" + text + "'" if text.startswith("=") and shlex.quote(text) == text else shlex.quote(text)
 
 
 def _utf8(value: object, what: str) -> str:

@@ -17,14 +17,14 @@ def st(testbed, home: Path, argv, **kw) -> subprocess.CompletedProcess:
     return testbed.run([testbed.python, "-m", "slurmtorch.cli.main", *argv], env=env, **kw)
 
 
-def wait_for(predicate, what: str, timeout: float):
-    """`predicate()`'s first true value, polled every 0.2 s; a failed test after `timeout` s."""
+def wait_for(predicate, what: str, timeout: float, poll_s: float = 0.2):
+    """`predicate()`'s first true value, polled every `poll_s`; a failed test after `timeout` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.2)
+        time.sleep(poll_s)
     pytest.fail(f"timed out waiting for {what}", pytrace=False)
 
 
@@ -46,3 +46,14 @@ def rank_failure(folder: Path, script: str, *args: str, name: str = "train.py") 
                           cwd=folder, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and f"rank 0 on {os.uname().nodename} failed:" in proc.stderr, proc.stderr
     return proc.stderr
+
+
+def as_run(spec) -> str:
+    """A spec's batch script as bash runs it: each `. "$SLURMTORCH_SH"/NAME` in its place holding
+    that shell file, as the job folder's copy gives it (render.shell_files)."""
+    from slurmtorch.submit import render
+
+    text = render.render_sbatch(spec)
+    for name, body in render.shell_files(spec):
+        text = text.replace(f'. "$SLURMTORCH_SH"/{name}\n', body)
+    return text

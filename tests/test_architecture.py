@@ -79,7 +79,7 @@ def test_what_both_sides_share_imports_neither():
 
 
 # subprocess has three edges: the login node's (submit/edge: its runner for sbatch, squeue,
-# scancel, srun; git, salloc and a local mpirun's bash start their own), the batch node's (supervisor: a --max-restarts job's srun steps) and the job's
+# scancel, srun; git, salloc and a local mpirun's bash start their own), the batch node's (supervisor and steprun: a --max-restarts job's srun steps) and the job's
 # own requeue (requeue: scontrol, for a preempted rank and the supervisor alike).
 # A rank has one: py-spy reading the rank itself for its native frames (bootstrap.native); a --ray
 # job's node another: `ray start` (bootstrap.raynode).
@@ -87,6 +87,7 @@ def test_what_both_sides_share_imports_neither():
 @pytest.mark.parametrize("library, owners", [("subprocess", ["slurmtorch.bootstrap.native", "slurmtorch.bootstrap.raynode", "slurmtorch.remote.ssh",
                                                              "slurmtorch.requeue",
                                                              "slurmtorch.submit.batchnode.slurmjob",
+                                                             "slurmtorch.submit.batchnode.steprun",
                                                              "slurmtorch.submit.batchnode.supervisor",
                                                              "slurmtorch.submit.edge.git",
                                                              "slurmtorch.submit.edge.local",

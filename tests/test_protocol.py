@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from slurmtorch import protocol
@@ -42,14 +43,23 @@ def test_every_slurmtorch_variable_the_templates_name_is_the_protocols():
     names = {v for k, v in vars(protocol).items() if k.isupper() and isinstance(v, str)
              and v.startswith("SLURMTORCH_")}
     used = set()
-    for path in TEMPLATES.glob("*.j2"):
+    for path in (*TEMPLATES.glob("*.j2"), *TEMPLATES.glob("*.sh")):
         used |= set(re.findall(r"SLURMTORCH_[A-Z_]*[A-Z]", path.read_text()))
     # SLURMTORCH_SWEEP_* is named by its prefix (sweeps.sweep_var)
     assert used - names - {protocol.SWEEP_PREFIX.rstrip("_")} == set()
 
 
 def test_the_templates_write_the_lines_and_files_the_protocol_reads():
-    text = "".join(p.read_text() for p in TEMPLATES.glob("*.j2"))
-    assert protocol.PROLOGUE_FAILED.replace("slurmtorch: error: ", "") in text
+    from slurmtorch.submit import render, sites
+    from slurmtorch.submit.spec import build_spec
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "submit"))
+    from test_render import golden_options, required_options
+
+    site = sites.load_site("lumi-g")  # a node prologue, under die's "slurmtorch: error: "
+    text = render.render_sbatch(build_spec(site, golden_options("lumi-g", **required_options(site))))
+    text += "".join(p.read_text() for p in (*TEMPLATES.glob("*.j2"), *TEMPLATES.glob("*.sh")))
+    assert f'die "{protocol.PROLOGUE_FAILED.replace("slurmtorch: error: ", "")} (' in text
+    assert "die() { printf 'slurmtorch: error: %s\\n'" in text
     for name in (protocol.EXIT_CODE, protocol.NODE_PROLOGUE_ERR, protocol.started_marker(0).rstrip("0")):
         assert name in text

@@ -7,8 +7,9 @@ user's script) -> `exits`. `runner` strings them together (`python -m slurmtorch
 `slurmtorch.init()`), parsing `options`, keeping `state`, recording `timings`; `device`
 picks the backend and GPU.
 
-Nothing is imported here: `python -m slurmtorch.bootstrap.rendezvous` in a batch
-script must not pay for the runner, and ranks pay only for what they use.
+Nothing is imported here: a Ray node's `python -m slurmtorch.bootstrap.raynode` (and the
+rendezvous entry that scripts of before issue 45 run) must not pay for the runner, and ranks
+pay only for what they use.
 """
 
 __all__ = ["init", "main"]

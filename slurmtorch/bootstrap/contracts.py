@@ -6,7 +6,8 @@
   `--cluster-spec vertex`, CLUSTER_SPEC is Vertex AI's instead (`vertex_cluster_spec`). Ports
   are nominal (MASTER_PORT for rank 0, MASTER_PORT + r for rank r): nothing listens
   there unless the framework reading the map does. Both are exported only when every
-  rank's host is known (MPI, srun block layouts, single-node torchrun);
+  rank's host is known (MPI, srun block layouts, torchrun: on several nodes, from its agents'
+  store, `torchrunhosts`);
 - role jobs (`--role master=1 --role worker=3 --role ps=2 --role evaluator=1`): the same
   maps naming every role's host:port list (`role_cluster_spec`, `role_tf_config`);
 - ModelArts-style arguments `--init_method tcp://ADDR:PORT --rank R --world_size N`,

@@ -16,6 +16,11 @@ and the batch script ends the job; so is a Ray that never started (no ray in the
 or `ray start` failing: the line says why, where before it was only in ray-NODE.out). On SIGTERM (the batch script's stop, passed on by srun)
 every process of that session is ended, TERM then KILL, and Ray's folder removed: only this
 job's Ray, where `ray stop` would end every Ray of the user's on the node.
+A loaded node meets Ray's fixed start-up waits: the raylet ends when its agents take over 15 s
+to start, and `ray start` gives up on a node not registered after 30 s. A worker whose raylet
+ended starting is started again (STARTS, within --deadline); a `ray start` that gave up while
+the node's vital processes run is a node that registers late, which the driver waits for
+(--hang-timeout). The head is not started again: its GCS is the cluster's.
 Each node's own address is on the site's fabric interface (rendezvous.site_address, as a
 rank's MASTER_ADDR), else its host name's: a worker that let Ray pick would take the
 interface of its default route, the management network on most clusters.
@@ -27,14 +32,15 @@ listen on 10001 (SO_REUSEPORT), each taking half of the connections. Each is pic
 the node as MASTER_PORT is (rendezvous.free_port), the workers' left to the kernel; the
 head's line in batch.out names its dashboard where it listens.
 
-`driver` waits for the head to answer and for all N nodes to join (the deadline), then
-runs the script in this process, as `python SCRIPT` would, with RAY_ADDRESS set. `stop`
+`driver` (raydriver.py) waits for the head to answer and for all N nodes to join (the deadline),
+then runs the script in this process, as `python SCRIPT` would, with RAY_ADDRESS set. `stop`
 runs once per node at the end: anything of this job's Ray still there is ended.
 Only `driver` imports ray, lazily: `slurmtorch --help` and rendering never do.
 """
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import json
 import os
@@ -44,7 +50,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from slurmtorch import protocol
@@ -61,6 +67,17 @@ MAX_TEMP = 107 - 64
 SESSION_FILE = "slurmtorch-session"
 RAY_LOG = "ray-{node}.out"  # in the job's folder: a node's `ray start` output, for the user alone
 VITAL = {"head": ("gcs_server", "raylet"), "worker": ("raylet",)}
+# How long `ray start` waits for its node to register with the GCS before it exits 1 (Ray 2.60's
+# node.py, fixed: no option or variable changes it). A raylet registers once its Python agents
+# have started: on a loaded node that took longer, and the raylet registered all the same.
+RAY_START_WAIT_S = 30
+# `ray start` tries a worker gets: its raylet gives its agents 15 s to start (Ray 2.60, fixed:
+# ray-project/ray#65983) and ends when they take longer, as on a loaded node; a try again finds
+# the node less loaded (the cluster's other processes have started) and Ray's modules compiled.
+STARTS = 3
+# The files in Ray's session folder in which a node's agents write their ports, each name
+# followed by the node's id: its raylet reads them all before it registers the node.
+AGENT_PORT_FILES = ("metrics_agent_port", "metrics_export_port", "runtime_env_agent_port", "dashboard_agent_listen_port")
 DASHBOARD_HOST = "127.0.0.1"  # Ray's default: its dashboard runs jobs for whoever reaches it, so not on the fabric
 USAGE = ("usage: python -m slurmtorch.bootstrap.raynode (head|worker) HOST:PORT --cpus C --gpus G --backend B "
          "--deadline S [--role R] | driver HOST:PORT --nodes N --deadline S [--import-from DIR] (SCRIPT | -m MODULE) "
@@ -227,6 +244,21 @@ def ray_start_argv(kind: str, head: tuple[str, int], own_ip: str, opts: dict[str
     return [*argv, f"--ray-client-server-port={ports.client}"] if ports.client is not None else argv
 
 
+def started(kind: str, returncode: int, alive: Collection[str]) -> bool:
+    """Whether this node's Ray runs once `ray start` has ended with `returncode` (`alive`: the
+    names of its session's processes then): it ended with 0, or it gave up on its node's
+    registration (RAY_START_WAIT_S, Ray's own and fixed) while every vital process of the node
+    still runs: a loaded node's raylet, slow to start its agents, registers later all the same."""
+    return returncode == 0 or all(name in alive for name in VITAL[kind])
+
+
+def late_note(kind: str, returncode: int, deadline: float) -> str:
+    """What batch.out adds to the line of a node whose `ray start` gave up on it (started)."""
+    vital = " and ".join(VITAL[kind])
+    return (f"it registers late: ray start stopped waiting after Ray's own {RAY_START_WAIT_S} s and exited with "
+            f"{returncode}, its {vital} running; the driver waits up to {deadline:g} s (--hang-timeout) for every node")
+
+
 def role_resource(role: str) -> str:
     """The Ray resource a role job's node has one of (`role:worker`): `ray.remote(resources=
     {"role:worker": 0.1})` places a task on the workers' nodes, as Ray's `accelerator_type:X` does."""
@@ -245,8 +277,73 @@ def up_line(kind: str, node: str, own_ip: str, head_port: int, dashboard: int | 
             f"(from the login node: ssh -L {dashboard}:{DASHBOARD_HOST}:{dashboard} {node})")
 
 
+@dataclass(frozen=True)
+class Start:
+    """One `ray start` of this node: its process, the session its Ray runs in (the process's
+    own: Ray calls setpgrp, never setsid), and the ports picked for it."""
+
+    process: subprocess.Popen
+    sid: int
+    ports: RayPorts
+
+
+def start_ray(kind: str, head: tuple[str, int], own_ip: str, opts: dict[str, str], temp: str) -> Start:
+    """`ray start` in a session of its own, its output to ray-NODE.out, the session recorded for `stop`."""
+    os.makedirs(temp, mode=0o700, exist_ok=True)
+    ports = pick_ports(kind, head[1])
+    with open(ray_log(node_name()), "ab") as log:  # Ray's banner there; our own lines go to batch.out
+        process = subprocess.Popen(ray_start_argv(kind, head, own_ip, opts, temp, ports), stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    with open(os.path.join(temp, SESSION_FILE), "w") as f:  # for `stop`: Ray's workers rename themselves
+        f.write(f"{process.pid} {os.getpid()}\n")
+    return Start(process, process.pid, ports)
+
+
+def await_start(kind: str, start: Start, temp: str, stopping: list[int]) -> str:
+    """How this node's `ray start` ended: "up"; "late" (it gave up on a node whose vital processes
+    run: `started`); "unready" (its raylet ended waiting for its agents: `ended_unready`); "died"
+    (its raylet ended past that wait, the node perhaps joined); "failed"; or "stopping" (SIGTERM
+    came first). A raylet that ends while `ray start` still waits for it is not waited for."""
+    polls = 0
+    while start.process.poll() is None and not stopping:
+        # /proc read every POLL_S, the exit looked at every 0.1 s
+        if polls % round(POLL_S / 0.1) == 0 and (ended := raylet_ended(start.sid, temp)):
+            return ended
+        polls += 1
+        time.sleep(0.1)
+    if stopping:
+        return "stopping"
+    if start.process.returncode == 0:
+        return "up"
+    if started(kind, start.process.returncode, set(session_processes(start.sid, temp).values())):
+        return "late"
+    return raylet_ended(start.sid, temp) or "failed"
+
+
+def raylet_ended(sid: int, temp: str) -> str | None:
+    """"unready" when this node's raylet ran (it wrote its log in Ray's session folder here) and
+    ended before its agents had written their ports there: it ended in Ray's fixed 15 s wait for
+    them (ray-project/ray#65983), before it could register, as on a loaded node; "died" when it
+    ended past that wait; None while it runs, or before it ran."""
+    if not any(size_of(path) for path in glob.glob(os.path.join(temp, "session_*", "logs", "raylet.out"))):
+        return None
+    if "raylet" in session_processes(sid, temp).values():
+        return None
+    # Looked at once it has ended: a port file missing now was missing before its end.
+    ready = all(glob.glob(os.path.join(temp, "session_*", f"{name}_*")) for name in AGENT_PORT_FILES)
+    return "died" if ready else "unready"
+
+
+def size_of(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
-    """Start this node's Ray, watch it, stop it when told (SIGTERM); 1 when it died or never started."""
+    """Start this node's Ray, watch it, stop it when told (SIGTERM); 1 when it died or never started.
+    A worker whose raylet dies starting is started again (STARTS) while --deadline lasts."""
     node, temp, deadline = node_name(), temp_dir(), float(opts["--deadline"])
     if importlib.util.find_spec("ray") is None:  # `ray start` would say so only in its log
         sys.stderr.write(protocol.ray_not_started_line(kind, node, f"its python ({sys.executable}) has no ray "
@@ -257,111 +354,59 @@ def run_node(kind: str, head_text: str, opts: dict[str, str]) -> int:
         site_address(os.environ, socket.gethostname(), opts["--backend"]) or host_address(node))
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
+    until = time.monotonic() + deadline
     if kind == "worker" and not wait_listening(head[0], head[1], deadline, poll_s=0.1):
         say(f"error: Ray worker on {node}: the head at {head[0]}:{head[1]} did not answer within {deadline:g} s")
         return 1
-    os.makedirs(temp, mode=0o700, exist_ok=True)
-    ports = pick_ports(kind, head[1])
-    with open(ray_log(node), "ab") as log:  # Ray's banner there; our own lines go to batch.out
-        start = subprocess.Popen(ray_start_argv(kind, head, own_ip, opts, temp, ports), stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    sid = start.pid  # every Ray process of this node is in this session (Ray calls setpgrp, never setsid)
-    with open(os.path.join(temp, SESSION_FILE), "w") as f:  # for `stop`: Ray's workers rename themselves
-        f.write(f"{sid} {os.getpid()}\n")
-    try:
-        while start.poll() is None and not stopping:
-            time.sleep(0.1)
-        if stopping:
-            return 0
-        if start.returncode != 0:
-            said = last_line(ray_log(node))
-            sys.stderr.write(protocol.ray_not_started_line(
-                kind, node, f"ray start exited with {start.returncode}{f': {said}' if said else ''} (its output: "
-                            f"{ray_log(node)})"))
-            return 1
-        # `ray start` returns once the dashboard listens, or has given up on it.
-        dashboard = ports.dashboard if ports.dashboard and wait_listening(DASHBOARD_HOST, ports.dashboard, 0) else None
-        say(up_line(kind, node, own_ip, head[1], dashboard))
-        while not stopping:
-            alive = set(session_processes(sid, temp).values())
-            gone = [name for name in VITAL[kind] if name not in alive]
-            if gone and not stopping:
-                sys.stderr.write(protocol.ray_died_line(kind, node, f"its {gone[0]} ended (Ray's logs: "
-                                                                    f"{temp}/session_latest/logs on {node})"))
-                sys.stderr.flush()
-                return 1
-            time.sleep(POLL_S)
-        return 0
-    finally:
-        end_processes(sid, temp)
-
-
-def wait_for_nodes(address: str, nodes: int, deadline: float) -> list[str]:
-    """Connect as a driver and wait until `nodes` Ray nodes are alive; the Slurm nodes still
-    missing at the deadline ([] once all joined)."""
-    import logging
-
-    import hostlist
-    import ray  # lazy: only the driver step needs Ray; rendering a --ray job never imports it
-
-    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    try:
-        while True:
-            alive = [n for n in ray.nodes() if n.get("Alive")]
-            if len(alive) >= nodes:
-                return []
-            if time.monotonic() >= deadline:
-                return missing_nodes(alive, hostlist.expand_hostlist(os.environ.get("SLURM_JOB_NODELIST", "")), nodes)
-            time.sleep(0.2)
-    finally:
-        ray.shutdown()
-
-
-def missing_nodes(alive: list[dict], expected: list[str], wanted: int) -> list[str]:
-    """The job's nodes that no alive Ray node is (by host name, short), pure; where the names
-    do not match Slurm's, how many are missing."""
-    seen = {str(n.get("NodeManagerHostname", "")).split(".", 1)[0] for n in alive}
-    seen |= {str(n.get("NodeManagerAddress", "")) for n in alive}
-    return [e for e in expected if e.split(".", 1)[0] not in seen] or [f"{wanted - len(alive)} node(s)"]
-
-
-def drive(head_text: str, opts: dict[str, str], program: list[str]) -> int:
-    """Once every node has joined, run the script here as Ray's driver, with RAY_ADDRESS set."""
-    started = os.environ.get(protocol.STARTED)
-    if started:  # the batch script's proof that the step launched (bootstrap.runner.note_started)
+    for attempt in range(1, STARTS + 1):
+        start = start_ray(kind, head, own_ip, opts, temp)
         try:
-            os.close(os.open(started, os.O_WRONLY | os.O_CREAT, 0o644))
-        except OSError:
-            pass
-    wait_s = float(opts["--deadline"])
-    deadline = time.monotonic() + wait_s
-    ip, port = split_address(head_text)
-    address = f"{ip}:{port}"
-    if not wait_listening(ip, port, wait_s, poll_s=0.1):
-        say(f"error: the Ray head at {address} did not answer within {wait_s:g} s (its line above says why)")
-        return 1
-    missing = wait_for_nodes(address, int(opts["--nodes"]), deadline)
-    if missing:
-        say(f"error: the Ray cluster was not complete after {wait_s:g} s (--hang-timeout): not joined: "
-            f"{', '.join(missing)}")
-        return 1
-    os.environ["RAY_ADDRESS"] = address
-    run_program(program, opts.get("--import-from"))
+            outcome = await_start(kind, start, temp, stopping)
+            if outcome == "stopping":
+                return 0
+            unready = (f"its raylet ended before its agents had started (Ray gives them 15 s, fixed, which a loaded "
+                       f"node can take; ray start's output: {ray_log(node)})")
+            # Not the head again: its GCS is the cluster's, which other nodes and the driver may have joined.
+            if outcome == "unready" and kind == "worker" and attempt < STARTS and time.monotonic() < until \
+                    and not stopping:
+                say(f"Ray worker on {node}: {unready}; starting it again, try {attempt + 1} of {STARTS}")
+                continue
+            if outcome in ("unready", "failed"):
+                said = last_line(ray_log(node))
+                why = unready if outcome == "unready" else (f"ray start exited with {start.process.returncode}"
+                                                             f"{f': {said}' if said else ''} (its output: {ray_log(node)})")
+                sys.stderr.write(protocol.ray_not_started_line(kind, node, why))
+                return 1
+            if outcome == "died":
+                return died(kind, node, "raylet", temp)
+            # `ray start` returns once the dashboard listens, or has given up on it.
+            dashboard = start.ports.dashboard if start.ports.dashboard and wait_listening(
+                DASHBOARD_HOST, start.ports.dashboard, 0) else None
+            line = up_line(kind, node, own_ip, head[1], dashboard)
+            say(line if outcome == "up" else f"{line}; {late_note(kind, start.process.returncode, deadline)}")
+            return watch(kind, node, start.sid, temp, stopping)
+        finally:
+            end_processes(start.sid, temp)
+    return 1
+
+
+def watch(kind: str, node: str, sid: int, temp: str, stopping: list[int]) -> int:
+    """Until SIGTERM (0), or until a vital process of this node's Ray ends (1, its line in batch.out)."""
+    while not stopping:
+        alive = set(session_processes(sid, temp).values())
+        gone = [name for name in VITAL[kind] if name not in alive]
+        if gone and not stopping:
+            return died(kind, node, gone[0], temp)
+        time.sleep(POLL_S)
     return 0
 
 
-def run_program(program: list[str], import_from: str | None) -> None:
-    """`python SCRIPT ARGS` or `python -m MODULE ARGS`, in this process (bootstrap.target's way)."""
-    from slurmtorch.bootstrap.target import import_from as use_folder, run_script  # lazy: the driver's only
-    import runpy
-
-    if program[0] == "-m":
-        if import_from:
-            use_folder(import_from)
-        sys.argv = [program[1], *program[2:]]
-        runpy.run_module(program[1], run_name="__main__", alter_sys=True)
-    else:
-        run_script(program[0], program[1:])
+def died(kind: str, node: str, process: str, temp: str) -> int:
+    """This node's death, in batch.out: 1."""
+    sys.stderr.write(protocol.ray_died_line(kind, node, f"its {process} ended (Ray's logs: {temp}/session_latest/logs "
+                                                        f"on {node})"))
+    sys.stderr.flush()
+    return 1
 
 
 def parse(argv: Sequence[str]) -> tuple[str, str, dict[str, str], list[str]]:
@@ -390,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if kind == "driver":
+            from slurmtorch.bootstrap.raydriver import drive  # lazy: the driver step's alone
+
             return drive(head, opts, program)
         if kind == "stop":
             stop_here()

@@ -241,9 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`python -m slurmtorch.bootstrap.rendezvous [--backend B | --port]`: print this host's
     MASTER_ADDR, or with `--port` a free MASTER_PORT (`free_port`).
 
-    The batch script runs it on the allocation's first node, where rank 0 runs, so that
-    ranks started without MPI (plain srun, torchrun) meet on the interface the site chose
-    for the node type, as MPI-started ranks do.
+    Only batch scripts rendered before issue 45 run it (a job queued across an upgrade): a
+    batch script and the restart supervisor now pick both with the batch node's bash
+    (templates/rendezvous.sh), which runs where no python of ours does (a container job's
+    nodes). The rank side keeps these functions: MPI's rank 0 and a Ray node find their own.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     backend = "gloo"

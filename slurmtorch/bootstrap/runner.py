@@ -16,7 +16,7 @@ import os
 import sys
 
 from slurmtorch import protocol, rankfiles
-from slurmtorch.bootstrap import contracts, orphans, runid, stacks
+from slurmtorch.bootstrap import contracts, orphans, runid, stacks, torchrunhosts
 from slurmtorch.bootstrap.exits import fail, finish, interrupted
 from slurmtorch.bootstrap.group import init_group, install_patch_hook, teardown
 from slurmtorch.backends import timeout_problem
@@ -58,18 +58,14 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     timings.mark("detect")
     STATE.reservation = reservation
     STATE.info = info
-    exported = contracts.env_for(info, cluster_spec)
-    if info.rank == 0 and protocol.OMITTED in exported:
-        sys.stderr.write(f"slurmtorch: note: {exported[protocol.OMITTED]} not exported: with "
-                         f"{info.world_size} ranks it is over the {MAX_ENV_STRING} bytes execve lets one "
-                         "variable hold, and every program a rank started would fail (E2BIG)\n")
-    os.environ.update(exported)
-    for key in contracts.unset_keys(exported):  # inherited from a parent process, not ours
-        os.environ.pop(key, None)
+    export_contracts(info, cluster_spec)
     os.environ.update(contracts.slurm_task_env(info, os.environ))
     # Before torch and the script's data loaders start their threads, which inherit it.
     STATE.placement = place_rank(os.environ, info.local_rank, info.local_world_size)
     os.environ.update(thread_defaults(os.environ, info.local_world_size, cpus_available()))
+    if torchrunhosts.wanted(info, os.environ):  # after placement: it imports torch, whose threads inherit it
+        STATE.info = info = torchrunhosts.with_hosts(info, os.environ, STATE.timeout)
+        export_contracts(info, cluster_spec)  # now with CLUSTER_SPEC and TF_CONFIG
     # One run across restarts: SLURMTORCH_RUN_ID, and the trackers' resume variables where safe.
     runid.apply(runid.run_env(runid.run_id(os.environ), info.rank, os.environ))
     install_patch_hook()
@@ -88,6 +84,19 @@ def init(backend: str = "auto", timeout: float = DEFAULT_TIMEOUT, source: str = 
     if not STATE.main:
         atexit.register(teardown)
     return info
+
+
+def export_contracts(info: RankInfo, cluster_spec: str) -> None:
+    """Every contract variable of `info` into os.environ, and out of it those it has none of
+    (inherited from a parent process, not ours)."""
+    exported = contracts.env_for(info, cluster_spec)
+    if info.rank == 0 and protocol.OMITTED in exported:
+        sys.stderr.write(f"slurmtorch: note: {exported[protocol.OMITTED]} not exported: with "
+                         f"{info.world_size} ranks it is over the {MAX_ENV_STRING} bytes execve lets one "
+                         "variable hold, and every program a rank started would fail (E2BIG)\n")
+    os.environ.update(exported)
+    for key in contracts.unset_keys(exported):
+        os.environ.pop(key, None)
 
 
 def note_started(environ=os.environ) -> None:

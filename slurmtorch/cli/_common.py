@@ -13,6 +13,11 @@ from typing import Any, List, Optional
 import typer
 from typer.core import TyperCommand
 
+try:  # click >= 8.2: the value of an option typed without one (flag_value with is_flag=False)
+    from click._utils import FLAG_NEEDS_VALUE
+except ImportError:  # pragma: no cover - click 8.0/8.1
+    from click.parser import _flag_needs_value as FLAG_NEEDS_VALUE  # type: ignore[no-redef]
+
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import Options
@@ -85,7 +90,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                            "cpus_per_task", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive", "constraint", "gres",
                            "nodelist", "exclude", "hostfile", "reservation", "time", "account", "qos")),
     ("What runs", ("module", "launcher", "backend", "timeout", "placement", "env", "local_rank_arg", "init_args",
-                   "cluster_spec", "container_image", "container_runtime", "roles", "role_images", "ray", "snapshot")),
+                   "no_init", "cluster_spec", "container_image", "container_runtime", "roles", "role_images", "ray", "snapshot")),
     ("Sweeps, restarts and signals", ("array", "sweep", "max_restarts", "spare_nodes", "hang_timeout",
                                       "replace_straggler", "requeue", "signal")),
     ("When and who is told", ("job_name", "dependency", "begin", "mail_type", "mail_user", "comment")),
@@ -93,6 +98,9 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Passed on as typed", ("sbatch_args", "srun_args", "mpirun_args")),
 )
 OTHER = "Other options"
+# The options that say what slurmtorch does with the job rather than what the job is
+# (print it, follow it, where to submit it): refused after the program without a `--`.
+ACTING = frozenset(dict(SECTIONS)["Following it"])
 
 
 def sections(names: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -107,7 +115,16 @@ def sections(names: Sequence[str]) -> list[tuple[str, list[str]]]:
 
 class GroupedCommand(TyperCommand):
     """A verb whose `--help` lists its options in SECTIONS' groups, when it has enough of them
-    to need it (sbatch's ~50 in one list were hard to read)."""
+    to need it (sbatch's ~50 in one list were hard to read). An option with a value of its own
+    when typed alone (`Options` field metadata `bare`) gets it here: typer < 0.20 passes no
+    `flag_value` on to click."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            bare = _FIELDS[param.name].metadata.get("bare") if param.name in _FIELDS else None
+            if bare:
+                param.flag_value, param._flag_needs_value = bare[0], True  # type: ignore[attr-defined]
 
     def format_options(self, ctx, formatter) -> None:
         records = [(p, record) for p in self.get_params(ctx) if (record := p.get_help_record(ctx)) is not None]
@@ -144,6 +161,8 @@ class ProgramCommand(GroupedCommand):
         for opt in {*parser._long_opt.values(), *parser._short_opt.values()}:
             if opt.dest == "module":
                 opt.process = _ends_options(opt.process)  # type: ignore[method-assign]
+        bare = {name: _FIELDS[name].metadata["bare"][1] for name in _FIELDS if _FIELDS[name].metadata.get("bare")}
+        parser._get_value_from_state = _value_only_if(bare, parser._get_value_from_state)  # type: ignore[method-assign]
         return parser
 
 
@@ -155,22 +174,38 @@ def _ends_options(process):
     return process_then_stop
 
 
+def _value_only_if(accepts: Mapping[str, Any], get_value):
+    """click's reading of an option's value from the words that follow (`--opt VALUE`; the
+    `--opt=VALUE` form never asks it), where an option of `accepts` takes the next word only
+    when that word is one of its values: else it stands alone (its flag value), and the word
+    stays, SCRIPT as typed."""
+    def value_from_state(option_name, option, state):
+        accepted = accepts.get(option.dest)
+        if accepted is not None and state.rargs and not accepted(state.rargs[0]):
+            return FLAG_NEEDS_VALUE
+        return get_value(option_name, option, state)
+    return value_from_state
+
+
 def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[str]:
     """SCRIPT and its arguments (or MODULE's arguments) as typed; slurmtorch's own options
     among them are refused before a later `--` and otherwise named in one warning.
 
     `slurmtorch sbatch train.py --nodes 2 -- --lr 1` once gave --nodes to slurmtorch and
     --lr to the script; now both go to the script, which is almost never meant. Without
-    the `--`, `train.py --nodes 2 --wait` is kept (the script may have its own --nodes) but
-    said: the job would otherwise run on one node, not waited for, without a word. A `--`
-    right after the program says its arguments are its own, and silences both.
+    the `--`, `train.py --nodes 2` is kept (the script may have its own --nodes) but said:
+    the job would otherwise run on one node without a word. Ours that say what slurmtorch
+    does rather than what the job is (ACTING: `train.py --dry-run` submitted a real job) are
+    refused there too: nothing typed after the program may make slurmtorch act as it was not
+    asked. A `--` right after the program says its arguments are its own, and silences all.
     """
     items = list(script_and_args or [])
     module = ctx.params.get("module")
     rest = items[1:] if module is None else items
     if rest[:1] == ["--"]:
         return items
-    ours = {flag for p in ctx.command.params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
+    params = [p for p in ctx.command.params if p.name]
+    ours = {flag for p in params for flag in (*p.opts, *p.secondary_opts) if flag.startswith("-")}
     mine = stray_options(rest[:rest.index("--")] if "--" in rest else rest, ours)
     if not mine:
         return items
@@ -180,9 +215,19 @@ def program_args(ctx: typer.Context, script_and_args: list[str] | None) -> list[
                         "goes to the program, as with sbatch and torchrun",
                         tip=f"put slurmtorch's options before {where}; for the program's own {mine[0]}, start "
                             f"its arguments with '--' ({where} -- {mine[0]} ...)")
+    program = "script" if module is None else "module"
+    shown = items[0] if module is None else f"-m {module}"
+    acting = {flag for p in params if p.name in ACTING for flag in (*p.opts, *p.secondary_opts)}
+    refused = [flag for flag in mine if flag in acting]
+    if refused:
+        flags, verb = " ".join(refused), ctx.info_name or "sbatch"
+        raise SpecError(f"{', '.join(refused)} after {shown} would go to the {program}, and slurmtorch would go on "
+                        f"without {'it' if len(refused) == 1 else 'them'}: refused, nothing "
+                        f"{'submitted' if verb == 'sbatch' else 'run'}",
+                        tip=f"for slurmtorch, before it: slurmtorch {verb} {flags} {shown} ...; for the {program}, "
+                            f"after a '--': {shown} -- {flags}")
     if not os.environ.get(protocol.ON_CLUSTER):  # a forwarded verb: the laptop's side said it
-        program = "script" if module is None else "module"
-        print(f"warning: {', '.join(mine)} after {items[0] if module is None else f'-m {module}'} "
+        print(f"warning: {', '.join(mine)} after {shown} "
               f"{'goes' if len(mine) == 1 else 'go'} to the {program}, not to slurmtorch (put slurmtorch's options "
               f"before the {program}; use -- before the {program}'s own to silence this)", file=sys.stderr)
     return items

@@ -70,14 +70,15 @@ def run(
     The launch line is the batch script's (srun, torchrun or mpirun, as the site says), with
     the allocation's options; the ranks' output comes here. Ctrl-C ends this run, not the
     allocation. Everything after SCRIPT (or -m MODULE) goes to it as typed;
-    slurmtorch's options there get a warning, unless a -- follows SCRIPT (MODULE).
+    slurmtorch's options there get a warning (those that say what slurmtorch does, as
+    --dry-run, are refused), unless a -- follows SCRIPT (MODULE).
     """
     from slurmtorch.submit import interactive, sites, spec
     from slurmtorch.submit.jobfolder import jobdir
     from slurmtorch.usecases import launch
 
+    typed = program_args(ctx, script_and_args)  # what was typed first: it is refused wherever it is typed
     job_id, ref, stored = interactive.read_stored(os.environ)
-    typed = program_args(ctx, script_and_args)
     script, args = spec.split_script(typed, given["module"])
     root = jobdir.jobs_root()
     job = launch.dry_run(sites.load_site(ref), options(

@@ -14,7 +14,7 @@ from slurmtorch.errors import SpecError
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.
 @with_options("ntasks", "module", "hostfile", "preset", "backend", "timeout", "local_rank_arg", "init_args",
-              "cluster_spec", "placement", "env", "mpirun_args",
+              "no_init", "cluster_spec", "placement", "env", "mpirun_args",
               helps={"ntasks": "number of ranks, on this host or over --hostfile's (default: the preset's ntasks; "
                                "one of the two is needed)"})
 def mpirun(
@@ -27,7 +27,8 @@ def mpirun(
     """Run SCRIPT (or -m MODULE) on N ranks with mpirun; exits with its code.
 
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with mpirun and torchrun;
-    slurmtorch's options there get a warning, unless a -- follows SCRIPT (MODULE).
+    slurmtorch's options there get a warning (those that say what slurmtorch does, as
+    --dry-run, are refused), unless a -- follows SCRIPT (MODULE).
     The run gets a folder and an id (local-N, said on stderr): `slurmtorch stacks local-N`
     shows where each of its ranks stands.
     """

@@ -20,7 +20,7 @@ SBATCH_OPTIONS = (
     "module", "nodes", "ntasks", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "preset", "partition",
     "time", "account", "qos", "job_name", "constraint", "mem", "mem_per_cpu", "mem_per_gpu", "exclusive",
     "dependency", "begin", "gres", "reservation", "nodelist", "exclude", "mail_type", "mail_user", "comment",
-    "backend", "launcher", "timeout", "local_rank_arg", "init_args", "cluster_spec", "placement", "env", "requeue",
+    "backend", "launcher", "timeout", "local_rank_arg", "init_args", "no_init", "cluster_spec", "placement", "env", "requeue",
     "signal", "roles", "ray", "container_image", "container_runtime",
     "role_images", "array", "sweep", "max_restarts", "spare_nodes", "hang_timeout", "replace_straggler",
     "sbatch_args", "srun_args",
@@ -54,7 +54,8 @@ def sbatch(
     """Submit SCRIPT (or -m MODULE) as a multi-node job; prints the job id.
 
     Everything after SCRIPT (or -m MODULE) goes to it as typed, as with sbatch and torchrun;
-    slurmtorch's options there get a warning, unless a -- follows SCRIPT (MODULE).
+    slurmtorch's options there get a warning (those that say what slurmtorch does, as
+    --dry-run, are refused), unless a -- follows SCRIPT (MODULE).
     The ranks start in this folder (--sbatch-arg=--chdir=DIR for another), where relative
     paths (checkpoints, outputs/, wandb/) lead, and so do its restarts and requeues; each
     array task in trials/<its parameters>/ (trials/trial-K/) below it. Logs: the job folder.

@@ -12,9 +12,9 @@ from typing import Optional
 
 import typer
 
-from slurmtorch import resources, shell
+from slurmtorch import protocol, resources, shell
 from slurmtorch.cli._common import cluster_option, on_cluster
-from slurmtorch.errors import SiteError
+from slurmtorch.errors import SiteError, typed
 from slurmtorch.submit.inputs import file_problem
 
 app = typer.Typer(help="Inspect and validate site configs.", no_args_is_help=True, add_completion=False,
@@ -90,7 +90,7 @@ def validate(ctx: typer.Context, path: str = typer.Argument(..., metavar="NAME|P
               file=sys.stderr)
     # The bundled presets ship with the edition they were checked against: never noted.
     editioned = sorted({nt.fabric for nt in site.node_types} & set(EDITIONS[CURRENT_EDITION]))
-    if site.fabric_defaults is None and editioned and not _bundled(site.source):
+    if site.fabric_defaults is None and editioned and not site.interfaces_only and not _bundled(site.source):
         print(f"note: not pinned: its jobs take the current edition ({CURRENT_EDITION}) of the "
               f"{', '.join(editioned)} defaults, and a newer slurmtorch's changes; pin it with fabric_defaults: "
               f"{CURRENT_EDITION} (slurmtorch site changes shows what each edition changes)", file=sys.stderr)
@@ -151,8 +151,8 @@ def init(ctx: typer.Context,
                                             "file name less its extension, as a site file is named)"),
          force: bool = typer.Option(False, "--force", help="replace PATH if it exists"),
          cluster: Optional[str] = cluster_option()) -> int:
-    """A starting site file from what this cluster says of itself (scontrol show node and
-    partition, srun --mpi=list): node types, partitions, srun's MPI plugin; the fabric, its
+    """A starting site file from what this cluster says of itself (scontrol show node, partition
+    and config, srun --mpi=list): node types, partitions, MaxArraySize, srun's MPI plugin; the fabric, its
     interfaces and the modules marked `# CHECK:`. Validated before it is written to PATH (whole
     or not at all; an existing PATH is kept unless --force) or, without PATH or with -, to stdout."""
     remote = on_cluster(ctx, cluster)
@@ -183,9 +183,16 @@ def init(ctx: typer.Context,
         sys.stdout.write(text)
     else:
         _write_new(target, text, force)
-    print(f"{'wrote ' + str(target) if target is not None else 'site file above'}: site {site.name!r}, "
-          f"{len(site.partitions)} partitions, {len(site.node_types)} node types; "
+    # On the cluster's side of `--cluster NAME` (the verb runs on its login host), a PATH is
+    # written there: said so, with the way to have it where the command was typed.
+    there = os.environ.get(protocol.ON_CLUSTER, "")
+    host = f"cluster {there}'s login host" if there != "1" else "the cluster's login host"
+    where = (f"wrote {target.absolute()} on {host}, not here" if target is not None and there
+             else f"wrote {target}" if target is not None else "site file above")
+    print(f"{where}: site {site.name!r}, {len(site.partitions)} partitions, {len(site.node_types)} node types; "
           f"{text.count('# CHECK:')} lines marked CHECK: for a person to decide", file=sys.stderr)
+    if target is not None and there:
+        print(f"tip: to have it here: {typed('site init')} > {shell.quote(target.name)}", file=sys.stderr)
     return 0
 
 

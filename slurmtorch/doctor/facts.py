@@ -44,7 +44,8 @@ class TorchFacts:
 
 @dataclass(frozen=True)
 class MpiFacts:
-    """The MPI library mpi4py loads; library None when mpi4py cannot be imported."""
+    """The MPI library mpi4py loads; library None when it loads none (mpi4py: its version where
+    it is installed even so)."""
 
     library: str | None = None  # MPI_Get_library_version(), first line
     mpi4py: str | None = None
@@ -130,6 +131,11 @@ try:
 except Exception as e:
     out["torch_error"] = type(e).__name__ + ": " + str(e)
 try:
+    import mpi4py
+    out["mpi4py"] = mpi4py.__version__  # installed, whether or not it finds an MPI library
+except Exception:
+    pass
+try:
     spec = importlib.util.spec_from_file_location("slurmtorch", sys.argv[2],
                                                   submodule_search_locations=[os.path.dirname(sys.argv[2])])
     sys.modules["slurmtorch"] = package = importlib.util.module_from_spec(spec)
@@ -153,7 +159,7 @@ def parse_probe(stdout: str) -> tuple[TorchFacts, MpiFacts] | None:
             torch = TorchFacts(**t) if t else TorchFacts(error=data.get("torch_error", "unknown"))
             m = data.get("mpi")
             mpi = MpiFacts(library=m["library"].splitlines()[0].strip() if m["library"] else "", mpi4py=m["mpi4py"]) \
-                if m else MpiFacts(error=data.get("mpi_error", "unknown"))
+                if m else MpiFacts(error=data.get("mpi_error", "unknown"), mpi4py=data.get("mpi4py"))
             return torch, mpi
     return None
 

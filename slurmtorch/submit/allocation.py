@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.errors import BootstrapError, LimitError, SpecError
 from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.sites.model import NodeType, Partition, Site, parse_time
 from slurmtorch.submit.options import Options, positive
@@ -36,8 +36,10 @@ def per_node(o: Options, preset: dict[str, Any], partition: Partition, node: Nod
         raise SpecError(f"--gpus-per-node must not be negative, got {gpus}")
     if gpus > node.gpus:
         raise SpecError(
-            f"{gpus} GPUs per node requested, but node type {node.name!r} of partition {partition.name!r} has {node.gpus}",
-            tip=f"use --gpus-per-node {node.gpus} or less, or another partition",
+            f"{gpus} GPUs per node requested, but node type {node.name!r} of partition {partition.name!r} has "
+            f"{node.gpus or 'no GPUs'}",
+            tip=f"use --gpus-per-node {node.gpus} or fewer, or another partition" if node.gpus else
+                "leave --gpus-per-node out, or ask for a partition whose nodes have GPUs (-p PARTITION)",
         )
     ntasks_per_node = positive("--ntasks-per-node", o.pick(preset, "ntasks_per_node", _tasks_per_node(o, preset, gpus)))
     default_cpus = max(1, node.cpus // ntasks_per_node)
@@ -110,13 +112,7 @@ def node_count(o: Options, preset: dict[str, Any], partition: Partition, ntasks_
     else:
         nodes = roles.nodes if roles else positive("--nodes", o.pick(preset, "nodes", 1))
         n = roles.total if roles else nodes * ntasks_per_node
-    if nodes > partition.max_nodes and roles is None:  # a role job's counts: role_layout, hetjob
-        raise SpecError(
-            f"{nodes} nodes requested, but partition {partition.name!r} allows at most {partition.max_nodes}",
-            tip=f"use --nodes {partition.max_nodes} or less" + (", or more --ntasks-per-node" if o.ntasks else "")
-            + ", or another partition",
-        )
-    return nodes, n
+    return nodes, n  # within the partition's limits: check_limits, once the spares are known
 
 
 def _spread(o: Options, preset: dict[str, Any], ntasks_per_node: int, roles: RoleLayout | None,
@@ -144,7 +140,7 @@ def _spread(o: Options, preset: dict[str, Any], ntasks_per_node: int, roles: Rol
 
 
 def time_limit(o: Options, preset: dict[str, Any], partition: Partition) -> str | None:
-    """--time, else the preset's, else the partition's default; at most its max_time (sbatch)."""
+    """--time, else the preset's, else the partition's default (its max_time: check_limits)."""
     time = o.pick(preset, "time", partition.default_time)
     if time is None:
         return None
@@ -159,12 +155,87 @@ def time_limit(o: Options, preset: dict[str, Any], partition: Partition) -> str 
         ) from None
     if seconds <= 0:
         raise SpecError(f"--time {time!r} is zero")
-    if o.kind == "sbatch" and seconds > parse_time(partition.max_time):
-        raise SpecError(
-            f"time limit {time} exceeds the maximum {partition.max_time} of partition {partition.name!r}",
-            tip=f"use --time {partition.max_time} or less",
-        )
     return time
+
+
+def check_limits(o: Options, preset: dict[str, Any], site: Site, partition: Partition, nodes: int,
+                 time: str | None, spares: int = 0, role: str = "") -> None:
+    """A batch job of `nodes` (`spares` of them spare: Slurm allocates them too) and `time`
+    (None: the partition's default, else its maximum, as Slurm sets it) within its partition's
+    or QOS's limits, each task of an array on its own; else one LimitError with every limit it
+    breaks and the site's entry of the same node type that would take it, rather than sbatch's
+    refusal or a job pending for ever (Leonardo's boost_qos_bprod below 65 nodes). `role`: the
+    role of a heterogeneous job's component."""
+    if o.kind != "sbatch":
+        return
+    asked = (f"role {role}: " if role else "") + _nodes(nodes) + (f" ({spares} of them spare)" if spares else "")
+    broken = limit_problems(partition, nodes, time, asked)
+    if not broken:
+        return
+    given = o.pick(preset, "time")  # the job's own time limit goes along; else each entry's default
+    takers = [p for p in site.partitions if p.node_type == partition.node_type and p is not partition
+              and not limit_problems(p, nodes, str(given) if given is not None else None, "")]
+    how_long = f" for {_shown(str(given))}" if given is not None else ""
+    if takers:
+        taker = f"{_entry(takers[0])} would take {_nodes(nodes)}{how_long}"
+        tip = f"pass -p {takers[0].name}, or {_fixes(broken)}"
+    else:
+        taker = f"no partition of site {site.name!r} takes {_nodes(nodes)}{how_long}"
+        tip = f"use {_fixes(broken)}"
+    raise LimitError(tuple(problem for problem, _ in broken), taker, tip)
+
+
+def limit_problems(p: Partition, nodes: int, time: str | None, asked: str) -> list[tuple[str, str]]:
+    """(problem, fix) for each limit of `p` that `nodes` and `time` break (pure)."""
+    seconds = parse_time(time or p.default_time or p.max_time)
+    limit = parse_time(p.max_time)
+    out = []
+    if nodes > p.max_nodes:
+        out.append((f"{asked} requested, but {_entry(p)} allows at most {p.max_nodes}",
+                    f"--nodes {p.max_nodes} or less"))
+    if p.min_nodes is not None and nodes < p.min_nodes:
+        out.append((f"{asked} requested, but {_entry(p)} takes at least {p.min_nodes} (min_nodes): sbatch would "
+                    "refuse the job, or Slurm hold it for ever", f"--nodes {p.min_nodes} or more"))
+    if seconds > limit:
+        out.append((f"time limit {time} exceeds the maximum {p.max_time} of {_entry(p)}",
+                    f"--time {p.max_time} or less"))
+    if p.max_node_minutes is not None and nodes * seconds > p.max_node_minutes * 60:
+        most = p.max_node_minutes // nodes
+        spent = "UNLIMITED" if seconds == float("inf") else f"{nodes * seconds / 60:g}"
+        out.append((f"{asked} x {_shown(time or p.default_time or p.max_time)} is {spent} node-minutes, but "
+                    f"{_entry(p)} allows at most {p.max_node_minutes} per job (max_node_minutes)",
+                    f"--time {_clock(most)} or less" if most else
+                    f"--nodes {max(1, int(p.max_node_minutes * 60 // seconds))} or fewer"))
+    return out
+
+
+def _fixes(broken: list[tuple[str, str]]) -> str:
+    """The fixes of `broken`, the first for each option (max_nodes' before the node-minutes')."""
+    seen: dict[str, str] = {}
+    for _, fix in broken:
+        seen.setdefault(fix.split()[0], fix)
+    return " and ".join(seen.values())
+
+
+def _entry(p: Partition) -> str:
+    """`partition 'NAME'`, with its QOS where it has one (a route, or one QOS of a Slurm partition)."""
+    return f"partition {p.name!r}" + (f" (QOS {p.qos})" if p.qos and p.qos != p.name else "")
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node{'' if n == 1 else 's'}"
+
+
+def _shown(time: str) -> str:
+    """A time limit as Slurm writes it back (`-t 40`: 00:40:00)."""
+    seconds = parse_time(time)
+    return _clock(int(seconds) // 60) if seconds != float("inf") and not seconds % 60 else time
+
+
+def _clock(minutes: int) -> str:
+    """Minutes as a Slurm time limit (D-HH:MM:SS past a day)."""
+    days, rest = divmod(minutes, 1440)
+    return (f"{days}-" if days else "") + f"{rest // 60:02d}:{rest % 60:02d}:00"
 
 
 _REQUIRED_FLAGS = {"account": ("-A ACCOUNT", "sacctmgr show associations user=$USER format=account"),

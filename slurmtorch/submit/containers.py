@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from slurmtorch import shell
 from slurmtorch.errors import SpecError
 
-# The EDF's name in the job folder; the batch script writes it there (render.launch_plan).
+# The EDF's name in the job folder; the batch script writes it there (launchplan.plan).
 EDF_FILE = "environment.toml"
 EDF_END = "SLURMTORCH_EDF"  # the quoted here-document's delimiter: no line of edf_text can equal it
 

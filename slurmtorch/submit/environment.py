@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.sites.model import NodeType, Partition, PathMap, Site
-from slurmtorch.submit.sites.fabric import fabric_env
+from slurmtorch.submit.sites.fabric import INTERFACES_ONLY, fabric_env
 from slurmtorch.submit.options import Options
 
 # (NAME, dirs before the inherited value, dirs after it): exported as
@@ -82,7 +82,7 @@ SLURM_IDENTITY = frozenset({
 # Input variables srun takes the step's layout from when its options do not say it (srun(1)
 # "INPUT ENVIRONMENT VARIABLES"): exported in the script, `SLURM_NTASKS=1` made a 2-node
 # job train on one rank and end COMPLETED. Every rank step names its layout now
-# (render.launch_plan); these are refused as well, with the option that says it.
+# (launchplan.plan); these are refused as well, with the option that says it.
 SLURM_LAYOUT = {
     "SLURM_NTASKS": "-n/--ntasks", "SLURM_NPROCS": "-n/--ntasks", "SLURM_NTASKS_PER_NODE": "--ntasks-per-node",
     "SLURM_NTASKS_PER_SOCKET": "--ntasks-per-node", "SLURM_NTASKS_PER_CORE": "--ntasks-per-node",
@@ -100,7 +100,8 @@ def job_env(site: Site, node: NodeType, partition: Partition, preset: dict, o: O
     `nodes` is the job's node count (a one-node batch job's fabric layer may differ).
     """
     layers: list[tuple[Iterable[tuple[str, str | None]], PathMap, PathMap]] = [
-        (fabric_env(node, one_node=o.kind == "sbatch" and nodes == 1, edition=site.fabric_defaults), (), ()),
+        (fabric_env(node, one_node=o.kind == "sbatch" and nodes == 1, edition=site.fabric_defaults,
+                    interfaces_only=preset.get("fabric_env", site.fabric_env) == INTERFACES_ONLY), (), ()),
         (site.env, site.prepend_path, site.append_path),
         (node.env, node.prepend_path, node.append_path),
         (partition.env, partition.prepend_path, partition.append_path),

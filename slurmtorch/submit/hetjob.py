@@ -18,16 +18,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from slurmtorch import shell
-from slurmtorch.errors import SpecError
-from slurmtorch.roles import LEADER_ROLES, RoleLayout
-from slurmtorch.submit.allocation import account_and_qos, check_role_total, per_node, time_limit
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.roles import LEADER_ROLES, RoleLayout, parse_role_item
+from slurmtorch.submit.allocation import account_and_qos, check_limits, check_role_total, per_node, time_limit
 from slurmtorch.submit.environment import job_env
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
-
-ROLE_KEYS = ("partition", "gpus", "tasks", "spare")
-ROLE_TIP = ("e.g. --role master=1 --role worker=2:partition=fat:gpus=4 "
-            "(ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N])")
 
 
 @dataclass(frozen=True)
@@ -77,9 +73,17 @@ class HetComponent:
 
     @property
     def env_argv(self) -> tuple[str, ...]:
-        """`env -u NAME... NAME=VALUE...` before its steps' srun; () when nothing changes."""
-        args = (*(a for name in self.unset for a in ("-u", name)), *(f"{k}={v}" for k, v in self.env))
+        """`env -u NAME... NAME=VALUE...` before its steps' srun; () when nothing changes. A
+        job-time value (a site's `{expand: ...}`) stays one, so its variables expand there, as
+        the batch script's own `export` of a plain job's does."""
+        args = (*(a for name in self.unset for a in ("-u", name)), *(_assignment(k, v) for k, v in self.env))
         return ("env", *args) if args else ()
+
+
+def _assignment(name: str, value: str) -> str:
+    """`NAME=VALUE` as one argv word; a job-time value's word is a job-time word too."""
+    word = f"{name}={value}"
+    return shell.JobTimeWord(word) if isinstance(value, shell.JobTimeWord) else word
 
 
 def split_roles(o: Options) -> tuple[Options, RoleAsks]:
@@ -88,39 +92,21 @@ def split_roles(o: Options) -> tuple[Options, RoleAsks]:
     leader's own partition, GPUs and tasks are the job's: its component is the batch job itself."""
     if not any(":" in item for item in o.roles):
         return o, RoleAsks()
-    plain, asks = [], []
-    for item in o.roles:
-        head, _, rest = str(item).partition(":")
-        plain.append(head)
-        asks.append(_ask(item, head.partition("=")[0].strip(), rest.split(":") if rest else []))
+    try:
+        items = [parse_role_item(item) for item in o.roles]
+    except BootstrapError as exc:
+        raise SpecError(exc.message, tip=exc.tip) from None
+    for item in items:
+        if item.partition is not None:
+            shell.directive_value(item.partition, what=f"--role {item.role} partition")  # no newline/NUL
+    asks = [RoleAsk(i.role, i.partition, i.gpus, i.spare, i.tasks) for i in items]
     leader = next((a for a in asks if a.role in LEADER_ROLES), None)
     typed = RoleAsks(tuple(asks), o.partition, o.gpus_per_node, o.ntasks_per_node)
     if leader is not None:
         o = replace(o, partition=leader.partition or o.partition,
                     gpus_per_node=leader.gpus if leader.gpus is not None else o.gpus_per_node,
                     ntasks_per_node=leader.tasks if leader.tasks is not None else o.ntasks_per_node)
-    return replace(o, roles=tuple(plain)), typed
-
-
-def _ask(item: str, role: str, pairs: list[str]) -> RoleAsk:
-    found: dict[str, str] = {}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or key not in ROLE_KEYS or not value:
-            raise SpecError(f"malformed --role {item!r}: {pair!r} is not one of "
-                            f"{', '.join(k + '=...' for k in ROLE_KEYS)}", tip=ROLE_TIP)
-        if key in found:
-            raise SpecError(f"malformed --role {item!r}: {key} given twice", tip=ROLE_TIP)
-        found[key] = value
-    for key, what in (("gpus", "GPUs per node"), ("tasks", "tasks per node"), ("spare", "spare nodes")):
-        if key in found and not (found[key].isascii() and found[key].isdigit()):
-            raise SpecError(f"malformed --role {item!r}: {key} must be a whole number of {what}", tip=ROLE_TIP)
-    gpus, tasks = found.get("gpus"), found.get("tasks")
-    partition = found.get("partition")
-    if partition is not None:
-        shell.directive_value(partition, what=f"--role {role} partition")  # no newline/NUL
-    return RoleAsk(role, partition, int(gpus) if gpus is not None else None, int(found.get("spare", 0)),
-                   int(tasks) if tasks is not None else None)
+    return replace(o, roles=tuple(f"{i.role}={i.count}" for i in items)), typed
 
 
 def components(site: Site, o: Options, preset: dict[str, Any], layout: RoleLayout | None, asks: RoleAsks,
@@ -210,6 +196,7 @@ def _place(site: Site, o: Options, preset: dict[str, Any], role: str, count: int
     elif gpus and site.gpu_request_for(partition, node) == "gpus-per-node":
         directives["gpus-per-node"] = str(gpus)
     time = time_limit(o, preset, partition)
+    check_limits(o, preset, site, partition, count, time, ask.spare, role)
     account, qos = account_and_qos(o, preset, partition, site)
     for name, value in (("time", time), ("account", account), ("qos", qos)):
         if value:

@@ -8,7 +8,7 @@ executed as the calling user on the calling host" (slurm.conf(5) of 22.05.8, Deb
 slurm-client; salloc(1): "when the user specified command is complete, salloc relinquishes
 the job allocation"). So the shell
 is never on a node: every rank, and the one task that picks MASTER_PORT/ADDR on the first
-node, starts with srun from there (render.FIRST_NODE), driven by the SLURM_JOB_ID,
+node, starts with srun from there (the script's on_first_node), driven by the SLURM_JOB_ID,
 SLURM_JOB_NODELIST, ... that salloc exports. When the shell exits, salloc relinquishes the
 allocation and Slurm ends its steps. A later `ssh -t LOGIN slurmtorch alloc ...` (issue 27's
 remote clusters) runs this unchanged on the login host.

@@ -19,7 +19,8 @@ from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
 from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS, Options
-from slurmtorch.submit.sites.model import SRUN_RUNTIMES, Container, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import (BATCH_MPIRUN_FLAVOURS, SRUN_RUNTIMES, Container, NodeType, Partition,
+                                           Site)
 
 
 def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str, str]:
@@ -30,7 +31,7 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     backend = o.pick(preset, "backend") or "auto"
     if backend not in BACKENDS:
         raise SpecError(f"unknown backend {backend!r}", tip=f"valid backends: {', '.join(BACKENDS)}")
-    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour != "openmpi":
+    if launcher == "mpirun" and o.kind == "sbatch" and site.mpirun.flavour not in BATCH_MPIRUN_FLAVOURS:
         raise SpecError(f"site {site.name!r} launches with {site.mpirun.flavour}'s mpiexec (its mpirun: block), "
                         "which is for slurmtorch mpirun on hosts without Slurm; a batch job's mpirun is Open MPI's",
                         tip="use --launcher srun in a Slurm job, or slurmtorch mpirun --hostfile on the hosts")
@@ -44,12 +45,16 @@ def choose_launcher(site: Site, o: Options, preset: dict[str, Any]) -> tuple[str
     return launcher, backend
 
 
-def gpu_order_env(site: Site, kind: str) -> dict[str, str]:
-    """The rank side's GPU order for `slurmtorch mpirun` on this site (bootstrap.device): reverse
-    where the site says so (ALCF Polaris: set_affinity_gpu_polaris.sh, "need to assign GPUs in
-    reverse order due to topology"), else nothing."""
+def gpu_order_env(site: Site, kind: str, node: NodeType) -> dict[str, str]:
+    """The rank side's GPU order (bootstrap.device, bootstrap.placement): reverse where the site
+    says so, for `slurmtorch mpirun` in its `mpirun:` block (ALCF Polaris: set_affinity_gpu_polaris.sh,
+    "need to assign GPUs in reverse order due to topology"), else for any job on the node type's
+    board (its `gpu_order`: GPU 0 by the last NUMA node, where srun binds rank 0 to the first
+    cores); else nothing."""
     if kind == "mpirun" and site.mpirun.gpu_order != "natural":
         return {protocol.GPU_ORDER: site.mpirun.gpu_order}
+    if node.gpu_order not in (None, "natural"):
+        return {protocol.GPU_ORDER: node.gpu_order}
     return {}
 
 
@@ -97,14 +102,23 @@ def local_rank_form(o: Options, preset: dict[str, Any]) -> str | None:
     return form
 
 
-def init_args_form(o: Options) -> str | None:
-    """--init-args, checked here as the ranks will read it (`initargs`), or None."""
+def init_args_form(o: Options, tasks_per_node: int | None) -> str | None:
+    """--init-args, checked here as the ranks will read it (`initargs`), or None. The per-node
+    shape with more than one task on a node (`tasks_per_node`, the most any node runs; None:
+    not known here) is refused now, not by every rank once the job has waited its turn."""
     if o.init_args is None:
         return None
     try:
-        initargs.parse(o.init_args)
+        shape, _ = initargs.parse(o.init_args)
     except initargs.InitArgsError as exc:
         raise SpecError(str(exc), tip=initargs.TIP) from None
+    if shape == "node" and tasks_per_node is not None and tasks_per_node > 1:
+        raise SpecError(f"--init-args={o.init_args} gives each task its node's rank and the node count, but "
+                        f"{tasks_per_node} tasks run on a node: each would claim the same rank",
+                        tip="one task per node (" + ("--ntasks-per-node 1" if o.kind == "sbatch" else
+                                                     "-n 1 a host, with --hostfile") +
+                            "; the script starts its own workers, as imagenet's --multiprocessing-distributed "
+                            "does), or --init-args=rank")
     return o.init_args
 
 
@@ -114,12 +128,16 @@ class ScriptConventions(TypedDict):
     local_rank_arg: str | None
     init_args: str | None
     cluster_spec: str | None
+    no_init: bool
 
 
-def script_conventions(o: Options, preset: dict[str, Any]) -> ScriptConventions:
-    """The --local_rank argument, --init-args and CLUSTER_SPEC's shape, each checked."""
-    return ScriptConventions(local_rank_arg=local_rank_form(o, preset), init_args=init_args_form(o),
-                             cluster_spec=cluster_spec_shape(o))
+def script_conventions(o: Options, preset: dict[str, Any], tasks_per_node: int | None) -> ScriptConventions:
+    """The --local_rank argument, --init-args, CLUSTER_SPEC's shape, each checked, and whether
+    the script makes the process group itself (--no-init); `tasks_per_node`: the most tasks any
+    node runs, None where that is not known here."""
+    return ScriptConventions(local_rank_arg=local_rank_form(o, preset),
+                             init_args=init_args_form(o, tasks_per_node),
+                             cluster_spec=cluster_spec_shape(o), no_init=bool(o.no_init))
 
 
 def cluster_spec_shape(o: Options) -> str | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from slurmtorch.errors import SpecError, SubmitError
 from slurmtorch.submit.scripttext import ExportedValue
-from slurmtorch.submit.sites.model import MpiLaunch
+from slurmtorch.submit.sites.model import SELF_PLACING_FLAVOURS, MpiLaunch
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,21 @@ def _intel(m: MpiLaunch, ntasks: int, hostfile: str | None, env_names: list[str]
                        "-genvall passes every variable above to every host")
 
 
-_FLAVOURS = {"openmpi": _openmpi, "hydra": _hydra, "pals": _pals, "intel": _intel}
+def _ibrun(m: MpiLaunch, ntasks: int, hostfile: str | None, env_names: list[str]) -> MpiexecLine:
+    """TACC's ibrun (Vista's user guide, docs/hpc/vista/launching.md in TACC/TACC-Docs: "the
+    TACC-specific MPI launcher ibrun, which is a Vista-aware replacement for generic MPI launchers
+    like mpirun and mpiexec"): it runs inside a Slurm job or an idev session, whose layout
+    decides the nodes and the ranks on each ("your Slurm #SBATCH directives will determine the
+    number of ranks (MPI tasks) and number of nodes"), and places and pins them itself ("both
+    OpenMPI and MVAPICH2 will distribute and pin tasks and threads in a sensible way"), so no
+    ranks per node, binding or hostfile (`check_hosts`); `-np N` runs N of them (vista.md:
+    `ibrun -np $SLURM_NNODES ...`). The variables exported before it reach the ranks, as the
+    guide's `export OMP_NUM_THREADS=8` then `ibrun ./myprogram`."""
+    return MpiexecLine("ibrun", False, ("-np", str(ntasks)),
+                       "ibrun starts them in this Slurm job with every variable above, as TACC's guide exports them")
+
+
+_FLAVOURS = {"openmpi": _openmpi, "hydra": _hydra, "pals": _pals, "intel": _intel, "ibrun": _ibrun}
 
 
 # Open MPI's mpirun starts as root only with both set to 1 (open-mpi/ompi#6895 and #6911, from
@@ -123,9 +137,14 @@ _MPIRUN_SETS = {**dict.fromkeys(("-n", "-np", "--np", "--n", "-c"), "use -n/--nt
                 **dict.fromkeys(("--hostfile", "-hostfile", "--machinefile", "-machinefile", "-f"), "use --hostfile")}
 
 
-def mpirun_arguments(args: Iterable[str], kind: str) -> tuple[str, ...]:
+def mpirun_arguments(args: Iterable[str], kind: str, m: MpiLaunch | None = None,
+                     hostfile: str | None = None) -> tuple[str, ...]:
     """--mpirun-arg as typed (one argv word each, quoted by the template), after slurmtorch's own
-    arguments; refused for a batch job and for the options slurmtorch sets."""
+    arguments; refused for a batch job and for the options slurmtorch sets. A --hostfile for a
+    launcher that takes its hosts from the Slurm job (`m`'s flavour: TACC's ibrun) is refused."""
+    if m is not None and m.flavour in SELF_PLACING_FLAVOURS and hostfile is not None and kind == "mpirun":
+        raise SpecError(f"--hostfile: {m.flavour} takes the hosts from the Slurm job it runs in (TACC); it reads "
+                        "no hostfile", tip="run slurmtorch mpirun inside the job (or idev session) without --hostfile")
     args = tuple(args)
     if args and kind != "mpirun":
         raise SpecError("--mpirun-arg is slurmtorch mpirun's; a batch job's mpirun runs in the job",

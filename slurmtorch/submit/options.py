@@ -36,11 +36,13 @@ def _choices(values: tuple[str, ...]) -> str:
 
 
 def _flag(*flags: str, help: str | None = None, metavar: str | None = None, default: Any = None,
-          sbatch: str | None = None, api: bool = False) -> Any:
+          sbatch: str | None = None, api: bool = False, bare: tuple[str, Any] | None = None) -> Any:
     """A field the CLI offers as `flags` (None there: not given); `sbatch`: the `#SBATCH` option
-    it is passed on as, once checked (sbatch_options); `api`: a `Distributor` keyword too."""
+    it is passed on as, once checked (sbatch_options); `api`: a `Distributor` keyword too;
+    `bare`: (its value when typed alone, whether a word is a value of its): the next word is its
+    value only when it is one, as the bootstrap reads `--init-args train.py`."""
     return field(default=default, metadata={"flags": flags, "help": help, "metavar": metavar, "sbatch": sbatch,
-                                            "api": api})
+                                            "api": api, "bare": bare})
 
 
 @dataclass(frozen=True)
@@ -91,10 +93,16 @@ class Options:
              "torch.distributed.launch since torch 2.0)")
     init_args: str | None = _flag(
         "--init-args", metavar=_choices(initargs.SHAPES) + "[:URL,RANK,WORLD]",
+        bare=("rank", initargs.is_value),
         help="give each rank the rendezvous URL, its rank and the world size as arguments after the script's own: "
-             "rank: --init_method URL --rank R --world_size N (ModelArts); node: node rank and node count (one "
-             "task per node); name the flags after a colon, e.g. node:dist-url,rank,world-size (pytorch/examples' "
-             "imagenet)")
+             "rank (the default, --init-args alone): --init_method URL --rank R --world_size N (ModelArts); node: "
+             "node rank and node count (one task per node); name the flags after a colon, e.g. "
+             "node:dist-url,rank,world-size (pytorch/examples' imagenet)")
+    no_init: bool | None = _flag(
+        "--no-init",
+        help="start no process group of ours: each rank gets its world (env://, CLUSTER_SPEC, ...) and the script "
+             "calls init_process_group itself, with its own backend, timeout and settings (torchtitan's "
+             "init_distributed, which skips its set-up where a group exists)")
     cluster_spec: str | None = _flag(
         "--cluster-spec", metavar=_choices(CLUSTER_SPEC_SHAPES),
         help="CLUSTER_SPEC's shape: ai-platform (master/worker, one entry per rank; the default) or vertex "

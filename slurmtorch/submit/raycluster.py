@@ -1,6 +1,6 @@
 """`--ray`: a Ray cluster inside the allocation, and the script as its driver (pure).
 
-The batch script (templates/sbatch.sh.j2) starts three srun steps at once, each running
+The batch script starts its steps (`ray_steps`) at once, each running
 `bootstrap/raynode.py` with the job's python (in the job's container, as a rank would):
 the head on the first node (this one), at MASTER_ADDR, which the script picked on the
 site's fabric interface as for any srun job; a worker on every other node, one step over
@@ -18,9 +18,9 @@ work on a node type.
 
 The driver's step ends the job with its code. A node's step that ends first (its raylet
 or GCS died: its raynode named the node in batch.out) ends the job at once, the script
-stopped (REAP). At the end Ray is stopped on every node: TERM to the steps (each raynode
-ends its session's processes), then one more step on every node that ends whatever of
-this job's Ray is left, so that no raylet or GCS outlives the job.
+stopped: the head and workers are vital steps (templates/reap.sh). At the end one more step
+on every node ends whatever of this job's Ray is left (a cleanup step), then the node steps
+get TERM (each raynode ends its session's processes): no raylet or GCS outlives the job.
 
 Ray is the job's, never the login node's: nothing here imports it.
 """
@@ -29,11 +29,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.roles import RoleItem, parse_role_item
 from slurmtorch.submit.containers import container_args
 from slurmtorch.submit.hetjob import HetComponent
 from slurmtorch.submit.options import Options
-from slurmtorch.submit.scripttext import InCode
+from slurmtorch.submit.scripttext import InCode, Interpreter, ShellWord
+from slurmtorch.submit.steps import CLEANUP, VITAL, Step
 
 RAY_NODE = "slurmtorch.bootstrap.raynode"
 JOIN_S = 300  # without --hang-timeout: how long the cluster may take to form before the job fails
@@ -46,7 +48,7 @@ def ray_options(o: Options) -> Options:
         return o
     if o.kind != "sbatch" or o.interactive:
         raise SpecError("--ray starts a Ray cluster in a batch job", tip="use slurmtorch sbatch --ray")
-    if any(pair.startswith("tasks=") for item in o.roles for pair in str(item).split(":")[1:]):
+    if any(item.tasks is not None for item in _role_items(o)):
         raise SpecError("--ray runs one Ray node per Slurm node: a role's tasks= cannot apply",
                         tip="leave tasks= out; a Ray node holds the node's CPUs and GPUs")
     if o.role_images:
@@ -64,107 +66,50 @@ def ray_options(o: Options) -> Options:
     return replace(o, launcher="srun", ntasks_per_node=1)
 
 
-# After the steps started in the background (ray_head_step, ray_worker_steps (none on one
-# node), ray_driver_step: srun's pids), wait for them; then $rc is the job's code.
-REAP = """\
-# The driver's step decides the job's code. A Ray node's step that ends before it (its raylet
-# or GCS died, or its node was lost: the line above names the node) ends the job at once: the
-# script would otherwise wait for that node's work until its own timeouts, if it has any.
-rc=
-while [ -z "$rc" ]; do
-    wait -n
-    if ! kill -0 "$ray_driver_step" 2>/dev/null; then
-        wait "$ray_driver_step"
-        rc=$?
-        continue
-    fi
-    for step in "$ray_head_step" "${ray_worker_steps[@]}"; do
-        if ! kill -0 "$step" 2>/dev/null; then
-            echo "slurmtorch: error: a Ray node's step ended before the script did (the line above names the" \\
-                "node); ending the job" >&2
-            rc=1
-            kill "$ray_driver_step" 2>/dev/null
-            break
-        fi
-    done
-done"""
-
-# After the stop step: the nodes' steps, told to stop by it, end by themselves; srun is
-# killed after a grace time, and the job's end takes a step that is still there down.
-AWAIT_STEPS = """\
-ray_steps=("$ray_driver_step" "$ray_head_step" "${ray_worker_steps[@]}")
-grace=150
-while [ "$grace" -gt 0 ] && kill -0 "${ray_steps[@]}" 2>/dev/null; do
-    sleep 0.2
-    grace=$((grace - 1))
-done
-kill -KILL "${ray_steps[@]}" 2>/dev/null
-wait"""
+def _role_items(o: Options) -> list[RoleItem]:
+    try:
+        return [parse_role_item(item) for item in o.roles]
+    except BootstrapError as exc:
+        raise SpecError(exc.message, tip=exc.tip) from None
 
 
-@dataclass(frozen=True)
-class RayStep:
-    """An srun step over some of the job's nodes (its `count` from `offset`, in role order),
-    unquoted: srun's options (the template adds --nodelist), the variables its node type
-    changes (`env -u ... NAME=VALUE`), and raynode's words after its subcommand and the head's."""
-
-    srun: tuple[str, ...]
-    offset: int
-    count: int
-    node_args: tuple[str, ...] = ()
-    env_argv: tuple[str, ...] = ()
+# The head's address, which the script sets before the steps (from MASTER_ADDR and MASTER_PORT, picked
+# on this node as for any srun job, then unset: the port is Ray's GCS now, not a torch store's).
+RAY_HEAD = ShellWord('"$ray_head"')
 
 
-@dataclass(frozen=True)
-class RayPlan:
-    """The Ray steps of a --ray batch script: the head's and the driver's on the first node,
-    the workers' (one step, or one a role), and the stop's (one step, or one a component)."""
-
-    head_srun: tuple[str, ...]
-    workers: tuple[RayStep, ...]
-    driver_srun: tuple[str, ...]
-    stops: tuple[RayStep, ...]
-    node_argv: tuple[str, ...]  # [container prefix] python -m slurmtorch.bootstrap.raynode
-    node_args: tuple[str, ...]  # the head's: --cpus --gpus --backend --deadline [--role]
-    driver_args: tuple[str, ...]  # --nodes --deadline [--import-from] (SCRIPT | -m MODULE) ARGS
-    deadline: int
-    het_groups: tuple[int, ...] = ()  # a heterogeneous job's components, whose nodes are the job's
-    reap: str = REAP
-    await_steps: str = AWAIT_STEPS
-
-
-def ray_plan(spec, outputs: list[str]) -> RayPlan | None:
-    """The plan for a --ray spec (None for any other); `outputs`: srun's options that send the
-    driver's output where rank 0's goes (rank-0.out/err in the job folder)."""
-    if not spec.ray:
-        return None
+def ray_steps(spec, outputs: list[str], edf: list) -> tuple[Step, ...]:
+    """The steps of a --ray spec: the head's and the driver's on the first node, the workers' (one
+    step, or one a role) and the stop's (one step, or one a component); `outputs`: srun's options
+    that send the driver's output where rank 0's goes (rank-0.out/err in the job folder), `edf`:
+    a cscs-ce container's --environment. The head and workers are vital: Ray's node gone (its
+    raylet or GCS died, its node was lost), the job ends at once; the driver's code is the job's."""
     prefix, pyxis = container_args(spec, spec.container)
-    python = spec.container.interpreter if spec.container is not None else spec.python
+    python = spec.container.interpreter if spec.container is not None else Interpreter(spec.python)
     deadline = spec.hang_timeout if spec.hang_timeout is not None else JOIN_S
     leader = spec.het_components[0] if spec.het_components else None
     one = ("--overlap", *_group(leader), "--nodes=1", "--ntasks=1", "--mpi=none", f"--cpus-per-task={spec.cpus_per_task}")
+    node = (*prefix, python, "-m", RAY_NODE)
     parts = _parts(spec)
 
-    def step(part: _Part, offset: int, count: int, *srun: str) -> RayStep:
-        return RayStep((*srun[:1], *_group(part.het), f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
-                        *srun[1:]), offset, count, _node_args(spec, part, deadline), part.env_argv)
+    def step(name: str, part: _Part, offset: int, count: int, end: str, *srun: str) -> Step:
+        what = "stop" if end == CLEANUP else "worker"
+        options = (*srun[:1], *_group(part.het), f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1",
+                   *srun[1:], *edf)
+        args = () if end == CLEANUP else _node_args(spec, part, deadline)
+        return Step(name, (*node, what, RAY_HEAD, *args), options, (offset, count), part.env_argv, end, args=False)
 
-    workers = tuple(step(p, p.offset + (i == 0), p.count - (i == 0), "--overlap", "--kill-on-bad-exit=1", "--mpi=none",
-                         f"--cpus-per-task={p.cpus}", *pyxis, *spec.srun_args)
+    workers = tuple(step(f"Ray workers ({p.role})" if p.role else "Ray workers", p, p.offset + (i == 0), p.count - (i == 0), VITAL,
+                         "--overlap", "--kill-on-bad-exit=1", "--mpi=none", f"--cpus-per-task={p.cpus}", *pyxis,
+                         *spec.srun_args)
                     for i, p in enumerate(parts) if p.count - (i == 0) > 0)  # the first node is the head's
-    stops = tuple(step(p, p.offset, p.count, "--overlap", "--mpi=none", "--quiet", *pyxis)
+    stops = tuple(step("Ray stop", p, p.offset, p.count, CLEANUP, "--overlap", "--mpi=none", "--quiet", *pyxis)
                   for p in (parts if spec.het_components else [_Part(None, 0, spec.nodes, spec.cpus_per_task, 0)]))
-    return RayPlan(
-        head_srun=(*one, *pyxis, *spec.srun_args),
-        workers=workers,
-        driver_srun=(*one, *outputs, *pyxis, *spec.srun_args),
-        stops=stops,
-        node_argv=(*prefix, python, "-m", RAY_NODE),
-        node_args=_node_args(spec, parts[0], deadline),
-        driver_args=("--nodes", str(spec.nodes), "--deadline", str(deadline), *program(spec)),
-        deadline=deadline,
-        het_groups=tuple(c.group for c in spec.het_components),
-    )
+    head = Step("Ray head", (*node, "head", RAY_HEAD, *_node_args(spec, parts[0], deadline)),
+                (*one, *pyxis, *spec.srun_args, *edf), (0, 1), end=VITAL, args=False)
+    driver = Step("Ray driver", (*node, "driver", RAY_HEAD, "--nodes", str(spec.nodes), "--deadline", str(deadline),
+                                 *program(spec)), (*one, *outputs, *pyxis, *spec.srun_args, *edf), (0, 1))
+    return head, *workers, driver, *stops
 
 
 @dataclass(frozen=True)

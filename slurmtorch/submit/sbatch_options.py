@@ -10,7 +10,7 @@ line and `--srun-arg=--name[=value]` any option to every srun that starts ranks;
 refuse the options slurmtorch sets itself (the layout the ranks are derived from, the
 job folder's log paths, the array's trials) and those that would break the submission.
 Values reach the script only through the one quoting path: `shell.directive_value` for
-the header (`spec.sbatch_header`), `join_q` for srun lines (`render.launch_plan`).
+the header (`spec.sbatch_header`), `join_q` for srun lines (`launchplan.plan`).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ SBATCH_REFUSED: dict[str, tuple[str, str]] = {
     "environment": ("CSCS's Container Engine belongs on the ranks' srun, not on sbatch",
                     "use --container-runtime cscs-ce --container-image IMAGE (or the site's container)"),
 }
-# srun options of the launch lines (render.launch_plan) slurmtorch sets, and those that would
+# srun options of the launch lines (launchplan.plan) slurmtorch sets, and those that would
 # start something other than one bootstrap per rank in this job.
 _STEP = ("every rank must run slurmtorch's bootstrap in this job's step", "leave it out")
 SRUN_REFUSED: dict[str, tuple[str, str]] = {

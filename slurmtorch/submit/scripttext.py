@@ -3,7 +3,8 @@
 `script_quote` is `shell.quote` (the one audited quoting path) with bash's `$'...'` for
 control characters, plus the few expansions a script must leave to the job: the job's folder
 (`containers.InJobFolder`), its copy of the code (`InCode`), a site's `$NAME` in an image path
-or `env:` value (`shell.JobTimeWord`), a variable the script exported (`ExportedValue`).
+or `env:` value (`shell.JobTimeWord`), a variable the script exported (`ExportedValue`), the
+job's python named once (`Interpreter`), and the script's own words (`ShellWord`).
 `composed_path` writes a `prepend_path`/`append_path` over a variable's own value; `comment_quote`
 keeps an argument on its comment line. The renderer's Jinja filters.
 """
@@ -19,6 +20,16 @@ from slurmtorch.submit.containers import InJobFolder
 class InCode(str):
     """A path inside the job's snapshot: the script prints it as "$SLURMTORCH_CODE"/'path',
     the snapshot's place (the job folder) known only once the job has an id."""
+
+
+class Interpreter(str):
+    """The job's python on the host: the script names it once (`python=...`) and its steps run
+    "$python" (launchplan.Launch.python)."""
+
+
+class ShellWord(str):
+    """A word of ours that the script's shell expands (`"$ray_head"`, `--nodes="$SLURM_JOB_NUM_NODES"`),
+    written as it is: only constants of this package, never a value a user or a site gave."""
 
 
 class ExportedValue(str):
@@ -58,10 +69,15 @@ def script_quote(value: object) -> str:
         return shell.with_variables(value, what="job-time value")
     if isinstance(value, InCode):
         return f'"${protocol.CODE}"/' + script_quote(str(value))
+    if isinstance(value, Interpreter):
+        return '"$python"'
+    if isinstance(value, ShellWord):  # ours, constant: see the class
+        return str(value)
     if isinstance(value, ExportedValue):  # the name was checked (shell.env_name): a plain word
         return f'{value}="${value}"'
     if isinstance(value, InJobFolder):  # the one expansion: the job's folder, known when it runs
-        return script_quote(value.prefix) + '"$SLURMTORCH_JOB_DIR"/' + script_quote(value.name)
+        return (script_quote(value.prefix) if value.prefix else "") + '"$SLURMTORCH_JOB_DIR"/' + \
+            script_quote(value.name)
     text = str(value)
     quoted = shell.quote(text)  # the audited path; refuses NUL
     return comment_quote([text]) if re.search(r"[\x00-\x1f\x7f]", text) else quoted

@@ -20,9 +20,9 @@ from slurmtorch import shell
 from slurmtorch.roles import RoleLayout
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit.allocation import (account_and_qos, check_required_time, node_count, per_node,
+from slurmtorch.submit.allocation import (account_and_qos, check_limits, check_required_time, node_count, per_node,
                                           resolve_target, role_layout, time_limit)
-from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site
+from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site, layered_srun_args
 from slurmtorch.submit.environment import PathEdit, job_env
 from slurmtorch.submit.hetjob import HetComponent, components, split_roles
 from slurmtorch.submit.inputs import file_problem
@@ -94,7 +94,7 @@ class JobSpec:
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
     trials: tuple[tuple[int, tuple[tuple[str, str], ...]], ...] = ()
     # Extra arguments of every srun that starts ranks (the plain step, torchrun's, each
-    # role's): the one list render.launch_plan appends; --srun-arg, as typed.
+    # role's): the one list launchplan.plan appends; --srun-arg, as typed.
     srun_args: tuple[str, ...] = ()
     # `slurmtorch mpirun`'s extra mpirun arguments, after its own: --mpirun-arg, as typed.
     mpirun_args: tuple[str, ...] = ()
@@ -109,6 +109,7 @@ class JobSpec:
     env_paths: tuple[PathEdit, ...] = ()
     module_purge: bool = False
     module_use: tuple[str, ...] = ()
+    after_modules: tuple[str, ...] = ()  # the site's trusted lines between the modules and the exports
     # Trusted admin lines run once per node (site's, then the node type's) before the ranks.
     node_prologue: tuple[str, ...] = ()
     gpu_vendor: str = "nvidia"
@@ -120,6 +121,8 @@ class JobSpec:
     init_args: str | None = None
     # --cluster-spec: CLUSTER_SPEC's shape (protocol.CLUSTER_SPEC_SHAPES); None: the default.
     cluster_spec: str | None = None
+    # --no-init: the ranks' bootstrap starts no process group; the script makes its own.
+    no_init: bool = False
     # How the header asks for the GPUs (sites.model.GPU_REQUESTS): --gpus-per-node=N, --gres=gpu:N, none.
     gpu_request: str = "gpus-per-node"
     # The job runs a copy of its code taken at submission (code/ in its folder), None: in place.
@@ -127,7 +130,7 @@ class JobSpec:
     snapshot: Snapshot | None = None
     # Run from `slurmtorch alloc`'s shell (`slurmtorch run`), not as a batch job: the shell
     # has the modules and environment, the ranks' output goes to the terminal, and the
-    # first node is reached with srun (render.launch_plan; submit/interactive.py).
+    # first node is reached with srun (launchplan.plan; submit/interactive.py).
     interactive: bool = False
     # `slurmtorch mpirun`: the site's MPI launcher, ranks per node, binding (its `mpirun:` block).
     mpi_launch: MpiLaunch = MpiLaunch()
@@ -186,6 +189,8 @@ def build_spec(site: Site, options: Options) -> JobSpec:
     in_container = container is not None or any(c for _, c in role_containers)
     recovery = resolve_restarts(o, launcher, bool(het_components), in_container, nodes, partition.max_nodes,
                                 partition.name, timeout, role_asks.spares)
+    if not het_components:  # a heterogeneous job's components: each in hetjob.components
+        check_limits(o, preset, site, partition, nodes + recovery.spare_nodes, time, recovery.spare_nodes)
     account, qos = account_and_qos(o, preset, partition, site)
     job = JobSpec(
         kind=o.kind,
@@ -224,18 +229,26 @@ def build_spec(site: Site, options: Options) -> JobSpec:
         roles=roles.roles if roles else (), role_tasks=roles.tasks if roles else (),
         role_containers=role_containers,
         array=array, trial_ids=trial_ids, sweep=sweep, trials=trials,
-        srun_args=srun_arguments(o, launcher, (*site.srun_args, *node.srun_args, *partition.srun_args,
-                                               *preset.get("srun_args", ())), refused, partition.name),
-        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind), gpu_request=gpu_request,
+        srun_args=srun_arguments(o, launcher, layered_srun_args(site.srun_args, node.srun_args, partition.srun_args,
+                                                                preset.get("srun_args", ())), refused, partition.name),
+        mpirun_args=mpirun_arguments(o.mpirun_args, o.kind, site.mpirun, o.hostfile), gpu_request=gpu_request,
         **recovery._asdict(),  # max_restarts, spare_nodes, hang_timeout, replace_straggler
         env_paths=env_paths,
         gpu_vendor=node.gpu_vendor,
-        **script_conventions(o, preset),
+        **script_conventions(o, preset, most_tasks_on_a_node(o, ntasks_per_node, ntasks, roles)),
         interactive=o.interactive,
         het_components=het_components,
         ray=bool(o.ray),
     )
     return _site_parts(job, site, node, partition, preset, asked)
+
+
+def most_tasks_on_a_node(o: Options, ntasks_per_node: int, ntasks: int, roles: RoleLayout | None) -> int | None:
+    """The most tasks any node runs: a batch job's per node (or a role's), a run here's all
+    (one host); None over a --hostfile, whose hosts share the ranks as mpirun decides."""
+    if o.kind == "mpirun":
+        return None if o.hostfile else ntasks
+    return max([ntasks_per_node, *(tasks for _, tasks in (roles.tasks if roles else ()))])
 
 
 def process_group_timeout(o: Options, preset: dict, site: Site) -> int:
@@ -266,10 +279,10 @@ def _site_parts(job: JobSpec, site: Site, node: NodeType, partition: Partition, 
             **dict(preset.get("directives", ())), **asked}
     directives = sbatch_header(job, base)
     # `slurmtorch mpirun`'s launcher, and its GPU order for the ranks (the job's own --env wins).
-    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind).items() if k not in dict(job.env)))
+    env = (*job.env, *((k, v) for k, v in gpu_order_env(site, job.kind, node).items() if k not in dict(job.env)))
     return replace(job, directives=directives, sbatch_lines=tuple(sbatch_line(n, v) for n, v in directives),
-                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge,
-                               module_use=site.module_use, node_prologue=(*site.node_prologue, *node.node_prologue))
+                   mpi_launch=site.mpirun, env=env, module_purge=site.module_purge, module_use=site.module_use,
+                   after_modules=site.after_modules, node_prologue=(*site.node_prologue, *node.node_prologue))
 
 
 def sbatch_header(job: JobSpec, base: dict[str, str | bool | None]) -> tuple[tuple[str, str | bool], ...]:

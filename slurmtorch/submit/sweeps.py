@@ -37,8 +37,13 @@ def plan_array(o: Options, max_size: int = DEFAULT_MAX_ARRAY_SIZE) -> tuple[
         return None, (), (), ()
     if o.kind != "sbatch":
         raise SpecError("--array and --sweep need slurmtorch sbatch")
+    if max_size < 1:
+        raise SpecError("the site's cluster runs no job arrays (its max_array_size: 0, as MaxArraySize=0 turns them "
+                        "off), so no --array or --sweep",
+                        tip="submit each trial as a job of its own (separate jobs, or a chain); if `scontrol show "
+                            "config` says another MaxArraySize, correct the site's max_array_size")
     trials = math.prod(len(values) for _, values in sweep)
-    if trials > max_size:  # refused before the grid is built: it can be huge
+    if sweep and trials > max_size:  # refused before the grid is built: it can be huge
         raise SpecError(f"--sweep is a grid of {trials} trials, more than one job array holds "
                         f"(MaxArraySize {max_size})", tip=limit_tip(max_size))
     grid = sweep_grid(sweep)

@@ -10,19 +10,21 @@ the user typed into `Options` and prints what comes back.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from slurmtorch.errors import SubmitError, typed
+from slurmtorch.errors import SpecError, SubmitError, typed
 from slurmtorch.submit import interactive, render, sites, spec
+from slurmtorch.submit.environment import composed, expanded
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.mpiflavour import ROOT_NOTE, launcher_missing, launcher_places, mpiexec_line, root_allowance
 from slurmtorch.submit.options import Options
-from slurmtorch.submit.sites.model import Site
+from slurmtorch.submit.sites.model import SELF_PLACING_FLAVOURS, Site
 from slurmtorch.submit.spec import JobSpec
 
 
@@ -34,6 +36,7 @@ class RenderedJob:
     spec: JobSpec
     text: str
     root: Path
+    files: tuple[tuple[str, str], ...] = ()  # the shell files its script sources (render.shell_files)
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def site_for(kind: str, ref: str | None) -> Site:
 def rendered(job: JobSpec) -> RenderedJob:
     """A spec as its script: the batch script, or the mpirun script for a run here."""
     text = render.render_mpirun(job) if job.kind == "mpirun" else render.render_sbatch(job)
-    return RenderedJob(job, text, Path(job.job_root))
+    return RenderedJob(job, text, Path(job.job_root), render.shell_files(job))
 
 
 def dry_run(site: Site, options: Options, snapshot: Callable[[], Snapshot | None] | None = None) -> RenderedJob:
@@ -84,6 +87,7 @@ def submit(job: RenderedJob, announce: Callable | None = None, record: dict | No
     from slurmtorch.submit.edge import sbatch  # lazy: the edge, only a real submission starts processes
     from slurmtorch.submit.jobfolder import snapshot as snapshots
 
+    refuse_missing_module(job.spec, "submitted")
     # Where its ranks start and write (`slurmtorch pull` reads it): the folder it is submitted
     # from, or the --chdir given to sbatch.
     written = {**spec.job_record(job.spec), "workdir": working_folder(job.spec.directives, os.getcwd()),
@@ -91,7 +95,46 @@ def submit(job: RenderedJob, announce: Callable | None = None, record: dict | No
     return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=written,
                          announce=announce, snapshot=job.spec.snapshot,
                          snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0,
-                         release=release)
+                         release=release, files=job.files)
+
+
+def module_lookup(job: JobSpec, cwd: str, environ: Mapping[str, str]) -> tuple[str, str, str, dict[str, str]] | None:
+    """(python, module, folder, env): how to ask here whether the job's python finds its -m MODULE
+    where its ranks import from, submitted from `cwd`; None where this host cannot stand for the
+    job's: a container's python, a site's modules (another python, another PYTHONPATH), a python
+    not found here, a sweep's trials (each in a folder of its own, made when it runs)."""
+    if job.module is None or job.container is not None or any(c is not None for _, c in job.role_containers):
+        return None
+    if job.modules or job.module_purge or job.module_use:
+        return None
+    python = job.python if os.path.isabs(job.python) else shutil.which(job.python, path=environ.get("PATH"))
+    if not python or not os.access(python, os.X_OK):
+        return None
+    if job.snapshot is not None and job.snapshot.cwd is not None:
+        folder = cwd  # the ranks import from their copy of it (render: --import-from)
+    elif job.array:
+        return None
+    else:
+        folder = working_folder(job.directives, cwd)
+    env = {k: v for k, v in [*expanded(job.env, environ), *composed(job.env_paths, environ)] if k.startswith("PYTHON")}
+    return python, job.module, folder, env
+
+
+def refuse_missing_module(job: JobSpec, nothing: str) -> None:
+    """A SpecError, before anything starts, when the job's python does not find its -m MODULE
+    (`nothing`: what was not done); silent where it cannot be asked (`module_lookup`)."""
+    asked = module_lookup(job, os.getcwd(), os.environ)
+    if asked is None:
+        return
+    from slurmtorch.submit.edge import modulefind  # lazy: the edge, only a real start runs the job's python
+
+    name = modulefind.missing(*asked)
+    if name is not None:
+        package = " (a package runs with -m through its __main__.py)" if name.endswith(".__main__") else ""
+        raise SpecError(f"-m {job.module}: the job's python ({asked[0]}) finds no module {name} from {asked[2]}: "
+                        f"nothing {nothing}",
+                        tip=f"check its name{package}: a module of yours goes in that folder, an installed one in "
+                            "that python's environment")
 
 
 def working_folder(directives, cwd: str) -> str:
@@ -131,6 +174,7 @@ def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:
     from slurmtorch.submit.jobfolder import localrun
 
     check_launcher(job.spec, os.environ)
+    refuse_missing_module(job.spec, "run")
     ntasks = job.spec.ntasks
     try:
         folder = localrun.create(job.text, ntasks)
@@ -149,9 +193,12 @@ def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:
 def check_launcher(job: JobSpec, environ) -> None:
     """Before a run here starts anything: its MPI's launcher, looked for where its script looks
     (`mpiflavour.launcher_places`), else one line saying which and how to get one. Where the
-    site changes PATH itself (its modules, a prologue, PATH in its environment) or the ranks run
+    site changes PATH itself (its modules and the lines after them, a prologue, PATH in its environment) or the ranks run
     in a container, the script may find one that is not on PATH yet: left to the script."""
-    if (job.modules or job.module_use or job.module_purge or job.prologue or job.container is not None
+    if job.mpi_launch.flavour in SELF_PLACING_FLAVOURS and not environ.get("SLURM_JOB_ID"):
+        raise SubmitError(f"{job.mpi_launch.flavour} starts ranks inside a Slurm job, and this shell is in none",
+                          tip="run it in an idev session or your own job script (or use slurmtorch sbatch)")
+    if (job.modules or job.module_use or job.module_purge or job.after_modules or job.prologue or job.container is not None
             or any(edit[0] == "PATH" for edit in (*job.env, *job.env_paths))):
         return
     line = mpiexec_line(job.mpi_launch, job.ntasks, job.hostfile, [])
@@ -191,5 +238,6 @@ def run_in_allocation(job: RenderedJob, job_id: str) -> int:
     run under the guard; its exit code."""
     from slurmtorch.submit.edge import local  # lazy: the edge
 
-    return local.run_in_allocation(job.text, jobdir.allocation_run(job.root, job_id, job.text,
-                                                                   spec.job_record(job.spec)))
+    refuse_missing_module(job.spec, "run")
+    folder = jobdir.allocation_run(job.root, job_id, job.text, spec.job_record(job.spec), job.files)
+    return local.run_in_allocation(job.text, folder)

@@ -190,7 +190,7 @@ def test_bad_options_are_one_line_errors():
 
 
 def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home):
-    from slurmtorch.submit import render
+    from slurmtorch.submit import launchplan
     from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, site="testbed", constraint="testbed", mem="1G", exclusive=True,
@@ -199,7 +199,7 @@ def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home)
     header = dict(spec.directives)
     assert (header["constraint"], header["mem"], header["exclusive"], header["dependency"], header["nice"]) == \
         ("testbed", "1G", True, "afterok:7", "5")
-    assert render.launch_plan(spec).srun_args[-1] == "--label"
+    assert launchplan.plan(spec).steps[0].options[-1] == "--label"
     with pytest.raises(SpecError, match="--constraint is an option of a Slurm job"):
         Distributor(num_processes=2, local_mode=True, constraint="x")._spec(
             sites.load_site("local"), "train", home / "run", kind="mpirun")
@@ -219,13 +219,13 @@ def test_a_distributor_job_can_give_its_ranks_vertex_ais_cluster_spec(home, kind
 
 
 def test_a_distributor_job_can_restart_itself_on_spare_nodes(home):
-    from slurmtorch.submit import render
+    from slurmtorch.submit import launchplan, render
     from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, nodes=2, site="testbed", max_restarts=2, spare_nodes=1, hang_timeout=30)
     spec = d._spec(sites.load_site("testbed"), "train", home / "run", kind="sbatch")
     assert (spec.nodes, spec.spare_nodes, dict(spec.directives)["nodes"]) == (2, 1, "3")
-    assert render.launch_plan(spec).supervisor_args[:6] == ("--nodes", "2", "--ntasks", "2", "--max-restarts", "2")
+    assert launchplan.plan(spec).supervisor[:6] == ("--nodes", "2", "--ntasks", "2", "--max-restarts", "2")
     assert "-m slurmtorch.submit.supervisor" in render.render_sbatch(spec)
     assert not home.exists()
 

@@ -6,6 +6,8 @@ torchrun and mpirun, never a CPU outside what Slurm allocated to the job on its 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hostlist
 import pytest
 
@@ -44,33 +46,6 @@ def threads(folder) -> dict[int, str]:
     return {int(rank): omp for _, rank, _, _, omp in bind_lines(folder)}
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
-@pytest.mark.slurm_versions
-def test_each_rank_gets_its_share_of_its_nodes_cpus(testbed, has_torch, tmp_path, launcher, shape):
-    nodes, per_node, cpus_per_task, share, disjoint = SHAPES[shape]
-    # torchrun binds no worker (each starts with its agent's CPUs): the bootstrap divides them.
-    script = tmp_path / "affinity.py"
-    script.write_text(AFFINITY)
-    argv = ["sbatch", "--site", "testbed", "--nodes", str(nodes), "--ntasks-per-node", str(per_node),
-            "--launcher", launcher, "--backend", "gloo", "--time", "5", "--wait"]
-    if cpus_per_task is not None:
-        argv += ["--cpus-per-task", str(cpus_per_task)]
-    r = st(testbed, tmp_path / "home", [*argv, str(script)], cwd=tmp_path, timeout=240)
-    assert r.returncode == 0, r.stdout + r.stderr
-    got = bindings(tmp_path / "home" / "jobs" / r.stdout.split()[0])
-    assert sorted(got) == list(range(nodes * per_node)), got
-    assert {rank: len(cpus) for rank, (_, cpus) in got.items()} == {rank: share for rank in got}, got
-    # Its threads fit its share, a rank alone on its node too (issue 44: it had none, and
-    # accelerate warned in every job).
-    omp = threads(tmp_path / "home" / "jobs" / r.stdout.split()[0])
-    assert omp == {rank: str(share) for rank in got}, omp
-    if disjoint:
-        for host in {h for h, _ in got.values()}:
-            sets = [cpus for h, cpus in got.values() if h == host]
-            assert len(frozenset().union(*sets)) == sum(map(len, sets)), f"ranks on {host} overlap: {got}"
-
-
 # Each rank also prints the CPUs Slurm allocated to the job on its node (`scontrol show job -d`:
 # "Nodes=node1 CPU_IDs=0-1 ..."; on the testbed Slurm's CPU ids are the machine's).
 WITHIN = AFFINITY + """\
@@ -82,6 +57,52 @@ for name, ids in zip(nodes[::2], nodes[1::2]):
     if name.startswith("Nodes=") and ids.startswith("CPU_IDs="):
         print("ALLOC", name[6:], ids[8:], flush=True)
 """
+
+
+@pytest.fixture(scope="module")
+def job(testbed, has_torch, tmp_path_factory):
+    """`job(launcher, nodes, per_node, cpus_per_task, extra)`: the folder of that job of WITHIN,
+    submitted once: where both tests ask the same job (a node's 2 ranks with -c 1; 2 nodes with
+    one rank each, -c 1), one allocation answers both (WITHIN prints AFFINITY's lines)."""
+    done = {}
+
+    def submit(launcher: str, nodes: int, per_node: int, cpus_per_task: int | None, extra=()) -> Path:
+        key = (launcher, nodes, per_node, cpus_per_task, tuple(extra))
+        if key not in done:
+            where = tmp_path_factory.mktemp(f"{launcher}-{nodes}x{per_node}")
+            script = where / "within.py"
+            script.write_text(WITHIN)
+            argv = ["sbatch", "--site", "testbed", "--nodes", str(nodes), "--ntasks-per-node", str(per_node),
+                    "--launcher", launcher, "--backend", "gloo", "--time", "5", "--wait", *extra]
+            if cpus_per_task is not None:
+                argv += ["--cpus-per-task", str(cpus_per_task)]
+            r = st(testbed, where / "home", [*argv, str(script)], cwd=where, timeout=240)
+            assert r.returncode == 0, r.stdout + r.stderr
+            done[key] = where / "home" / "jobs" / r.stdout.split()[0]
+        return done[key]
+
+    return submit
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+@pytest.mark.slurm_versions
+def test_each_rank_gets_its_share_of_its_nodes_cpus(job, launcher, shape):
+    nodes, per_node, cpus_per_task, share, disjoint = SHAPES[shape]
+    # torchrun binds no worker (each starts with its agent's CPUs): the bootstrap divides them.
+    folder = job(launcher, nodes, per_node, cpus_per_task)
+    got = bindings(folder)
+    assert sorted(got) == list(range(nodes * per_node)), got
+    assert {rank: len(cpus) for rank, (_, cpus) in got.items()} == {rank: share for rank in got}, got
+    # Its threads fit its share, a rank alone on its node too (issue 44: it had none, and
+    # accelerate warned in every job).
+    omp = threads(folder)
+    assert omp == {rank: str(share) for rank in got}, omp
+    if disjoint:
+        for host in {h for h, _ in got.values()}:
+            sets = [cpus for h, cpus in got.values() if h == host]
+            assert len(frozenset().union(*sets)) == sum(map(len, sets)), f"ranks on {host} overlap: {got}"
+
 
 # (nodes, ranks per node, -c, extra srun options)
 ALLOCATIONS = {
@@ -106,19 +127,11 @@ def allocations(folder) -> dict[str, frozenset[int]]:
 @pytest.mark.parametrize("shape", ALLOCATIONS)
 @pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
 @pytest.mark.slurm_versions
-def test_every_ranks_cpus_are_within_its_allocation_and_no_two_ranks_share_one(testbed, has_torch, tmp_path,
-                                                                              launcher, shape):
+def test_every_ranks_cpus_are_within_its_allocation_and_no_two_ranks_share_one(job, launcher, shape):
     nodes, per_node, cpus_per_task, extra = ALLOCATIONS[shape]
     if extra and launcher != "srun":
         pytest.skip("--srun-arg reaches srun's rank step only")
-    script = tmp_path / "within.py"
-    script.write_text(WITHIN)
-    argv = ["sbatch", "--site", "testbed", "--nodes", str(nodes), "--ntasks-per-node", str(per_node),
-            "--cpus-per-task", str(cpus_per_task), "--launcher", launcher, "--backend", "gloo", "--time", "5",
-            "--wait", *extra]
-    r = st(testbed, tmp_path / "home", [*argv, str(script)], cwd=tmp_path, timeout=240)
-    assert r.returncode == 0, r.stdout + r.stderr
-    folder = tmp_path / "home" / "jobs" / r.stdout.split()[0]
+    folder = job(launcher, nodes, per_node, cpus_per_task, extra)
     got, held = bindings(folder), allocations(folder)
     assert sorted(got) == list(range(nodes * per_node)), got
     for rank, (host, cpus) in got.items():

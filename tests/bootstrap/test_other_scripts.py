@@ -21,6 +21,8 @@ from slurmtorch.bootstrap.options import UsageError, parse_args
 from slurmtorch.bootstrap.rankinfo import RankInfo
 from slurmtorch.errors import BootstrapError
 
+from helpers import st
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "tests" / "scripts"
 
@@ -115,6 +117,38 @@ def test_a_malformed_init_args_on_the_command_line_is_one_error_line(tmp_path, v
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: --init-args=rank:a,b: give three flag names"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("verb, shape, tasks", [(["sbatch", "--site", "testbed", "--ntasks-per-node", "2"], [], 2),
+                                               (["sbatch", "--site", "testbed", "-N", "2", "-n", "3"], [], 2),
+                                               (["sbatch", "--site", "testbed", "--launcher", "torchrun",
+                                                 "--ntasks-per-node", "2"], [], 2),
+                                               (["mpirun", "-n", "3"], [":dist-url,rank,world-size"], 3)])
+def test_init_args_per_node_with_several_tasks_on_a_node_is_refused_at_submission(tmp_path, verb, shape, tasks):
+    """Issue 44: known when it is submitted, it was said only once the job ran (every rank's
+    bootstrap refused it: "each would claim the same rank")."""
+    proc = dry_run(tmp_path, verb, "--init-args", "node" + "".join(shape))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout[-500:]
+    assert proc.stderr.startswith(f"error: --init-args=node{''.join(shape)} gives each task its node's rank and "
+                                  f"the node count, but {tasks} tasks run on a node: each would claim the same "
+                                  "rank\ntip: one task per node"), proc.stderr
+
+
+@pytest.mark.parametrize("verb", [["sbatch", "--site", "testbed"], ["mpirun", "-n", "1"]])  # node: one task a node
+@pytest.mark.parametrize("typed, given", [(["--init-args"], "rank"), (["--init-args", "node"], "node"),
+                                          (["--init-args", "node:dist-url,rank,world-size"],
+                                           "node:dist-url,rank,world-size"), (["--init-args=rank"], "rank")])
+def test_init_args_takes_a_value_only_when_it_is_one_and_never_the_script(tmp_path, verb, typed, given):
+    """Issue 44: `--init-args t.py` took t.py for its value ("error: missing SCRIPT"), though the
+    docs call `rank` the default and the bootstrap takes the bare flag."""
+    (tmp_path / "t.py").write_text("pass\n")
+    proc = run([sys.executable, "-m", "slurmtorch", *verb, "--dry-run", *typed, "t.py", "--lr", "1"],
+               {**os.environ, "SLURMTORCH_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"--init-args={given} " in proc.stdout.replace("\\\n", " ") and " t.py --lr 1" in proc.stdout, proc.stdout
+    # Before another option, too (click's own optional value).
+    proc = dry_run(tmp_path, verb, *typed)
+    assert proc.returncode == 0 and f"--init-args={given} " in proc.stdout.replace("\\\n", " "), proc.stderr
 
 
 # ----------------------------------------------------------------------------- rank and world of the script's own
@@ -251,6 +285,50 @@ def test_vertex_cluster_spec_of_a_role_job_names_the_pools_by_role():
     assert spec["task"] == {"type": "workerpool2", "index": 0}
 
 
+def test_a_torchrun_ranks_hosts_are_each_nodes_in_the_order_its_rendezvous_numbered_them():
+    from slurmtorch.bootstrap.torchrunhosts import hosts_of, wanted
+
+    assert hosts_of([["b", 0, 2], ["a", 2, 2]], 4) == (("b", "a"), ("b", "b", "a", "a"))
+    assert hosts_of([["b", 0, 1], ["a", 1, 3]], 4) == (("b", "a"), ("b", "a", "a", "a"))
+    assert hosts_of([["b", 0, 2], ["a", 3, 2]], 5) is None and hosts_of([["b", 0, 2]], 4) is None
+    agents = {"TORCHELASTIC_USE_AGENT_STORE": "True"}
+    two = info(source="torchrun", num_nodes=2)
+    assert wanted(two, agents) and not wanted(two, {})
+    assert not wanted(info(source="slurm", num_nodes=2), agents)
+    assert not wanted(info(source="torchrun", num_nodes=1, local_world_size=4, node_rank=0), agents)
+    assert not wanted(info(source="torchrun", num_nodes=2, rank_hosts=("a", "a", "b", "b")), agents)
+
+
+@pytest.mark.testbed
+def test_torchrun_on_two_nodes_gives_every_rank_the_cluster_maps(testbed, has_torch, tmp_path):
+    """Issue 44: `--launcher torchrun` on 2 nodes set no CLUSTER_SPEC or TF_CONFIG (a torchrun
+    worker knows no other node's host), and nothing said so: a Vertex-style script failed with
+    KeyError: 'CLUSTER_SPEC'. Two ranks a node, Vertex's shape; TF_CONFIG has one entry a rank."""
+    home = tmp_path / "home"
+    proc = st(testbed, home, ["sbatch", "--site", "testbed", "-N", "2", "--ntasks-per-node", "2", "--launcher",
+                              "torchrun", "--cluster-spec", "vertex", "--time", "3", "--wait",
+                              SCRIPTS / "vertex_probe.py"], timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    folder = home / "jobs" / proc.stdout.split()[0]
+    lines = [ln for p in sorted(folder.glob("*.out")) for ln in p.read_text().splitlines() if ln.startswith("VERTEX ")]
+    found = sorted((json.loads(ln[7:]) for ln in lines), key=lambda r: r["rank"])
+    assert [r["rank"] for r in found] == [0, 1, 2, 3], lines
+    master = f"{found[0]['MASTER_ADDR']}:{found[0]['MASTER_PORT']}"
+    port = found[0]["MASTER_PORT"]
+    nodes = [found[0]["host"], found[2]["host"]]
+    assert found[1]["host"] == nodes[0] != nodes[1] == found[3]["host"], found
+    for r in found:
+        node = r["rank"] // 2
+        assert r["cluster_spec"] == {"cluster": {"workerpool0": [master], "workerpool1": [f"{nodes[1]}:{port + 1}"]},
+                                     "environment": "cloud",
+                                     "task": {"type": "workerpool1" if node else "workerpool0", "index": 0}}, r
+        assert (r["node_rank"], r["NODE_RANK"], r["replicas"]) == (node, node, 2), r
+        assert r["tf_config"] == {"cluster": {"chief": [master], "worker": [f"{found[w]['host']}:{port + w}"
+                                                                            for w in (1, 2, 3)]},
+                                  "task": {"type": "chief", "index": 0} if r["rank"] == 0 else
+                                  {"type": "worker", "index": r["rank"] - 1}}, r
+
+
 def test_the_cluster_spec_shape_is_chosen_by_option_and_ai_platforms_stays_the_default():
     from slurmtorch.bootstrap.contracts import env_for
 
@@ -293,6 +371,30 @@ def test_a_script_that_sets_up_its_own_group_gets_its_own_settings(env, tmp_path
     assert [(r["rank"], r["sum"], r["replaced"], r["timeout"]) for r in found] == [(0, 2.0, True, 300.0),
                                                                                    (1, 2.0, True, 300.0)]
     assert {(r["fr_buffer"], r["async"]) for r in found} == {("20000", "3")}  # the script's, not ours
+
+
+def test_no_init_on_slurmtorch_mpirun_lets_a_script_that_skips_an_existing_group_set_up_its_own(env, tmp_path):
+    """Issue 44: torchtitan as written today returns early from its `init_distributed()` when a
+    group exists, which under slurmtorch it always does, so its timeout, backend and flight-recorder
+    settings were dropped; the docs said `--no-init`, which neither sbatch nor mpirun offered."""
+    script = [SCRIPTS / "titan_init.py", "--as-titan-today"]
+    result = run([sys.executable, "-m", "slurmtorch", "mpirun", "-n", "2", "--no-init", *script],
+                 {**env, "TITAN_DUMP": str(tmp_path), "SLURMTORCH_HOME": str(tmp_path / "home")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = sorted((json.loads(ln[6:]) for ln in result.stdout.splitlines() if ln.startswith("TITAN ")),
+                   key=lambda r: r["rank"])
+    assert [(r["rank"], r["sum"], r["replaced"], r["timeout"]) for r in found] == [(0, 2.0, False, 300.0),
+                                                                                   (1, 2.0, False, 300.0)]
+    assert "skipping its set-up" not in result.stdout
+
+
+@pytest.mark.parametrize("verb", FRONT_ENDS)
+def test_no_init_reaches_every_ranks_bootstrap_from_each_front_end(tmp_path, verb):
+    proc = dry_run(tmp_path, verb, "--no-init")
+    assert proc.returncode == 0, proc.stderr
+    launch = proc.stdout.replace("\\\n", " ")
+    assert re.search(r"-m slurmtorch\.bootstrap [^\n]*--no-init [^\n]*t\.py", launch), launch
+    assert "--no-init" not in dry_run(tmp_path, verb).stdout
 
 
 def test_a_script_asking_for_our_group_again_with_no_new_settings_keeps_it(env):

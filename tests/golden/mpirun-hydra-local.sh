@@ -4,18 +4,16 @@
 
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
+python=/opt/venv/bin/python
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
 
 # Launch: 4 ranks under mpiexec; -genvall passes every variable above (Hydra's default, named) to every host.
-# MPICH from a pip wheel sits beside the job's python, which need not be on PATH (a venv
-# not activated): use that mpiexec if there is one, else PATH's.
-mpiexec=/opt/venv/bin/python
-mpiexec="${mpiexec%/*}/mpiexec"
+mpiexec="${python%/*}/mpiexec"
 [ -x "$mpiexec" ] || mpiexec=mpiexec
 "$mpiexec" -n 4 -ppn 4 -bind-to core -f /home/user/hosts -genvall \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

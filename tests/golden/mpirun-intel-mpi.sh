@@ -4,12 +4,12 @@
 
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
+python=/opt/venv/bin/python
 
 # Launch: 4 ranks under mpiexec; -genvall passes every variable above to every host.
-# The centre's mpiexec (its MPI's module puts it on PATH).
 mpiexec=mpiexec
 "$mpiexec" -n 4 -ppn 8 -genv I_MPI_PIN_DOMAIN 12 -f /home/user/hosts -genvall \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

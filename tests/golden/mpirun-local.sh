@@ -4,19 +4,16 @@
 
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
+python=/opt/venv/bin/python
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
 
 # Launch: 4 ranks under mpirun; -x forwards each variable above to remote hosts.
-# Open MPI from a pip wheel sits beside the job's python, which need not be on PATH
-# (`sbatch --export=NONE`, a venv not activated): use that mpirun if there is one, else
-# PATH's. Started by its full path, Open MPI finds its daemons on other hosts (--prefix).
-mpirun=/opt/venv/bin/python
-mpirun="${mpirun%/*}/mpirun"
+mpirun="${python%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
 "$mpirun" -n 4 --bind-to none --hostfile /home/user/hosts -x NCCL_IB_DISABLE \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

@@ -4,10 +4,11 @@
 
 # Nothing the job writes is world-writable, whatever the caller's umask; group write is kept.
 umask o-w
+python=/opt/venv/bin/python
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==ib0
+export NCCL_SOCKET_IFNAME='=ib0'
 export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=ib0
@@ -15,14 +16,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Launch: 4 ranks under mpirun; -x forwards each variable above to remote hosts.
-# Open MPI from a pip wheel sits beside the job's python, which need not be on PATH
-# (`sbatch --export=NONE`, a venv not activated): use that mpirun if there is one, else
-# PATH's. Started by its full path, Open MPI finds its daemons on other hosts (--prefix).
-mpirun=/opt/venv/bin/python
-mpirun="${mpirun%/*}/mpirun"
+mpirun="${python%/*}/mpirun"
 [ -x "$mpirun" ] || mpirun=mpirun
 "$mpirun" -n 4 --bind-to none --hostfile /home/user/hosts -x NCCL_IB_DISABLE -x NCCL_SOCKET_IFNAME -x GLOO_SOCKET_IFNAME -x OMPI_MCA_btl -x OMPI_MCA_btl_tcp_if_include -x OMPI_ALLOW_RUN_AS_ROOT -x OMPI_ALLOW_RUN_AS_ROOT_CONFIRM \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
 exit "$rc"

@@ -13,61 +13,32 @@
 #SBATCH --qos=qos_gpu-t3
 #SBATCH --time=00:10:00
 
-# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
-# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
-# set at submission), not this shell's umask, so that follows too.
+# Nothing the job writes is world-writable (srun gives its tasks the umask in SLURM_UMASK). srun's tasks get
+# PATH and what is exported here, whatever `sbatch --export` said; a launcher's variables from the submitting
+# shell (a local torchrun's RANK, MASTER_ADDR=localhost) would describe another world.
 umask o-w
 SLURM_UMASK=$(umask)
-export SLURM_UMASK
-
-# `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
-# would then start its tasks without PATH or anything exported here.
-export SLURM_EXPORT_ENV=ALL
-export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
-# sbatch brought the submitting shell's environment along: a launcher's variables left
-# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+export SLURM_UMASK SLURM_EXPORT_ENV=ALL PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
-SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
-export SLURMTORCH_JOB_DIR
-# The job's record (events.jsonl, a JSON line an event: `slurmtorch status`, `--wait` and `top`
-# tell the job's story from it): each start of this script (Slurm's restart count, its nodes,
-# this host) and its end (the exit code; none where it is killed: requeued, cancelled, out of
-# time). Only digits, Slurm's node lists and host names go in: any other value is left out.
-slurmtorch_event() {
-    local at attempt=${SLURM_RESTART_COUNT:-0} said
-    printf -v at '%(%s)T' -1
-    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0
-    if [ "$1" = started ]; then
-        local nodes=${SLURM_JOB_NODELIST:-} host=${SLURMD_NODENAME:-$HOSTNAME}
-        [[ $nodes =~ ^[][A-Za-z0-9_.,-]+$ ]] || nodes=
-        [[ $host =~ ^[A-Za-z0-9_.-]+$ ]] || host=
-        said=',"nodes":"'$nodes'","host":"'$host'"'
-        trap 'slurmtorch_event ended' EXIT
-    else
-        trap - EXIT
-        [[ ${2:-} =~ ^[0-9]{1,3}$ ]] && said=',"code":'$2
-    fi
-    [ -L "$SLURMTORCH_JOB_DIR/events.jsonl" ] || printf '{"v":1,"t":%s,"ev":"%s","attempt":%s%s}\n' \
-        "$at" "$1" "$attempt" "$said" >>"$SLURMTORCH_JOB_DIR/events.jsonl" 2>/dev/null
-}
-slurmtorch_event started
-# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
-# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+# The job's folder; each rank's live sample every N s for `slurmtorch top`, 0: none.
+export SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
+# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once Slurm has forgotten
+# the job, and in its record (note: record.sh's, once sourced); die: an error of the script's own, in one line; exit 1.
+finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; ! declare -F note >/dev/null || note ended "$1"; exit "$1"; }
+die() { printf 'slurmtorch: error: %s\n' "$1" >&2; finish 1; }
+export SLURMTORCH_SH=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/sh  # the bash it sources
+. "$SLURMTORCH_SH"/record.sh
+note started
 
 # Modules (node type, partition, site, preset)
 module purge
 module load singularity
 
-# Launch: one mpirun step; rank logs go to $SLURMTORCH_JOB_DIR.
-# The ranks run in a container: the host's MPI (the site's modules) starts them.
+# Launch: 4 ranks under mpirun; rank logs in the job folder.
 mpirun=mpirun
 "$mpirun" -n 4 --map-by slot:PE=10:HWTCPUS --bind-to hwthread \
-    bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" \
-    singularity exec --nv --bind /home/user:/home/user "${SINGULARITY_ALLOWED_DIR}"/pytorch.sif python3 -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
+    bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-${PMI_RANK:-0}}}; d=$1; shift; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank "$SLURMTORCH_JOB_DIR" singularity exec --nv --bind /home/user:/home/user "${SINGULARITY_ALLOWED_DIR}"/pytorch.sif python3 -m slurmtorch.bootstrap --backend nccl --timeout 600 --from mpi /home/user/train.py --epochs 3
 rc=$?
 
-# `slurmtorch status` reads this once the scheduler has forgotten the job.
-printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"
-slurmtorch_event ended "$rc"
-exit "$rc"
+finish "$rc"

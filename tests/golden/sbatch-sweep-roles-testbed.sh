@@ -10,181 +10,69 @@
 #SBATCH --output=/home/user/.slurmtorch/jobs/%A/trial-%a/batch.out
 #SBATCH --partition=debug
 
-# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
-# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
-# set at submission), not this shell's umask, so that follows too.
+# Nothing the job writes is world-writable (srun gives its tasks the umask in SLURM_UMASK). srun's tasks get
+# PATH and what is exported here, whatever `sbatch --export` said; a launcher's variables from the submitting
+# shell (a local torchrun's RANK, MASTER_ADDR=localhost) would describe another world.
 umask o-w
 SLURM_UMASK=$(umask)
-export SLURM_UMASK
-
-# `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
-# would then start its tasks without PATH or anything exported here.
-export SLURM_EXPORT_ENV=ALL
-export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
-# sbatch brought the submitting shell's environment along: a launcher's variables left
-# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+export SLURM_UMASK SLURM_EXPORT_ENV=ALL PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
-# One folder per array task (trial) below the array job's folder.
-SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLURM_ARRAY_TASK_ID"
-export SLURMTORCH_JOB_DIR
-mkdir -p "$SLURMTORCH_JOB_DIR"
-# The job's record (events.jsonl, a JSON line an event: `slurmtorch status`, `--wait` and `top`
-# tell the job's story from it): each start of this script (Slurm's restart count, its nodes,
-# this host) and its end (the exit code; none where it is killed: requeued, cancelled, out of
-# time). Only digits, Slurm's node lists and host names go in: any other value is left out.
-slurmtorch_event() {
-    local at attempt=${SLURM_RESTART_COUNT:-0} said
-    printf -v at '%(%s)T' -1
-    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0
-    if [ "$1" = started ]; then
-        local nodes=${SLURM_JOB_NODELIST:-} host=${SLURMD_NODENAME:-$HOSTNAME}
-        [[ $nodes =~ ^[][A-Za-z0-9_.,-]+$ ]] || nodes=
-        [[ $host =~ ^[A-Za-z0-9_.-]+$ ]] || host=
-        said=',"nodes":"'$nodes'","host":"'$host'"'
-        trap 'slurmtorch_event ended' EXIT
-    else
-        trap - EXIT
-        [[ ${2:-} =~ ^[0-9]{1,3}$ ]] && said=',"code":'$2
-    fi
-    [ -L "$SLURMTORCH_JOB_DIR/events.jsonl" ] || printf '{"v":1,"t":%s,"ev":"%s","attempt":%s%s}\n' \
-        "$at" "$1" "$attempt" "$said" >>"$SLURMTORCH_JOB_DIR/events.jsonl" 2>/dev/null
-}
-slurmtorch_event started
-# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
-# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+# The job's folder (a trial's, below the array job's); each rank's live sample every N s for `slurmtorch top`, 0: none.
+export SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_ARRAY_JOB_ID"/trial-"$SLURM_ARRAY_TASK_ID"
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
+mkdir -p "$SLURMTORCH_JOB_DIR"
+# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once Slurm has forgotten
+# the job, and in its record (note: record.sh's, once sourced); die: an error of the script's own, in one line; exit 1.
+finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; ! declare -F note >/dev/null || note ended "$1"; exit "$1"; }
+die() { printf 'slurmtorch: error: %s\n' "$1" >&2; finish 1; }
+python=/opt/venv/bin/python
+export SLURMTORCH_SH=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/sh  # the bash it sources
+. "$SLURMTORCH_SH"/record.sh
+note started
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==ib0
+export NCCL_SOCKET_IFNAME='=ib0'
 export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-
-# Trial: the array task id, and its parameters as SLURMTORCH_SWEEP_* and as
-# script arguments (--NAME VALUE, after the script's own).
-SLURMTORCH_TRIAL="$SLURM_ARRAY_TASK_ID"
-export SLURMTORCH_TRIAL
+# Trial: the array task (its parameters: SLURMTORCH_SWEEP_*, arguments after the script's), in a folder of its own.
+export SLURMTORCH_TRIAL="$SLURM_ARRAY_TASK_ID"
 case "$SLURMTORCH_TRIAL" in
-    0)
-        sweep_args=(--lr 1e-3)
-        export SLURMTORCH_SWEEP_LR=1e-3
-        export SLURMTORCH_PARAMS='{"lr":"1e-3"}'
-        trial_dir=trials/lr=1e-3
-        ;;
-    1)
-        sweep_args=(--lr 1e-4)
-        export SLURMTORCH_SWEEP_LR=1e-4
-        export SLURMTORCH_PARAMS='{"lr":"1e-4"}'
-        trial_dir=trials/lr=1e-4
-        ;;
-    *)
-        printf 'slurmtorch: array task %s is not a trial of this sweep\n' "$SLURMTORCH_TRIAL" >&2
-        exit 2
-        ;;
+0) sweep_args=(--lr 1e-3) trial_dir=trials/lr=1e-3; export SLURMTORCH_PARAMS='{"lr":"1e-3"}' SLURMTORCH_SWEEP_LR=1e-3 ;;
+1) sweep_args=(--lr 1e-4) trial_dir=trials/lr=1e-4; export SLURMTORCH_PARAMS='{"lr":"1e-4"}' SLURMTORCH_SWEEP_LR=1e-4 ;;
+*) echo "slurmtorch: array task $SLURMTORCH_TRIAL is not a trial of this sweep" >&2; exit 2 ;;
 esac
+mkdir -p -- "$trial_dir" && cd -- "$trial_dir" || die "cannot make the trial's working folder $PWD/$trial_dir"
 
-# The trial's own working folder below the one the job was submitted from: one trial's
-# relative files (a checkpoint it resumes from) never meet another's, and a requeue or a
-# resubmission of the same trial finds its own again.
-if ! mkdir -p -- "$trial_dir" || ! cd -- "$trial_dir"; then
-    echo "slurmtorch: error: cannot make the trial's working folder $PWD/$trial_dir" >&2
-    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-    exit 1
-fi
+. "$SLURMTORCH_SH"/rendezvous.sh
+MASTER_PORT=$(free_port) || finish 1; export MASTER_PORT
+MASTER_ADDR=$(fabric_address gloo) || finish 1; [ -z "$MASTER_ADDR" ] || export MASTER_ADDR
 
-# Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, at random below the kernel's ephemeral range (a port from there can be taken by
-# any outgoing connection in the seconds before rank 0 binds it again).
-if ! MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port); then
-    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-    exit 1
-fi
-export MASTER_PORT
-
-# MASTER_ADDR: this node's address on the interface the site chose for the node type
-# (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network (the management network, where the site's interface is the fabric). Without such
-# a setting the ranks use this node's host name.
-if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-    if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend gloo); then
-        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-        exit 1
-    fi
-    export MASTER_ADDR
-fi
-
-# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
-# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
-SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
-export SLURMTORCH_STARTED
-rm -f "$SLURMTORCH_STARTED"
-
-# Launch: one srun step per role, each on its own nodes, all at once.
-# The torch world is the training roles (master=1, worker=2);
-# every rank finds its place from SLURMTORCH_ROLES. Rank logs go to $SLURMTORCH_JOB_DIR.
-# Each step is pinned to its nodes by name: --relative=K only says where Slurm begins to
-# look, and a step started while another still held node K's CPUs ran elsewhere (the master
-# on node 3, away from the MASTER_ADDR picked for it on node 1: Slurm 24.11 on the testbed).
+# Launch: a step per role, all at once; the torch world is the training roles (master=1, worker=2).
 export SLURMTORCH_ROLES=master=1,worker=2,ps=1
-mapfile -t role_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
-# srun numbers each role's tasks from 0: the failure report places its lines by host.
-printf '%s\n' "${role_nodes[@]:0:4}" >"$SLURMTORCH_JOB_DIR"/role-nodes
-srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:0:1}")" \
-    bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 "${sweep_args[@]}" &
-role[$!]=master training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:1:2}")" \
-    bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 "${sweep_args[@]}" &
-role[$!]=worker training[$!]=1
-srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:3:1}")" \
-    bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 "${sweep_args[@]}" &
-role[$!]=ps
-# Steps are reaped as they end (`wait -n`, bash 4.3+); role[] and training[] are indexed
-# by srun's pid. The first step that fails stops the others at once (srun passes the TERM
-# on to its tasks): a dead worker would otherwise leave the master blocked in a collective
-# until the process-group timeout. Parameter servers (and an evaluator) serve until every
-# training role has ended.
-rc=0
-while [ "$rc" -eq 0 ] && [ -n "${training[*]}" ]; do
-    wait -n
-    for pid in "${!role[@]}"; do
-        kill -0 "$pid" 2>/dev/null && continue
-        wait "$pid"
-        code=$?
-        if [ "$code" -ne 0 ] && [ "$rc" -eq 0 ]; then
-            rc=$code
-            printf 'slurmtorch: role %s exited with %s; stopping the other roles\n' "${role[pid]}" "$rc" >&2
-        fi
-        unset 'role[pid]' 'training[pid]'
-    done
-done
-# A task that ignores TERM must not hold the job: once the grace time is up, srun itself
-# is killed, and the end of the job takes its step down.
-if [ -n "${role[*]}" ]; then
-    kill "${!role[@]}" 2>/dev/null
-    grace=30
-    while [ "$grace" -gt 0 ] && kill -0 "${!role[@]}" 2>/dev/null; do
-        sleep 1
-        grace=$((grace - 1))
-    done
-    kill -KILL "${!role[@]}" 2>/dev/null
-    wait
-fi
-(exit "$rc")
+mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx): rank 0 leaves this.
+export SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
+rm -f "$SLURMTORCH_STARTED"
+. "$SLURMTORCH_SH"/reap.sh
+printf '%s\n' "${nodes[@]}" >"$SLURMTORCH_JOB_DIR"/role-nodes  # srun numbers each role's tasks from 0
+srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${nodes[*]:0:1}")" \
+    bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 0 "$SLURMTORCH_JOB_DIR" "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role master /home/user/train.py --epochs 3 "${sweep_args[@]}" &
+track $! 'role master' job
+srun --kill-on-bad-exit=1 --mpi=none --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${nodes[*]:1:2}")" \
+    bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 1 "$SLURMTORCH_JOB_DIR" "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role worker /home/user/train.py --epochs 3 "${sweep_args[@]}" &
+track $! 'role worker' job
+srun --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=2 --nodelist="$(IFS=,; echo "${nodes[*]:3:1}")" \
+    bash -c 'r=$(( $1 + ${SLURM_PROCID:?} )); d=$2; shift 2; exec "$@" >"$d/rank-$r.out" 2>"$d/rank-$r.err"' slurmtorch-rank 3 "$SLURMTORCH_JOB_DIR" "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm --role ps /home/user/train.py --epochs 3 "${sweep_args[@]}" &
+track $! 'role ps'
+reap
+settle 30
 rc=$?
-if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
-    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
-    rc=1
-fi
+[ "$rc" -ne 0 ] || [ -e "$SLURMTORCH_STARTED" ] || { echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2; rc=1; }
 rm -f "$SLURMTORCH_STARTED"
 
-# `slurmtorch status` reads this once the scheduler has forgotten the job.
-printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"
-slurmtorch_event ended "$rc"
-exit "$rc"
+finish "$rc"

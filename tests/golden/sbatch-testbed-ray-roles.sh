@@ -14,158 +14,63 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --partition=fat
 
-# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
-# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
-# set at submission), not this shell's umask, so that follows too.
+# Nothing the job writes is world-writable (srun gives its tasks the umask in SLURM_UMASK). srun's tasks get
+# PATH and what is exported here, whatever `sbatch --export` said; a launcher's variables from the submitting
+# shell (a local torchrun's RANK, MASTER_ADDR=localhost) would describe another world.
 umask o-w
 SLURM_UMASK=$(umask)
-export SLURM_UMASK
-
-# `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
-# would then start its tasks without PATH or anything exported here.
-export SLURM_EXPORT_ENV=ALL
-export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
-# sbatch brought the submitting shell's environment along: a launcher's variables left
-# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+export SLURM_UMASK SLURM_EXPORT_ENV=ALL PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
-SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
-export SLURMTORCH_JOB_DIR
-# The job's record (events.jsonl, a JSON line an event: `slurmtorch status`, `--wait` and `top`
-# tell the job's story from it): each start of this script (Slurm's restart count, its nodes,
-# this host) and its end (the exit code; none where it is killed: requeued, cancelled, out of
-# time). Only digits, Slurm's node lists and host names go in: any other value is left out.
-slurmtorch_event() {
-    local at attempt=${SLURM_RESTART_COUNT:-0} said
-    printf -v at '%(%s)T' -1
-    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0
-    if [ "$1" = started ]; then
-        local nodes=${SLURM_JOB_NODELIST:-} host=${SLURMD_NODENAME:-$HOSTNAME}
-        [[ $nodes =~ ^[][A-Za-z0-9_.,-]+$ ]] || nodes=
-        [[ $host =~ ^[A-Za-z0-9_.-]+$ ]] || host=
-        said=',"nodes":"'$nodes'","host":"'$host'"'
-        trap 'slurmtorch_event ended' EXIT
-    else
-        trap - EXIT
-        [[ ${2:-} =~ ^[0-9]{1,3}$ ]] && said=',"code":'$2
-    fi
-    [ -L "$SLURMTORCH_JOB_DIR/events.jsonl" ] || printf '{"v":1,"t":%s,"ev":"%s","attempt":%s%s}\n' \
-        "$at" "$1" "$attempt" "$said" >>"$SLURMTORCH_JOB_DIR/events.jsonl" 2>/dev/null
-}
-slurmtorch_event started
-# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
-# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+# The job's folder; each rank's live sample every N s for `slurmtorch top`, 0: none.
+export SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
+# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once Slurm has forgotten
+# the job, and in its record (note: record.sh's, once sourced); die: an error of the script's own, in one line; exit 1.
+finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; ! declare -F note >/dev/null || note ended "$1"; exit "$1"; }
+die() { printf 'slurmtorch: error: %s\n' "$1" >&2; finish 1; }
+python=/opt/venv/bin/python
+export SLURMTORCH_SH=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/sh  # the bash it sources
+. "$SLURMTORCH_SH"/record.sh
+note started
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==ib0
+export NCCL_SOCKET_IFNAME='=ib0'
 export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, at random below the kernel's ephemeral range (a port from there can be taken by
-# any outgoing connection in the seconds before rank 0 binds it again).
-if ! MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port); then
-    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-    exit 1
-fi
-export MASTER_PORT
+. "$SLURMTORCH_SH"/rendezvous.sh
+MASTER_PORT=$(free_port) || finish 1; export MASTER_PORT
+MASTER_ADDR=$(fabric_address gloo) || finish 1; [ -z "$MASTER_ADDR" ] || export MASTER_ADDR
 
-# MASTER_ADDR: this node's address on the interface the site chose for the node type
-# (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network (the management network, where the site's interface is the fabric). Without such
-# a setting the ranks use this node's host name.
-if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-    if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend gloo); then
-        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-        exit 1
-    fi
-    export MASTER_ADDR
-fi
-
-# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
-# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
-SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
-export SLURMTORCH_STARTED
+# Launch: a Ray cluster on the job's 3 node(s), the script as its driver.
+mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0,$SLURM_JOB_NODELIST_HET_GROUP_1")
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx): rank 0 leaves this.
+export SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
 rm -f "$SLURMTORCH_STARTED"
-
-# Launch: a Ray cluster on the job's 3 node(s), then the script as its driver, with RAY_ADDRESS set.
-# The head runs on this node, the first, at MASTER_ADDR (picked above on the site's fabric
-# interface; without one, this node's name) and MASTER_PORT; a worker on each other node, on
-# its own fabric address. Every step runs slurmtorch.bootstrap.raynode: it runs `ray start`
-# (output: $SLURMTORCH_JOB_DIR/ray-NODE.out), names its node in batch.out if Ray dies there, and
-# ends this job's Ray when told. All start at once: the workers and the driver wait for the
-# head, and the driver for every node (300 s at most), before the script runs.
-# Each role's nodes are workers of their own step (the head is the master's node), with
-# their node type's CPUs and GPUs; each Ray node has one of its role's resource: role:ROLE.
-# A heterogeneous job: every component's nodes, in role order (SLURM_JOB_NODELIST is the first's).
-ray_nodes=()
-for group in 0 1; do
-    het_nodelist=SLURM_JOB_NODELIST_HET_GROUP_$group
-    mapfile -t het_nodes < <(scontrol show hostnames "${!het_nodelist}")
-    ray_nodes+=("${het_nodes[@]}")
-done
-ray_head="${MASTER_ADDR:-${ray_nodes[0]}}:$MASTER_PORT"
-# The port is Ray's GCS now: a torch store in the script must not take it for its own.
-unset MASTER_ADDR MASTER_PORT
-srun --overlap --het-group=0 --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --nodelist="${ray_nodes[0]}" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap.raynode head "$ray_head" --cpus 2 --gpus 0 --backend gloo --deadline 300 --role master &
-ray_head_step=$!
-ray_worker_steps=()
-env TESTBED_NODE_TYPE=fat srun --overlap --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --mpi=none --cpus-per-task=2 --nodelist="$(IFS=,; echo "${ray_nodes[*]:1:2}")" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap.raynode worker "$ray_head" --cpus 2 --gpus 0 --backend gloo --deadline 300 --role worker &
-ray_worker_steps+=($!)
-srun --overlap --het-group=0 --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-0.out --error=/home/user/.slurmtorch/jobs/%j/rank-0.err --nodelist="${ray_nodes[0]}" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap.raynode driver "$ray_head" \
-    --nodes 3 --deadline 300 /home/user/train.py --epochs 3 &
-ray_driver_step=$!
-# The driver's step decides the job's code. A Ray node's step that ends before it (its raylet
-# or GCS died, or its node was lost: the line above names the node) ends the job at once: the
-# script would otherwise wait for that node's work until its own timeouts, if it has any.
-rc=
-while [ -z "$rc" ]; do
-    wait -n
-    if ! kill -0 "$ray_driver_step" 2>/dev/null; then
-        wait "$ray_driver_step"
-        rc=$?
-        continue
-    fi
-    for step in "$ray_head_step" "${ray_worker_steps[@]}"; do
-        if ! kill -0 "$step" 2>/dev/null; then
-            echo "slurmtorch: error: a Ray node's step ended before the script did (the line above names the" \
-                "node); ending the job" >&2
-            rc=1
-            kill "$ray_driver_step" 2>/dev/null
-            break
-        fi
-    done
-done
-# Ray is stopped on every node: each node's raynode is told to end its Ray and leave, and
-# whatever of this job's Ray is still running there is ended (no raylet outlives the job).
-srun --overlap --het-group=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --mpi=none --quiet --nodelist="$(IFS=,; echo "${ray_nodes[*]:0:1}")" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap.raynode stop "$ray_head"
-env TESTBED_NODE_TYPE=fat srun --overlap --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none --quiet --nodelist="$(IFS=,; echo "${ray_nodes[*]:1:2}")" \
-    /opt/venv/bin/python -m slurmtorch.bootstrap.raynode stop "$ray_head"
-ray_steps=("$ray_driver_step" "$ray_head_step" "${ray_worker_steps[@]}")
-grace=150
-while [ "$grace" -gt 0 ] && kill -0 "${ray_steps[@]}" 2>/dev/null; do
-    sleep 0.2
-    grace=$((grace - 1))
-done
-kill -KILL "${ray_steps[@]}" 2>/dev/null
-wait
-(exit "$rc")
+. "$SLURMTORCH_SH"/reap.sh
+ray_head="${MASTER_ADDR:-${nodes[0]}}:$MASTER_PORT"
+unset MASTER_ADDR MASTER_PORT  # the port is Ray's GCS now, not a torch store's
+srun --overlap --het-group=0 --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --nodelist="$(IFS=,; echo "${nodes[*]:0:1}")" \
+    "$python" -m slurmtorch.bootstrap.raynode head "$ray_head" --cpus 2 --gpus 0 --backend gloo --deadline 300 --role master &
+track $! 'Ray head' vital
+env TESTBED_NODE_TYPE=fat srun --overlap --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --mpi=none --cpus-per-task=2 --nodelist="$(IFS=,; echo "${nodes[*]:1:2}")" \
+    "$python" -m slurmtorch.bootstrap.raynode worker "$ray_head" --cpus 2 --gpus 0 --backend gloo --deadline 300 --role worker &
+track $! 'Ray workers (worker)' vital
+srun --overlap --het-group=0 --nodes=1 --ntasks=1 --mpi=none --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/rank-0.out --error=/home/user/.slurmtorch/jobs/%j/rank-0.err --nodelist="$(IFS=,; echo "${nodes[*]:0:1}")" \
+    "$python" -m slurmtorch.bootstrap.raynode driver "$ray_head" --nodes 3 --deadline 300 /home/user/train.py --epochs 3 &
+track $! 'Ray driver' job
+reap
+srun --overlap --het-group=0 --nodes=1 --ntasks=1 --ntasks-per-node=1 --mpi=none --quiet --nodelist="$(IFS=,; echo "${nodes[*]:0:1}")" \
+    "$python" -m slurmtorch.bootstrap.raynode stop "$ray_head"
+env TESTBED_NODE_TYPE=fat srun --overlap --het-group=1 --nodes=2 --ntasks=2 --ntasks-per-node=1 --mpi=none --quiet --nodelist="$(IFS=,; echo "${nodes[*]:1:2}")" \
+    "$python" -m slurmtorch.bootstrap.raynode stop "$ray_head"
+settle 30
 rc=$?
-if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
-    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
-    rc=1
-fi
+[ "$rc" -ne 0 ] || [ -e "$SLURMTORCH_STARTED" ] || { echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2; rc=1; }
 rm -f "$SLURMTORCH_STARTED"
 
-# `slurmtorch status` reads this once the scheduler has forgotten the job.
-printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"
-slurmtorch_event ended "$rc"
-exit "$rc"
+finish "$rc"

@@ -11,75 +11,49 @@
 #SBATCH --partition=debug
 #SBATCH --requeue
 
-# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
-# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
-# set at submission), not this shell's umask, so that follows too.
+# Nothing the job writes is world-writable (srun gives its tasks the umask in SLURM_UMASK). srun's tasks get
+# PATH and what is exported here, whatever `sbatch --export` said; a launcher's variables from the submitting
+# shell (a local torchrun's RANK, MASTER_ADDR=localhost) would describe another world.
 umask o-w
 SLURM_UMASK=$(umask)
-export SLURM_UMASK
-
-# `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
-# would then start its tasks without PATH or anything exported here.
-export SLURM_EXPORT_ENV=ALL
-export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
-# sbatch brought the submitting shell's environment along: a launcher's variables left
-# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+export SLURM_UMASK SLURM_EXPORT_ENV=ALL PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
-SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
-export SLURMTORCH_JOB_DIR
-# The job's record (events.jsonl, a JSON line an event: `slurmtorch status`, `--wait` and `top`
-# tell the job's story from it): each start of this script (Slurm's restart count, its nodes,
-# this host) and its end (the exit code; none where it is killed: requeued, cancelled, out of
-# time). Only digits, Slurm's node lists and host names go in: any other value is left out.
-slurmtorch_event() {
-    local at attempt=${SLURM_RESTART_COUNT:-0} said
-    printf -v at '%(%s)T' -1
-    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0
-    if [ "$1" = started ]; then
-        local nodes=${SLURM_JOB_NODELIST:-} host=${SLURMD_NODENAME:-$HOSTNAME}
-        [[ $nodes =~ ^[][A-Za-z0-9_.,-]+$ ]] || nodes=
-        [[ $host =~ ^[A-Za-z0-9_.-]+$ ]] || host=
-        said=',"nodes":"'$nodes'","host":"'$host'"'
-        trap 'slurmtorch_event ended' EXIT
-    else
-        trap - EXIT
-        [[ ${2:-} =~ ^[0-9]{1,3}$ ]] && said=',"code":'$2
-    fi
-    [ -L "$SLURMTORCH_JOB_DIR/events.jsonl" ] || printf '{"v":1,"t":%s,"ev":"%s","attempt":%s%s}\n' \
-        "$at" "$1" "$attempt" "$said" >>"$SLURMTORCH_JOB_DIR/events.jsonl" 2>/dev/null
-}
-slurmtorch_event started
-# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
-# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+# The job's folder; each rank's live sample every N s for `slurmtorch top`, 0: none.
+export SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
+# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once Slurm has forgotten
+# the job, and in its record (note: record.sh's, once sourced); die: an error of the script's own, in one line; exit 1.
+finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; ! declare -F note >/dev/null || note ended "$1"; exit "$1"; }
+die() { printf 'slurmtorch: error: %s\n' "$1" >&2; finish 1; }
+python=/opt/venv/bin/python
+export SLURMTORCH_SH=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/sh  # the bash it sources
+. "$SLURMTORCH_SH"/record.sh
+note started
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==ib0
+export NCCL_SOCKET_IFNAME='=ib0'
 export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Launch: the srun step below on 2 of the job's 2 nodes, under the restart supervisor
-# (at most 2 restarts). After a failure it names the cause. A node it blames (lost, a rank
-# killed by a signal) is excluded and the step starts again on the
-# others, or the job is requeued without it; a failure of the script itself is retried once.
-# Each start picks its own MASTER_PORT and exports SLURMTORCH_RESTART_COUNT; the history is
-# in $SLURMTORCH_JOB_DIR/restarts.json (`slurmtorch status`). Rank logs go to $SLURMTORCH_JOB_DIR.
-/opt/venv/bin/python -m slurmtorch.submit.supervisor --nodes 2 --ntasks 3 --max-restarts 2 --backend gloo -- \
-    srun --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=1 --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --open-mode=append \
-    /opt/venv/bin/python -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3
+# Launch: one srun step of every rank; rank logs in the job folder.
+# The restart supervisor runs `launch` for each start (at most 2 restarts) on the nodes it gives, picks its
+# MASTER_PORT, and after a failure names the cause and starts again without a node it blames (restarts.json).
+launch() {
+    trap : TERM  # the supervisor ends a start with TERM to its process group: every srun ends its step
+    IFS=, read -ra nodes <<<"$SLURMTORCH_ROLE_NODES"
+    srun --nodes=2 --ntasks=3 --kill-on-bad-exit=1 --mpi=pmix --cpus-per-task=1 --overlap --output=/home/user/.slurmtorch/jobs/%j/rank-%t.out --error=/home/user/.slurmtorch/jobs/%j/rank-%t.err --open-mode=append --nodelist="$(IFS=,; echo "${nodes[*]:0:2}")" \
+        "$python" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from slurm /home/user/train.py --epochs 3 "$@"
+}
+export -f launch; export python
+"$python" -m slurmtorch.submit.supervisor --nodes 2 --ntasks 3 --max-restarts 2 --backend gloo -- \
+    bash -c 'launch "$@"' launch
 rc=$?
-# The supervisor leaves its exit code as it ends; none means it was killed outright (a SIGKILL
-# says nothing itself), and then nothing restarts the job.
-if [ ! -e "$SLURMTORCH_JOB_DIR"/supervisor-end ]; then
-    echo "slurmtorch: error: the restart supervisor was killed by SIG$(kill -l "$((rc - 128))" 2>/dev/null || echo '?') (exit $rc): nothing restarts this job now" >&2
-fi
+# Its exit code is left as it ends; none: it was killed outright, and nothing restarts the job.
+[ -e "$SLURMTORCH_JOB_DIR"/supervisor-end ] || echo "slurmtorch: error: the restart supervisor was killed by SIG$(kill -l "$((rc - 128))" 2>/dev/null || echo '?') (exit $rc): nothing restarts this job now" >&2
 rm -f "$SLURMTORCH_JOB_DIR"/supervisor-end
 
-# `slurmtorch status` reads this once the scheduler has forgotten the job.
-printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"
-slurmtorch_event ended "$rc"
-exit "$rc"
+finish "$rc"

@@ -9,103 +9,47 @@
 #SBATCH --output=/home/user/.slurmtorch/jobs/%j/batch.out
 #SBATCH --partition=debug
 
-# Nothing the job writes (folders, logs, exit-code) is world-writable, whatever the
-# submitter's umask; group write is kept. srun gives its tasks SLURM_UMASK (which sbatch
-# set at submission), not this shell's umask, so that follows too.
+# Nothing the job writes is world-writable (srun gives its tasks the umask in SLURM_UMASK). srun's tasks get
+# PATH and what is exported here, whatever `sbatch --export` said; a launcher's variables from the submitting
+# shell (a local torchrun's RANK, MASTER_ADDR=localhost) would describe another world.
 umask o-w
 SLURM_UMASK=$(umask)
-export SLURM_UMASK
-
-# `sbatch --export=NONE` leaks SLURM_EXPORT_ENV=NONE into the job, and every srun below
-# would then start its tasks without PATH or anything exported here.
-export SLURM_EXPORT_ENV=ALL
-export PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
-# sbatch brought the submitting shell's environment along: a launcher's variables left
-# there (a local torchrun's RANK or MASTER_ADDR=localhost) would describe another world.
+export SLURM_UMASK SLURM_EXPORT_ENV=ALL PATH="${PATH:-/usr/local/bin:/usr/bin:/bin}"
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE ROLE_RANK ROLE_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID CLUSTER_SPEC TF_CONFIG
-SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
-export SLURMTORCH_JOB_DIR
-# The job's record (events.jsonl, a JSON line an event: `slurmtorch status`, `--wait` and `top`
-# tell the job's story from it): each start of this script (Slurm's restart count, its nodes,
-# this host) and its end (the exit code; none where it is killed: requeued, cancelled, out of
-# time). Only digits, Slurm's node lists and host names go in: any other value is left out.
-slurmtorch_event() {
-    local at attempt=${SLURM_RESTART_COUNT:-0} said
-    printf -v at '%(%s)T' -1
-    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0
-    if [ "$1" = started ]; then
-        local nodes=${SLURM_JOB_NODELIST:-} host=${SLURMD_NODENAME:-$HOSTNAME}
-        [[ $nodes =~ ^[][A-Za-z0-9_.,-]+$ ]] || nodes=
-        [[ $host =~ ^[A-Za-z0-9_.-]+$ ]] || host=
-        said=',"nodes":"'$nodes'","host":"'$host'"'
-        trap 'slurmtorch_event ended' EXIT
-    else
-        trap - EXIT
-        [[ ${2:-} =~ ^[0-9]{1,3}$ ]] && said=',"code":'$2
-    fi
-    [ -L "$SLURMTORCH_JOB_DIR/events.jsonl" ] || printf '{"v":1,"t":%s,"ev":"%s","attempt":%s%s}\n' \
-        "$at" "$1" "$attempt" "$said" >>"$SLURMTORCH_JOB_DIR/events.jsonl" 2>/dev/null
-}
-slurmtorch_event started
-# Each rank's step time, CPU, memory and GPU every N seconds, for `slurmtorch top` and the
-# end-of-job line (0: none); the submitting shell's SLURMTORCH_LIVE_S wins.
+# The job's folder; each rank's live sample every N s for `slurmtorch top`, 0: none.
+export SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
+# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once Slurm has forgotten
+# the job, and in its record (note: record.sh's, once sourced); die: an error of the script's own, in one line; exit 1.
+finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; ! declare -F note >/dev/null || note ended "$1"; exit "$1"; }
+die() { printf 'slurmtorch: error: %s\n' "$1" >&2; finish 1; }
+python=/opt/venv/bin/python
+export SLURMTORCH_SH=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/sh  # the bash it sources
+. "$SLURMTORCH_SH"/record.sh
+note started
 
 # Environment (node type fabric, site, node type, partition, preset, --env)
 export NCCL_IB_DISABLE=1
-export NCCL_SOCKET_IFNAME==ib0
+export NCCL_SOCKET_IFNAME='=ib0'
 export GLOO_SOCKET_IFNAME=ib0
 export OMPI_MCA_btl=self,sm,tcp
 export OMPI_MCA_btl_tcp_if_include=ib0
 export OMPI_ALLOW_RUN_AS_ROOT=1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# Rank 0 runs on this node, the first of the allocation: take a port that is free here
-# now, at random below the kernel's ephemeral range (a port from there can be taken by
-# any outgoing connection in the seconds before rank 0 binds it again).
-if ! MASTER_PORT=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --port); then
-    printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-    exit 1
-fi
-export MASTER_PORT
+. "$SLURMTORCH_SH"/rendezvous.sh
+MASTER_PORT=$(free_port) || finish 1; export MASTER_PORT
+MASTER_ADDR=$(fabric_address gloo) || finish 1; [ -z "$MASTER_ADDR" ] || export MASTER_ADDR
 
-# MASTER_ADDR: this node's address on the interface the site chose for the node type
-# (*_SOCKET_IFNAME), as MPI-started ranks get it; a host name may resolve to another
-# network (the management network, where the site's interface is the fabric). Without such
-# a setting the ranks use this node's host name.
-if [ -n "${GLOO_SOCKET_IFNAME:-}${NCCL_SOCKET_IFNAME:-}" ]; then
-    if ! MASTER_ADDR=$(/opt/venv/bin/python -m slurmtorch.bootstrap.rendezvous --backend gloo); then
-        printf '%s\n' 1 >"$SLURMTORCH_JOB_DIR/exit-code"
-        exit 1
-    fi
-    export MASTER_ADDR
-fi
-
-# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx, say): the
-# bootstrap of srun's task 0 leaves this file, so a job that no rank ran cannot pass as done.
-SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
-export SLURMTORCH_STARTED
+# Launch: torchrun's agent on every node, its rendezvous on this one; logs in the job folder.
+mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+# srun exits 0 when its step never launched (slurmstepd failing to set up PMIx): rank 0 leaves this.
+export SLURMTORCH_STARTED="$SLURMTORCH_JOB_DIR/.started-${SLURM_RESTART_COUNT:-0}"
 rm -f "$SLURMTORCH_STARTED"
-
-# Launch: one torchrun step; rank logs go to $SLURMTORCH_JOB_DIR.
-# torchrun's c10d rendezvous runs on this (the first) node, on the port taken above. Its
-# own logs go to the job folder (by default each node keeps a /tmp/torchelastic_* forever).
-# slurmtorch.bootstrap.agent runs torchrun with --rdzv-conf is_host=1 on this node (0 on the
-# others) and --local-addr on the site's interface: torch would decide both from the host
-# name, which may resolve to another network (pytorch#73656; JSC's torchrun_jsc does the same).
-head_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 srun --nodes=1 --ntasks=1 --kill-on-bad-exit=1 --mpi=none --ntasks-per-node=1 --cpus-per-task=2 --output=/home/user/.slurmtorch/jobs/%j/node-%t.out --error=/home/user/.slurmtorch/jobs/%j/node-%t.err \
-    /opt/venv/bin/python -m slurmtorch.bootstrap.agent --backend gloo --nnodes 1 --nproc-per-node 1 --rdzv-backend c10d --log-dir "$SLURMTORCH_JOB_DIR/torchelastic" \
-    --rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" \
-    -m slurmtorch.bootstrap --backend gloo --timeout 600 --from env /home/user/train.py --epochs 3
+    "$python" -m slurmtorch.bootstrap.agent --backend gloo --nnodes 1 --nproc-per-node 1 --rdzv-backend c10d --log-dir "$SLURMTORCH_JOB_DIR"/torchelastic --rdzv-endpoint "${MASTER_ADDR:-${nodes[0]}}:$MASTER_PORT" --rdzv-id "$SLURM_JOB_ID" -m slurmtorch.bootstrap --backend gloo --timeout 600 --from env /home/user/train.py --epochs 3
 rc=$?
-if [ "$rc" -eq 0 ] && [ ! -e "$SLURMTORCH_STARTED" ]; then
-    echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2
-    rc=1
-fi
+[ "$rc" -ne 0 ] || [ -e "$SLURMTORCH_STARTED" ] || { echo "slurmtorch: error: srun exited 0 but no rank started: the step failed to launch (srun's errors are above)" >&2; rc=1; }
 rm -f "$SLURMTORCH_STARTED"
 
-# `slurmtorch status` reads this once the scheduler has forgotten the job.
-printf '%s\n' "$rc" >"$SLURMTORCH_JOB_DIR/exit-code"
-slurmtorch_event ended "$rc"
-exit "$rc"
+finish "$rc"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 keys = ("RANK", "WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURMTORCH_ROLE",
-        "SLURMTORCH_ROLE_INDEX", "SLURM_JOB_PARTITION", "TESTBED_NODE_TYPE")
+        "SLURMTORCH_ROLE_INDEX", "SLURM_JOB_PARTITION", "TESTBED_NODE_TYPE", "TESTBED_FAT_JOB")
 record = {k: os.environ.get(k) for k in keys}
 record["host"] = socket.gethostname()
 record["cluster_spec"] = json.loads(os.environ["CLUSTER_SPEC"])

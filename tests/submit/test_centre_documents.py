@@ -278,6 +278,53 @@ def test_a_site_pinned_to_an_edition_of_the_defaults_renders_with_it(tmp_path):
         slingshot_site(tmp_path, "fabric_defaults: 9\n", "nine")
 
 
+# --------------------------------------------------------------------------- the centre's own network layer
+
+FABRIC_NAMES = ["FI_CXI_DISABLE_HOST_REGISTER", "FI_MR_CACHE_MONITOR", "FI_CXI_DEFAULT_CQ_SIZE", "NCCL_NET_GDR_LEVEL",
+                "NCCL_CROSS_NIC", "NCCL_NET", "HSA_FORCE_FINE_GRAIN_PCIE", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"]
+
+
+def test_interfaces_only_exports_the_interface_names_and_leaves_the_rest_to_the_centre(tmp_path):
+    """`fabric_env: interfaces-only`: where a centre's own layer sets the network libraries (LUMI's
+    bindings module, NERSC's nccl-plugin, CSCS's Container Engine hooks), the fabric's defaults
+    stay out of the job and only its interface names are exported; the site's own env still is."""
+    site = slingshot_site(tmp_path, "fabric_env: interfaces-only\nenv: {NCCL_DEBUG: WARN}\n")
+    env = exported(render_with(site, nodes=2), [*FABRIC_NAMES, "NCCL_DEBUG"])
+    assert {k: v for k, v in env.items() if v != "<unset>"} == {
+        "NCCL_SOCKET_IFNAME": "=hsn0", "GLOO_SOCKET_IFNAME": "hsn0", "NCCL_DEBUG": "WARN"}
+    assert dict(sites.site_as_dict(site)["node_types"]["a100"]["network_env"]) == {
+        "NCCL_SOCKET_IFNAME": "=hsn0", "GLOO_SOCKET_IFNAME": "hsn0"}
+
+
+def test_a_preset_takes_the_centres_layer_or_the_fabric_defaults_whatever_the_site_says(tmp_path):
+    presets = """\
+        presets:
+          image: {fabric_env: interfaces-only}
+          bare: {fabric_env: full}
+    """
+    full = slingshot_site(tmp_path, presets)
+    assert exported(render_with(full, nodes=2), ["NCCL_NET"]) == {"NCCL_NET": "AWS Libfabric"}
+    assert exported(render_with(full, nodes=2, preset="image"), ["NCCL_NET", "NCCL_SOCKET_IFNAME"]) == {
+        "NCCL_NET": "<unset>", "NCCL_SOCKET_IFNAME": "=hsn0"}
+    centre = slingshot_site(tmp_path, "fabric_env: interfaces-only\n" + textwrap.dedent(presets), "centre")
+    assert exported(render_with(centre, nodes=2), ["NCCL_NET"]) == {"NCCL_NET": "<unset>"}
+    assert exported(render_with(centre, nodes=2, preset="bare"), ["NCCL_NET"]) == {"NCCL_NET": "AWS Libfabric"}
+    with pytest.raises(SiteError, match="fabric_env: invalid value 'none'"):
+        slingshot_site(tmp_path, "fabric_env: none\n", "bad")
+
+
+def test_an_interfaces_only_site_has_no_edition_of_the_defaults_to_pin(tmp_path, capsys):
+    from slurmtorch.cli.main import main
+
+    slingshot_site(tmp_path, "fabric_env: interfaces-only\n")
+    with pytest.raises(SystemExit):
+        main(["site", "validate", str(tmp_path / "ss.yaml")])
+    assert "note:" not in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["site", "changes", str(tmp_path / "ss.yaml"), "--from", "1"])
+    assert "node type" not in capsys.readouterr().out
+
+
 def test_site_changes_shows_what_each_edition_changes_for_this_site(tmp_path, capsys):
     from slurmtorch.cli.main import main
 

@@ -22,7 +22,6 @@ from slurmtorch.bootstrap import agent, rendezvous
 from slurmtorch.cli.main import main
 from slurmtorch.errors import SpecError
 from slurmtorch.submit import render, sites
-from slurmtorch.submit.batchnode.batchbash import PICK_FABRIC_ADDR
 from slurmtorch.submit.spec import build_spec
 
 from test_presets import exported, header, rank_srun
@@ -71,7 +70,7 @@ def test_jsc_juwels_booster_follows_jscs_course_scripts():
                           "NCCL_SOCKET_IFNAME"])
     assert env == {"SLURMTORCH_FABRIC_HOST_SUFFIX": "i", "NCCL_IB_HCA": "<unset>", "UCX_NET_DEVICES": "<unset>",
                    "NCCL_IB_DISABLE": "<unset>", "NCCL_SOCKET_IFNAME": "=ib0"}
-    assert 'if [ -n "${SLURMTORCH_FABRIC_HOST_SUFFIX:-}" ]; then' in text
+    assert "MASTER_ADDR=$(fabric_address nccl) || finish 1" in text  # its fabric name first (rendezvous.sh)
     srun = rendered("jsc-juwels-booster", account="proj0001", launcher="srun")
     assert (header(srun)["ntasks-per-node"], header(srun)["cpus-per-task"], header(srun)["gres"]) == ("4", "12", "gpu:4")
     with pytest.raises(SpecError, match="requires a Slurm account"):
@@ -101,16 +100,6 @@ def test_an_unresolvable_fabric_name_says_which_setting_to_fix(monkeypatch):
     with pytest.raises(rendezvous.BootstrapError, match="jwb0042i") as exc:
         rendezvous.site_address({"SLURMTORCH_FABRIC_HOST_SUFFIX": "i", "SLURMD_NODENAME": "jwb0042"}, "x")
     assert "fabric_host_suffix" in (exc.value.tip or "")
-
-
-def test_a_container_job_takes_the_fabric_name_in_bash():
-    """Containers' batch scripts pick MASTER_ADDR in bash (no host python): the same name, resolved
-    by getent. Here `localhos` + `t` resolves through this machine's /etc/hosts."""
-    code = 'SLURMTORCH_JOB_DIR=/nonexistent\n' + PICK_FABRIC_ADDR + '\nprintf %s "$MASTER_ADDR"'
-    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "localhos",
-                              "SLURMTORCH_FABRIC_HOST_SUFFIX": "t"})
-    assert out.returncode == 0 and out.stdout == "127.0.0.1", out.stderr
 
 
 # --------------------------------------------------------------------------- IDRIS
@@ -203,7 +192,7 @@ def test_dry_runs_keep_the_test_grounds_fixes(capsys, tmp_path, monkeypatch, sit
     script.write_text("print(1)\n")
     torchrun = dry_run(capsys, "--site", site, "--nodes", "2", "--launcher", "torchrun", *extra, str(script))
     assert "-m slurmtorch.bootstrap.agent --backend nccl --nnodes 2" in torchrun
-    assert '--rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT"' in torchrun
+    assert '--rdzv-endpoint "${MASTER_ADDR:-${nodes[0]}}:$MASTER_PORT"' in torchrun
     mpirun = dry_run(capsys, "--site", site, "--nodes", "2", "--launcher", "mpirun", *extra, str(script))
     assert f"--map-by slot:PE={per_rank}:HWTCPUS --bind-to hwthread" in mpirun
 
@@ -239,11 +228,15 @@ def test_lumi_g_follows_lumis_ai_guide():
         "standard-g", "8", "8", "7", "60G")
     assert [ln for ln in text.splitlines() if ln.startswith("module ")] == [
         "module purge", "module use /appl/local/laifs/modules", "module load lumi-aif-singularity-bindings"]
-    env = exported(text, ["TORCH_HOME", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "FI_CXI_RDZV_PROTO"],
+    env = exported(text, ["TORCH_HOME", "MIOPEN_USER_DB_PATH", "MIOPEN_CUSTOM_CACHE_DIR", "FI_CXI_RDZV_PROTO",
+                          "NCCL_NET", "FI_CXI_DISABLE_HOST_REGISTER", "HSA_FORCE_FINE_GRAIN_PCIE", "NCCL_SOCKET_IFNAME"],
                    {"SLURM_JOB_ACCOUNT": "project_465000123", "USER": "ana"})
+    # The bindings module and the image give the Slingshot network (the guide's chapter 02): the
+    # interface names only, none of the fabric's defaults (fabric_env: interfaces-only).
     assert env == {"TORCH_HOME": "/scratch/project_465000123/ana/torch_home",
                    "MIOPEN_USER_DB_PATH": "/tmp/miopen-config-ana", "MIOPEN_CUSTOM_CACHE_DIR": "/tmp/miopen-cache-ana",
-                   "FI_CXI_RDZV_PROTO": "<unset>"}
+                   "FI_CXI_RDZV_PROTO": "<unset>", "NCCL_NET": "<unset>", "FI_CXI_DISABLE_HOST_REGISTER": "<unset>",
+                   "HSA_FORCE_FINE_GRAIN_PCIE": "<unset>", "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3"}
     assert "network" not in h
     assert 'mkdir -p "$TORCH_HOME"' in text and 'mkdir -p "$MIOPEN_CUSTOM_CACHE_DIR" "$MIOPEN_USER_DB_PATH"' in text
     argv = launch_words(text, "srun", SLURMTORCH_CODE="/code")
@@ -257,6 +250,12 @@ def test_lumi_g_follows_lumis_ai_guide():
     assert header(rendered("lumi-g", account="project_1", partition="dev-g", time="03:00:00"))["partition"] == "dev-g"
     with pytest.raises(SpecError, match="a share of the node's CPUs"):
         rendered("lumi-g", account="project_1", launcher="torchrun")
+    # run_ddp_torchrun.sh: plain srun, one torchrun per node; the preset takes the masks out.
+    torchrun = rendered("lumi-g", account="project_1", preset="torchrun", nodes=2)
+    h = header(torchrun)
+    assert (h["ntasks-per-node"], h["cpus-per-task"], h["gpus-per-node"]) == ("1", "56", "8")
+    assert "--cpu-bind" not in torchrun and build_spec(sites.load_site("lumi-g"), golden_options(
+        "lumi-g", account="project_1", preset="torchrun")).launcher == "torchrun"
 
 
 # --------------------------------------------------------------------------- NERSC
@@ -275,6 +274,9 @@ def test_nersc_perlmutter_follows_nerscs_tutorial_and_policy():
     assert env == {"NCCL_NET": "AWS Libfabric", "FI_CXI_DISABLE_HOST_REGISTER": "1",
                    "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3", "FI_CXI_RDZV_PROTO": "<unset>"}
     shifter = rendered("nersc-perlmutter", preset="shifter", nodes=2)
+    # The nccl-plugin module's network settings, not the fabric's: the interface names only.
+    assert exported(shifter, ["NCCL_NET", "FI_CXI_DISABLE_HOST_REGISTER", "NCCL_SOCKET_IFNAME"]) == {
+        "NCCL_NET": "<unset>", "FI_CXI_DISABLE_HOST_REGISTER": "<unset>", "NCCL_SOCKET_IFNAME": "=hsn0,hsn1,hsn2,hsn3"}
     argv = launch_words(shifter, "srun", SLURMTORCH_CODE="/code")
     start = argv.index("shifter")
     assert argv[start + 1] == "--image=nersc/pytorch:24.06.02"

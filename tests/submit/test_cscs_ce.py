@@ -17,6 +17,7 @@ from slurmtorch.submit.containers import edf_text, literal, toml_string
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem
 from slurmtorch.submit.spec import build_spec
 
+from helpers import as_run
 from test_presets import launch_argv, written_edf
 from test_render import ADVERSARIAL, bash_syntax_ok, golden_options
 
@@ -41,7 +42,7 @@ def test_a_ce_job_writes_its_edf_and_names_it_on_srun(tmp_path, launcher):
     assert f"--environment={tmp_path}/environment.toml" in argv
     assert "python3" in argv and "/opt/venv/bin/python" not in argv  # the image's python, not the host's
     # MASTER_ADDR on the site's interface, found in bash (the host's python is not in the job).
-    assert 'ip -4 -o addr show dev "$name"' in text and "slurmtorch.bootstrap.rendezvous" not in text
+    assert "ip -o -4 addr show" in as_run(ce_job(launcher=launcher)) and "MASTER_ADDR=$(fabric_address gloo)" in text and "$python" not in text
 
 
 def test_the_edf_reads_back_every_value_exactly(tmp_path):

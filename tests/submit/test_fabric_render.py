@@ -14,9 +14,9 @@ import pytest
 from slurmtorch import resources
 from slurmtorch.submit import render
 from slurmtorch.submit import sites
-from slurmtorch.submit.batchnode.batchbash import pick_addr
 from slurmtorch.submit.spec import build_spec
 
+from helpers import as_run
 from test_render import golden_options
 
 RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "charliecloud")
@@ -29,10 +29,22 @@ def container_site(tmp_path: Path, runtime: str, base: str = "testbed") -> Path:
     return p
 
 
+def block(script: str, first: str, last: str) -> str:
+    """The script's finish/die, then its text from the line starting `first` through the one ending `last`."""
+    start = script.index("\n" + first) + 1
+    end = script.index(last + "\n", start) + len(last) + 1
+    return script[script.index("finish() {"):script.index("\n", script.index("die() {")) + 1] + script[start:end]
+
+
+def chenv_block(script: str) -> str:
+    """The batch script's ch-run env file, written as rendered: the function and its call."""
+    call = script.index("\ncharliecloud_env container.env ")
+    return block(script, "charliecloud_env() {", script[call + 1:script.index("\n", call + 1)])
+
+
 def address_block(script: str) -> str:
-    """The batch script's MASTER_ADDR picker for a container job, as rendered."""
-    start = script.index("ifnames=")
-    return script[start:script.index("    export MASTER_ADDR\nfi\n", start) + len("    export MASTER_ADDR\nfi\n")]
+    """The batch script's MASTER_PORT and MASTER_ADDR pickers for a container job, as rendered."""
+    return block(script, "free_port() {", '[ -z "$MASTER_ADDR" ] || export MASTER_ADDR')
 
 
 def run_block(block: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
@@ -48,10 +60,11 @@ def test_a_container_jobs_script_takes_master_addr_from_the_sites_interface(tmp_
     ranks met at the first node's host name, whatever `interfaces:` said."""
     kw = dict(roles=("master=1", "worker=1")) if kind == "roles" else dict(launcher=kind)
     spec = build_spec(sites.load_site(container_site(tmp_path, runtime)), golden_options("testbed", **kw))
-    script = render.render_sbatch(spec)
+    script = as_run(spec)
     block = address_block(script)
     assert "slurmtorch.bootstrap.rendezvous" not in script  # no python of the submitting host on the nodes
-    assert script.index(block) < script.index("\nsrun ")  # exported before any rank starts
+    assert "$python" not in script and '"$lib"' not in script  # nor its slurmtorch: the shell files are here
+    assert script.index("MASTER_ADDR=$(fabric_address") < script.index("\nsrun ")  # exported before any rank starts
     # Read back through bash, on this machine's own loopback interface.
     for ifname in ("lo", "nosuch0,lo", "=lo"):
         proc = run_block(block, tmp_path, GLOO_SOCKET_IFNAME=ifname)
@@ -60,17 +73,12 @@ def test_a_container_jobs_script_takes_master_addr_from_the_sites_interface(tmp_
     assert (proc.returncode, proc.stdout) == (0, "\n")
 
 
-def test_the_container_address_picker_refuses_an_interface_without_an_address(tmp_path):
-    proc = run_block(pick_addr("gloo"), tmp_path, GLOO_SOCKET_IFNAME="nosuch0")
+def test_a_container_jobs_address_picker_ends_the_job_in_one_line_without_an_address(tmp_path):
+    script = as_run(build_spec(sites.load_site(container_site(tmp_path, "apptainer")), golden_options("testbed")))
+    proc = run_block(address_block(script), tmp_path, GLOO_SOCKET_IFNAME="nosuch0")
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("slurmtorch: error: no IPv4 address on the interface nosuch0 on ")
     assert (tmp_path / "exit-code").read_text() == "1\n"
-
-
-def test_the_container_address_picker_reads_the_backends_own_variable_first(tmp_path):
-    both = dict(GLOO_SOCKET_IFNAME="nosuch0", NCCL_SOCKET_IFNAME="=lo")
-    assert run_block(pick_addr("nccl"), tmp_path, **both).stdout == "127.0.0.1\n"
-    assert run_block(pick_addr("gloo"), tmp_path, **both).returncode == 1
 
 
 def srun_words(script: str, job_dir: str = "") -> list[str]:
@@ -106,20 +114,19 @@ def test_charliecloud_sets_the_jobs_variables_after_the_images_own(tmp_path, bas
     site = container_site(tmp_path, "charliecloud", base)
     site.write_text(site.read_text().replace("image: 'registry.example/pt:1'", "image: /img, args: [--set-env]"))
     spec = build_spec(sites.load_site(site), golden_options(base, account="m1234"))
-    script = render.render_sbatch(spec)
+    script = as_run(spec)
     words = srun_words(script, str(tmp_path))
     ch = words[words.index("ch-run"):]
     env_file = f"{tmp_path}/container.env"
     # After the site's --set-env (the image's), before the image; literal values.
     assert ch[ch.index("--set-env") + 1:ch.index("/img")] == ["--env-no-expand", f"--set-env={env_file}"], ch
     assert ch[ch.index("/img") + 1] == "--"
-    start = script.index("export USER=")
-    block = script[start:script.index("/container.env\"\n", start) + len("/container.env\"\n")]
+    chenv = chenv_block(script)
     names = {n for n, _ in spec.env} | {n for n, _, _ in spec.env_paths}
-    assert block.split("for name in ", 1)[1].split(";", 1)[0].split() == list(dict.fromkeys(
+    assert chenv.split("\ncharliecloud_env container.env ", 1)[1].split() == list(dict.fromkeys(
         [*(n for n, _ in spec.env), *(n for n, _, _ in spec.env_paths)]))
     values = {n: f"'{n}' $HOME:\\x \"q\"" for n in sorted(names)[1:]}  # the first: unset, left to the image
-    proc = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=30,
+    proc = subprocess.run(["bash", "-c", chenv], capture_output=True, text=True, timeout=30,
                           env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": str(tmp_path), **values})
     assert proc.returncode == 0, proc.stderr
     written = (tmp_path / "container.env").read_text().splitlines()
@@ -129,9 +136,9 @@ def test_charliecloud_sets_the_jobs_variables_after_the_images_own(tmp_path, bas
 def test_charliecloud_refuses_a_value_its_env_file_cannot_carry(tmp_path):
     site = container_site(tmp_path, "charliecloud")
     spec = build_spec(sites.load_site(site), golden_options("testbed"))
-    script = render.render_sbatch(spec)
-    block = script[script.index("export USER="):script.index("/container.env\"\n") + len("/container.env\"\n")]
-    proc = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=30,
+    script = as_run(spec)
+    chenv = chenv_block(script)
+    proc = subprocess.run(["bash", "-c", chenv], capture_output=True, text=True, timeout=30,
                           env={"PATH": os.environ["PATH"], "SLURMTORCH_JOB_DIR": str(tmp_path),
                                "GLOO_SOCKET_IFNAME": "ib0\nlo"})
     assert proc.returncode == 1

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.bootstrap.fromenv import from_roles
-from slurmtorch.errors import SpecError
+from slurmtorch.errors import BootstrapError, SpecError
+from slurmtorch.roles import RoleItem, parse_role_item, parse_roles
 from slurmtorch.submit import render, sites
-from slurmtorch.submit.batchnode.batchbash import REAP_ROLE_STEPS, ROLE_STOPPED_RE
+from slurmtorch import protocol
 from slurmtorch.submit.follow.jobstatus import parse_squeue
 from slurmtorch.submit.jobfolder.report import failure_report
 from slurmtorch.submit.spec import build_spec
@@ -51,6 +52,16 @@ def spec_of(**kw):
 def test_bad_role_resources_are_refused_naming_the_role(roles, message):
     with pytest.raises(SpecError, match=message):
         spec_of(roles=roles)
+
+
+def test_one_parser_reads_a_role_item_for_the_submit_side_and_the_ranks():
+    item = parse_role_item("worker=2:partition=fat:gpus=4:tasks=2:spare=1")
+    assert item == RoleItem("worker", 2, partition="fat", gpus=4, tasks=2, spare=1)
+    assert parse_roles(["master=1", "worker=2:partition=fat:tasks=2"]).tasks == (("worker", 2),)
+    with pytest.raises(BootstrapError, match="tasks must be a whole number of tasks per node, at least 1"):
+        parse_role_item("worker=2:tasks=0")
+    with pytest.raises(SpecError, match="a role's tasks= cannot apply"):
+        spec_of(roles=("master=1", "worker=2:partition=fat:tasks=2"), ray=True)
 
 
 def test_a_heterogeneous_job_is_no_array():
@@ -92,7 +103,9 @@ def test_roles_on_two_node_types_render_one_heterogeneous_job():
     # Each role's step in its component; the fat node type's own variable only on its step.
     assert "\nsrun --het-group=0 --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 " in text
     assert "\nenv TESTBED_NODE_TYPE=fat srun --het-group=1 --kill-on-bad-exit=1 --mpi=none --nodes=2 --ntasks=2 " in text
-    assert "--nodelist" not in text and "for group in 0 1; do" in text
+    assert "--nodelist" not in text
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST_HET_GROUP_0,$SLURM_JOB_NODELIST_HET_GROUP_1"' in text
+    assert "launch()" not in text  # the steps run once, at the script's top level
 
 
 def test_a_restartable_heterogeneous_job_holds_each_roles_spares_in_its_component_under_the_supervisor():
@@ -103,10 +116,10 @@ def test_a_restartable_heterogeneous_job_holds_each_roles_spares_in_its_componen
     header = [line for line in text.splitlines() if line.startswith("#SBATCH")]
     assert header[header.index("#SBATCH hetjob"):].count("#SBATCH --nodes=2") == 1  # the worker and its spare
     assert ("-m slurmtorch.submit.supervisor --nodes 2 --ntasks 2 --max-restarts 3 --spare-nodes 1 "
-            "--roles master=1,worker=1 --backend gloo -- \\\n    bash -c 'launch_roles \"$@\"' launch_roles\n") in text
-    # Inside launch_roles each role's step names this start's nodes in its own component.
+            "--roles master=1,worker=1 --backend gloo -- \\\n    bash -c 'launch \"$@\"' launch\n") in text
+    # Inside launch each role's step names this start's nodes in its own component.
     assert ('    env TESTBED_NODE_TYPE=fat srun --het-group=1 --kill-on-bad-exit=1 --mpi=none --nodes=1 --ntasks=1 '
-            '--ntasks-per-node=1 --overlap --cpus-per-task=2 --nodelist="$(IFS=,; echo "${role_nodes[*]:1:1}")"') in text
+            '--ntasks-per-node=1 --overlap --cpus-per-task=2 --nodelist="$(IFS=,; echo "${nodes[*]:1:1}")"') in text
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -129,6 +142,19 @@ def test_a_role_on_its_own_node_type_gets_its_env_and_loses_what_the_leaders_has
     text = render.render_sbatch(spec)
     bash_syntax_ok(text)
     assert "\nenv -u ONLY_CPU TESTBED_NODE_TYPE=fat 'NCCL_DEBUG=it'\"'\"'s INFO' srun --het-group=1 " in text
+
+
+def test_a_later_components_expand_value_expands_when_its_step_starts(tmp_path):
+    """Issue 44: a second node type's `env: {expand: ...}` reached its ranks as literal ${...}
+    text (its step's `env` prefix quoted it whole); a plain job's expands."""
+    site = tmp_path / "two.yaml"
+    site.write_text("extends: testbed\nnode_types:\n  fat: {env: {SCRATCH: {expand: '/scratch/${SLURM_JOB_ID}/a b'}}}\n")
+    text = render.render_sbatch(build_spec(sites.load_site(str(site)), golden_options("testbed", roles=HET)))
+    bash_syntax_ok(text)
+    line = next(ln for ln in text.splitlines() if ln.lstrip().startswith("env ") and " srun --het-group=1 " in ln)
+    words = subprocess.run(["bash", "-c", 'printf "%s\\0" ' + line.split(" srun ")[0]], capture_output=True,
+                           text=True, check=True, env={"SLURM_JOB_ID": "42"}).stdout.split("\0")[:-1]
+    assert "SCRATCH=/scratch/42/a b" in words, line
 
 
 @pytest.mark.parametrize("fat, message", [
@@ -170,7 +196,7 @@ def test_the_failure_report_places_sruns_per_role_task_lines_by_host_and_names_t
                                                  "roles": "master=1,worker=1,ps=1"}))
     (folder / "role-nodes").write_text("node1\nnode3\nnode4\n")
     (folder / "batch.out").write_text("srun: error: node3: task 0: Exited with exit code 4\n"
-                                      "slurmtorch: role worker exited with 4; stopping the other roles\n"
+                                      "slurmtorch: role worker exited with 4; stopping the other steps\n"
                                       "srun: error: node4: task 0: Terminated\n")
     report = failure_report(folder)
     assert [(f.rank, f.role, f.host, f.code, f.primary) for f in report] == [
@@ -198,7 +224,7 @@ def test_roles_on_a_gpu_site_run_a_rank_per_gpu_on_each_of_their_nodes():
     assert spec.role_layout.format() == "master=1:tasks=8,worker=2:tasks=8"
     assert "#SBATCH --ntasks-per-node=8" in text and "#SBATCH --nodes=3" in text
     assert "--nodes=2 --ntasks=16 --ntasks-per-node=8" in text and "slurmtorch-rank 8 " in text
-    assert '"${role_nodes[*]:1:2}"' in text  # the workers' nodes: the second and third
+    assert '"${nodes[*]:1:2}"' in text  # the workers' nodes: the second and third
 
 
 def test_a_role_with_tasks_of_its_own_runs_in_a_component_of_its_own():
@@ -215,11 +241,10 @@ def test_a_role_with_tasks_of_its_own_runs_in_a_component_of_its_own():
     assert (spec.nodes, spec.ntasks) == (2, 3)
 
 
-def test_the_role_reapers_line_is_what_the_failure_report_reads(tmp_path):
-    steps = "(sleep 0.2; exit 3) & role[$!]=worker training[$!]=1\nsleep 30 & role[$!]=ps\n"
-    proc = subprocess.run(["bash", "-c", steps + REAP_ROLE_STEPS], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 3
-    assert ROLE_STOPPED_RE.match(proc.stderr.strip())["role"] == "worker"
+def test_the_failure_report_reads_the_role_reapers_line_of_a_job_from_before_issue_45(tmp_path):
+    """The reaper's line said "stopping the other roles" then: an old job's folder still reads."""
+    line = "slurmtorch: role worker exited with 3; stopping the other roles"
+    assert protocol.STEP_STOPPED_RE.match(line)["role"] == "worker"
 
 
 # ------------------------------------------------------------------ on the testbed
@@ -236,7 +261,10 @@ def het_records(folder: Path, ranks: int) -> list[dict]:
 @pytest.mark.slurm_versions
 def test_a_heterogeneous_job_trains_the_readme_example_across_two_node_types(testbed, tmp_path):
     home = tmp_path / "home"
-    proc = st(testbed, home, ["sbatch", "--site", "testbed", "--role", "master=1", "--role", "worker=2:partition=fat",
+    # The fat node type's own variable expands when its step starts (issue 44: it was literal).
+    site = tmp_path / "testbed-expand.yaml"
+    site.write_text("extends: testbed\nnode_types:\n  fat: {env: {TESTBED_FAT_JOB: {expand: 'fat-${SLURM_JOB_ID}'}}}\n")
+    proc = st(testbed, home, ["sbatch", "--site", str(site), "--role", "master=1", "--role", "worker=2:partition=fat",
                               "--wait", str(SCRIPTS / "het_probe.py"), "--epochs", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.splitlines()[0]
@@ -253,7 +281,8 @@ def test_a_heterogeneous_job_trains_the_readme_example_across_two_node_types(tes
         assert (g["RANK"], g["WORLD_SIZE"], g["ROLE_RANK"], g["SLURMTORCH_ROLE"], g["SLURMTORCH_ROLE_INDEX"]) == \
             (str(r), "3", str(r), role, str(index)), g
         # Each role's nodes in its own partition, with its node type's environment.
-        assert (g["SLURM_JOB_PARTITION"], g["TESTBED_NODE_TYPE"]) == (("debug", None) if r == 0 else ("fat", "fat")), g
+        assert (g["SLURM_JOB_PARTITION"], g["TESTBED_NODE_TYPE"], g["TESTBED_FAT_JOB"]) == \
+            (("debug", None, None) if r == 0 else ("fat", "fat", f"fat-{job_id}")), g
         assert g["MASTER_ADDR"] == master
         assert g["cluster_spec"] == {"cluster": cluster, "task": {"type": role, "index": index}}, g
     rank0 = (folder / "rank-0.out").read_text()
@@ -269,7 +298,7 @@ def test_a_failing_rank_of_one_component_ends_the_heterogeneous_job_naming_its_r
     assert proc.returncode != 0, proc.stderr
     job_id = proc.stdout.splitlines()[0]
     batch = (home / "jobs" / job_id / "batch.out").read_text()
-    assert "slurmtorch: role worker exited with 4; stopping the other roles" in batch, batch
+    assert "slurmtorch: role worker exited with 4; stopping the other steps" in batch, batch
     assert re.search(r"rank 1 on node[34] failed:", (home / "jobs" / job_id / "rank-1.err").read_text())
     # The same end report as any job's, the role named; srun's line for the worker's task 0 is rank 1's.
     assert re.search(r"^slurmtorch: failed: rank 1 \(worker 0\) on node[34]: .*\(exit 4\)$", proc.stderr, re.M), \

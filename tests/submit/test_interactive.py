@@ -13,7 +13,7 @@ import pytest
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import interactive, render, sites
+from slurmtorch.submit import interactive, launchplan, render, sites
 from slurmtorch.submit.spec import build_spec
 from test_render import bash_syntax_ok, check_golden, golden_options
 
@@ -128,28 +128,29 @@ def test_the_run_picks_rank_0s_port_and_address_on_the_first_node_with_srun():
     """salloc's shell stays on the login host: a port free there says nothing of node 1, and
     its address is not node 1's."""
     text = render.render_sbatch(run_spec(nodes=2))
-    first = " ".join(render.FIRST_NODE)
-    on_first = f'{first} --nodelist="$first_node" '
-    assert f"MASTER_PORT=$({on_first}" in text and f"MASTER_ADDR=$({on_first}" in text
+    assert "MASTER_PORT=$(on_first_node free_port)" in text and "MASTER_ADDR=$(on_first_node fabric_address gloo)" in text
     assert 'first_node=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)' in text
-    # Not --relative=0, where Slurm only begins to look: the step may land on node 2.
-    assert not any(a.startswith("--relative") for a in render.FIRST_NODE)
+    # One task on the first node, named: not --relative=0, where Slurm only begins to look (the
+    # step may land on node 2); --overlap: it needs no CPUs of its own, so it never waits for a step.
+    helper = next(line for line in text.splitlines() if line.startswith("on_first_node() {"))
+    assert 'srun --nodes=1 --ntasks=1 --overlap --mpi=none --quiet --nodelist="$first_node" bash -c ' in helper
+    assert "--relative" not in text
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_the_ranks_output_comes_to_the_terminal_and_one_ctrl_c_ends_the_step(launcher):
-    launch = render.launch_plan(run_spec(nodes=2, launcher=launcher))
-    assert "--quit-on-interrupt" in launch.srun_args
-    assert not any(a.startswith(("--output", "--error")) for a in launch.srun_args)
-    batch = render.launch_plan(build_spec(sites.load_site("testbed"), golden_options("testbed", nodes=2,
-                                                                                    launcher=launcher)))
-    assert "--quit-on-interrupt" not in batch.srun_args
+    (step,) = launchplan.plan(run_spec(nodes=2, launcher=launcher)).steps
+    assert "--quit-on-interrupt" in step.options
+    assert not any(a.startswith(("--output", "--error")) for a in step.options)
+    (batch,) = launchplan.plan(build_spec(sites.load_site("testbed"), golden_options("testbed", nodes=2,
+                                                                                    launcher=launcher))).steps
+    assert "--quit-on-interrupt" not in batch.options
 
 
 def test_mpirun_ranks_write_to_the_terminal():
-    launch = render.launch_plan(run_spec(nodes=2, launcher="mpirun"))
-    assert launch.rank_log_wrapper == render.TERMINAL_WRAPPER
-    out = subprocess.run(["bash", "-c", launch.rank_log_wrapper, "slurmtorch-rank", "/nowhere", "echo", "a b"],
+    (step,) = launchplan.plan(run_spec(nodes=2, launcher="mpirun")).steps
+    assert step.argv[:3] == ("bash", "-c", launchplan.TERMINAL_WRAPPER)
+    out = subprocess.run(["bash", "-c", step.argv[2], "slurmtorch-rank", "/nowhere", "echo", "a b"],
                          capture_output=True, text=True, timeout=30)
     assert out.stdout == "a b\n"
 

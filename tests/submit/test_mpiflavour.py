@@ -15,8 +15,8 @@ import pytest
 from conftest import MPICH
 from slurmtorch import protocol
 from slurmtorch.bootstrap.device import pick_device
-from slurmtorch.errors import SpecError
-from slurmtorch.submit import render, sites
+from slurmtorch.errors import SiteError, SpecError
+from slurmtorch.submit import launchplan, render, sites
 from slurmtorch.submit.mpiflavour import mpiexec_line
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sites.model import MpiLaunch
@@ -95,6 +95,57 @@ def test_a_batch_job_on_a_site_with_another_mpi_is_refused_with_the_way_out():
     assert "hydra's mpiexec" in exc.value.message and "--launcher srun" in (exc.value.tip or "")
 
 
+# --------------------------------------------------------------------------- TACC's ibrun
+
+VISTA_MPIRUN = dict(kind="mpirun", script="/home/user/train.py", python="/opt/venv/bin/python", ntasks=4, job_root="/j")
+
+
+def test_ibrun_starts_the_ranks_in_the_slurm_job_it_runs_in_as_tacc_documents_it():
+    """TACC's Vista guide (docs/hpc/vista/launching.md, vista.md in TACC/TACC-Docs): `ibrun`, "a
+    Vista-aware replacement for generic MPI launchers", takes the nodes and ranks from the Slurm job
+    (or idev session) it runs in and places them itself; `-np N` runs N of them (vista.md's
+    `ibrun -np $SLURM_NNODES ...`); the variables exported before it reach the ranks."""
+    line = mpiexec_line(MpiLaunch(flavour="ibrun"), 4, None, ["A", "B"])
+    assert (line.program, line.beside_python, line.args) == ("ibrun", False, ("-np", "4"))
+    text = render.render_mpirun(build_spec(sites.load_site("tacc-vista"), Options(**VISTA_MPIRUN)))
+    assert '"$ibrun" -np 4 \\' in text and "ibrun=ibrun" in text and "module load gcc" in text
+
+
+def test_ibrun_takes_no_hostfile_nor_a_placement_of_the_sites(tmp_path):
+    with pytest.raises(SpecError) as exc:
+        build_spec(sites.load_site("tacc-vista"), Options(**VISTA_MPIRUN, hostfile="/home/user/hosts"))
+    assert exc.value.message == ("--hostfile: ibrun takes the hosts from the Slurm job it runs in (TACC); it "
+                                 "reads no hostfile")
+    site = tmp_path / "ib.yaml"
+    site.write_text("mpirun: {flavour: ibrun, ranks_per_node: 4, cpu_bind: core}\n"
+                    "node_types: {gh: {gpus: 1, cpus: 72, fabric: infiniband}}\n"
+                    "partitions: {gh: {max_nodes: 2, max_time: '1:00:00', node_type: gh}}\n")
+    with pytest.raises(SiteError) as err:
+        sites.load_site(site)
+    assert [m.split(": ", 1)[1] for m, _ in err.value.problems] == [
+        "mpirun.ranks_per_node: ibrun places the ranks itself, from the Slurm job's own layout",
+        "mpirun.cpu_bind: ibrun places the ranks itself, from the Slurm job's own layout"]
+
+
+def test_a_batch_job_on_vista_keeps_open_mpis_mpirun_as_taccs_ml_guide_runs_pytorch():
+    site = sites.load_site("tacc-vista")
+    assert site.mpirun.flavour == "ibrun"
+    spec = build_spec(site, Options(script="/home/user/train.py", python="/opt/venv/bin/python", job_root="/j",
+                                    time="01:00:00"))
+    assert spec.launcher == "mpirun" and launchplan.plan(spec).mpirun == "mpirun"
+
+
+def test_ibrun_outside_a_slurm_job_is_one_line_before_anything_starts():
+    from slurmtorch.errors import SubmitError
+    from slurmtorch.usecases.launch import check_launcher
+
+    spec = build_spec(sites.load_site("tacc-vista"), Options(**VISTA_MPIRUN))
+    with pytest.raises(SubmitError) as exc:
+        check_launcher(spec, {"PATH": "/usr/bin"})
+    assert exc.value.message == "ibrun starts ranks inside a Slurm job, and this shell is in none"
+    check_launcher(spec, {"PATH": "/usr/bin", "SLURM_JOB_ID": "7"})  # in an idev session: ibrun's to place
+
+
 def test_gpu_order_is_exported_only_for_slurmtorch_mpirun_and_only_where_the_site_reverses_it():
     polaris, local = sites.load_site("alcf-polaris"), sites.load_site("local")
     opts = dict(script="/home/user/train.py", python="/opt/venv/bin/python", ntasks=4, job_root="/j")
@@ -119,7 +170,8 @@ def test_hydra_site_runs_the_readme_example_on_4_ranks_with_mpichs_mpiexec(mpich
     assert "trained on 4 ranks across nodes" in result.stdout, result.stdout + result.stderr
     script = (tmp_path / "local" / "1" / protocol.SCRIPT).read_text()
     assert f'"$mpiexec" -n 4 -ppn 4 -bind-to core -f {hosts} -genvall' in script
-    assert f"mpiexec={MPICH / 'python'}\n" in script  # the mpich wheel's mpiexec, beside the ranks' python
+    assert f"python={MPICH / 'python'}\n" in script  # the mpich wheel's mpiexec, beside the ranks' python
+    assert 'mpiexec="${python%/*}/mpiexec"\n' in script
 
 
 def test_a_rank_that_raises_under_hydra_ends_the_run_and_is_named(mpich_env, tmp_path):

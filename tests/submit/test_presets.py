@@ -188,6 +188,8 @@ def test_cscs_alps_container_engine_follows_alps_extended_images(tmp_path):
     assert edf["env"]["PMIX_MCA_psec"] == "native" and edf["env"]["OMP_NUM_THREADS"] == "8"
     assert edf["env"]["NCCL_SOCKET_IFNAME"] == "=hsn0,hsn1,hsn2,hsn3"
     assert not {"NCCL_NET", "FI_CXI_RX_MATCH_MODE", "FI_CXI_DEFAULT_TX_SIZE", "TRITON_HOME"} & set(edf["env"])
+    # None of the fabric's defaults either (fabric_env: interfaces-only): the image's are its own.
+    assert [k for k in edf["env"] if k.startswith(("FI_", "NCCL_"))] == ["NCCL_SOCKET_IFNAME"]
     assert edf["env"] == {k: v for k, v in exported(text, list(edf["env"])).items()}  # the host's exports too
     argv = launch_argv(text, "/jobs/7")
     assert argv[argv.index("--kill-on-bad-exit=1") + 1] == "--mpi=pmix"
@@ -272,7 +274,7 @@ def test_cscs_alps_dry_runs_keep_the_test_grounds_fixes(capsys, monkeypatch, tmp
 
     code, text, _ = dry_run("torchrun")
     assert code == 0
-    assert "-m slurmtorch.bootstrap.agent" in text and '--rdzv-endpoint "${MASTER_ADDR:-$head_node}:$MASTER_PORT"' in text
+    assert "-m slurmtorch.bootstrap.agent" in text and '--rdzv-endpoint "${MASTER_ADDR:-${nodes[0]}}:$MASTER_PORT"' in text
     assert "export MASTER_ADDR" in text and "GLOO_SOCKET_IFNAME=hsn0,hsn1,hsn2,hsn3" in text
     code, text, err = dry_run("mpirun")
     if preset == "ce":  # the Container Engine starts under srun: refused in one line, with the fix

@@ -27,11 +27,11 @@ def dry_run(*argv: str) -> str:
 def test_env_values_are_written_once_in_the_export_line_and_not_in_the_provenance(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path))
     text = dry_run("sbatch", "--site", "local", "--dry-run", "--env", f"HF_TOKEN={SECRET}",
-                   f"--env=WANDB_API_KEY={SECRET}2", str(SCRIPT), "--env", "SCRIPT_ARG=kept", "--dry-run")
+                   f"--env=WANDB_API_KEY={SECRET}2", str(SCRIPT), "--", "--env", "SCRIPT_ARG=kept", "--dry-run")
     provenance = next(ln for ln in text.splitlines() if ln.startswith("# Run with: "))
     # The script's own arguments (after SCRIPT) are kept as typed, its --dry-run included.
     assert provenance == (f"# Run with: slurmtorch sbatch --site local --env HF_TOKEN=... --env=WANDB_API_KEY=... "
-                          f"{SCRIPT} --env SCRIPT_ARG=kept --dry-run")
+                          f"{SCRIPT} -- --env SCRIPT_ARG=kept --dry-run")
     assert text.count(SECRET) == 2  # HF_TOKEN's and WANDB_API_KEY's export lines, nothing else
     assert f"export HF_TOKEN={SECRET}\n" in text and f"export WANDB_API_KEY={SECRET}2\n" in text
 

@@ -11,10 +11,11 @@ import sys
 
 import pytest
 
-from slurmtorch.bootstrap import raynode
+from slurmtorch.bootstrap import raydriver, raynode
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render, sites
-from slurmtorch.submit.raycluster import AWAIT_STEPS, JOIN_S, REAP
+from slurmtorch.submit import launchplan, render, sites
+from slurmtorch.submit.raycluster import JOIN_S, RAY_HEAD
+from slurmtorch.submit.steps import CLEANUP, JOB, VITAL
 from slurmtorch.submit.spec import build_spec
 
 from test_render import bash_syntax_ok, check_golden, golden_options, required_options
@@ -31,23 +32,32 @@ def test_a_ray_job_matches_golden_and_bash_reads_it():
     check_golden("sbatch-testbed-ray.sh", text)
 
 
+def steps(spec) -> dict:
+    """The launch's steps by name (launchplan.plan)."""
+    return {step.name: step for step in launchplan.plan(spec).steps}
+
+
 def test_the_head_is_on_the_fabric_address_and_the_script_runs_once_as_the_driver():
     spec = ray_spec()
-    plan = render.launch_plan(spec)
+    launch = launchplan.plan(spec)
     text = render.render_sbatch(spec)
     # MASTER_ADDR: picked on the site's interface (ib0 on the testbed) on this, the first node.
-    assert plan.pick_addr and plan.pick_port
-    assert 'ray_head="${MASTER_ADDR:-${ray_nodes[0]}}:$MASTER_PORT"' in text
+    assert launch.pick_addr and launch.pick_port and launch.ray
+    assert 'ray_head="${MASTER_ADDR:-${nodes[0]}}:$MASTER_PORT"' in text
     assert "raynode head \"$ray_head\" --cpus 2 --gpus 0 --backend gloo" in text
     assert "raynode worker \"$ray_head\"" in text and "raynode stop \"$ray_head\"" in text
     # One driver: one task on the first node, the script from the job's copy, no torch bootstrap.
-    assert plan.ray is not None and "--ntasks=1" in plan.ray.driver_srun
-    assert plan.ray.driver_args == ("--nodes", "2", "--deadline", str(JOIN_S), "/home/user/train.py", "--epochs", "3")
+    by_name = steps(spec)
+    driver = by_name["Ray driver"]
+    assert "--ntasks=1" in driver.options and driver.nodes == (0, 1) and driver.end == JOB
+    assert driver.argv[3:] == ("driver", RAY_HEAD, "--nodes", "2", "--deadline", str(JOIN_S), "/home/user/train.py",
+                               "--epochs", "3")
     assert "slurmtorch.bootstrap --backend" not in text
     # One Slurm task per node holding the node's CPUs: Ray's node is the unit.
     assert (spec.ntasks_per_node, spec.ntasks, spec.cpus_per_task) == (1, 2, 2)
-    (workers,) = plan.ray.workers
-    assert "--nodes=1" in workers.srun and "--kill-on-bad-exit=1" in workers.srun and workers.offset == 1
+    workers = by_name["Ray workers"]
+    assert "--nodes=1" in workers.options and "--kill-on-bad-exit=1" in workers.options and workers.nodes == (1, 1)
+    assert (by_name["Ray head"].end, workers.end, by_name["Ray stop"].end) == (VITAL, VITAL, CLEANUP)
 
 
 def test_a_ray_job_over_two_node_types_runs_a_worker_step_a_role_each_with_its_roles_resource():
@@ -56,26 +66,26 @@ def test_a_ray_job_over_two_node_types_runs_a_worker_step_a_role_each_with_its_r
     text = render.render_sbatch(spec)
     bash_syntax_ok(text)
     check_golden("sbatch-testbed-ray-roles.sh", text)
-    plan = render.launch_plan(spec).ray
-    assert plan is not None and plan.het_groups == (0, 1) and "--het-group=0" in plan.head_srun
-    assert plan.node_args[-2:] == ("--role", "master")
-    (workers,) = plan.workers
-    assert (workers.offset, workers.count, workers.node_args[-2:]) == (1, 2, ("--role", "worker"))
-    assert "--het-group=1" in workers.srun and workers.env_argv == ("env", "TESTBED_NODE_TYPE=fat")
-    assert [(s.offset, s.count) for s in plan.stops] == [(0, 1), (1, 2)]  # a stop step a component
-    assert plan.driver_args[:2] == ("--nodes", "3")
+    launch = launchplan.plan(spec)
+    assert launch.node_list == "\"$SLURM_JOB_NODELIST_HET_GROUP_0,$SLURM_JOB_NODELIST_HET_GROUP_1\""
+    head, workers, driver, *stops = launch.steps
+    assert "--het-group=0" in head.options and head.argv[-2:] == ("--role", "master")
+    assert (workers.nodes, workers.argv[-2:]) == ((1, 2), ("--role", "worker"))
+    assert "--het-group=1" in workers.options and workers.env == ("env", "TESTBED_NODE_TYPE=fat")
+    assert [s.nodes for s in stops] == [(0, 1), (1, 2)]  # a stop step a component
+    assert driver.argv[5:7] == ("--nodes", "3")
 
 
 def test_hang_timeout_is_how_long_the_cluster_may_take_to_form():
-    plan = render.launch_plan(ray_spec(hang_timeout=45)).ray
-    assert plan is not None and plan.deadline == 45 and "45" in plan.node_args
+    head = steps(ray_spec(hang_timeout=45))["Ray head"]
+    assert head.argv[head.argv.index("--deadline") + 1] == "45"
     with pytest.raises(SpecError, match="--hang-timeout needs --max-restarts"):
         build_spec(sites.load_site("testbed"), golden_options("testbed", nodes=2, hang_timeout=45))
 
 
 def test_a_module_runs_from_the_jobs_copy_as_the_driver():
-    plan = render.launch_plan(ray_spec(script=None, module="pkg.train")).ray
-    assert plan is not None and plan.driver_args[-4:] == ("-m", "pkg.train", "--epochs", "3")
+    driver = steps(ray_spec(script=None, module="pkg.train"))["Ray driver"]
+    assert driver.argv[-4:] == ("-m", "pkg.train", "--epochs", "3")
 
 
 @pytest.mark.parametrize("kw, message", [
@@ -96,25 +106,23 @@ def test_what_a_ray_job_cannot_be_is_refused_in_one_line(kw, message):
 
 def test_a_sites_default_launcher_does_not_stop_a_ray_job():
     spec = ray_spec("jsc-juwels-booster", **required("jsc-juwels-booster"))  # the site's launcher: mpirun
-    assert spec.launcher == "srun" and render.launch_plan(spec).ray is not None
+    assert spec.launcher == "srun" and launchplan.plan(spec).ray
 
 
 def test_every_ray_step_runs_in_the_jobs_apptainer_container():
     spec = ray_spec("idris-jean-zay-singularity", **required("idris-jean-zay-singularity"))
-    plan = render.launch_plan(spec).ray
-    assert plan is not None and spec.container is not None
-    assert plan.node_argv[:2] == ("singularity", "exec")
-    assert plan.node_argv[-3:] == (spec.container.interpreter, "-m", "slurmtorch.bootstrap.raynode")
+    assert spec.container is not None
+    for step in launchplan.plan(spec).steps:
+        assert step.argv[:2] == ("singularity", "exec")
+        assert spec.container.interpreter in step.argv and "slurmtorch.bootstrap.raynode" in step.argv
     bash_syntax_ok(render.render_sbatch(spec))
 
 
 def test_every_ray_step_names_the_pyxis_image():
     spec = ray_spec("cscs-alps", container_image="nvcr.io#nvidia/pytorch:25.01-py3", container_runtime="pyxis",
                     **required("cscs-alps"))
-    plan = render.launch_plan(spec).ray
-    assert plan is not None
-    for srun in (plan.head_srun, *(s.srun for s in plan.workers), plan.driver_srun, *(s.srun for s in plan.stops)):
-        assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in srun
+    for step in launchplan.plan(spec).steps:
+        assert "--container-image=nvcr.io#nvidia/pytorch:25.01-py3" in step.options
     bash_syntax_ok(render.render_sbatch(spec))
 
 
@@ -122,29 +130,7 @@ def required(site_name: str) -> dict:
     return required_options(sites.load_site(site_name))
 
 
-# ------------------------------------------------------------------ the steps reaped, in a real bash
-
-def reap(driver: str, head: str, worker: str) -> subprocess.CompletedProcess:
-    """REAP and AWAIT_STEPS over three background commands standing in for the srun steps."""
-    script = (f"({driver}) & ray_driver_step=$!\n({head}) & ray_head_step=$!\n({worker}) & ray_worker_steps=($!)\n"
-              f"{REAP}\n{AWAIT_STEPS}\necho rc=$rc\n")
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
-
-
-def test_the_drivers_code_is_the_jobs():
-    done = reap("sleep 0.3; exit 3", "sleep 1", "sleep 1")
-    assert done.stdout.strip() == "rc=3" and "error" not in done.stderr
-
-
-def test_a_worker_step_that_ends_first_ends_the_job_and_stops_the_driver():
-    done = reap("sleep 30", "sleep 1", "sleep 0.2; exit 1")
-    assert done.stdout.strip() == "rc=1"
-    assert "a Ray node's step ended before the script did" in done.stderr
-
-
-def test_a_head_step_that_ends_first_ends_the_job():
-    done = reap("sleep 30", "sleep 0.2; exit 0", "sleep 2")
-    assert done.stdout.strip() == "rc=1"
+# The steps reaped, in a real bash: tests/submit/test_batchnode_shell.py.
 
 
 # ------------------------------------------------------------------ raynode's words
@@ -193,12 +179,12 @@ def test_rendering_a_ray_job_imports_no_ray(tmp_path):
 
 def test_the_nodes_that_did_not_join_are_named_by_their_slurm_names():
     alive = [{"NodeManagerHostname": "node1.cluster", "NodeManagerAddress": "198.18.0.139"}]
-    assert raynode.missing_nodes(alive, ["node1", "node2", "node3"], 3) == ["node2", "node3"]
+    assert raydriver.missing_nodes(alive, ["node1", "node2", "node3"], 3) == ["node2", "node3"]
     # Host names that are not Slurm's: every Slurm name is listed, none can be told joined.
-    assert raynode.missing_nodes([{"NodeManagerHostname": "x", "NodeManagerAddress": "10.0.0.1"}], ["a", "b"], 2) \
+    assert raydriver.missing_nodes([{"NodeManagerHostname": "x", "NodeManagerAddress": "10.0.0.1"}], ["a", "b"], 2) \
         == ["a", "b"]
     # Every Slurm name seen, yet fewer Ray nodes than wanted: how many are missing.
-    assert raynode.missing_nodes(alive, ["node1"], 2) == ["1 node(s)"]
+    assert raydriver.missing_nodes(alive, ["node1"], 2) == ["1 node(s)"]
 
 
 # ------------------------------------------------------------------ Ray's ports, the job's own
@@ -257,3 +243,37 @@ def test_the_heads_line_says_where_its_dashboard_is(monkeypatch):
         "Ray head on node1 up at 198.18.0.139:23456; no dashboard (Ray runs one where ray[default] is installed; "
         "why not: /home/u/jobs/7/ray-node1.out)")
     assert raynode.up_line("worker", "node2", "198.18.0.140", 23456, None) == "Ray worker on node2 up at 198.18.0.140"
+
+
+def test_a_ray_start_that_gave_up_on_registration_with_the_nodes_vital_processes_running_is_a_node_starting_late():
+    """Issue 44: `ray start` waits 30 s (Ray's, fixed) for its node to register; on a loaded
+    node it exits 1 while the raylet goes on and registers later: that node runs."""
+    assert raynode.started("worker", 0, set())
+    assert raynode.started("worker", 1, {"raylet", "python"})
+    assert not raynode.started("worker", 1, {"python"})  # its raylet gone: it did not start
+    assert raynode.started("head", 1, {"gcs_server", "raylet"})
+    assert not raynode.started("head", 1, {"raylet"})
+
+
+def test_a_late_nodes_line_says_ray_start_gave_up_and_the_hang_timeout_decides():
+    assert raynode.late_note("head", 1, 300) == (
+        "it registers late: ray start stopped waiting after Ray's own 30 s and exited with 1, its gcs_server and "
+        "raylet running; the driver waits up to 300 s (--hang-timeout) for every node")
+
+
+def test_a_raylet_that_ended_before_its_agents_wrote_their_ports_ended_unregistered(tmp_path):
+    """Issue 44: a raylet waits 15 s (Ray's, fixed) for its agents' port files, then ends; it
+    registers its node only once it has read them all. A worker whose raylet ended before
+    they were all there is started again; one that ended after is a node that died."""
+    temp = tmp_path / "slurmtorch-ray-unit-node9"  # no process of this test's session names it
+    logs = temp / "session_2026-12-07_1" / "logs"
+    logs.mkdir(parents=True)
+    no_session = 2 ** 22 + 7  # above any pid this test can meet
+    (logs / "raylet.out").write_text("")
+    assert raynode.raylet_ended(no_session, str(temp)) is None  # it has not run yet
+    (logs / "raylet.out").write_text("[...] (raylet) main.cc:283: Setting cluster ID to: 18a2\n")
+    for name in raynode.AGENT_PORT_FILES[:-1]:
+        (logs.parent / f"{name}_b762f0").write_text("35069")
+    assert raynode.raylet_ended(no_session, str(temp)) == "unready"
+    (logs.parent / f"{raynode.AGENT_PORT_FILES[-1]}_b762f0").write_text("35070")
+    assert raynode.raylet_ended(no_session, str(temp)) == "died"

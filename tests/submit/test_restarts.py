@@ -22,7 +22,9 @@ from slurmtorch.submit.recovery import Recovery, resolve_restarts
 from slurmtorch.roles import parse_roles
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,
                                                   place, requeue_size, short_role)
-from slurmtorch.submit.batchnode.supervisor import Stragglers, job_pools, parse_args, step_argv, verdict_of
+from slurmtorch.submit.batchnode.steprun import Stragglers
+from slurmtorch.submit.batchnode.supervisor import (job_pools, parse_args, start_env, step_argv,
+                                                    verdict_of)
 
 NODES = ["node1", "node2", "node3"]
 KILLED = "srun: error: node2: task 1: Killed\n"
@@ -222,7 +224,27 @@ def test_the_supervisor_reads_the_batch_scripts_call():
     assert (args.spare_nodes, args.replace_straggler) == (1, 0.2)
 
 
-LAUNCH_ROLES = ["bash", "-c", 'launch_roles "$@"', "launch_roles", "--lr", "0.1"]
+LAUNCH = ["bash", "-c", 'launch "$@"', "launch", "--lr", "0.1"]
+LAUNCH_ROLES = ["bash", "-c", 'launch_roles "$@"', "launch_roles", "--lr", "0.1"]  # a script before issue 45's
+
+
+def test_the_supervisor_runs_the_batch_scripts_launch_as_it_is_and_picks_each_starts_rendezvous(tmp_path,
+                                                                                                  monkeypatch):
+    """Every shape's steps are the script's `launch`, run for each start on the nodes it is given;
+    the supervisor picks MASTER_PORT/ADDR with the batch script's own picker (templates/rendezvous.sh)."""
+    args = parse_args(["--nodes", "1", "--ntasks", "1", "--max-restarts", "3", "--spare-nodes", "1", "--", *LAUNCH])
+    assert args.script and args.roles is None
+    assert step_argv(args, ["node2"], start=1) == LAUNCH
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "=lo")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    env = start_env(args, 1, tmp_path, ["here"], "here", fixed={})
+    assert (env["SLURMTORCH_ROLE_NODES"], env["SLURMTORCH_RESTART_COUNT"], env["MASTER_ADDR"]) == ("here", "1",
+                                                                                                 "127.0.0.1")
+    assert 20000 <= int(env["MASTER_PORT"]) < 65536
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
+    assert "MASTER_ADDR" not in start_env(args, 2, tmp_path, ["here"], "here", fixed={})  # the host name, then
+    monkeypatch.setenv("MASTER_PORT", "29500")  # the site's: it stands
+    assert start_env(args, 2, tmp_path, ["here"], "here", fixed={"MASTER_PORT": "29500"})["MASTER_PORT"] == "29500"
 
 
 def test_the_supervisor_runs_a_role_jobs_launch_roles_as_it_is_and_gives_it_its_nodes():
@@ -292,6 +314,7 @@ def test_a_straggler_is_found_in_its_third_round_of_samples_and_earlier_starts_s
 
 @pytest.mark.parametrize("argv", [[], ["--nodes", "2"], ["--nodes", "2", "--", "srun"],
                                   ["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--", "mpirun"],
+                                  ["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--", "launch"],
                                   ["--nodes", "2", "--ntasks", "2", "--max-restarts", "1", "--bogus", "1", "--", "srun"]])
 def test_the_supervisor_refuses_any_other_call(argv):
     with pytest.raises(ValueError, match="usage"):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch.submit import render
+from slurmtorch.submit import launchplan, render
 from slurmtorch.submit import sites
 from slurmtorch.bootstrap.contracts import env_for
 from slurmtorch.errors import BootstrapError, SlurmtorchError, SpecError
@@ -21,7 +21,7 @@ from slurmtorch.roles import parse_roles
 from slurmtorch.submit.spec import build_spec
 from slurmtorch.submit.sweeps import parse_array, parse_sweep, sweep_args, sweep_grid
 
-from helpers import st
+from helpers import as_run, st
 from test_render import bash_syntax_ok, check_golden, golden_options
 
 NODES = "node[1-4]"
@@ -210,6 +210,23 @@ def test_a_site_with_a_larger_max_array_size_takes_arrays_up_to_it_and_says_so_p
         sites.load_site(str(tmp_path / "past.yaml"))
 
 
+@pytest.mark.parametrize("asked", [dict(array="0-3"), dict(array="%2", sweep=("lr=1,2",)), dict(sweep=("lr=1",))])
+def test_a_cluster_without_job_arrays_says_so_for_array_and_sweep(tmp_path, asked):
+    """Issue 44: `max_array_size: 0` (Slurm's MaxArraySize=0: no job arrays) with `--array 0-3`
+    said "--sweep is a grid of 1 trials", of a sweep never asked for."""
+    from slurmtorch.submit.options import Options
+
+    (tmp_path / "none.yaml").write_text("extends: testbed\nmax_array_size: 0\n")
+    with pytest.raises(SpecError) as e:
+        build_spec(sites.load_site(str(tmp_path / "none.yaml")), Options(kind="sbatch", script="/x/t.py", **asked))
+    assert e.value.message == ("the site's cluster runs no job arrays (its max_array_size: 0, as MaxArraySize=0 "
+                               "turns them off), so no --array or --sweep"), e.value.message
+    assert "separate jobs" in (e.value.tip or "")
+    (tmp_path / "below.yaml").write_text("extends: testbed\nmax_array_size: -1\n")
+    with pytest.raises(SlurmtorchError, match="max_array_size"):
+        sites.load_site(str(tmp_path / "below.yaml"))
+
+
 @pytest.mark.parametrize("items, message", [
     (["lr"], "malformed"), (["=1"], "malformed"), (["l r=1"], "malformed"), (["lr=1,,2"], "empty value"),
     (["lr=1,1"], "repeats"), (["lr=1", "lr=2"], "twice"), (["a-b=1", "a_b=2"], "twice"),
@@ -278,7 +295,7 @@ ROLES = ("master=1", "worker=2", "ps=1")
                              role_images=("ps=/images/ps.sif",))),
     ("sweep-testbed", dict(nodes=2, sweep=("lr=1e-3,1e-4", "bs=32,64"), array="%2")),
     ("sweep-roles-testbed", dict(roles=ROLES, sweep=("lr=1e-3,1e-4",))),
-    # A sweep's trial arguments reach every role's step through launch_roles' "$@".
+    # A sweep's trial arguments reach every role's step through launch's "$@".
     ("sweep-roles-restarts-testbed", dict(roles=("master=1", "worker=1:spare=1"), sweep=("lr=1e-3,1e-4",),
                                           max_restarts=2, spare_nodes=1)),
 ])
@@ -298,7 +315,7 @@ def test_site_container_roles_pick_per_role_images_with_gpus(tmp_path):
         "partitions:\n  p:\n    max_nodes: 8\n    max_time: '1:00:00'\n    node_type: g\n    default: true\n")
     site = sites.load_site(str(site_file))
     spec = build_spec(site, golden_options("gpu", roles=("chief=1", "worker=1", "ps=1")))
-    steps = {s.role: s.rank_argv for s in render.launch_plan(spec).role_steps}
+    steps = {s.name.split()[1]: s.argv[6:] for s in launchplan.plan(spec).steps}  # after the log wrapper
     home = ("--bind", "/home/user:/home/user")  # the jobs folder and the script's, at their own paths
     assert steps["chief"][:8] == ("apptainer", "exec", "--nv", *home, "--bind", "/data:/data", "/img/base.sif")
     assert steps["ps"][:8] == ("apptainer", "exec", "--nv", *home, "--bind", "/data:/data", "/img/ps.sif")
@@ -360,10 +377,10 @@ def run_role_script(tmp_path, grace=None, **behaviour):
     spec = build_spec(sites.load_site("testbed"), golden_options(
         "testbed", roles=ROLES, python=sys.executable, job_root=str(tmp_path / "jobs"),
         env=("GLOO_SOCKET_IFNAME=lo", "NCCL_SOCKET_IFNAME==lo")))
-    text = render.render_sbatch(spec)
+    text = as_run(spec)
     if grace is not None:
-        assert "grace=30\n" in text
-        text = text.replace("grace=30\n", f"grace={grace}\n")
+        assert "\nsettle 30\n" in text
+        text = text.replace("\nsettle 30\n", f"\nsettle {grace}\n")
     (tmp_path / "jobs" / "7").mkdir(parents=True)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "srun").write_text(FAKE_SRUN)
@@ -384,7 +401,7 @@ def test_role_wait_loop_a_failing_worker_stops_the_master_at_once(tmp_path):
     rc, err, took, code = run_role_script(tmp_path, master="exec sleep 30", worker="sleep 0.3; exit 3",
                                           ps="exec sleep 30")
     assert (rc, code) == (3, "3\n")
-    assert "slurmtorch: role worker exited with 3; stopping the other roles" in err
+    assert "slurmtorch: role worker exited with 3; stopping the other steps" in err
     assert took < 10, took
 
 
@@ -523,7 +540,7 @@ def test_a_failed_role_step_stops_the_others_and_is_named(testbed, tmp_path):
     assert proc.returncode != 0, proc.stderr
     job_id = proc.stdout.splitlines()[0]
     batch = (home / "jobs" / job_id / "batch.out").read_text()
-    assert "slurmtorch: role worker exited with 4; stopping the other roles" in batch, batch
+    assert "slurmtorch: role worker exited with 4; stopping the other steps" in batch, batch
     assert re.search(r"rank 1 on node\d+ failed:", (home / "jobs" / job_id / "rank-1.err").read_text())
 
 

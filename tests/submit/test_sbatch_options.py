@@ -8,7 +8,7 @@ import re
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render
+from slurmtorch.submit import launchplan, render
 from slurmtorch.submit import sites
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.sbatch_options import (check_begin, check_dependency, check_gres, check_mail_type,
@@ -75,8 +75,8 @@ def test_impossible_rank_counts_are_refused(testbed_site, kw, message):
 def test_an_uneven_layout_runs_under_srun_and_mpirun(testbed_site):
     for launcher in ("srun", "mpirun"):
         spec = build_spec(testbed_site, opts(nodes=2, ntasks=3, launcher=launcher))
-        plan = render.launch_plan(spec)
-        assert spec.uneven and (launcher != "mpirun" or plan.mpirun_args[:2] == ("-n", "3"))
+        (step,) = launchplan.plan(spec).steps
+        assert spec.uneven and (launcher != "mpirun" or step.options[:2] == ("-n", "3"))
 
 
 # ------------------------------------------------------------------ options passed on
@@ -228,7 +228,7 @@ def test_an_sbatch_arg_given_twice_is_refused():
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_srun_args_reach_every_srun_that_starts_ranks(testbed_site, launcher):
     spec = build_spec(testbed_site, opts(nodes=2, launcher=launcher, srun_args=("--label", "--cpu-bind=verbose,cores")))
-    assert render.launch_plan(spec).srun_args[-2:] == ("--label", "--cpu-bind=verbose,cores")
+    assert launchplan.plan(spec).steps[0].options[-2:] == ("--label", "--cpu-bind=verbose,cores")
     text = render.render_sbatch(spec)
     srun = next(ln for ln in text.splitlines() if ln.startswith("srun "))
     assert srun.endswith("--label --cpu-bind=verbose,cores \\")
@@ -236,8 +236,8 @@ def test_srun_args_reach_every_srun_that_starts_ranks(testbed_site, launcher):
 
 def test_srun_args_reach_every_roles_step(testbed_site):
     spec = build_spec(testbed_site, opts(roles=("master=1", "worker=2"), srun_args=("--label",)))
-    steps = render.launch_plan(spec).role_steps
-    assert len(steps) == 2 and all(step.srun_args[-1] == "--label" for step in steps)
+    steps = launchplan.plan(spec).steps
+    assert len(steps) == 2 and all(step.options[-1] == "--label" for step in steps)
 
 
 @pytest.mark.parametrize("arg, message", [

@@ -47,7 +47,8 @@ def test_the_testbed_becomes_one_cpu_node_type_and_its_debug_partition(tmp_path)
 
 
 def test_what_a_login_node_cannot_know_is_marked_check_with_the_safest_value(tmp_path):
-    text = discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"), fixture("testbed-mpi"))
+    text = discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"), fixture("testbed-mpi"),
+                              fixture("testbed-config"))
     checks = [ln.strip() for ln in text.splitlines() if "# CHECK:" in ln]
     assert [c.split(":")[1].split()[0] for c in checks] == ["modules", "the", "interfaces"]
     assert "fabric: ethernet" in text and "\n    # interfaces: [ib0]\n" in text
@@ -162,6 +163,43 @@ def test_a_cluster_that_lists_no_nodes_is_one_error():
         discover.site_yaml("", fixture("testbed-partitions"), "")
 
 
+def test_max_array_size_is_read_from_scontrol_show_config(tmp_path):
+    """The testbed's recorded `scontrol show config` (Slurm 24.11): MaxArraySize = 1001, and a
+    cluster's own value where it sets one; --array and --sweep are then checked against it."""
+    text = discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"), fixture("testbed-mpi"),
+                              fixture("testbed-config"))
+    assert load(tmp_path, text).max_array_size == 1001
+    assert "max_array_size: 1001  # scontrol show config: MaxArraySize" in text
+    mine = fixture("testbed-config").replace("MaxArraySize            = 1001", "MaxArraySize            = 50001")
+    big = load(tmp_path, discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"),
+                                            fixture("testbed-mpi"), mine), "big")
+    assert big.max_array_size == 50001
+
+
+@pytest.mark.parametrize("config, said", [
+    ("", "# CHECK: MaxArraySize not read (scontrol show config said nothing): Slurm's default, 1001, applies"),
+    ("MaxArraySize = 9999999\n", "# CHECK: MaxArraySize = 9999999 is past Slurm's own limit (4000001): left out"),
+    ("MaxArraySize = lots\n", "# CHECK: MaxArraySize not read (scontrol show config said nothing): Slurm's "
+                                "default, 1001, applies"),
+])
+def test_a_max_array_size_that_cannot_be_read_is_left_to_slurms_default_and_marked(tmp_path, config, said):
+    text = discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"), fixture("testbed-mpi"),
+                              config)
+    assert said in text.splitlines() and load(tmp_path, text).max_array_size == 1001
+
+
+def test_a_partitions_min_nodes_is_kept(tmp_path):
+    """scontrol's MinNodes (a partition that takes only jobs of many nodes) becomes min_nodes,
+    refused before sbatch; Slurm's 0 or 1 says nothing."""
+    parts = fixture("testbed-partitions").replace("MinNodes=0", "MinNodes=2")
+    assert "MinNodes=2" in parts
+    site = load(tmp_path, discover.site_yaml(fixture("testbed-nodes"), parts, fixture("testbed-mpi")))
+    assert [p.min_nodes for p in site.partitions] == [2]
+    plain = load(tmp_path, discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"),
+                                              fixture("testbed-mpi")), "plain")
+    assert [p.min_nodes for p in plain.partitions] == [None]
+
+
 def test_a_partition_whose_nodes_scontrol_did_not_list_is_left_out_and_said(tmp_path):
     part = fixture("testbed-partitions") + "PartitionName=gone Nodes=(null) MaxTime=UNLIMITED State=UP\n"
     text = discover.site_yaml(fixture("testbed-nodes"), part, "")
@@ -174,7 +212,7 @@ def test_the_site_admins_guide_shows_what_site_init_writes_on_the_testbed():
     section = guide.split("## A first site from the cluster", 1)[1].split("\n## ", 1)[0]
     summary, written = re.findall(r"```text\n(.*?)```", section, re.S)
     assert written == discover.site_yaml(fixture("testbed-nodes"), fixture("testbed-partitions"),
-                                         fixture("testbed-mpi"), title="mycluster")
+                                         fixture("testbed-mpi"), fixture("testbed-config"), title="mycluster")
     assert summary.startswith("wrote mycluster.yaml: site 'mycluster', 1 partitions, 1 node types; 3 lines")
 
 

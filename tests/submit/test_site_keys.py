@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import render
+from slurmtorch.submit import interactive, launchplan, render
 from slurmtorch.submit import sites
 from slurmtorch.submit.environment import composed
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED
@@ -80,9 +80,9 @@ def test_site_node_type_and_partition_srun_args_come_before_the_users_on_every_r
     for launcher in ("srun", "torchrun"):
         spec = build_spec(keys, opts(launcher=launcher, srun_args=("--label",)))
         assert list(spec.srun_args) == want
-        assert list(render.launch_plan(spec).srun_args[-4:]) == want
+        assert list(launchplan.plan(spec).steps[-1].options[-4:]) == want  # after the node prologue
     roles = build_spec(keys, opts(roles=("master=1", "worker=1"), ntasks_per_node=1, srun_args=("--label",)))
-    assert all(list(step.srun_args[-4:]) == want for step in render.launch_plan(roles).role_steps)
+    assert all(list(step.options[-4:]) == want for step in launchplan.plan(roles).steps if step.end != "check")
 
 
 def test_the_mpirun_launcher_starts_no_srun_so_the_sites_srun_args_do_not_apply(keys):
@@ -106,6 +106,59 @@ def test_gpus_per_task_cannot_reach_torchruns_one_agent_per_node(tmp_path):
     with pytest.raises(SpecError, match=r"--gpus-per-task=1 \(from the site's srun_args\) would give torchrun"):
         build_spec(site, golden_options("s", launcher="torchrun"))
     assert build_spec(site, golden_options("s", launcher="srun")).srun_args == ("--gpus-per-task=1",)
+
+
+REMOVALS = MINIMAL.replace("fabric: ethernet,", "fabric: ethernet, srun_args: [--gpu-bind=none],") + """\
+srun_args: [--cpu-bind=cores, --hint=nomultithread]
+presets:
+  unbound: {srun_args: [{--cpu-bind: null}, --cpu-bind=none]}
+  free: {srun_args: [{--gpu-bind: null}, {--hint: null}]}
+"""
+
+
+def test_a_later_layers_null_removes_an_earlier_layers_srun_option(tmp_path):
+    """A preset's (or a node type's, a partition's) `{--NAME: null}` takes --NAME out of the layers
+    before it, as `directives:` null does: LUMI's torchrun preset drops the node type's CPU masks."""
+    site = sites.load_site(write(tmp_path, REMOVALS))
+    assert build_spec(site, golden_options("s")).srun_args == ("--cpu-bind=cores", "--hint=nomultithread",
+                                                                "--gpu-bind=none")
+    assert build_spec(site, golden_options("s", preset="unbound")).srun_args == (
+        "--hint=nomultithread", "--gpu-bind=none", "--cpu-bind=none")
+    spec = build_spec(site, golden_options("s", preset="free", srun_args=("--hint=compute_bound",)))
+    assert spec.srun_args == ("--cpu-bind=cores", "--hint=compute_bound")  # the job's own --srun-arg stays
+    assert sites.site_as_dict(site)["presets"]["unbound"]["srun_args"] == [{"--cpu-bind": None}, "--cpu-bind=none"]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("presets: {p: {srun_args: [{--cpu-bnd: null}]}}\n",
+     "presets.p.srun_args[0]: removes --cpu-bnd, which no layer before it sets (site, node type, partition)"),
+    ("srun_args: [{--cpu-bind: null}]\n",
+     "srun_args[0]: the site's srun_args come first: there is nothing before them to remove"),
+    ("presets: {p: {srun_args: [{--cpu-bind: cores}]}}\n",
+     "presets.p.srun_args[0]: {'--cpu-bind': 'cores'}: a removal is {--NAME: null}"),
+    ("presets: {p: {srun_args: [{--cpu-bind=cores: null}]}}\n",
+     "presets.p.srun_args[0]: {'--cpu-bind=cores': None}: a removal is {--NAME: null}"),
+])
+def test_a_removal_names_an_option_an_earlier_layer_sets(tmp_path, text, problem):
+    found = problems(write(tmp_path, MINIMAL + "srun_args: [--cpu-bind=cores]\n" * ("site's" not in problem) + text))
+    assert any(p.endswith(problem) for p in found), found
+
+
+GPU_BOARD = MINIMAL.replace("cpu: {gpus: 0, cpus: 4,", "cpu: {gpus: 4, cpus: 64, gpu_order: reverse,")
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun"])
+def test_a_node_types_gpu_order_reaches_the_ranks_of_a_slurm_job(tmp_path, launcher):
+    """A board whose GPU 0 sits by the last NUMA node (ALCF's affinity table of the A100 board):
+    local rank i takes GPU n-1-i in a batch job too (bootstrap.placement, SLURMTORCH_GPU_ORDER);
+    the job's own --env wins."""
+    site = sites.load_site(write(tmp_path, GPU_BOARD))
+    assert dict(build_spec(site, golden_options("s", launcher=launcher)).env)["SLURMTORCH_GPU_ORDER"] == "reverse"
+    mine = build_spec(site, golden_options("s", env=("SLURMTORCH_GPU_ORDER=natural",)))
+    assert dict(mine.env)["SLURMTORCH_GPU_ORDER"] == "natural"
+    natural = sites.load_site(write(tmp_path, GPU_BOARD.replace(" gpu_order: reverse,", "")))
+    assert "SLURMTORCH_GPU_ORDER" not in dict(build_spec(natural, golden_options("s")).env)
+    assert sites.site_as_dict(site)["node_types"]["cpu"]["gpu_order"] == "reverse"
 
 
 # ------------------------------------------------------------------ directives, account, QOS
@@ -266,6 +319,47 @@ def test_module_use_alone_makes_a_login_shell(tmp_path):
     assert text.startswith("#!/bin/bash -l\n") and "module use /opt/mf\n" in text and "module purge" not in text
 
 
+AFTER = MINIMAL + """\
+module_use: [/soft/modulefiles]
+modules: [conda]
+after_modules: [conda activate]
+env: {NCCL_DEBUG: WARN}
+"""
+
+
+def between_the_modules_and_the_exports(text: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index("module load conda") + 1
+    exports = next(i for i, ln in enumerate(lines) if ln.startswith("export NCCL_IB_DISABLE"))  # the first
+    assert lines.index("export NCCL_DEBUG=WARN") > exports
+    return [ln for ln in lines[start:exports] if ln and not ln.startswith("#")]
+
+
+@pytest.mark.parametrize("kind", ["sbatch", "mpirun"])
+def test_after_modules_lines_run_after_the_modules_and_before_the_exports(tmp_path, kind):
+    """ALCF Polaris's PyTorch page: `module use /soft/modulefiles; module load conda; conda
+    activate`, and the job's exports after it (the activation would otherwise change them)."""
+    site = sites.load_site(write(tmp_path, AFTER))
+    spec = build_spec(site, golden_options("s", kind=kind, **({"ntasks": 2} if kind == "mpirun" else {})))
+    text = render.render_sbatch(spec) if kind == "sbatch" else render.render_mpirun(spec)
+    bash_syntax_ok(text)
+    assert between_the_modules_and_the_exports(text) == ["conda activate"]
+
+
+def test_alloc_shells_set_up_runs_the_after_modules_lines_too(tmp_path):
+    site = sites.load_site(write(tmp_path, AFTER))
+    spec = build_spec(site, golden_options("s", interactive=True, script=None))
+    shell = interactive.render_setup(spec, "{}", ["python3"])
+    assert between_the_modules_and_the_exports(shell) == ["conda activate"]
+
+
+def test_after_modules_lines_are_shell_lines_without_a_nul(tmp_path):
+    assert problems(write(tmp_path, MINIMAL + 'after_modules: ["a\\0b"]\n'))[0].endswith(
+        "after_modules[0]: contains a NUL byte, which no shell can carry")
+    assert problems(write(tmp_path, MINIMAL + "after_modules: conda activate\n"))[0].endswith(
+        "after_modules: expected a list of strings")
+
+
 # ------------------------------------------------------------------ node prologue
 
 def test_the_node_prologue_is_its_own_step_once_per_node_before_the_ranks(keys):
@@ -286,8 +380,9 @@ def test_an_array_jobs_node_prologue_writes_into_the_trials_folder(keys):
 def test_a_failing_node_prologue_ends_the_job_with_exit_1_one_line_and_the_exit_code_file(keys, tmp_path):
     """Run the rendered script's prologue block in bash with a stand-in srun that fails."""
     text = render.render_sbatch(build_spec(keys, opts()))
-    start = text.index("# Node prologue")
-    block = text[start:text.index("\n\n", text.index("fi\n", start))]
+    start = text.index("# The node prologue")
+    block = text[text.index("finish() {"):text.index("\n", text.index("die() {")) + 1] + \
+        text[start:text.index("\n\n", start)]
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "srun").write_text("#!/bin/sh\necho \"srun $*\" >> \"$SLURMTORCH_JOB_DIR/calls\"\nexit 3\n")
@@ -326,13 +421,13 @@ def test_slurmtorch_mpirun_refuses_a_site_with_a_node_prologue(tmp_path):
 def test_amd_nodes_run_apptainer_with_rocm_and_nvidia_ones_with_nv(tmp_path):
     text = MINIMAL.replace("gpus: 0, cpus: 4, fabric: ethernet", "gpus: 8, cpus: 64, fabric: ethernet, gpu_vendor: amd")
     site = sites.load_site(write(tmp_path, text))
-    amd = render.launch_plan(build_spec(site, golden_options("s", container_image="/img.sif",
-                                                            container_runtime="apptainer")))
-    assert amd.rank_argv[:3] == ("apptainer", "exec", "--rocm")
+    (amd,) = launchplan.plan(build_spec(site, golden_options("s", container_image="/img.sif",
+                                                            container_runtime="apptainer"))).steps
+    assert amd.argv[:3] == ("apptainer", "exec", "--rocm")
     site = sites.load_site(write(tmp_path, text.replace(", gpu_vendor: amd", "")))
-    nv = render.launch_plan(build_spec(site, golden_options("s", container_image="/img.sif",
-                                                           container_runtime="apptainer")))
-    assert nv.rank_argv[:3] == ("apptainer", "exec", "--nv") and site.node_types[0].gpu_vendor == "nvidia"
+    (nv,) = launchplan.plan(build_spec(site, golden_options("s", container_image="/img.sif",
+                                                           container_runtime="apptainer"))).steps
+    assert nv.argv[:3] == ("apptainer", "exec", "--nv") and site.node_types[0].gpu_vendor == "nvidia"
 
 
 def test_schema_lists_every_new_key():
@@ -345,7 +440,7 @@ def test_schema_lists_every_new_key():
     nt = top["node_types"]["additionalProperties"]["properties"]
     assert nt["gpu_vendor"]["enum"] == ["nvidia", "amd"] and {"srun_args", "node_prologue", "prepend_path"} <= set(nt)
     assert top["directives"]["additionalProperties"]["type"][-1] == "null"
-    assert re.fullmatch(top["srun_args"]["items"]["pattern"], "--gpu-bind=closest")
+    assert re.fullmatch(top["srun_args"]["items"]["oneOf"][0]["pattern"], "--gpu-bind=closest")
 
 
 def test_the_site_admins_guide_example_is_one_valid_site(tmp_path):
@@ -364,6 +459,6 @@ def test_the_site_admins_guide_example_is_one_valid_site(tmp_path):
 def test_slurmtorch_mpirun_forwards_composed_paths_to_remote_ranks_too(tmp_path):
     site = sites.load_site(write(tmp_path, MINIMAL + "env: {A: '1'}\nprepend_path: {LD_LIBRARY_PATH: /opt/p}\n"))
     spec = build_spec(site, golden_options("s", kind="mpirun", ntasks=2))
-    args = list(render.launch_plan(spec).mpirun_args)
+    args = list(launchplan.plan(spec).steps[0].options)
     assert args[args.index("A") + 1:] == ["-x", "LD_LIBRARY_PATH"] and args[args.index("A") - 1] == "-x"
     assert 'export LD_LIBRARY_PATH=/opt/p"${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' in render.render_mpirun(spec)

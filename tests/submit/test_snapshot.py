@@ -289,7 +289,7 @@ def test_every_launcher_runs_the_copy_by_a_path_bash_reads_back_as_it_was(launch
     path = "'a b/$$x'\"'\"'s.py'" if launcher == "torchrun" else "'a b/$x'\"'\"'s.py'"
     assert f'"$SLURMTORCH_CODE"/{path}' in text
     assert "SLURMTORCH_CODE=/home/user/.slurmtorch/jobs/\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"/code\n" in text
-    assert 'if [ ! -d "$SLURMTORCH_CODE" ]; then' in text and 'cd "$SLURMTORCH_CODE"' not in text
+    assert '[ -d "$SLURMTORCH_CODE" ] || die ' in text and 'cd "$SLURMTORCH_CODE"' not in text
     if launcher == "srun":
         check_golden("sbatch-testbed-snapshot.sh", text)
 

@@ -12,6 +12,7 @@ from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.submit.environment import parse_env
 from slurmtorch.submit.options import Options
 from slurmtorch.submit.render import render_sbatch
+from slurmtorch.submit.sites.model import BATCH_MPIRUN_FLAVOURS
 from slurmtorch.submit.spec import build_spec, sbatch_line
 
 
@@ -44,7 +45,7 @@ def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name
     requires a time limit (TACC Vista: -t) refuses a job without one, before sbatch."""
     site = sites.load_site(site_name)
     account = "proj0001" if "account" in site.required else None  # a site that requires one refuses jobs without
-    if site.mpirun.flavour != "openmpi":  # a site without Slurm (PBS, ALCF Polaris): slurmtorch mpirun only
+    if site.mpirun.flavour not in BATCH_MPIRUN_FLAVOURS:  # a site without Slurm (PBS, ALCF Polaris): mpirun only
         with pytest.raises(SpecError, match="for slurmtorch mpirun on hosts without Slurm"):
             build_spec(site, opts(account=account))
         return
@@ -55,7 +56,7 @@ def test_every_bundled_partition_and_preset_builds_without_a_time_flag(site_name
     for partition in site.partitions:
         # In the partition's own form where it asks for one (LUMI: project_N).
         own = "project_465000123" if account and partition.account_pattern else account
-        spec = build_spec(site, opts(partition=partition.name, account=own))
+        spec = build_spec(site, opts(partition=partition.name, account=own, nodes=partition.min_nodes or 1))
         assert spec.time == partition.default_time
     for name, _ in site.presets:
         build_spec(site, opts(preset=name, account="project_465000123" if account and
@@ -140,6 +141,18 @@ def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed_site):
         build_spec(testbed_site, opts(kind="mpirun"))
 
 
+def test_more_gpus_than_the_node_type_has_says_how_many_it_has_or_that_it_has_none(testbed_site, hdr):
+    """Issue 44: on a node type without GPUs the tip read "use --gpus-per-node 0 or less"."""
+    with pytest.raises(SpecError) as e:
+        build_spec(testbed_site, opts(gpus_per_node=2))
+    assert e.value.message == "2 GPUs per node requested, but node type 'cpu' of partition 'debug' has no GPUs"
+    assert e.value.tip == "leave --gpus-per-node out, or ask for a partition whose nodes have GPUs (-p PARTITION)"
+    with pytest.raises(SpecError) as e:
+        build_spec(hdr, opts(gpus_per_node=9))
+    assert e.value.message == "9 GPUs per node requested, but node type 'a100' of partition 'gpu' has 8"
+    assert e.value.tip == "use --gpus-per-node 8 or fewer, or another partition"
+
+
 @pytest.mark.parametrize(
     "kw, message, tip",
     [
@@ -149,7 +162,7 @@ def test_mpirun_kind_needs_n_and_ignores_partition_limits(testbed_site):
         (dict(nodes=0), "--nodes must be at least 1", None),
         (dict(time="1-00:00:01"), "exceeds the maximum 1-00:00:00 of partition 'debug'", "--time 1-00:00:00"),
         (dict(time="2h"), "invalid --time '2h'", "D-HH:MM:SS"),
-        (dict(gpus_per_node=1), "1 GPUs per node requested, but node type 'cpu'", "--gpus-per-node 0"),
+        (dict(gpus_per_node=1), "1 GPUs per node requested, but node type 'cpu'", "leave --gpus-per-node out"),
         (dict(ntasks_per_node=2, cpus_per_task=2), "exceeds the 2 CPUs", "--cpus-per-task 1"),
         (dict(env=("NOEQUALS",)), "malformed --env 'NOEQUALS': expected NAME=VALUE", "NCCL_DEBUG=INFO"),
         (dict(env=("1X=y",)), "invalid environment variable name '1X'", None),

@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 def trial_section(text: str) -> str:
     """The batch script's lines from the trial's set-up to its `cd`, to run in a real bash."""
     start = text.index('SLURMTORCH_TRIAL="$SLURM_ARRAY_TASK_ID"')
-    return text[start:text.index("\nfi\n", start) + 4]
+    cd = text.index('\nmkdir -p -- "$trial_dir" && cd -- "$trial_dir"', start)
+    return text[start:text.index("\n", cd + 1) + 1]
 
 
 @pytest.mark.parametrize("kw, folders", [
@@ -67,7 +68,7 @@ def test_a_snapshot_job_runs_the_copy_but_starts_in_the_submission_folder(launch
     bash_syntax_ok(text)
     assert '"$SLURMTORCH_CODE"/src/train.py' in text
     assert 'cd "$SLURMTORCH_CODE"' not in text and "\ncd " not in text
-    assert 'if [ ! -d "$SLURMTORCH_CODE" ]; then' in text  # a removed job folder still fails in one line
+    assert '[ -d "$SLURMTORCH_CODE" ] || die ' in text  # a removed job folder still fails in one line
 
 
 def test_a_module_of_a_snapshot_job_is_imported_from_the_copy():

@@ -18,9 +18,9 @@ With `--replace-straggler`, the ranks' live samples are looked at once a round (
 and a rank slower than the median by the margin in 3 rounds running ends the step as a
 hung one does: its node is blamed, and the next start runs on a spare without it.
 
-A role job (`--role`, `--roles LAYOUT` here) runs the batch script's `launch_roles`
-instead of one srun: each role's step, on the nodes this start gives it in role order
-(SLURMTORCH_ROLE_NODES); the failure report then names each rank's role too. Its roles
+Each start runs the batch script's `launch` (`-- bash -c 'launch "$@"' launch`: the job's steps),
+on the nodes it gives in role order (SLURMTORCH_ROLE_NODES); a script of before issue 45 gives
+`srun ...`, placed here. A role job (`--roles LAYOUT`): its failure report names each rank's role. Its roles
 share the job's nodes and spares, or, in a heterogeneous job, each role draws on its own
 component's (`job_pools`); such a job, out of spares of a role's kind, ends instead of
 being requeued.
@@ -41,7 +41,6 @@ that start processes.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -52,28 +51,24 @@ from pathlib import Path
 
 import hostlist
 
-from slurmtorch import events, protocol, readback
+from slurmtorch import events, protocol, readback, resources
 from slurmtorch import requeue as requeuing
-from slurmtorch.errors import BootstrapError, SlurmtorchError, SubmitError
-from slurmtorch.pace import Streak
+from slurmtorch.errors import BootstrapError, SlurmtorchError
 from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.batchnode.record import load_state, noted, save_state, say
 from slurmtorch.submit.batchnode.restarts import Pool, blame, decide, place, short_role
+from slurmtorch.submit.batchnode.steprun import TERM_GRACE_S, clear_beats, run_step
 from slurmtorch.submit.batchnode.slurmjob import HET_NODELIST, dead_now, heterogeneous, job_fields, requeue
-from slurmtorch.submit.follow import stackrequest
-from slurmtorch.submit.follow.live import read_samples
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.batchlines import step_refusal
 from slurmtorch.submit.jobfolder.failures import latest_exits, lost_nodes, parse_failures
-from slurmtorch.submit.jobfolder.heartbeats import all_waiting, hung_ranks, interval_for, parse_beat
+from slurmtorch.submit.jobfolder.heartbeats import interval_for
 from slurmtorch.submit.jobfolder.report import with_roles
-from slurmtorch.submit.edge.scancel import send_stacks_signal
 
-TERM_GRACE_S = 15.0  # after SIGTERM, how long srun gets to end the step before SIGKILL
 TAIL_BYTES = 64 * 1024  # of each log a failed start left: what the diagnosis reads (ranks' reports are short)
 USAGE = ("usage: python -m slurmtorch.submit.supervisor --nodes N --ntasks N --max-restarts N "
          "[--spare-nodes K] [--hang-timeout S] [--replace-straggler MARGIN] [--backend B] "
-         "[--roles LAYOUT -- bash -c 'launch_roles \"$@\"' ...] -- srun ...")
+         "[--roles LAYOUT] -- bash -c 'launch \"$@\"' launch [ARGS] | -- srun ...")
 OPTIONS = {"--nodes", "--ntasks", "--max-restarts", "--spare-nodes", "--hang-timeout", "--backend",
            "--replace-straggler", "--roles"}
 
@@ -85,10 +80,15 @@ class Args:
     max_restarts: int
     hang_timeout: float | None
     backend: str
-    srun: tuple[str, ...]  # `srun OPTIONS... PROGRAM...` as the batch script gives it (roles: its launch_roles)
+    srun: tuple[str, ...]  # the batch script's `bash -c 'launch "$@"' ...` (before issue 45: `srun ...`)
     spare_nodes: int = 0
     replace_straggler: float | None = None
-    roles: RoleLayout | None = None  # a role job's layout: `srun` is then the batch script's launch_roles
+    roles: RoleLayout | None = None  # a role job's layout
+
+    @property
+    def script(self) -> bool:
+        """Each start runs the script's function (`launch`; `launch_roles` before issue 45), not an srun."""
+        return self.srun[:1] != ("srun",)
 
     @property
     def layout(self) -> tuple[int, int, int]:
@@ -104,7 +104,7 @@ def parse_args(argv: Sequence[str]) -> Args:
     head, srun = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     values = dict(zip(head[::2], head[1::2]))
     roles = values.get("--roles")
-    if len(head) % 2 or not srun or (srun[0] != "srun" and roles is None) \
+    if len(head) % 2 or not srun or srun[0] not in ("srun", "bash") \
             or not {"--nodes", "--ntasks", "--max-restarts"} <= set(values) or set(values) - OPTIONS:
         raise ValueError(USAGE)
     hang, straggler = values.get("--hang-timeout"), values.get("--replace-straggler")
@@ -127,16 +127,11 @@ def job_pools(args: Args, env: dict[str, str] | os._Environ) -> tuple[Pool, ...]
 
 
 def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
-    """srun with this start's nodes: `--nodes/--ntasks/--nodelist` right after `srun` (pure);
-    a role job's launch_roles as it is (its nodes come in SLURMTORCH_ROLE_NODES: start_env).
-
-    A restart also gets `--overlap`: the failed start's step can outlive its ranks in
-    slurmctld's books when it lost a node (Slurm 22.05 keeps it, holding the surviving
-    nodes' CPUs, until the job ends: seen on the testbed, 6 minutes and counting), and a
-    new step on those nodes would wait for it ("Requested nodes are busy") forever.
-    """
-    if args.roles is not None:
-        return list(args.srun)  # its steps have --overlap always (render._role_steps)
+    """The script's `launch` as it is (its nodes in SLURMTORCH_ROLE_NODES: start_env); an srun of
+    before issue 45 with this start's nodes right after `srun` (pure), and on a restart `--overlap`
+    (launchplan._overlap says why: the script's steps have it always)."""
+    if args.script:
+        return list(args.srun)
     overlap = ["--overlap"] if start else []
     return ["srun", f"--nodes={len(nodes)}", f"--ntasks={args.ntasks}", f"--nodelist={','.join(nodes)}",
             *overlap, *args.srun[1:]]
@@ -145,17 +140,25 @@ def step_argv(args: Args, nodes: Sequence[str], start: int = 0) -> list[str]:
 # --------------------------------------------------------------------------- one start
 
 
+def rendezvous_file(environ) -> str:
+    """The job's own copy of the picker (its folder's, written at submission: protocol.SHELL); a
+    script queued before the copy was made: this install's."""
+    copy = os.path.join(environ.get(protocol.SHELL, ""), "rendezvous.sh")
+    return copy if environ.get(protocol.SHELL) and os.path.isfile(copy) else str(resources.templates_dir() / "rendezvous.sh")
+
+
 def _rendezvous(node: str, here: str, what: list[str]) -> str:
-    """`python -m slurmtorch.bootstrap.rendezvous WHAT` on `node` (here, or a one-task step)."""
-    argv = [sys.executable, "-m", "slurmtorch.bootstrap.rendezvous", *what]
+    """The batch script's picker (templates/rendezvous.sh; WHAT: its function and arguments) on
+    `node` (here, or a one-task step); "": no fabric address (the ranks meet at the host name)."""
+    argv = ["bash", "-c", '. "$0" && "$@"', rendezvous_file(os.environ), *what]
     if node != here:
         argv = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--mpi=none", "--kill-on-bad-exit=1",
                 *argv]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0 or not proc.stdout.strip():
+    if proc.returncode != 0:
         raise RuntimeError(f"picking {' '.join(what)} on {node} failed: "
                            f"{(proc.stderr.strip() or 'no output').splitlines()[-1]}")
-    return proc.stdout.strip().splitlines()[-1]
+    return (proc.stdout.strip().splitlines() or [""])[-1]
 
 
 def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: str,
@@ -165,16 +168,17 @@ def start_env(args: Args, start: int, folder: Path, nodes: Sequence[str], here: 
     env = dict(os.environ)
     env[protocol.RESTART_COUNT] = str(start)
     env[protocol.STARTED] = str(folder / protocol.started_marker(start))
-    if args.roles is not None:
-        env[protocol.ROLE_NODES] = ",".join(nodes)  # every role's nodes in role order (launch_roles, the ranks)
+    if args.script:
+        env[protocol.ROLE_NODES] = ",".join(nodes)  # every role's nodes in role order (launch, the ranks)
     if args.hang_timeout:
         env[protocol.HEARTBEAT_S] = f"{interval_for(args.hang_timeout):g}"
     # A MASTER_ADDR/PORT the site fixed is kept; otherwise picked anew on this start's first
     # node (the old port may still be held by a rank of the failed start).
     if "MASTER_PORT" not in fixed:
-        env["MASTER_PORT"] = _rendezvous(nodes[0], here, ["--port"])
-    if "MASTER_ADDR" not in fixed and (env.get("GLOO_SOCKET_IFNAME") or env.get("NCCL_SOCKET_IFNAME")):
-        env["MASTER_ADDR"] = _rendezvous(nodes[0], here, ["--backend", args.backend])
+        env["MASTER_PORT"] = _rendezvous(nodes[0], here, ["free_port"])
+    address = _rendezvous(nodes[0], here, ["fabric_address", args.backend]) if "MASTER_ADDR" not in fixed else ""
+    if address:
+        env["MASTER_ADDR"] = address
     elif "MASTER_ADDR" not in fixed:
         env.pop("MASTER_ADDR", None)  # the ranks then meet at the step's first node, by name
     return env
@@ -210,120 +214,6 @@ def _since(path: Path, offset: int, limit: int = TAIL_BYTES) -> str:
             return f.read(limit).decode("utf-8", errors="replace")
     except (OSError, readback.NotRead):
         return ""
-
-
-def _beats(folder: Path) -> dict:
-    beats = {}
-    for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
-        if p.name.endswith(".tmp"):
-            continue
-        beat = parse_beat(readback.text_or_empty(p, readback.SAMPLE, cut=None))
-        if beat is not None:
-            beats[beat.rank] = beat
-    return beats
-
-
-def _clear_beats(folder: Path) -> None:
-    for p in (folder / protocol.HEARTBEATS).glob(protocol.heartbeat_name("*")):
-        p.unlink(missing_ok=True)
-
-
-def _end(proc: subprocess.Popen, group: bool = False) -> None:
-    """End a step: srun passes SIGTERM to its tasks and cancels the step; SIGKILL if it lingers.
-    `group`: a role job's launch_roles, which passes the TERM on to each role's srun; SIGKILL
-    goes to its whole process group, those sruns with it."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        if group:
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            proc.kill()
-        proc.wait()
-
-
-def take_stacks(folder: Path, ntasks: int, start: int) -> None:
-    """Every rank's stack, grouped, said in batch.out and kept (stacks/summary.txt) for
-    `status` and `--wait`: where each rank stood when the step was found hung."""
-    try:
-        lines = stackrequest.summary(folder, ntasks, lambda: send_stacks_signal(requeuing.target(os.environ)))
-    except SubmitError as exc:
-        say(f"warning: asking the ranks for their stacks failed: {exc.message}")
-        return
-    for line in lines:
-        say(f"stacks: {line}")
-    try:
-        jobdir.replace_private(folder / protocol.STACKS / protocol.SUMMARY, protocol.summary_text(start, lines))
-    except OSError as exc:
-        say(f"warning: cannot keep the stacks in {folder / protocol.STACKS}: {exc.strerror or exc}")
-
-
-class Stragglers:
-    """--replace-straggler: the ranks' live samples (SLURMTORCH_LIVE_S), looked at once a round
-    (when every rank has written since the last look; what an earlier start wrote is not this
-    start's), and the rank slower than the median by `margin` in 3 rounds running (pace.Streak)."""
-
-    def __init__(self, folder: Path, margin: float, ntasks: int) -> None:
-        self.folder, self.ntasks = folder, ntasks
-        self.streak = Streak(margin)
-        self.seen = time.time()
-
-    def look(self) -> tuple[int, str, str] | None:
-        """(rank, host, why) of a rank to replace, once its third slow round is seen."""
-        samples = read_samples(self.folder)
-        newest_of_all = min((s.written for s in samples.values()), default=0.0)  # every rank has written since
-        if len(samples) < self.ntasks or newest_of_all <= self.seen:
-            return None
-        self.seen = newest_of_all
-        found = self.streak.feed(samples)
-        if found is None:
-            return None
-        sample, slow, median = found
-        what = "time outside backward" if sample.own_s is not None else "step time"
-        return (sample.rank, sample.host, f"a straggler: {slow / median:.2f}x the median {what} ({slow:.3g} s "
-                                          f"against {median:.3g} s) in {self.streak.runs} samples running")
-
-
-def run_step(argv: list[str], env: dict[str, str], folder: Path, hang_timeout: float | None,
-             ntasks: int = 0, start: int = 0, straggler: float | None = None,
-             group: bool = False) -> tuple[int, list[tuple[int, str, str]]]:
-    """Run one start; (srun's exit code, the ranks found hung, stopped or, with `straggler`,
-    slower than the others by that margin, if any). `group`: `argv` starts several sruns
-    (launch_roles), in a process group of their own that _end can take down whole."""
-    proc = subprocess.Popen(argv, env=env, start_new_session=group)
-    poll = interval_for(hang_timeout) if hang_timeout else 1.0
-    hung: list[tuple[int, str, str]] = []
-    said_waiting = False
-    slow = Stragglers(folder, straggler, ntasks) if straggler else None
-    while True:
-        try:
-            return proc.wait(timeout=poll), hung
-        except subprocess.TimeoutExpired:
-            pass
-        replaced = slow.look() if slow is not None else None
-        if replaced is not None:
-            rank, host, why = replaced
-            say(f"rank {rank} on {host}: {why}; ending the step to replace {host} (--replace-straggler)")
-            _end(proc, group)
-            return proc.returncode, [replaced]
-        if hang_timeout:
-            beats, now = _beats(folder), time.time()
-            hung = hung_ranks(beats, now, hang_timeout)
-            if hung:
-                for rank, host, why in hung:
-                    say(f"rank {rank} on {host}: {why}; ending the step")
-                take_stacks(folder, ntasks, start)
-                _end(proc, group)
-                return proc.returncode, hung
-            waited = all_waiting(beats, ntasks, now, hang_timeout) if not said_waiting else None
-            if waited is not None:
-                # No rank to blame and none to restart: say where they all stand, and let the
-                # group's timeout end them (its report then says where each stood as it ended).
-                say(f"all {ntasks} ranks have stood still in torch for {waited:.0f} s (a collective some rank "
-                    "never joins, or one they disagree on); the step goes on until the group's timeout")
-                take_stacks(folder, ntasks, start)
-                said_waiting = True
 
 
 # --------------------------------------------------------------------------- after a start
@@ -440,14 +330,14 @@ def _supervise(args: Args, here: str, watcher: Watcher) -> int:
         watcher.ensure([n for n in pools[0][0] if n not in state.excluded])
         env = start_env(args, start, folder, nodes, here, fixed)
         events.append(folder, "launched", start=start, nodes=nodes)
-        _clear_beats(folder)
+        clear_beats(folder)
         if start:
             last = state.events[-1] if state.events else None
             mark_start(folder, start, nodes, last.cause if last and last.start == start - 1
                        else "the job was requeued (preempted?)")
         sizes = _sizes(folder)
         rc, hung = run_step(step_argv(args, nodes, start), env, folder, args.hang_timeout, args.ntasks, start,
-                            args.replace_straggler, group=args.roles is not None)
+                            args.replace_straggler, group=args.script)
         started = Path(env[protocol.STARTED]).exists()
         Path(env[protocol.STARTED]).unlink(missing_ok=True)
         if rc == 0 and started and not hung:

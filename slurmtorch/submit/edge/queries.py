@@ -47,13 +47,15 @@ def scontrol_job(job_id: str, runner: Runner = run, *, multiline: bool = False) 
     return scontrol_record(proc.stdout) if multiline else scontrol_fields(proc.stdout)
 
 
-def cluster_self_description(runner: Runner = run) -> tuple[str, str, str]:
-    """For `site init`: scontrol's nodes and partitions (a line each) and srun's MPI plugins
-    (older srun prints them on stderr; a failure leaves the site on the cluster's MpiDefault)."""
+def cluster_self_description(runner: Runner = run) -> tuple[str, str, str, str]:
+    """For `site init`: scontrol's nodes and partitions (a line each), srun's MPI plugins (older
+    srun prints them on stderr; a failure leaves the site on the cluster's MpiDefault) and
+    scontrol's configuration (MaxArraySize; a failure leaves Slurm's default, marked CHECK)."""
     nodes = runner(["scontrol", "show", "node", "--oneliner"], timeout=30).stdout
     parts = runner(["scontrol", "show", "partition", "--oneliner"], timeout=30).stdout
     mpi = runner(["srun", "--mpi=list"], check=False, timeout=30)
-    return nodes, parts, mpi.stdout + mpi.stderr
+    config = runner(["scontrol", "show", "config"], check=False, timeout=30)
+    return nodes, parts, mpi.stdout + mpi.stderr, config.stdout if config.returncode == 0 else ""
 
 
 def job_folder(job_id: str, root: Path | None = None) -> Path:

@@ -6,22 +6,24 @@ program family's module calls it (or a test's fake with the same signature: `Run
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from slurmtorch.errors import SubmitError
 
 Runner = Callable[..., subprocess.CompletedProcess]
 
 
-def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one scheduler command; failures become a SubmitError carrying argv and output."""
+def run(argv: Sequence[str], *, timeout: float = 60, check: bool = True, cwd: str | None = None,
+        env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run one scheduler command (in `cwd`, with `env`: else ours); failures become a
+    SubmitError carrying argv and output."""
     argv = [str(a) for a in argv]
     try:
         # A session of its own: a TERM/HUP/Ctrl-C meant for us (our process group) must
         # not kill sbatch mid-call, after the job exists but before we know its id. What a
         # program prints that is not UTF-8 (a node's or job's name in Latin-1) reads as U+FFFD.
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout,
-                              start_new_session=True)
+                              start_new_session=True, cwd=cwd, env=None if env is None else dict(env))
     except FileNotFoundError:
         raise SubmitError(f"{argv[0]} not found on PATH", tip=not_found_tip(argv[0]), argv=argv) from None
     except OSError as e:  # e.g. not executable

@@ -62,12 +62,14 @@ class Submission:
 
 def submit(script: str, root: Path | None = None, *, runner: Runner = run, trials: dict | None = None,
            job: dict | None = None, announce: Callable[[Submission], None] | None = None,
-           snapshot: Snapshot | None = None, snapshot_limit: int = 0, release: bool = True) -> Submission:
+           snapshot: Snapshot | None = None, snapshot_limit: int = 0, release: bool = True,
+           files: Sequence[tuple[str, str]] = ()) -> Submission:
     """Write the job folder, submit held, rename the folder to the job id, release (unless
     `release` is False: a chain's parts stay held until every part is in, `release_jobs`).
 
     `job` (spec.job_record) is written as job.json; `trials` (spec.trials_record) makes it
-    an array job's folder: trials.json and trial-K/. `snapshot`: the code is copied into
+    an array job's folder: trials.json and trial-K/; `files`: the shell files the script
+    sources (render.shell_files), in its sh/. `snapshot`: the code is copied into
     the folder (code/, snapshot.json) before sbatch, at most `snapshot_limit` bytes.
     Nothing in it is world-writable, whatever the umask. A file system error becomes a
     SubmitError naming the path; any failure removes what was made and cancels the job.
@@ -77,7 +79,7 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
     """
     root = root or jobdir.jobs_root()
     with deferred("submission undone: no job left queued, no folder left") as pending:
-        tmp = jobdir.make_temp(root, script, trials, job)
+        tmp = jobdir.make_temp(root, script, trials, job, files)
         job_id: str | None = None
         final: Path | None = None
         released = False

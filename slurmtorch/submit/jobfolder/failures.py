@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from slurmtorch import protocol
 from slurmtorch import rankfiles
 from slurmtorch.rankfiles import RankExit, cause_of, exception_lines, is_consequence, parse_exit as rank_exit
-from slurmtorch.submit.batchnode.batchbash import ROLE_STOPPED_RE
 
 __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
            "parse_failures", "is_consequence", "lost_nodes"]
@@ -314,7 +313,7 @@ def _launcher_lines(batch_out: str, hosts: Sequence[str]) -> tuple[dict[int, tup
     stopped = ""
     after_stop: dict[int, tuple[str, str]] = {}
     for ln in batch_out.splitlines():
-        stopped = m["role"] if (m := ROLE_STOPPED_RE.match(ln)) else stopped
+        stopped = (m["role"] or stopped) if (m := protocol.STEP_STOPPED_RE.match(ln)) else stopped
         m = SRUN_TASK_RE.match(ln)
         if m:
             tasks = expand_tasks(m["tasks"])

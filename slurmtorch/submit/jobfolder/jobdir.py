@@ -31,6 +31,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from slurmtorch import protocol, readback
@@ -119,11 +120,12 @@ def run_token() -> str:
     return os.urandom(4).hex()  # not `secrets`: as in _make_temp_folder
 
 
-def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | None = None) -> Path:
+def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | None = None,
+              files: Sequence[tuple[str, str]] = ()) -> Path:
     """A new job folder under a temporary name holding script.sh, run-token, job.json (`job`:
-    spec.job_record) and, for an array job (`trials`: spec.trials_record), trials.json and
-    trial-K/. A file system error becomes a SubmitError naming the path, and nothing made
-    is left behind."""
+    spec.job_record), the shell files the script sources (`files`: in sh/) and, for an array
+    job (`trials`: spec.trials_record), trials.json and trial-K/. A file system error becomes
+    a SubmitError naming the path, and nothing made is left behind."""
     try:
         _ensure_root(root)
         tmp = _make_temp_folder(root)
@@ -132,6 +134,7 @@ def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | N
     try:
         write_new(tmp / SCRIPT, script)
         write_new(tmp / RUN_TOKEN, run_token() + "\n")
+        _write_shell_files(tmp, files, write_new)
         if job is not None:
             write_new(tmp / JOB, json.dumps(job, indent=1) + "\n")
         if trials is not None:
@@ -145,10 +148,10 @@ def make_temp(root: Path, script: str, trials: dict | None = None, job: dict | N
     return tmp
 
 
-def allocation_run(root: Path, job_id: str, script: str, job: dict) -> Path:
+def allocation_run(root: Path, job_id: str, script: str, job: dict, files: Sequence[tuple[str, str]] = ()) -> Path:
     """An interactive allocation's folder (`slurmtorch alloc`), for one `slurmtorch run`: made
-    privately on the first run, then script.sh, job.json and a new run-token (each run is a
-    run of its own, for the trackers) replaced whole. Returns the folder."""
+    privately on the first run, then script.sh, job.json, the shell files it sources and a new
+    run-token (each run is a run of its own, for the trackers) replaced whole. Returns the folder."""
     folder = root / check_job_id(job_id)
     try:
         _ensure_root(root)
@@ -156,9 +159,19 @@ def allocation_run(root: Path, job_id: str, script: str, job: dict) -> Path:
         replace_private(folder / SCRIPT, script)
         replace_private(folder / JOB, json.dumps(job, indent=1) + "\n")
         replace_private(folder / RUN_TOKEN, run_token() + "\n")
+        _write_shell_files(folder, files, replace_private)
     except OSError as exc:
         raise folder_error(exc, root) from None
     return folder
+
+
+def _write_shell_files(folder: Path, files: Sequence[tuple[str, str]], write) -> None:
+    """The shell files a script sources, in the job folder's SHELL_DIR (private)."""
+    where = folder / protocol.SHELL_DIR
+    if files and (where.is_symlink() or not where.is_dir()):  # an allocation's next run finds it made
+        private_folder(where)
+    for name, text in files:
+        write(folder / protocol.SHELL_DIR / name, text)
 
 
 def move_into_place(tmp: Path, root: Path, job_id: str) -> Path:

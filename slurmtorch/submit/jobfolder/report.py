@@ -19,7 +19,6 @@ from slurmtorch.errors import BootstrapError, typed
 from slurmtorch.protocol import parse_summary
 from slurmtorch.rankfiles import parse_stacks
 from slurmtorch.roles import RoleLayout, parse_roles
-from slurmtorch.submit.batchnode.batchbash import ROLE_NODES_FILE
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
 from slurmtorch.submit.follow.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
@@ -38,7 +37,7 @@ def failure_report(folder: Path, launcher_log: str = jobdir.BATCH_OUT) -> list[R
     in the job's copy of the code is named in the tree it was copied from (snapshot.json)."""
     errs = {rank: latest_start(text) for rank, text in jobdir.error_logs(folder).items()}
     layout = role_layout((jobdir.read_job(folder) or {}).get("roles"))
-    nodes = readback.text_or_empty(folder / ROLE_NODES_FILE, readback.RECORD, cut=None).split()
+    nodes = readback.text_or_empty(folder / protocol.ROLE_NODES_FILE, readback.RECORD, cut=None).split()
     # A role job's host of every rank, from its nodes in role order (the role nodes file).
     hosts = layout.rank_hosts(nodes) if layout is not None and len(nodes) >= layout.nodes else nodes
     report = parse_failures(latest_start(jobdir.read_log(folder / launcher_log)), errs,

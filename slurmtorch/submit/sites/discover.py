@@ -1,9 +1,9 @@
 """`slurmtorch site init`, pure: what a cluster says of itself -> a starting site file.
 
 The text of `scontrol show node`, `scontrol show partition` (one line or several per
-record) and `srun --mpi=list` becomes YAML for `site-configs/`: nodes grouped into node
+record), `scontrol show config` and `srun --mpi=list` becomes YAML for `site-configs/`: nodes grouped into node
 types by what a job can see of them (CPUs, sockets/cores/threads, memory, GRES, features),
-each partition with its node type and limits, srun's MPI plugin. What a login node cannot
+each partition with its node type and limits, the cluster's MaxArraySize, srun's MPI plugin. What a login node cannot
 know (the fabric and its interfaces, the modules a job loads) gets the safest value the
 schema allows and a `# CHECK:` comment: plain sockets (fabric: ethernet), no interface
 named, unless the nodes' features name the fabric. No program is run here: the scheduler
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import hostlist
 
 from slurmtorch.errors import SiteError
-from slurmtorch.submit.sites.model import NO_MPI_OPTION, parse_time
+from slurmtorch.submit.sites.model import NO_MPI_OPTION, SLURM_MAX_ARRAY_SIZE, parse_time
 
 # A record's key: `NodeName=` / `PartitionName=` and the CamelCase keys after it; a word
 # without one continues the value before it (OS=Linux 6.8.0 #1 SMP, Reason=Not responding).
@@ -277,8 +277,13 @@ def _partition_lines(part: dict[str, str], types: list[NodeType]) -> tuple[list[
         lines.append(f"  # CHECK: MaxTime={_comment(part.get('MaxTime', ''))} not read: UNLIMITED written")
     if default_time is not None and parse_time(default_time) > parse_time(max_time or "UNLIMITED"):
         default_time = None
-    lines += [f"  {_key(name)}:",
-              f"    max_nodes: {_count(max_nodes, f'MaxNodes={max_nodes}') or len(members)}",
+    most = _count(max_nodes, f'MaxNodes={max_nodes}') or len(members)
+    least = _count(part.get("MinNodes", ""), f"MinNodes={part.get('MinNodes', '')}") or 0
+    if least > most:
+        lines.append(f"  # CHECK: MinNodes={least} above MaxNodes={most}: min_nodes left out")
+    lines += [f"  {_key(name)}:", f"    max_nodes: {most}",
+              *([f"    min_nodes: {least}  # MinNodes: smaller jobs are refused before sbatch"]
+                if 1 < least <= most else []),
               f"    max_time: {_str(max_time or 'UNLIMITED')}",
               f"    node_type: {_key(nt.name)}"]
     if default_time not in (None, "UNLIMITED"):
@@ -288,10 +293,31 @@ def _partition_lines(part: dict[str, str], types: list[NodeType]) -> tuple[list[
     return lines, True
 
 
-def site_yaml(node_text: str, partition_text: str, mpi_text: str, *, name: str | None = None,
-              title: str | None = None) -> str:
+def config_value(text: str, key: str) -> str | None:
+    """`scontrol show config`'s value of `key` (`Key = Value` lines; the first, the controller's own)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return None
+
+
+def _array_lines(config_text: str) -> list[str]:
+    """max_array_size as `scontrol show config` says (--array and --sweep take indices below it)."""
+    said = config_value(config_text, "MaxArraySize")
+    count = _count(said, f"MaxArraySize={said}") if said is not None else None
+    if count is None:
+        return ["# CHECK: MaxArraySize not read (scontrol show config said nothing): Slurm's default, 1001, applies"]
+    if count > SLURM_MAX_ARRAY_SIZE:
+        return [f"# CHECK: MaxArraySize = {count} is past Slurm's own limit ({SLURM_MAX_ARRAY_SIZE}): left out"]
+    return [f"max_array_size: {count}  # scontrol show config: MaxArraySize"]
+
+
+def site_yaml(node_text: str, partition_text: str, mpi_text: str, config_text: str = "", *,
+              name: str | None = None, title: str | None = None) -> str:
     """The starting site file for this cluster, as YAML text with `# CHECK:` comments; `name`
-    is written as the site's name, `title` (the file's name) only into its description."""
+    is written as the site's name, `title` (the file's name) only into its description;
+    `config_text` is `scontrol show config`'s (MaxArraySize)."""
     nodes = records(node_text, "NodeName")
     parts = records(partition_text, "PartitionName")
     if not nodes or not parts:
@@ -305,7 +331,8 @@ def site_yaml(node_text: str, partition_text: str, mpi_text: str, *, name: str |
                         tip="run this once the nodes have registered (scontrol show node: CPUTot)")
     plugins = mpi_plugins(mpi_text)
     mpi = choose_mpi(plugins)
-    lines = ["# Written by `slurmtorch site init` from scontrol show node, scontrol show partition, srun --mpi=list.",
+    lines = ["# Written by `slurmtorch site init` from scontrol show node, show partition, show config and "
+             "srun --mpi=list.",
              "# Check every line marked CHECK:, then `slurmtorch site validate` this file and run",
              "# `slurmtorch doctor --allocation` in an allocation of each partition.",
              *([f"name: {_str(name)}"] if name else []),
@@ -316,6 +343,7 @@ def site_yaml(node_text: str, partition_text: str, mpi_text: str, *, name: str |
     else:
         lines += ["# CHECK: srun --mpi=list named neither pmix nor pmi2: plain srun, the cluster's MpiDefault",
                   f"srun_mpi: {NO_MPI_OPTION}"]
+    lines += _array_lines(config_text)
     lines += ["# CHECK: modules: the environment modules every job loads (compilers, CUDA, NCCL, MPI), e.g.",
               "# modules: [cuda/12.4, nccl/2.21]", "", "node_types:"]
     if unknown:

@@ -20,6 +20,11 @@ from typing import Any
 from slurmtorch.protocol import FABRIC_HOST_SUFFIX
 
 FABRICS = ("infiniband", "roce", "ethernet", "slingshot", "efa", "gcp-gib")
+# `fabric_env:` (site, preset): the fabric's whole environment (full), or only the names of its
+# interfaces (interfaces-only) where the centre's own layer sets the rest: LUMI's bindings module
+# and its images' aws-ofi-rccl, NERSC's shifter nccl-plugin module, CSCS's Container Engine hooks.
+FULL, INTERFACES_ONLY = "full", "interfaces-only"
+FABRIC_ENV_MODES = (FULL, INTERFACES_ONLY)
 # RDMA through NCCL's own IB verbs transport: the HCAs are named (`hcas:`) when `rdma: true`.
 HCA_FABRICS = frozenset({"infiniband", "roce"})
 # RDMA through a network plugin (aws-ofi-nccl/-rccl, gIB): the fabric exists for it.
@@ -145,7 +150,8 @@ def fabric_directives(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return RENDEZVOUS_DIRECTIVES if env.get("FI_CXI_RDZV_PROTO") == "alt_read" else ()
 
 
-def fabric_env(nt: Any, one_node: bool = False, edition: int | None = None) -> tuple[tuple[str, str], ...]:
+def fabric_env(nt: Any, one_node: bool = False, edition: int | None = None,
+               interfaces_only: bool = False) -> tuple[tuple[str, str], ...]:
     """Network environment a node type's fabric implies (before admin overrides).
 
     IB and RoCE with RDMA name the HCAs for NCCL (exactly) and UCX; RoCE gets
@@ -155,9 +161,21 @@ def fabric_env(nt: Any, one_node: bool = False, edition: int | None = None) -> t
     Anything else disables NCCL's IB transport (it would otherwise probe and may pick a
     wrong device). Interfaces pin NCCL's and Gloo's sockets, so neither chooses docker0
     or a management NIC. `nt` is a `model.NodeType`; `edition` the
-    edition of the bundled tables (EDITIONS; None: the current one).
+    edition of the bundled tables (EDITIONS; None: the current one); `interfaces_only`: the
+    centre's own layer sets the rest (`fabric_env: interfaces-only`).
     """
-    tables = EDITIONS[edition or CURRENT_EDITION]
+    env = [] if interfaces_only else _library_env(nt, one_node, EDITIONS[edition or CURRENT_EDITION])
+    if getattr(nt, "fabric_host_suffix", None):
+        # The ranks' rendezvous address is the node's fabric name (bootstrap.rendezvous.site_address).
+        env.append((FABRIC_HOST_SUFFIX, nt.fabric_host_suffix))
+    if nt.interfaces:
+        env.append(("NCCL_SOCKET_IFNAME", "=" + ",".join(nt.interfaces)))
+        env.append(("GLOO_SOCKET_IFNAME", ",".join(nt.interfaces)))
+    return tuple(env)
+
+
+def _library_env(nt: Any, one_node: bool, tables: dict[str, tuple[tuple[str, str], ...]]) -> list[tuple[str, str]]:
+    """What NCCL, libfabric and UCX read on this node type's fabric (`fabric_env`'s tables)."""
     env: list[tuple[str, str]] = []
     if nt.fabric in HCA_FABRICS and nt.rdma:
         # No HCAs listed (hcas: auto): NCCL's IB transport and UCX use every active HCA
@@ -176,10 +194,4 @@ def fabric_env(nt: Any, one_node: bool = False, edition: int | None = None) -> t
         env += tables[nt.fabric]
     else:
         env.append(("NCCL_IB_DISABLE", "1"))
-    if getattr(nt, "fabric_host_suffix", None):
-        # The ranks' rendezvous address is the node's fabric name (bootstrap.rendezvous.site_address).
-        env.append((FABRIC_HOST_SUFFIX, nt.fabric_host_suffix))
-    if nt.interfaces:
-        env.append(("NCCL_SOCKET_IFNAME", "=" + ",".join(nt.interfaces)))
-        env.append(("GLOO_SOCKET_IFNAME", ",".join(nt.interfaces)))
-    return tuple(env)
+    return env

@@ -15,7 +15,7 @@ from typing import Any
 
 from slurmtorch import resources, shell
 from slurmtorch.errors import SiteError, SpecError, typed
-from slurmtorch.submit.sites.model import NAME_RE, NAME_TIP, Site, valid_tip
+from slurmtorch.submit.sites.model import NAME_RE, NAME_TIP, Site, SrunRemoval, valid_tip
 from slurmtorch.submit.inputs import file_problem
 from slurmtorch.submit.sites.rules import validate
 from slurmtorch.submit.sites.safe_yaml import Marked, deep_merge, read_yaml, where
@@ -140,12 +140,14 @@ def site_as_dict(site: Site) -> dict[str, Any]:
         "refused_options": dict(site.refused_options),
         "mpirun": {"flavour": site.mpirun.flavour, "ranks_per_node": site.mpirun.ranks_per_node,
                    "cpu_bind": site.mpirun.cpu_bind, "depth": site.mpirun.depth, "gpu_order": site.mpirun.gpu_order},
-        "srun_args": list(site.srun_args),
+        "srun_args": _srun(site.srun_args),
+        "after_modules": list(site.after_modules),
         "prologue": list(site.prologue),
         "node_prologue": list(site.node_prologue),
         "epilogue": list(site.epilogue),
         "templates": site.templates,
         "fabric_defaults": site.fabric_defaults,
+        "fabric_env": site.fabric_env,
         "container": _container(site.container),
         "node_types": {},
         "partitions": {},
@@ -157,24 +159,24 @@ def site_as_dict(site: Site) -> dict[str, Any]:
             "memory_gb": nt.memory_gb, "fabric": nt.fabric,
             "hcas": list(nt.hcas) if nt.hcas or not nt.rdma else "auto", "interfaces": list(nt.interfaces),
             "fabric_host_suffix": nt.fabric_host_suffix, "gpu_request": nt.gpu_request, "modules": list(nt.modules),
-            "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": _env(nt.network_env(site.fabric_defaults)),
+            "rdma": nt.rdma, "link_gbps": nt.link_gbps, "network_env": _env(nt.network_env(site.fabric_defaults, site.interfaces_only)),
             "prepend_path": _paths(nt.prepend_path), "append_path": _paths(nt.append_path),
-            "srun_args": list(nt.srun_args), "node_prologue": list(nt.node_prologue),
-            "srun_mpi": nt.srun_mpi, "omp_num_threads": nt.omp_num_threads,
+            "srun_args": _srun(nt.srun_args), "node_prologue": list(nt.node_prologue),
+            "srun_mpi": nt.srun_mpi, "omp_num_threads": nt.omp_num_threads, "gpu_order": nt.gpu_order or "natural",
         }
     for p in site.partitions:
         out["partitions"][p.name] = {
             "max_nodes": p.max_nodes, "max_time": p.max_time, "node_type": p.node_type,
             "default": p.default, "default_time": p.default_time, "account": p.account, "qos": p.qos,
             "required": None if p.required is None else list(p.required), "directives": dict(p.directives),
-            "srun_args": list(p.srun_args), "srun_mpi": p.srun_mpi, "omp_num_threads": p.omp_num_threads,
+            "srun_args": _srun(p.srun_args), "srun_mpi": p.srun_mpi, "omp_num_threads": p.omp_num_threads,
             "gpu_request": p.gpu_request,
             "gpu_request_in_effect": site.gpu_request_for(p, site.node_type(p.node_type)),
             "modules": list(p.modules), "env": _env(p.env), "prepend_path": _paths(p.prepend_path),
             "append_path": _paths(p.append_path),
             "refused_options": None if p.refused_options is None else dict(p.refused_options),
             "account_suffix": p.account_suffix, "account_pattern": p.account_pattern,
-            "slurm_partition": p.slurm_name,
+            "slurm_partition": p.slurm_name, "min_nodes": p.min_nodes, "max_node_minutes": p.max_node_minutes,
         }
     return out
 
@@ -182,6 +184,11 @@ def site_as_dict(site: Site) -> dict[str, Any]:
 def _env(env) -> dict[str, Any]:
     """An `env:` as written: a job-time value as {expand: VALUE}."""
     return {name: {"expand": str(v)} if isinstance(v, shell.JobTimeWord) else v for name, v in env}
+
+
+def _srun(args) -> list:
+    """srun_args as written: a removal as {--NAME: null}."""
+    return [{str(a): None} if isinstance(a, SrunRemoval) else a for a in args]
 
 
 def _paths(paths) -> dict[str, list[str]]:
@@ -217,6 +224,8 @@ def _preset_value(key: str, value: Any) -> Any:
         return _env(value)
     if key == "directives":
         return dict(value)
+    if key == "srun_args":
+        return _srun(value)
     return list(value) if isinstance(value, tuple) else value
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.sites.fabric import fabric_directives, fabric_env
+from slurmtorch.submit.sites.fabric import FULL, INTERFACES_ONLY, fabric_directives, fabric_env
 
 # A site's `launcher:` and `container.runtime:` take what the CLI offers: LAUNCHERS and
 # CONTAINER_RUNTIMES in submit/options.py, which --help lists without loading this package.
@@ -46,13 +46,21 @@ GPU_FLAG_RUNTIMES = ("apptainer", "podman-hpc")
 # prepend_path / append_path: (NAME, (dir, ...)) in the order written.
 PathMap = tuple[tuple[str, tuple[str, ...]], ...]
 
+SLURM_MAX_ARRAY_SIZE = 4000001  # slurm.conf(5): MaxArraySize "may not exceed 4000001"
+
 # Process-group timeout. gloo's own default (30 min) would let one hung peer hold
 # every node of the job that long; 10 min is torch's NCCL default.
 DEFAULT_TIMEOUT_S = 600
 
 # `slurmtorch mpirun`'s launcher per MPI (`mpirun: flavour:`): Open MPI's mpirun, MPICH's Hydra
-# mpiexec, HPE Cray PALS's mpiexec (PBS Pro systems such as ALCF Polaris), Intel MPI's mpiexec.
-MPI_FLAVOURS = ("openmpi", "hydra", "pals", "intel")
+# mpiexec, HPE Cray PALS's mpiexec (PBS Pro systems such as ALCF Polaris), Intel MPI's mpiexec,
+# TACC's ibrun (inside a Slurm job or idev session: it places the ranks itself).
+MPI_FLAVOURS = ("openmpi", "hydra", "pals", "intel", "ibrun")
+# Flavours whose site's batch jobs (`--launcher mpirun`) may still start their ranks with Open
+# MPI's mpirun: TACC's ML guide runs PyTorch so on Vista, where ibrun is `slurmtorch mpirun`'s.
+BATCH_MPIRUN_FLAVOURS = ("openmpi", "ibrun")
+# Flavours that place the ranks themselves from the Slurm job: no ranks per node, binding or hosts.
+SELF_PLACING_FLAVOURS = ("ibrun",)
 # How each rank is bound to CPUs, in words every flavour spells its own way (submit/mpiflavour.py):
 # none, one core, or `depth` CPUs (PALS's --depth; Hydra's core:N; Intel's pin domain size).
 CPU_BINDS = ("none", "core", "depth")
@@ -73,6 +81,21 @@ def mpi_option(plugin: str) -> list[str]:
     MpiDefault, as CSCS launches its uenv jobs). The ranks take their world from SLURM_*
     (`--from slurm`) whatever the plugin; only `--backend mpi` needs one MPI can read."""
     return [] if plugin == NO_MPI_OPTION else [f"--mpi={plugin}"]
+
+
+class SrunRemoval(str):
+    """A layer's `{--NAME: null}` in `srun_args`: --NAME, with any value, taken out of the layers
+    before it (site, node type, partition, preset), as a `directives:` null takes a line out."""
+
+
+def layered_srun_args(*layers: tuple[str, ...]) -> tuple[str, ...]:
+    """The srun options of `layers` in order, each layer's removals applied to those before it."""
+    out: list[str] = []
+    for layer in layers:
+        gone = {str(r) for r in layer if isinstance(r, SrunRemoval)}
+        out = [arg for arg in out if arg.partition("=")[0] not in gone]
+        out += [arg for arg in layer if not isinstance(arg, SrunRemoval)]
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -101,14 +124,16 @@ class NodeType:
     gpu_request: str | None = None  # None: the site's
     modules: tuple[str, ...] = ()
     fabric_host_suffix: str | None = None  # JSC: "i" (jwb0001 -> jwb0001i, the node's IPoIB name)
+    gpu_order: str | None = None  # reverse: local rank i takes GPU n-1-i (GPU 0 by the last NUMA node)
 
-    def network_env(self, edition: int | None = None) -> tuple[tuple[str, str], ...]:
+    def network_env(self, edition: int | None = None, interfaces_only: bool = False) -> tuple[tuple[str, str], ...]:
         """The fabric's network environment (of the bundled defaults' `edition`; None: the
-        current one), with the admin's `env` applied on top.
+        current one; `interfaces_only`: the interface names alone), with the admin's `env`
+        applied on top.
 
         A key the admin sets to null removes what the fabric would have set.
         """
-        derived = dict(fabric_env(self, edition=edition))
+        derived = dict(fabric_env(self, edition=edition, interfaces_only=interfaces_only))
         for key, value in self.env:
             if value is None:
                 derived.pop(key, None)
@@ -143,6 +168,8 @@ class Partition:
     account_suffix: str | None = None  # IDRIS: "@h100"
     account_pattern: str | None = None  # a regex the whole account matches
     slurm_partition: str | None = None  # the Slurm partition this entry submits to; None: its name
+    min_nodes: int | None = None  # fewest nodes a job here may use (a QOS's MinNodes; Leonardo's bprod: 65)
+    max_node_minutes: int | None = None  # most nodes x minutes per job (a QOS's MaxTRESMinsPerJob=node=N)
 
     @property
     def slurm_name(self) -> str:
@@ -218,6 +245,7 @@ class Site:
     modules: tuple[str, ...] = ()
     container: Container | None = None
     directives: tuple[tuple[str, str | bool | None], ...] = ()  # None: remove the line
+    after_modules: tuple[str, ...] = ()  # shell lines between the modules and the exports (Polaris: conda activate)
     prologue: tuple[str, ...] = ()
     epilogue: tuple[str, ...] = ()
     env: tuple[tuple[str, str | None], ...] = ()
@@ -234,6 +262,11 @@ class Site:
     refused_options: tuple[tuple[str, str], ...] = ()  # option name -> the centre's reason
     mpirun: MpiLaunch = MpiLaunch()  # how `slurmtorch mpirun` launches here
     fabric_defaults: int | None = None  # the edition of the bundled fabric defaults pinned (None: the current)
+    fabric_env: str = FULL  # interfaces-only: the centre's own layer sets the network libraries' variables
+
+    @property
+    def interfaces_only(self) -> bool:
+        return self.fabric_env == INTERFACES_ONLY
 
     def gpu_request_for(self, partition: Partition, node: NodeType) -> str:
         """How a job on `partition` asks for its GPUs: the nearest of partition, node type, site."""
@@ -250,7 +283,8 @@ class Site:
         fabric asks for (unless the site's directives set or remove them)."""
         out = []
         for nt in self.node_types:
-            before, after = dict(nt.network_env(old)), dict(nt.network_env(new))
+            before = dict(nt.network_env(old, self.interfaces_only))
+            after = dict(nt.network_env(new, self.interfaces_only))
             for key in dict.fromkeys((*before, *after)):
                 if key not in after:
                     out.append(f"node type {nt.name}: - {key}={before[key]}")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.submit.sites.model import (GPU_FLAG_RUNTIMES, NAME_RE, NAME_TIP, SRUN_RUNTIMES, Container, MpiLaunch,
-                                           NodeType, Partition, Site, parse_time, valid_tip)
+                                           SELF_PLACING_FLAVOURS, SLURM_MAX_ARRAY_SIZE, NodeType, Partition, Site,
+                                           SrunRemoval, parse_time, valid_tip)
 from slurmtorch.submit.sites.fabric import CURRENT_EDITION, EDITIONS, HCA_FABRICS, RDMA_ALWAYS, RDMA_NEVER
 from slurmtorch.submit.sites.schema import (CONTAINER_SCHEMA, MPIRUN_SCHEMA, NODE_TYPE_SCHEMA, PARTITION_SCHEMA,
                                            PRESET_SCHEMA, REQUIRED, SITE_SCHEMA)
@@ -23,7 +24,6 @@ from slurmtorch.submit.sites.safe_yaml import Marked, type_name
 
 _SUBTREES = ("node_types", "partitions", "presets", "container", "extends", "mpirun")
 
-SLURM_MAX_ARRAY_SIZE = 4000001  # slurm.conf(5): MaxArraySize "may not exceed 4000001"
 
 
 def validate(raw: Marked, path: Path) -> Site:
@@ -41,10 +41,14 @@ def validate(raw: Marked, path: Path) -> Site:
     _one_default(V, raw, parts)
     _one_entry_per_qos(V, raw, parts)
     named = _presets(V, raw, site.get("launcher", "srun"))
+    _srun_removals(V, raw, site, types, parts, named)
     _older_mpi_name(V, raw, site)
     if site.get("fabric_defaults") is not None and site["fabric_defaults"] not in EDITIONS:
         V.note(raw, "fabric_defaults", "fabric_defaults", f"no edition {site.pop('fabric_defaults')} of the fabric "
                f"defaults", f"editions: {', '.join(map(str, EDITIONS))} (the current one: {CURRENT_EDITION})")
+    if site.get("max_array_size", 0) < 0:
+        V.note(raw, "max_array_size", "max_array_size", f"{site.pop('max_array_size')} is below 0",
+               "0 where the cluster runs no job arrays (MaxArraySize=0), else its `scontrol show config` MaxArraySize")
     if site.get("max_array_size", 0) > SLURM_MAX_ARRAY_SIZE:
         V.note(raw, "max_array_size", "max_array_size", f"{site.pop('max_array_size')} is past Slurm's own limit "
                f"on MaxArraySize", f"at most {SLURM_MAX_ARRAY_SIZE}, as the cluster's `scontrol show config` says")
@@ -115,8 +119,12 @@ def _partition(V: Validator, raw: Marked, name: str, body: dict, kp: str) -> Par
     V.check_keys(body, PARTITION_SCHEMA, kp, required=REQUIRED["partition"])
     vals = V.values(body, PARTITION_SCHEMA, kp)
     _refers(V, body, vals, "node_type", kp, raw.get("node_types"), "node type")
-    if vals.get("max_nodes") == 0:
-        V.note(body, "max_nodes", f"{kp}.max_nodes", "must be at least 1")
+    for key in ("max_nodes", "min_nodes", "max_node_minutes"):
+        if vals.get(key) == 0:
+            V.note(body, key, f"{kp}.{key}", "must be at least 1")
+    if vals.get("min_nodes", 0) > vals.get("max_nodes", vals.get("min_nodes", 0)):
+        V.note(body, "min_nodes", f"{kp}.min_nodes", f"more than max_nodes ({vals['max_nodes']}): no job fits",
+               "min_nodes and max_nodes as the partition's or QOS's MinNodes and MaxNodes say")
     suffix = vals.get("account_suffix")
     if suffix is not None and (not suffix or not re.fullmatch(r"[^\s'\"\\$`]+", suffix)):
         V.note(body, "account_suffix", f"{kp}.account_suffix", f"{suffix!r} cannot end a Slurm account",
@@ -159,6 +167,39 @@ def _one_entry_per_qos(V: Validator, raw: Marked, parts: list[Partition]) -> Non
                    f"{p.qos!r} is already partitions.{seen[key]}",
                    "give each entry of one Slurm partition its own qos:, or merge the two")
         seen.setdefault(key, p.name)
+
+
+def _srun_removals(V: Validator, raw: Marked, site: dict[str, Any], types: list[NodeType], parts: list[Partition],
+                   named: list) -> None:
+    """Each `{--NAME: null}` in srun_args names an option a layer before it sets: the site's come
+    first (nothing to remove), a node type's remove the site's, a partition's the site's and its
+    node type's, a preset's those of the site, any node type or any partition."""
+    def options(*layers) -> set[str]:
+        return {arg.partition("=")[0] for layer in layers for arg in layer if not isinstance(arg, SrunRemoval)}
+
+    def check(mapping: Any, kp: str, args: tuple[str, ...], before: set[str], where: str) -> None:
+        for i, arg in enumerate(args):
+            if not isinstance(arg, SrunRemoval) or not arg:
+                continue
+            if not where:
+                V.note(mapping, "srun_args", f"{kp}[{i}]", "the site's srun_args come first: there is nothing "
+                       "before them to remove", "leave it out (a site that extends another replaces its list)")
+            elif arg not in before:
+                V.note(mapping, "srun_args", f"{kp}[{i}]", f"removes {arg}, which no layer before it sets ({where})",
+                       "set there: " + (", ".join(sorted(before)) or "no srun option"))
+    own = site.get("srun_args", ())
+    check(raw, "srun_args", own, set(), "")
+    by_type = {nt.name: nt for nt in types}
+    for nt in types:
+        check(raw["node_types"][nt.name], f"node_types.{nt.name}.srun_args", nt.srun_args, options(own), "site")
+    for p in parts:
+        nt_args = by_type[p.node_type].srun_args if p.node_type in by_type else ()
+        check(raw["partitions"][p.name], f"partitions.{p.name}.srun_args", p.srun_args, options(own, nt_args),
+              "site, node type")
+    every = options(own, *(nt.srun_args for nt in types), *(p.srun_args for p in parts))
+    for name, body in named:
+        check(raw["presets"][name], f"presets.{name}.srun_args", dict(body).get("srun_args", ()), every,
+              "site, node type, partition")
 
 
 def _older_mpi_name(V: Validator, raw: Marked, site: dict[str, Any]) -> None:
@@ -248,9 +289,14 @@ def _mpirun(V: Validator, raw: Marked) -> MpiLaunch:
     if vals.get("cpu_bind") == "depth" and "depth" not in vals and "depth" not in m:
         V.note(m, "cpu_bind", "mpirun.cpu_bind", "cpu_bind: depth binds each rank to `depth` CPUs, but depth "
                "is not set", "add depth: N (CPUs per rank; ALCF Polaris: 16 for 4 ranks per node)")
-    if "depth" in vals and vals.get("cpu_bind") != "depth":
+    if "depth" in vals and vals.get("cpu_bind") != "depth" and vals.get("flavour") not in SELF_PLACING_FLAVOURS:
         V.note(m, "depth", "mpirun.depth", "depth is the CPUs of cpu_bind: depth, which is not set",
                "add cpu_bind: depth, or leave depth out")
+    if vals.get("flavour") in SELF_PLACING_FLAVOURS:
+        for key in ("ranks_per_node", "cpu_bind", "depth"):
+            if key in vals:
+                V.note(m, key, f"mpirun.{key}", f"{vals['flavour']} places the ranks itself, from the Slurm job's "
+                       "own layout", "leave it out: the job's #SBATCH -N/-n (or idev's) say where ranks run")
     if V.count() != before:
         raise Stop
     return MpiLaunch(**vals)

@@ -15,14 +15,15 @@ from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.options import CONTAINER_RUNTIMES, LAUNCHERS
 from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, APPTAINER_COMMANDS, APPTAINER_SUBCOMMANDS, CPU_BINDS,
                                            GPU_ORDERS, GPU_REQUESTS, GPU_VENDORS, MPI_FLAVOURS, MPI_PLUGINS)
-from slurmtorch.submit.sites.fabric import FABRICS
+from slurmtorch.submit.sites.fabric import FABRIC_ENV_MODES, FABRICS
 from slurmtorch.submit.sites.values import REQUIRABLE
 
 _PATHS = ("prepend_path: NAME: [DIR, ...] put before the variable's existing value (kept, with ':'), "
           "after the layers before this one")
 _APPEND = "append_path: NAME: [DIR, ...] put after the variable's existing value (kept, with ':')"
 _SRUN = ("extra options (--name[=value]) for every srun that starts ranks; site, node type, partition, then "
-         "the job's --srun-arg. Options slurmtorch sets itself are refused")
+         "the job's --srun-arg; {--name: null} removes one a layer before set (LUMI's torchrun preset: "
+         "{--cpu-bind: null}). Options slurmtorch sets itself are refused")
 _MPI = ("srun --mpi plugin of the rank steps: pmix (Open MPI 5, MPI in a container), pmi2, cray_shasta (Cray "
         "MPICH), another of `srun --mpi=list`, or none for plain srun (the cluster's MpiDefault); the nearest of "
         "preset, partition, node type and site wins")
@@ -39,6 +40,11 @@ _GPU_REQUEST = ("how the job asks Slurm for its GPUs: gpus-per-node (#SBATCH --g
 _REFUSED = ("options a job here may not pass, NAME: the centre's reason (e.g. mem: \"Vista does not accept "
             "--mem\"): refused before sbatch with that reason; NAME is the long option without dashes, "
             "checked against the job's options, --sbatch-arg and --srun-arg")
+_FABRIC_ENV = ("the fabric's environment in the job: full (the default: what `slurmtorch site show` prints for "
+               "each node type) or interfaces-only, where the centre's own layer sets the network libraries' "
+               "variables (LUMI's lumi-aif-singularity-bindings, NERSC's shifter --module=nccl-plugin, CSCS's "
+               "Container Engine hooks): only NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME from `interfaces` are "
+               "exported, and the site's own env; a preset's wins")
 _PROLOGUE = ("shell lines (trusted admin text) run once on every node before the ranks start, as their own "
              "srun step under bash -eu; a failure ends the job (exit 1). Output: the job folder's "
              "node-prologue-N.out")
@@ -75,10 +81,21 @@ NODE_TYPE_SCHEMA: dict[str, Any] = {
     "node_prologue": ("lines", _PROLOGUE + "; after the site's"),
     "srun_mpi": ("mpi", _MPI),
     "omp_num_threads": ("threads", _OMP),
+    "gpu_order": (GPU_ORDERS, "which GPU local rank i takes on this board, in every job here: natural (GPU i, the "
+                              "default) or reverse (GPU n-1-i, where GPU 0 sits by the last NUMA node: ALCF's affinity "
+                              "table for the A100 board, GPU0 by CPUs 24-31 and GPU3 by 0-7, so that srun's rank 0 "
+                              "on the first cores drives the GPU beside them); `mpirun: gpu_order` wins for "
+                              "slurmtorch mpirun"),
 }
 PARTITION_SCHEMA: dict[str, Any] = {
     "max_nodes": ("int", "most nodes one job may use"),
     "max_time": ("time", "longest time limit (Slurm format, e.g. 1-00:00:00)"),
+    "min_nodes": ("int", "fewest nodes one job may use, spares included (a partition's or QOS's MinNodes; CINECA "
+                         "Leonardo's boost_qos_bprod: 65): a smaller job is refused before sbatch, with the entry "
+                         "that would take it, rather than pend for ever"),
+    "max_node_minutes": ("int", "most nodes x minutes one job may use (a QOS's MaxTRESMinsPerJob=node=N; CSCS's "
+                                "debug: 90, e.g. 2 nodes for 45 minutes): its nodes and spares times its --time, else "
+                                "default_time, else max_time; refused before sbatch, with the entry that would take it"),
     "node_type": ("str", "name of an entry in node_types"),
     "default": ("bool", "used when no --partition is given"),
     "default_time": ("time", "time limit when none is given"),
@@ -173,6 +190,7 @@ PRESET_SCHEMA: dict[str, Any] = {
     "srun_mpi": ("mpi", _MPI),
     "srun_args": ("srunargs", _SRUN + " (a preset's come after the partition's)"),
     "container": (CONTAINER_SCHEMA, "container for every rank of a job with this preset, in place of the site's"),
+    "fabric_env": (FABRIC_ENV_MODES, _FABRIC_ENV),
 }
 SITE_SCHEMA: dict[str, Any] = {
     "name": ("str", "site name (default: file name without .yaml)"),
@@ -186,7 +204,7 @@ SITE_SCHEMA: dict[str, Any] = {
     "omp_num_threads": ("threads", _OMP),
     "placement": (PLACEMENTS, _PLACEMENT),
     "max_array_size": ("int", "the cluster's MaxArraySize (`scontrol show config`; Slurm's default 1001): "
-                              "--array and --sweep take indices below it"),
+                              "--array and --sweep take indices below it; 0: no job arrays"),
     "python": ("str", "interpreter on the compute nodes (default: the submitting one); in a container, "
                       "`container.python`"),
     "module_purge": ("bool", "`module purge` before the site's modules are loaded"),
@@ -197,6 +215,9 @@ SITE_SCHEMA: dict[str, Any] = {
                                  "`partition: null` for a QOS-routed site)"),
     "required": ("required", f"what every job must have ({', '.join(REQUIRABLE)}), refused before sbatch "
                              "otherwise; a partition's `required` replaces it"),
+    "after_modules": ("lines", "shell lines (trusted admin text) after the modules are loaded and before the job's "
+                               "variables are exported, in the batch script, slurmtorch mpirun's and alloc's shell "
+                               "(ALCF Polaris: `conda activate` after `module load conda`)"),
     "prologue": ("strlist", "shell lines before the launch (trusted admin text)"),
     "node_prologue": ("lines", _PROLOGUE),
     "epilogue": ("strlist", "shell lines after the launch (trusted admin text)"),
@@ -212,6 +233,7 @@ SITE_SCHEMA: dict[str, Any] = {
     "fabric_defaults": ("int", "the edition of slurmtorch's fabric defaults this site renders with (default: "
                                "the current one): a newer slurmtorch changes nothing in its jobs until the pin "
                                "moves; `slurmtorch site changes SITE` shows what each later edition would change"),
+    "fabric_env": (FABRIC_ENV_MODES, _FABRIC_ENV),
     "node_types": ({"*": NODE_TYPE_SCHEMA}, "node types by name"),
     "partitions": ({"*": PARTITION_SCHEMA}, "partitions by name (on a QOS-routed site: the routes -p names)"),
     "presets": ({"*": PRESET_SCHEMA}, "named option defaults; `default` applies when none is named"),
@@ -241,7 +263,10 @@ _KINDS: dict[str, dict[str, Any]] = {
         "propertyNames": {"pattern": f"^{ANNOTATION_KEY_RE.pattern}$"},
         "additionalProperties": {"type": "string"},
     },
-    "srunargs": {"type": "array", "items": {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"}},
+    "srunargs": {"type": "array", "items": {"oneOf": [
+        {"type": "string", "pattern": "^--[a-z][a-z0-9-]*(=.*)?$"},
+        {"type": "object", "minProperties": 1, "maxProperties": 1,
+         "propertyNames": {"pattern": "^--[a-z][a-z0-9-]*$"}, "additionalProperties": {"type": "null"}}]}},
     "required": {"type": "array", "items": {"enum": list(REQUIRABLE)}},
     "hcas": {"oneOf": [{"type": "array", "items": {"type": "string"}}, {"const": "auto"}]},
     "image": {"type": "string", "minLength": 1},

@@ -19,7 +19,8 @@ from slurmtorch import shell
 from slurmtorch.errors import ShellSafetyError, SiteError
 from slurmtorch.limits import MAX_ENV_STRING, fits_env
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.sites.model import ANNOTATION_KEY_RE, MPI_PLUGIN_RE, MPI_PLUGINS, NO_MPI_OPTION, parse_time, valid_tip
+from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, MPI_PLUGIN_RE, MPI_PLUGINS, NO_MPI_OPTION, SrunRemoval,
+                                           parse_time, valid_tip)
 from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem, site_directive_problem
 from slurmtorch.submit.sites.safe_yaml import Marked, type_name, where
 
@@ -312,9 +313,17 @@ class Validator:
         return tuple(out)
 
     def srunargs(self, mapping, key, v, keypath):
-        """srun options as `--name[=value]`; the ones slurmtorch sets are refused (SRUN_REFUSED)."""
-        items = self.value(mapping, key, "strlist", keypath)
+        """srun options as `--name[=value]`, or `{--name: null}` to remove an earlier layer's
+        (`SrunRemoval`); the ones slurmtorch sets are refused (SRUN_REFUSED)."""
+        if not isinstance(v, list) or not all(isinstance(x, (str, dict)) for x in v):
+            self.fail(mapping, key, keypath, "expected a list of options (--name[=value], or {--name: null} to "
+                      "remove one an earlier layer set)", f"write it as a list: {key}: [{v}]" if isinstance(v, str)
+                      else f"e.g. {key}: [--cpu-bind=cores]")
+        items = tuple(self._srun_removal(mapping, key, x, f"{keypath}[{i}]") if isinstance(x, dict) else x
+                      for i, x in enumerate(v))
         for i, arg in enumerate(items):
+            if isinstance(arg, SrunRemoval):
+                continue
             problem = option_problem(arg, SRUN_REFUSED, set())
             if problem is None and any(c in arg for c in "\n\r\x00"):
                 problem = ("contains a newline or NUL", "one option per entry")
@@ -324,6 +333,14 @@ class Validator:
                        "leave it out of srun_args" + ("" if tip == "leave it out" else f"; {tip}"))
                 self.note(mapping, key, f"{keypath}[{i}]", f"{arg!r}: {why}", fix)
         return items
+
+    def _srun_removal(self, mapping, key, item: dict, kp: str) -> SrunRemoval:
+        """`{--NAME: null}`: --NAME (with any value) out of the layers before this one."""
+        (name, value), = item.items() if len(item) == 1 else ((None, "?"),)
+        if value is not None or not isinstance(name, str) or not re.fullmatch(r"--[a-z][a-z0-9-]*", name):
+            self.note(mapping, key, kp, f"{dict(item)!r}: a removal is {{--NAME: null}}",
+                      "e.g. srun_args: [{--cpu-bind: null}] takes --cpu-bind=... of an earlier layer out")
+        return SrunRemoval(name if isinstance(name, str) else "")
 
     def containerargs(self, mapping, key, v, keypath):
         """A container runtime's options: a word that is not an option is the value of the option
