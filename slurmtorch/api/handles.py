@@ -25,6 +25,8 @@ from slurmtorch.submit.follow.watch import WATCH
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit.jobfolder.failures import RankFailure
 from slurmtorch.submit.jobfolder.report import failure_lines, failure_report, log_command
+from slurmtorch.usecases import story
+from slurmtorch.usecases.story import Report
 
 CANCEL_GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.out"  # a local run's: mpirun's own output, and the ranks' until runfn redirects it
@@ -65,6 +67,14 @@ class Handle(ABC):
     @abstractmethod
     def report(self) -> list[str]:
         """The lines `--wait` and `status` end the failed job with (report.failure_lines)."""
+
+    @abstractmethod
+    def end_report(self, status: JobStatus) -> Report:
+        """How the ended job is told (`story.report`): as `--wait` ends it, the same lines."""
+
+    def record_folder(self) -> Path | None:
+        """Where the job's record is (its story: a requeue, a restart), None where it has none."""
+        return None
 
     @abstractmethod
     def headline(self) -> str: ...
@@ -116,6 +126,12 @@ class SlurmHandle(Handle):
 
     def report(self) -> list[str]:
         return failure_lines(self.job_dir, log=self.log_command)
+
+    def end_report(self, status: JobStatus) -> Report:
+        return story.report(self.job_id, self.job_dir, status, log=self.log_command)
+
+    def record_folder(self) -> Path | None:
+        return self.job_dir
 
     def headline(self) -> str:
         return _headline(self.job_dir / "batch.out")
@@ -202,6 +218,9 @@ class LocalHandle(Handle):
 
     def report(self) -> list[str]:
         return failure_lines(self.workdir, launcher_log=LAUNCHER_LOG, log=self.log_command)
+
+    def end_report(self, status: JobStatus) -> Report:
+        return story.report(self.job_id, self.workdir, status, launcher_log=LAUNCHER_LOG, log=self.log_command)
 
     def headline(self) -> str:
         return _headline(self.workdir / LAUNCHER_LOG)

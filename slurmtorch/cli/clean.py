@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from slurmtorch.submit.edge import queries
-from slurmtorch.submit.jobfolder import cleaning, jobdir, pruning
+from slurmtorch.submit.jobfolder import cleaning, jobdir, pruning, tombstone
 from slurmtorch.submit.jobfolder.snapshot import mib
 
 
@@ -25,7 +25,8 @@ def clean(older_than: str = typer.Option(cleaning.DEFAULT_AGE, "--older-than",
     longer lists as queued or running (an array: none of its tasks) and whose newest file is
     older than --older-than; never a folder of another user's, never a Distributor job's
     whose answer was never read, never a chain's part while a part of it is queued or
-    running, never a submission not finished. Your relative outputs (checkpoints) are in the
+    running, never a submission not finished. Each leaves its record (a few KiB), so that
+    status and logs say when it was cleaned. Your relative outputs (checkpoints) are in the
     folders you submitted from, not here, and are never touched.
     """
     age = cleaning.parse_age(older_than)
@@ -61,6 +62,12 @@ def active_jobs() -> list[str]:
 
 
 def remove(stale: cleaning.Stale) -> bool:
-    """The one way `clean` removes a job's folder (renamed away, then removed); False where
-    another remover got there first."""
-    return pruning.remove(stale.folder)
+    """The one way `clean` removes a job's folder (renamed away, then removed), leaving its
+    tombstone (its record, and when it was cleaned: `status` and `logs` say so); False where
+    another remover got there first. An older folder of a reused id (`.stale-*`) leaves none."""
+    record = tombstone.kept(stale.folder)
+    if not pruning.remove(stale.folder):
+        return False
+    if stale.folder.name == stale.job_id:
+        tombstone.leave(stale.folder, record, stale.size)
+    return True

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, List, Optional, cast
 
@@ -18,9 +17,10 @@ from slurmtorch.submit.follow import live, stackrequest, waiting
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock
 from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset
 from slurmtorch.submit.follow.terminaltext import visible
-from slurmtorch.submit.jobfolder import codecopy, flightdump, jobdir, snapshot
+from slurmtorch.submit.jobfolder import flightdump, jobdir
 from slurmtorch.usecases import control
-from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
+from slurmtorch.submit.jobfolder.report import exit_code, failure_lines
+from slurmtorch.usecases import records, story
 from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
 
 
@@ -28,7 +28,7 @@ def status(
     ctx: typer.Context,
     job_ids: Optional[List[str]] = typer.Argument(None, metavar="[JOBID]...", show_default=False,
                                                   help="jobs to show (default: your slurmtorch jobs)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list (docs/json.md)"),
     states: List[str] = typer.Option([], "--state", "-t", help="without JOBIDs: only jobs in this state "
                                      "(RUNNING, PENDING, FAILED, COMPLETED, ...; repeatable)"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="without JOBIDs: only jobs whose name holds this"),
@@ -110,41 +110,19 @@ def _show_chain(folder: Path, shown: set[str], records: list | None, st: JobStat
 
 
 def _print_job(st: JobStatus, folder) -> None:
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
-    shown = st if code is None else replace(st, exit_code=code)
-    print(visible(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}"))
-    for line in restart_lines(folder):
-        print(line)
-    if st.done:
-        for line in failure_lines(folder):
-            print(line)
-        end = live.end_line(live.read_samples(folder))
-        if end:
-            print(end)
+    for line in story.report(st.job_id, folder, st).status_lines():
+        print(visible(line))
 
 
 def _record(st: JobStatus, folder, **more) -> dict:
-    """A job's status as JSON-ready data (`status --json`)."""
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    record = {"job_id": st.job_id, "name": _name(st, folder), "state": st.state, "elapsed": st.elapsed(),
-              "exit_code": code, "step_exit_code": job,
-              "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
-              "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
-              "failures": failure_lines(folder) if st.done else [], "code": _code(folder)}
-    record.update(more)
-    return record
-
-
-def _code(folder) -> dict | None:
-    """What the job ran: its snapshot (tree, commit, dirty, counts; not the file list), None: in place."""
-    record = codecopy.read_record(folder)
-    return None if record is None else {k: v for k, v in record.items() if k != "manifest"}
+    """A job's status as JSON-ready data (`status --json`, docs/json.md)."""
+    return records.status(story.report(st.job_id, folder, st), _name(st, folder), **more)
 
 
 def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
     """This user's slurmtorch jobs (those with a folder here), newest first: name, state,
-    how long it ran, its nodes, and for an ended one its exit code (and failing rank)."""
+    how long it ran (every start), how often it started again, its nodes, and for an ended
+    one its exit code (and failing rank)."""
     rows = control.recent_jobs(root, lambda line: print(line, file=sys.stderr))
     wanted = {s.upper() for s in states}
     rows = [(st, folder) for st, folder in rows
@@ -155,29 +133,33 @@ def _table(root, as_json: bool, states: list[str], name: str | None) -> int:
     if not rows:
         print(f"no slurmtorch jobs{' like that' if wanted or name else ''} in {root}", file=sys.stderr)
         return 0
-    print(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4}  {'NODES / REASON / FAILED RANK'}")
+    print(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4} {'RESTARTS':>8}  "
+          f"{'NODES / REASON / FAILED RANK'}")
     now = time.time()
     for st, folder in rows:
-        code, where = "", st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
+        ran, nodes, restarts, cleaned = story.row(st, folder, now)
+        code, where = "", nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
         if st.done and st.exit_code is not None:
             exit_at, rank, _ = exit_code(folder, st)
             code = str(exit_at)
             if rank is not None:  # what failed says more than Slurm's reason (NonZeroExitCode)
                 where = f"rank {rank.rank} on {rank.host}"
-        ran = st.elapsed(now)
+        where = cleaned or where
         print(visible(f"{st.job_id:<12} {_name(st, folder)[:16] or '-':<16} {st.state:<12} "
-                      f"{clock(ran) if ran is not None else '-':>10} {code:>4}  {where}"))
+                      f"{clock(ran) if ran is not None else '-':>10} {code:>4} {restarts:>8}  {where}"))
     return 0
 
 
 def _name(st: JobStatus, folder) -> str:
-    return st.name or jobdir.read_job_name(folder)
+    return st.name or jobdir.read_job_name(folder) or story.of(folder).name
 
 
 def top(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="the job (JOBID_K: a trial)"),
     once: bool = typer.Option(False, "--once", help="print the table once and exit"),
+    as_json: bool = typer.Option(False, "--json", help="the ranks and the table once, as one JSON object "
+                                                      "(docs/json.md)"),
     every: float = typer.Option(5.0, "--every", min=0.5, help="seconds between tables"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
@@ -192,11 +174,15 @@ def top(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    clear = sys.stdout.isatty() and not once
+    clear = sys.stdout.isatty() and not once and not as_json
     try:
         while True:
             view = control.live_view(job_id)
             lines = [f"job {view.job_id} {view.status.describe()}", *_live_lines(view)]
+            if as_json:
+                rep = story.report(view.job_id, view.folder, view.status)
+                print(json.dumps(records.top(view.job_id, view.status, view.samples, lines, rep), indent=1))
+                return 0
             if clear:
                 print("\033[H\033[J", end="")
             print(visible("\n".join(lines)), flush=True)  # host names are the ranks' own words
@@ -213,8 +199,7 @@ def top(
 
 def _live_lines(view: control.LiveView) -> list[str]:
     if view.status.done:
-        end = live.end_line(view.samples)
-        return [end] if end else ["no rank sampled itself (SLURMTORCH_LIVE_S=0, or no rank started)"]
+        return story.ended_live_lines(list(view.starts), view.story.spans(time.time()), time.time())
     if not view.samples:
         return ["no rank has sampled itself yet" if view.status.state == "RUNNING" else "no rank running yet"]
     return live.top_lines(view.samples, time.time())
@@ -236,6 +221,8 @@ def logs(
                                                                     "each line marked [rank R]"),
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --follow: Ctrl-C cancels the job (default: it runs on)"),
+    as_json: bool = typer.Option(False, "--json", help="the logs' paths and the job's report as one JSON object, "
+                                                      "not the logs' text (with --follow: at its end; docs/json.md)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder.
@@ -256,11 +243,17 @@ def logs(
     if follow:  # ends as --wait does: the end line, and for a failure the report
         from slurmtorch.usecases import launch  # lazy: its render and sites would cost every other verb here
 
-        end = launch.ended(job_id, folder, waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt,
-                                                          last=last))
+        end = launch.ended(job_id, folder, waiting.follow(job_id, [] if as_json else paths,
+                                                          cancel_on_interrupt=cancel_on_interrupt, last=last))
         for line in end.lines:
             print(line, file=sys.stderr)
+        if as_json:
+            print(json.dumps(records.logs(end.report, logs), indent=1))
         return end.code
+    if as_json:
+        st = control.job_status(job_id)
+        print(json.dumps(records.logs(story.report(job_id, folder, st), logs), indent=1))
+        return 0
     if not any(p.exists() for p, _ in paths):
         raise SubmitError(
             f"no output yet for {'the batch step' if batch else paths[0][0].stem.replace('-', ' ')} "
@@ -310,6 +303,7 @@ def stacks(
     wait_s: float = typer.Option(stackrequest.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
     native_wait_s: float = typer.Option(stackrequest.NATIVE_WAIT_S, "--native-wait-s",
                                         help="how long py-spy gets for the native frames (0: none)"),
+    as_json: bool = typer.Option(False, "--json", help="the same as one JSON object (docs/json.md)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print where every rank of a running job stands: ranks on the same stack together, the
@@ -327,10 +321,16 @@ def stacks(
     target = control.stacks_target(job_id)
     folder, ranks = target.folder, target.ranks
     got, silent = stackrequest.ask(folder, ranks, target.send, wait_s, native=native_wait_s > 0, resend=target.resend)
-    for line in summary_lines(got, silent):
+    summary = summary_lines(got, silent)
+    for line in summary if not as_json else ():
         print(visible(line), flush=True)  # before the native frames, which take seconds
     native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
     details = detail_lines(got, all_threads, native)
+    if as_json:
+        flight = flightdump.summary_lines(flightdump.load_folder(folder), ranks)
+        notes = native_notes(native, late, native_wait_s)
+        print(json.dumps(records.stacks(folder, ranks, got, silent, summary, details, flight, notes), indent=1))
+        return 0 if got else 1
     if details:
         print()
         for line in details:

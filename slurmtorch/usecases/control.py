@@ -18,6 +18,8 @@ from slurmtorch.rankfiles import LiveSample
 from slurmtorch.submit.follow import live, stackrequest
 from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus
 from slurmtorch.submit.jobfolder import jobdir, localrun
+from slurmtorch.submit.jobfolder.story import Story, cleaned_line
+from slurmtorch.usecases import story
 
 # `status` without ids: the jobs the controller still knows, then this many more from folders.
 RECENT = 10
@@ -37,6 +39,11 @@ def statuses(job_ids: list[str], root: Path) -> tuple[dict[str, JobStatus], dict
         except SubmitError as exc:
             unknown[j] = exc
     return queries.statuses(singles, root, unknown=unknown), unknown
+
+
+def job_status(job_id: str) -> JobStatus:
+    """A job's (or trial's, `JOBID_K`) status: one squeue call, else its folder and record."""
+    return queries.job_status(job_id, jobdir.jobs_root())
 
 
 def trials(job_id: str, root: Path) -> list[TrialStatus]:
@@ -59,7 +66,10 @@ def recent_jobs(root: Path, note: Callable[[str], None]) -> list[tuple[JobStatus
         except SubmitError as exc:
             note(f"note: skipped job {j}: {exc.message}")
             continue
-        rows.append((replace(st, exit_code=jobdir.read_exit_code(folder)) if st.done else st, folder))
+        if st.done:
+            st = replace(st, exit_code=jobdir.read_exit_code(folder))
+            queries.settle(folder, st)
+        rows.append((st, folder))
     for j in reversed(others):
         folder = folders[j]
         try:
@@ -69,6 +79,14 @@ def recent_jobs(root: Path, note: Callable[[str], None]) -> list[tuple[JobStatus
         except SubmitError as exc:  # one broken folder must not hide the others
             note(f"note: skipped job {j}: {exc.message}")
     return rows
+
+
+def not_cleaned(job_id: str, folder: Path) -> None:
+    """SubmitError, in one line, where `slurmtorch clean` left only the job's record."""
+    told = story.of(folder)
+    if told.cleaned is not None:
+        raise SubmitError(f"job {job_id}: {cleaned_line(told.cleaned)}", tip=f"{typed(f'status {job_id}')} tells "
+                                                                              "how it ran, from its record")
 
 
 def _readable(folder: Path) -> Path:
@@ -87,6 +105,7 @@ def logs_target(job_id: str, rank: int | None, node: int | None, trial: int | No
     folder = jobdir.checked(jobdir.job_dir(job_id))
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
+    not_cleaned(job_id, folder)
     record = jobdir.read_trials(folder)
     if record is not None:
         ids = sorted(int(t) for t in record["trials"])
@@ -115,6 +134,8 @@ class LiveView:
     samples: dict[int, LiveSample]
     status: JobStatus
     notes: tuple[str, ...] = ()
+    starts: tuple[dict[int, LiveSample], ...] = ()  # every start's samples (a requeue or restart: a new one)
+    story: Story = Story()
 
 
 def live_view(job_id: str) -> LiveView:
@@ -127,12 +148,13 @@ def live_view(job_id: str) -> LiveView:
     folder = jobdir.checked(jobdir.trial_dir(base, int(trial)) if trial else jobdir.job_dir(base))
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
+    not_cleaned(job_id, folder)
     if not trial and jobdir.read_trials(folder) is not None:
         raise SubmitError(f"job {job_id} is an array job: say which trial", tip=typed(f"top {job_id}_0"))
     status = queries.job_status(job_id, jobdir.jobs_root())
     notes: list[str] = []
-    samples = live.read_samples(folder, notes.append)
-    return LiveView(job_id, folder, samples, status, tuple(notes))
+    starts = live.read_starts(folder, notes.append)
+    return LiveView(job_id, folder, starts[-1] if starts else {}, status, tuple(notes), tuple(starts), story.of(folder))
 
 
 def all_rank_logs(folder: Path) -> list[tuple[str, Path, Path]]:
