@@ -150,12 +150,15 @@ def timings_name(rank: int) -> str:
 
 
 # --------------------------------------------------------------------------- a rank's live sample
-# Each rank replaces LIVE/live_name(R) every SLURMTORCH_LIVE_S seconds (bootstrap.live), a
+# Each rank replaces LIVE/live_name(R, K) every SLURMTORCH_LIVE_S seconds (bootstrap.live), a
 # last time with ended=true when its script returned; `slurmtorch top`, `status JOBID` and
-# the end of `--wait` read them (submit.follow.live).
+# the end of `--wait` read them (submit.follow.live). K is the start (restart_count()): each
+# start of a requeued or restarted job keeps its own samples, so the end counts them all.
 
-def live_name(rank: int) -> str:
-    return f"rank-{rank}.json"
+def live_name(rank: int, start: int | None = None) -> str:
+    """A rank's sample in LIVE: below start-K/ (the start it belongs to); a name without a
+    start is an older slurmtorch's, read as one start before the others."""
+    return f"rank-{rank}.json" if start is None else f"start-{start}/rank-{rank}.json"
 
 
 # --------------------------------------------------------------------------- a rank's stacks

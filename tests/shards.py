@@ -22,6 +22,7 @@ MEASURED_S = {
     "tests/submit/test_failures.py": 126,
     "tests/submit/test_ray_testbed.py": 124,
     "tests/remote/test_remote_testbed.py": 113,
+    "tests/cli/test_story_testbed.py": 110,  # four jobs, one requeued (measured alone: 75 s, not in a CI run)
     "tests/bootstrap/test_scripts_unchanged.py": 87,
     "tests/cli/test_top.py": 82,
     "tests/cli/test_cli.py": 72,

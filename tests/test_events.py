@@ -81,10 +81,11 @@ def test_the_story_of_a_requeued_job_spans_both_starts():
                     E("started", 100.0, attempt=1, nodes="node[3-4]", host="node3"),
                     E("ended", 160.0, attempt=1, code=0)])
     assert s.restart_count == 1 and s.requeue_count == 1
-    assert s.spans(now=999) == [(10.0, 100.0, 2), (100.0, 160.0, 2)]
-    assert s.elapsed(now=999) == 150.0 and round(s.node_hours(now=999) * 3600) == 300
+    # the first start ends where its requeue was asked (the batch script was killed: no `ended`)
+    assert s.spans(now=999) == [(10.0, 70.0, 2), (100.0, 160.0, 2)]
+    assert s.elapsed(now=999) == 120.0 and round(s.node_hours(now=999) * 3600) == 240
     assert s.nodes == "node[3-4]"
-    assert s.lines() == ["requeued by rank 0 on node1: USR1 received"]
+    assert s.lines() == ["requeued by rank 0 on node1: USR1 received", "started again on node[3-4] (Slurm's restart 1)"]
     assert s.as_dict(now=999)["restarts"] == 1 and s.as_dict(now=999)["version"] == story.VERSION
 
 
@@ -103,3 +104,35 @@ def test_a_cleaned_job_says_so_and_keeps_what_slurm_last_said():
     s = story.fold([E("settled", 50.0, state="COMPLETED", code=0, elapsed=40, nodes="node[1-4]"), E("cleaned", 90.0)])
     assert s.cleaned == 90.0 and s.nodes == "node[1-4]"
     assert "its folder was cleaned" in s.lines()[-1]
+
+
+def test_a_requeue_no_slurmtorch_side_asked_for_says_so_at_the_next_start_and_the_killed_start_ends_there():
+    s = story.fold([E("started", 10.0, attempt=0, nodes="node[1-2]", host="node1"), E("ended", 40.0, attempt=0),
+                    E("started", 60.0, attempt=1, nodes="node[1-2]", host="node1"),
+                    E("ended", 90.0, attempt=1, code=0)])
+    assert s.lines() == ["requeued (by Slurm or an operator: scontrol requeue, preemption); started again on "
+                         "node[1-2] (Slurm's restart 1)"]
+    assert s.spans(now=999) == [(10.0, 40.0, 2), (60.0, 90.0, 2)] and s.attempts[0].code is None
+
+
+def test_slurms_word_before_a_later_start_is_history_not_the_end():
+    s = story.fold([E("started", 0.0, attempt=0, nodes="node1"), E("settled", 5.0, state="PREEMPTED", nodes="node1"),
+                    E("started", 20.0, attempt=1, nodes="node2")])
+    assert s.settled is None and s.nodes == "node2"
+
+
+def test_a_followed_story_says_each_new_line_once_as_its_event_is_appended(tmp_path):
+    from slurmtorch.submit.follow.storytail import StoryTail
+
+    said: list[str] = []
+    tail = StoryTail(tmp_path, said.append)
+    tail.pump()  # no record yet
+    events.append(tmp_path, "started", attempt=0, nodes="node[1-2]", host="node1")
+    tail.pump()
+    assert said == []
+    events.append(tmp_path, "requeued", by="rank 0 on node1", why="SIGUSR1 received", attempt=0)
+    tail.pump()
+    tail.pump()
+    events.append(tmp_path, "started", attempt=1, nodes="node[3-4]", host="node3")
+    tail.pump()
+    assert said == ["requeued by rank 0 on node1: SIGUSR1 received", "started again on node[3-4] (Slurm's restart 1)"]

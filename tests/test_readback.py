@@ -153,7 +153,7 @@ def test_whatever_a_sample_says_the_table_and_the_end_line_are_drawn(text, why):
     if bad is not None:
         samples[bad.rank] = bad
     assert any(line.startswith(" RANK") for line in live.top_lines(samples, 1000.0))
-    assert live.end_line(samples).startswith("run: ")
+    assert live.end_line([samples]).startswith("run: ")
 
 
 def test_a_well_formed_sample_still_reads_back_whole():
@@ -165,7 +165,7 @@ def test_a_hosts_escape_sequences_are_shown_not_obeyed_in_every_live_line():
     host = "node\x1b]0;pwned\x07\x1b[2J"
     samples = {0: rankfiles.parse_live(sample(rank=0, host="node1")),
                1: rankfiles.parse_live(sample(rank=1, host=host, own_s=0.5, own_mean_s=0.5))}
-    lines = [*live.top_lines(samples, 1000.0), live.end_line(samples)]
+    lines = [*live.top_lines(samples, 1000.0), live.end_line([samples])]
     assert not any("\x1b" in line or "\x07" in line for line in lines), lines
     assert "slowest: rank 1 on node\\x1b]0;pwned\\x07\\x1b[2J" in lines[0]
 

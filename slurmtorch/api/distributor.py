@@ -37,7 +37,7 @@ from typing import Any
 
 from slurmtorch import protocol
 from slurmtorch.api.clusterjob import ClusterJob
-from slurmtorch.api.job import Job, JobFailed, RemoteError, checked_answer, say
+from slurmtorch.api.job import Job, JobFailed, RemoteError, checked_answer, say, stopped
 from slurmtorch.api.layout import Layout, plan_layout
 from slurmtorch.api.payload import prepare
 from slurmtorch.usecases.runfolder import create_run_folder, run_folder_error
@@ -127,7 +127,8 @@ class Distributor:
 
         Raises RemoteError (rank, host, traceback) when the rank that failed first raised,
         JobFailed when the job ended otherwise (its rank/host: a rank that died, and how, is
-        in its message). An interrupt (Ctrl-C) cancels the job. With `cluster=NAME` (or
+        in its message). An interrupt (Ctrl-C) cancels the job and says so in one line, then
+        ends the program (SystemExit 130; KeyboardInterrupt in a REPL or notebook). With `cluster=NAME` (or
         $SLURMTORCH_CLUSTER), the job is submitted and waited for on that cluster over SSH, and
         the answer (or the error) comes back here.
         """
@@ -135,12 +136,17 @@ class Distributor:
             from slurmtorch.remote import distribute, forward  # lazy: only cluster= needs ssh's edge
 
             if forward.elsewhere(self.cluster):
-                return distribute.run(self, _sent(target, args, kwargs, self.cluster))
+                try:
+                    return distribute.run(self, _sent(target, args, kwargs, self.cluster))
+                except KeyboardInterrupt as stop:  # the cluster side cancelled it and said so
+                    raise stopped(str(stop) or f"the run on cluster {self.cluster} was interrupted") from None
         job = self.submit_prepared(*prepare(target, args, kwargs))  # no file, no job before prepare passes
         try:
             return job.result(stream=self.progress)
         except JobFailed:
             raise
+        except KeyboardInterrupt:
+            raise stopped(job.cancel_on_interrupt()) from None
         except BaseException:
             job._cancel_quietly()
             raise

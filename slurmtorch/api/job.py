@@ -125,6 +125,17 @@ class Job:
         if self._succeeded is None and not self._handle.status().done:
             self._handle.cancel()
 
+    def cancel_on_interrupt(self) -> str:
+        """Ctrl-C while `Distributor.run` waited: the job cancelled, and the one line that says
+        so (or why it was not)."""
+        try:
+            state = (self._succeeded or self._handle.status()).state.lower()
+            self.cancel()
+        except Exception as exc:  # noqa: BLE001 - one line, whatever stopped the cancel
+            why = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+            return f"job {self.job_id} was not cancelled: {why}"
+        return f"job {self.job_id} cancelled: Ctrl-C during run() (it was {state})"
+
     # -- internals
 
     def _cancel_quietly(self) -> None:
@@ -224,6 +235,9 @@ class Job:
         else:
             word = f"ended {status.state}"
         code = "" if exit_code is None else f" (exit {exit_code})"
+        if first is not None and first.code is not None and exit_code:  # as --wait says it: the rank's own
+            step = f"; the step exited {exit_code}" if exit_code != first.code else ""
+            code = f" (exit {first.code} from rank {first.rank}{step})"
         # What --wait would say; of a cancelled job, whose ranks were ended, nothing of theirs.
         told = self._handle.report() if not status.state.startswith("CANCELLED") else []
         line = "; ".join(told) or self._handle.headline()
@@ -274,3 +288,16 @@ def _attached(job_id: str) -> Job:
 def say(text: str) -> None:
     """A progress line on stderr, as the CLI prints them."""
     print(f"slurmtorch: {text}", file=sys.stderr, flush=True)
+
+
+def stopped(line: str) -> BaseException:
+    """What Ctrl-C during `Distributor.run()` ends with, once the job is cancelled: `line` on
+    stderr, then SystemExit(130), so a script ends as `sbatch --wait` does, in that one line
+    and no traceback; in an interactive session (a REPL, a notebook), where ending the
+    process is not what Ctrl-C means, KeyboardInterrupt."""
+    say(line)
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", None) if ipython is not None else None
+    if hasattr(sys, "ps1") or sys.flags.interactive or (shell is not None and shell() is not None):
+        return KeyboardInterrupt(line)
+    return SystemExit(130)

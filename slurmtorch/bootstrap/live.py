@@ -1,7 +1,8 @@
 """A rank's live sample: its step time, CPU, memory and GPU, written where `slurmtorch top` looks.
 
 Started when the job sets SLURMTORCH_LIVE_S (the batch script does, 10 s unless the user
-set another; 0 turns it off). A daemon thread replaces `$SLURMTORCH_JOB_DIR/.live/rank-R.json`
+set another; 0 turns it off). A daemon thread replaces `$SLURMTORCH_JOB_DIR/.live/start-K/rank-R.json`
+(K: this start of the job, `restart_count()`)
 every interval with one JSON object (rankfiles.live_record; a reader never sees half of it).
 
 The step time needs nothing in the script: torch's global optimizer hook
@@ -29,6 +30,7 @@ from typing import Any
 
 from slurmtorch import protocol, rankfiles, readback
 from slurmtorch.bootstrap.heartbeat import periodic_file
+from slurmtorch.bootstrap.preempt import restart_count
 from slurmtorch.pace import Streak
 
 WINDOW = 20  # step intervals in the recent mean; the window before them is the trend
@@ -293,7 +295,7 @@ def gpu_monitor(local_rank: int, environ=os.environ) -> NvmlGpu | AmdGpu | None:
 
 def start(rank: int, host: str, local_rank: int, environ=os.environ) -> threading.Thread | None:
     """Start sampling if the job asked for it (SLURMTORCH_LIVE_S > 0 and a job folder); None otherwise."""
-    target = periodic_file(environ, protocol.LIVE_S, protocol.LIVE, protocol.live_name(rank))
+    target = periodic_file(environ, protocol.LIVE_S, protocol.LIVE, protocol.live_name(rank, restart_count(environ)))
     if target is None:
         return None
     path, interval = target

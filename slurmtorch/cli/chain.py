@@ -3,6 +3,7 @@ or followed as one, through `usecases.chain`."""
 
 # No `from __future__ import annotations` here, as in sbatch.py: typer evals the annotations.
 
+import json
 import sys
 
 import typer
@@ -18,6 +19,8 @@ def chain(
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --wait: Ctrl-C cancels the part followed (default: the "
                                                   "chain runs on)"),
+    as_json: bool = typer.Option(False, "--json", help="the parts as submitted, or with --wait how each ended, as "
+                                                      "one JSON object on stdout, no part's output (docs/json.md)"),
 ) -> int:
     """Submit a chain of jobs, each after the one before; prints each part's job id.
 
@@ -37,13 +40,29 @@ def chain(
     if dry_run:
         sys.stdout.write(chains.dry_run_text(chains.dry_run(parts, command)))
         return 0
-    submitted = chains.submit(parts, command, announce=_announce)
+    from slurmtorch.usecases import records  # lazy: as above
+
+    submitted = chains.submit(parts, command, announce=_said if as_json else _announce)
+    names = [p.name for p in submitted.parts]
     if not wait:
+        if as_json:
+            print(json.dumps(records.chain_submitted(names, submitted.job_ids, submitted.folders), indent=1))
         return 0
-    ended = chains.follow(submitted, lambda line: print(line, file=sys.stderr, flush=True), cancel_on_interrupt)
+    ended = chains.follow(submitted, lambda line: print(line, file=sys.stderr, flush=True), cancel_on_interrupt,
+                          logs=not as_json)
     for line in ended.lines:
         print(line, file=sys.stderr)
+    if as_json:
+        print(json.dumps(records.chain(names, submitted.job_ids, [p.after for p in submitted.parts],
+                                       [e.state for e in ended.ends], ended.reports, ended.failed, ended.code,
+                                       ended.lines), indent=1))
     return ended.code
+
+
+def _said(submitted) -> None:
+    """--json: stdout holds the one object; each part's id and folder on stderr."""
+    for part, job_id, folder in zip(submitted.parts, submitted.job_ids, submitted.folders):
+        print(f"submitted part {part.name!r}: job {job_id}; folder {folder}", file=sys.stderr, flush=True)
 
 
 def _announce(submitted) -> None:

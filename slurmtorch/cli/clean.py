@@ -19,7 +19,8 @@ def clean(older_than: str = typer.Option(cleaning.DEFAULT_AGE, "--older-than",
     longer lists as queued or running (an array: none of its tasks) and whose newest file is
     older than --older-than; never a folder of another user's, never a Distributor job's
     whose answer was never read, never a chain's part while a part of it is queued or
-    running, never a submission not finished. Your relative outputs (checkpoints) are in the
+    running, never a submission not finished. Each leaves its record (a few KiB), so that
+    status and logs say when it was cleaned. Your relative outputs (checkpoints) are in the
     folders you submitted from, not here, and are never touched.
     """
     lines, said = cleaning.clean(older_than, dry_run)

@@ -23,7 +23,7 @@ def status(
     ctx: typer.Context,
     job_ids: Optional[List[str]] = typer.Argument(None, metavar="[JOBID]...", show_default=False,
                                                   help="jobs to show (default: your slurmtorch jobs)"),
-    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object per job, in a list (docs/json.md)"),
     states: List[str] = typer.Option([], "--state", "-t", help="without JOBIDs: only jobs in this state "
                                      "(RUNNING, PENDING, FAILED, COMPLETED, ...; repeatable)"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="without JOBIDs: only jobs whose name holds this"),
@@ -52,6 +52,8 @@ def top(
     ctx: typer.Context,
     job_id: str = typer.Argument(..., metavar="JOBID", show_default=False, help="the job (JOBID_K: a trial)"),
     once: bool = typer.Option(False, "--once", help="print the table once and exit"),
+    as_json: bool = typer.Option(False, "--json", help="the ranks and the table once, as one JSON object "
+                                                      "(docs/json.md)"),
     every: float = typer.Option(5.0, "--every", min=0.5, help="seconds between tables"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
@@ -66,10 +68,13 @@ def top(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
-    clear = sys.stdout.isatty() and not once
+    clear = sys.stdout.isatty() and not once and not as_json
     try:
         while True:
             view = watching.live_view(job_id)
+            if as_json:
+                print(json.dumps(view.record(), indent=1))
+                return 0
             if clear:
                 print("\033[H\033[J", end="")
             print(visible("\n".join(view.lines())), flush=True)  # host names are the ranks' own words
@@ -100,6 +105,8 @@ def logs(
                                                                     "each line marked [rank R]"),
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --follow: Ctrl-C cancels the job (default: it runs on)"),
+    as_json: bool = typer.Option(False, "--json", help="the logs' paths and the job's report as one JSON object, "
+                                                      "not the logs' text (with --follow: at its end; docs/json.md)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print a rank's stdout (to stdout) and stderr (to stderr) from the job folder.
@@ -114,10 +121,15 @@ def logs(
     job_id, folder, logs = logging.target(job_id, rank, node, trial, batch)
     paths = logging.streams(folder, logs, all_ranks, sys.stdout, sys.stderr)
     if follow:  # ends as --wait does: the end line, and for a failure the report
-        end = logging.follow(job_id, folder, paths, cancel_on_interrupt, last)
+        end = logging.follow(job_id, folder, [] if as_json else paths, cancel_on_interrupt, last)
         for line in end.lines:
             print(line, file=sys.stderr)
+        if as_json:
+            print(json.dumps(logging.record(job_id, folder, logs, end.report), indent=1))
         return end.code
+    if as_json:
+        print(json.dumps(logging.record(job_id, folder, logs), indent=1))
+        return 0
     for line in logging.show(job_id, folder, paths, batch, last):
         print(line, file=sys.stderr)
     return 0
@@ -148,6 +160,7 @@ def stacks(
     wait_s: float = typer.Option(asking.WAIT_S, "--wait-s", help="how long a live rank gets to answer"),
     native_wait_s: float = typer.Option(asking.NATIVE_WAIT_S, "--native-wait-s",
                                         help="how long py-spy gets for the native frames (0: none)"),
+    as_json: bool = typer.Option(False, "--json", help="the same as one JSON object (docs/json.md)"),
     cluster: Optional[str] = cluster_option(),
 ) -> int:
     """Print where every rank of a running job stands: ranks on the same stack together, the
@@ -162,6 +175,10 @@ def stacks(
     remote = on_cluster(ctx, cluster)
     if remote is not None:
         return remote
+    if as_json:
+        code, data = asking.record(asking.target(job_id), all_threads, wait_s, native_wait_s)
+        print(json.dumps(data, indent=1))
+        return code
     return asking.report(asking.target(job_id), all_threads, wait_s, native_wait_s, _say)
 
 

@@ -3,13 +3,16 @@
 # No `from __future__ import annotations` here: typer would eval every option's string
 # annotation on each call (~2% of a dry run's instructions, counted with callgrind).
 
+import json
 import os
 import sys
 from typing import List, Optional
 
 import typer
 
+from slurmtorch import errors
 from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
+from slurmtorch.errors import SpecError
 from slurmtorch.submit.options import split_script
 
 
@@ -38,6 +41,8 @@ def sbatch(
     cancel_on_interrupt: bool = typer.Option(False, "--cancel-on-interrupt",
                                              help="with --wait: Ctrl-C cancels the job (default: it runs on)"),
     parsable: bool = typer.Option(False, "--parsable", help="print only the job id (as sbatch --parsable)"),
+    as_json: bool = typer.Option(False, "--json", help="with --wait: the job's end as one JSON object on stdout, "
+                                                      "its output not streamed (docs/json.md)"),
     snapshot: Optional[bool] = typer.Option(
         None, "--snapshot/--no-snapshot", show_default=False,
         help="run a copy of the code taken now (the script's git work tree: tracked and not-ignored files; "
@@ -57,6 +62,9 @@ def sbatch(
     array task in trials/<its parameters>/ (trials/trial-K/) below it. Logs: the job folder.
     """
     typed = program_args(ctx, script_and_args)
+    if as_json and not wait:
+        raise SpecError("--json reports the end of --wait: add --wait",
+                        tip=f"or {errors.typed('status JOBID --json')} for a job as it stands")
     if cluster:
         from slurmtorch.remote import forward  # lazy: only --cluster needs ssh's edge
 
@@ -74,17 +82,24 @@ def sbatch(
         sys.stdout.write(job.text)
         return 0
     # The id is printed inside submit's shelter from TERM/HUP/INT: a job released is announced.
-    sub = launch.submit(job, announce=_quiet if parsable else _announce)
+    sub = launch.submit(job, announce=_said if as_json else _quiet if parsable else _announce)
     if not wait:
         return 0
-    ended = launch.follow(sub, job, cancel_on_interrupt)
+    ended = launch.follow(sub, job, cancel_on_interrupt, logs=not as_json)
     for line in ended.lines:
         print(line, file=sys.stderr)
+    if as_json:
+        from slurmtorch.usecases import records, status  # lazy: only --json
+
+        data = (records.ended(ended.report) if ended.report is not None
+                else records.array(sub.job_id, job.root, ended.code, status.trials(sub.job_id, job.root)))
+        print(json.dumps(data, indent=1))
     return ended.code
 
 
 # The verb's own parameters, not `Options` fields.
-VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable", "snapshot", "cluster")
+VERB_ONLY = ("script_and_args", "site", "dry_run", "wait", "cancel_on_interrupt", "parsable", "as_json", "snapshot",
+             "cluster")
 
 
 def _tree(script, module, flag):
@@ -96,8 +111,6 @@ def _tree(script, module, flag):
     if not snapshots.wanted(flag, os.environ):
         return None
     if os.environ.get(protocol.SYNCED):
-        import json
-
         with open(os.environ[protocol.SYNCED], encoding="utf-8", errors="surrogateescape") as f:
             return snapshots.from_sync(json.load(f), script, os.getcwd())
     return snapshots.locate(script, module, os.getcwd())
@@ -105,6 +118,11 @@ def _tree(script, module, flag):
 
 def _announce(sub) -> None:
     print(sub.job_id, flush=True)
+    print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
+
+
+def _said(sub) -> None:
+    """--json: stdout holds the job's end alone; the id on stderr."""
     print(f"submitted job {sub.job_id}; folder {sub.job_dir}", file=sys.stderr, flush=True)
 
 

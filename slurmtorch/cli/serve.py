@@ -69,6 +69,7 @@ def answer(call: dict) -> int:
     os.dup2(2, 1)  # rank 0's output, streamed, goes with the state lines to stderr
     sys.stdout = sys.stderr
     pickled = False  # only a default result travels pickled (outcome)
+    submitted = None  # a Distributor's run, once submitted: what Ctrl-C cancels
     try:
         if "job" in call:
             question = str(call["question"])
@@ -82,20 +83,22 @@ def answer(call: dict) -> int:
         else:
             settings = call["settings"]
             dist = Distributor(**settings, **call["options"])
-            job = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
+            submitted = dist.submit_prepared(call["meta"], base64.b64decode(call["payload"]) or None, call["name"])
             if call.get("wait", True):
-                value = job.result(stream=bool(settings.get("progress", True)))
+                value = submitted.result(stream=bool(settings.get("progress", True)))
                 pickled = dist.answer == "pickle"
             else:
-                value = job.job_id
+                value = submitted.job_id
         ok = True
     except (SlurmtorchError, TimeoutError) as exc:  # RemoteError and JobFailed are SlurmtorchErrors
         value, ok = exc, False
     except KeyboardInterrupt:
-        if "job" not in call:
+        if "job" in call:  # the laptop's Ctrl-C, relayed, while a ClusterJob waited: it ends the wait
+            value, ok = KeyboardInterrupt(f"job {call['job']} goes on there"), False
+        elif submitted is None:  # before the job was submitted: nothing to cancel
             raise
-        # the laptop's Ctrl-C, relayed, while a ClusterJob waited: it ends the wait; the job goes on
-        value, ok = KeyboardInterrupt(f"job {call['job']} goes on there"), False
+        else:  # while `Distributor(cluster=).run` waited: the job is cancelled, as a local run's is
+            value, ok = KeyboardInterrupt(submitted.cancel_on_interrupt()), False
     out.write(outcome.line(ok, value, pickled))
     out.flush()
     return 0

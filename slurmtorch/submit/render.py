@@ -94,8 +94,10 @@ def shell_files(spec: JobSpec) -> tuple[tuple[str, str], ...]:
     if spec.kind != "sbatch":
         return ()
     launch = plan(spec)
-    # The restart supervisor picks each start's port and address with the same file (supervisor._rendezvous).
-    names = [name for name, wanted in (("rendezvous.sh", launch.pick_port or launch.pick_addr or bool(launch.supervisor)),
+    # record.sh: each start and end of the script in the job's record. The restart supervisor picks each
+    # start's port and address with rendezvous.sh (supervisor._rendezvous).
+    names = [name for name, wanted in (("record.sh", True),
+                                       ("rendezvous.sh", launch.pick_port or launch.pick_addr or bool(launch.supervisor)),
                                        ("chenv.sh", bool(charliecloud_env(spec))),
                                        ("reap.sh", launch.background)) if wanted]
     env = environment(spec.templates)

@@ -458,6 +458,8 @@ def job_record(spec: JobSpec) -> dict:
                     "ntasks_per_node": spec.ntasks_per_node}
     if spec.roles:  # the failure report names each rank's role
         record["roles"] = spec.role_layout.format()
+    if spec.max_restarts:  # the story's restarts are counted against it
+        record["max_restarts"] = spec.max_restarts
     return record
 
 

@@ -60,6 +60,8 @@ class ChainEnded:
     code: int
     failed: str | None
     lines: tuple[str, ...]
+    ends: tuple[PartEnd, ...] = ()
+    reports: tuple = ()  # each part's story.Report (None: an array's), for --json
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class ChainStanding:
     statuses: tuple[JobStatus, ...]
     failed: str | None
     lines: tuple[str, ...]
+    reports: tuple = ()  # each part's story.Report, for --json
 
 
 def read_chain(path: str | os.PathLike) -> tuple[Part, ...]:
@@ -216,17 +219,19 @@ def write_records(parts: Sequence[Part], submissions: Sequence) -> None:
                               tip="the parts' job folders must be writable (SLURMTORCH_HOME)") from None
 
 
-def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrupt: bool = False) -> ChainEnded:
-    """Follow every part in turn as `sbatch --wait` follows one job (rank 0's output, its
-    state), saying each part's end; then the report: every part's final state, and the
-    first failed part's own (`launch.ended`)."""
+def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrupt: bool = False,
+           logs: bool = True) -> ChainEnded:
+    """Follow every part in turn as `sbatch --wait` follows one job (rank 0's output, unless
+    not `logs`; its state), saying each part's end; then the report: every part's final state,
+    and the first failed part's own (`launch.ended`)."""
     ends: list[PartEnd] = []
     reports: dict[str, tuple[str, ...]] = {}
+    told = []
     for k, (part, job_id, folder) in enumerate(zip(chain.parts, chain.job_ids, chain.folders)):
         say(f"slurmtorch: chain: following part {part.name!r} (job {job_id})")
         try:
-            ended = (launch.follow(_Sub(job_id, folder), chain.jobs[k], cancel_on_interrupt) if chain.jobs
-                     else _follow_attached(job_id, folder, cancel_on_interrupt))
+            ended = (launch.follow(_Sub(job_id, folder), chain.jobs[k], cancel_on_interrupt, logs) if chain.jobs
+                     else _follow_attached(job_id, folder, cancel_on_interrupt, logs))
         except StoppedWaiting as stop:  # the parts after it wait on: say how to stop them too
             later = chain.job_ids[chain.job_ids.index(job_id) + 1:]
             if later:
@@ -239,6 +244,7 @@ def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrup
                                                                            else "FAILED"),
                             ended.code, started))
         reports[part.name] = ended.lines
+        told.append(ended.report)
         say(f"slurmtorch: chain: part {part.name!r} (job {job_id}) {ends[-1].state} (exit {ended.code})")
     code, failed, lines = core.end_lines(ends, chain.parts)
     said = [f"slurmtorch: chain: {line}" for line in lines]
@@ -248,7 +254,7 @@ def follow(chain: SubmittedChain, say: Callable[[str], None], cancel_on_interrup
                  *(f"  {line}" for line in reports[failed])]
     else:
         said.append(f"slurmtorch: chain: all {len(ends)} parts completed")
-    return ChainEnded(code, failed, tuple(said))
+    return ChainEnded(code, failed, tuple(said), tuple(ends), tuple(told))
 
 
 @dataclass(frozen=True)
@@ -259,14 +265,16 @@ class _Sub:
     job_dir: Path
 
 
-def _follow_attached(job_id: str, folder: Path, cancel_on_interrupt: bool) -> launch.Ended:
+def _follow_attached(job_id: str, folder: Path, cancel_on_interrupt: bool, logs: bool = True) -> launch.Ended:
     """`launch.follow` for a part of a chain found again by id (no rendered job): an array
     told by its folder, and no `WATCH.submitted` (this process did not just release it)."""
     from slurmtorch.submit.follow import waiting  # lazy: as in launch.follow
 
     if jobdir.read_trials(folder) is not None:
-        return launch.Ended(waiting.wait_array(job_id, folder.parent, cancel_on_interrupt=cancel_on_interrupt), ())
-    return launch.ended(job_id, folder, waiting.wait(job_id, folder.parent, cancel_on_interrupt=cancel_on_interrupt))
+        return launch.Ended(waiting.wait_array(job_id, folder.parent, cancel_on_interrupt=cancel_on_interrupt,
+                                               logs=logs), ())
+    return launch.ended(job_id, folder, waiting.wait(job_id, folder.parent, cancel_on_interrupt=cancel_on_interrupt,
+                                                     logs=logs))
 
 
 def _started(folder: Path) -> bool:
@@ -345,20 +353,20 @@ def standing(chain: SubmittedChain) -> ChainStanding:
     """How the chain stands now (`slurmtorch status` on any part): every part's state (one
     squeue call), an ended one's end as `follow` says it, and the first failed part's own
     report, as `status` tells a job's (its end line, restarts and failure lines)."""
-    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines  # lazy: status only
+    from slurmtorch.usecases import story  # lazy: status only
 
     found = [status for _, status in statuses(chain)]
+    reports = [story.report(status.job_id, folder, status) for status, folder in zip(found, chain.folders)]
     ends = []
-    for part, status, folder in zip(chain.parts, found, chain.folders):
+    for part, status, folder, rep in zip(chain.parts, found, chain.folders, reports):
         if not status.done:
             ends.append(PartEnd(part.name, status.job_id, status.describe(), 0, _started(folder), done=False))
             continue
-        ends.append(PartEnd(part.name, status.job_id, status.state, ended_line(status.job_id, folder, status)[1],
-                            _started(folder)))
+        ends.append(PartEnd(part.name, status.job_id, status.state, rep.code or 0, _started(folder)))
     _, failed, _ = core.end_lines(ends, chain.parts)
     report: list[str] = []
     if failed is not None:
-        k = [p.name for p in chain.parts].index(failed)
-        folder, status = chain.folders[k], found[k]
-        report = [ended_line(status.job_id, folder, status)[0], *restart_lines(folder), *failure_lines(folder)]
-    return ChainStanding(tuple(ends), tuple(found), failed, tuple(core.status_lines(ends, chain.parts, report)))
+        rep = reports[[p.name for p in chain.parts].index(failed)]
+        report = [rep.headline, *rep.story.lines(), *rep.restarts, *rep.failures]
+    return ChainStanding(tuple(ends), tuple(found), failed, tuple(core.status_lines(ends, chain.parts, report)),
+                         tuple(reports))

@@ -2,7 +2,8 @@
 
 The folders are listed first and squeue asked after (`choose`), so a job submitted in between
 is never taken for an ended one; each chosen folder is removed through one function
-(`remove`); what was kept is counted by reason. The front end prints the lines that come back.
+(`remove`), leaving its tombstone (its record, so that `status` and `logs` say when it was
+cleaned); what was kept is counted by reason. The front end prints the lines that come back.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from slurmtorch.submit.edge import queries
-from slurmtorch.submit.jobfolder import cleaning, jobdir, pruning
+from slurmtorch.submit.jobfolder import cleaning, jobdir, pruning, tombstone
 from slurmtorch.submit.jobfolder.snapshot import mib
 
 DEFAULT_AGE = cleaning.DEFAULT_AGE  # --older-than's default
@@ -53,6 +54,12 @@ def active_jobs() -> list[str]:
 
 
 def remove(stale: cleaning.Stale) -> bool:
-    """The one way `clean` removes a job's folder (renamed away, then removed); False where
-    another remover got there first."""
-    return pruning.remove(stale.folder)
+    """The one way `clean` removes a job's folder (renamed away, then removed), leaving its
+    tombstone (its record, and when it was cleaned: `status` and `logs` say so); False where
+    another remover got there first. An older folder of a reused id (`.stale-*`) leaves none."""
+    record = tombstone.kept(stale.folder)
+    if not pruning.remove(stale.folder):
+        return False
+    if stale.folder.name == stale.job_id:
+        tombstone.leave(stale.folder, record, stale.size)
+    return True

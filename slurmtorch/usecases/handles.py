@@ -25,11 +25,13 @@ from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit.follow.statusline import StatusLine
+from slurmtorch.submit.follow.storytail import StoryTail
 from slurmtorch.submit.follow.tail import Tail, drain
 from slurmtorch.submit.follow.waiting import TICK_S
 from slurmtorch.submit.jobfolder.failures import RankFailure, rank_reports
 from slurmtorch.submit.jobfolder.report import failure_lines, failure_report, log_command
-from slurmtorch.usecases import runfolder
+from slurmtorch.usecases import runfolder, story
+from slurmtorch.usecases.story import Report
 
 CANCEL_GRACE_S = 10.0
 LAUNCHER_LOG = "launcher.out"  # a local run's: mpirun's own output, and the ranks' until runfn redirects it
@@ -70,6 +72,14 @@ class Handle(ABC):
     @abstractmethod
     def report(self) -> list[str]:
         """The lines `--wait` and `status` end the failed job with (report.failure_lines)."""
+
+    @abstractmethod
+    def end_report(self, status: JobStatus) -> Report:
+        """How the ended job is told (`story.report`): as `--wait` ends it, the same lines."""
+
+    def record_folder(self) -> Path | None:
+        """Where the job's record is (its story: a requeue, a restart), None where it has none."""
+        return None
 
     @abstractmethod
     def headline(self) -> str: ...
@@ -121,6 +131,12 @@ class SlurmHandle(Handle):
 
     def report(self) -> list[str]:
         return failure_lines(self.job_dir, log=self.log_command)
+
+    def end_report(self, status: JobStatus) -> Report:
+        return story.report(self.job_id, self.job_dir, status, log=self.log_command)
+
+    def record_folder(self) -> Path | None:
+        return self.job_dir
 
     def headline(self) -> str:
         return _headline(self.job_dir / "batch.out")
@@ -208,6 +224,9 @@ class LocalHandle(Handle):
     def report(self) -> list[str]:
         return failure_lines(self.workdir, launcher_log=LAUNCHER_LOG, log=self.log_command)
 
+    def end_report(self, status: JobStatus) -> Report:
+        return story.report(self.job_id, self.workdir, status, launcher_log=LAUNCHER_LOG, log=self.log_command)
+
     def headline(self) -> str:
         return _headline(self.workdir / LAUNCHER_LOG)
 
@@ -267,16 +286,21 @@ def _proc_stat(entry: Path) -> tuple[str, int] | None:
 def wait(handle: Handle, timeout: float | None, stream: bool, say: Callable[[str], None]) -> JobStatus:
     """Until the job ends (TimeoutError after `timeout` s): its state from the handle (a Slurm
     job's through the shared watch.WATCH, at polling's rate however often it is asked); with
-    `stream`, rank 0's output and a state line while it waits, and its end `said`."""
+    `stream`, rank 0's output, the job's story as it happens (a requeue, a restart) and a
+    state line while it waits, and its end `said` as `--wait` ends it."""
     deadline = None if timeout is None else time.monotonic() + timeout
     line = StatusLine(sys.stderr, handle.job_id, prefix="slurmtorch: ") if stream else None
-    tails = []
-    if stream:
+    tails, told = [], None
+    if line is not None:
         out, err = handle.log_paths(None, None)  # rank 0's (node 0's under torchrun)
         tails = [Tail(out, sys.stdout, line), Tail(err, sys.stderr, line)]
+        folder = handle.record_folder()
+        told = StoryTail(folder, line.saying(say)) if folder else None
     while True:
         for t in tails:
             t.pump()
+        if told is not None:
+            told.pump()
         status = handle.status()
         if status.done:
             break
@@ -291,8 +315,11 @@ def wait(handle: Handle, timeout: float | None, stream: bool, say: Callable[[str
     drain(tails)
     if line is not None:
         line.close()
-        code = "" if status.exit_code is None else f" (exit {status.exit_code})"
-        say(f"job {handle.job_id}: {status.state}{code}")
+        if told is not None:
+            told.pump()
+        ended = handle.end_report(status)  # as --wait ends: the failure's report comes with the error
+        for text in (ended.headline, *ended.restarts, *([ended.run] if ended.run else [])):
+            say(text)
     return status
 
 

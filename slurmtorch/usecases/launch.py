@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from slurmtorch.errors import SpecError, SubmitError, typed
 from slurmtorch.submit import interactive, render, sites, spec
@@ -50,10 +51,12 @@ class RenderedAllocation:
 
 @dataclass(frozen=True)
 class Ended:
-    """A followed job's end: its exit code and the report's lines (said on stderr)."""
+    """A followed job's end: its exit code, the report's lines (said on stderr) and the report
+    itself (`story.Report`, for `--json`; None for an array, whose trials have their own)."""
 
     code: int
     lines: tuple[str, ...]
+    report: Any = None
 
 
 def site_for(kind: str, ref: str | None) -> Site:
@@ -140,33 +143,28 @@ def working_folder(directives, cwd: str) -> str:
     return os.path.normpath(os.path.join(cwd, folder)) if isinstance(folder, str) and folder else cwd
 
 
-def follow(submission, job: RenderedJob, cancel_on_interrupt: bool = False) -> Ended:
-    """Wait for a submitted job (every trial of an array), rank 0's output streamed, and its
-    final report: the end line, the restarts, and for a failure where it failed."""
+def follow(submission, job: RenderedJob, cancel_on_interrupt: bool = False, logs: bool = True) -> Ended:
+    """Wait for a submitted job (every trial of an array), rank 0's output streamed (`logs`),
+    and its final report: the end line, the restarts, and for a failure where it failed."""
     from slurmtorch.submit.follow import waiting  # lazy: only --wait follows the job
     from slurmtorch.submit.follow.watch import WATCH
 
     if job.spec.array:
-        return Ended(waiting.wait_array(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt), ())
+        return Ended(waiting.wait_array(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt,
+                                        logs=logs), ())
     WATCH.submitted(submission.job_id, job.root)
-    status = waiting.wait(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt)
+    status = waiting.wait(submission.job_id, job.root, cancel_on_interrupt=cancel_on_interrupt, logs=logs)
     return ended(submission.job_id, submission.job_dir, status)
 
 
 def ended(job_id: str, folder: Path, status) -> Ended:
     """How a followed job (or trial) ends on every front end that follows one (`--wait`,
-    `logs --follow`): the end line, the run's (mean step, slowest rank, node-hours), the
-    restarts, and for a failure the report (`report.failure_lines`)."""
-    from slurmtorch.submit.follow import live  # lazy: as in `follow`
-    from slurmtorch.submit.jobfolder.report import ended_line, failure_lines, restart_lines
+    `logs --follow`): the headline, the restarts, for a failure the report
+    (`report.failure_lines`), and the end line over every start (`story.report`)."""
+    from slurmtorch.usecases import story  # lazy: as in `follow`
 
-    line, code = ended_line(job_id, folder, status)
-    said = [f"slurmtorch: {text}" for text in restart_lines(folder)]
-    if code != 0:
-        said += [f"slurmtorch: {text}" for text in failure_lines(folder)]
-    run = live.end_line(live.read_samples(folder))  # after what failed, which matters more
-    said += [f"slurmtorch: {run}"] if run else []
-    return Ended(code, (line, *said))
+    rep = story.report(job_id, folder, status)
+    return Ended(rep.code if rep.code is not None else 1, rep.end_lines(), rep)
 
 
 def run_here(job: RenderedJob, say: Callable[[str], None]) -> int:

@@ -15,8 +15,10 @@ from slurmtorch import readback
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.follow import waiting
 from slurmtorch.submit.follow.tail import Prefixed, Tail, last_lines_offset
+from slurmtorch.submit.edge import queries
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.report import failure_lines
+from slurmtorch.usecases import records, story
 
 
 def target(job_id: str, rank: int | None, node: int | None, trial: int | None,
@@ -27,6 +29,7 @@ def target(job_id: str, rank: int | None, node: int | None, trial: int | None,
     folder = jobdir.checked(jobdir.job_dir(job_id))
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
+    story.not_cleaned(job_id, folder)
     record = jobdir.read_trials(folder)
     if record is not None:
         ids = sorted(int(t) for t in record["trials"])
@@ -69,12 +72,20 @@ def all_rank_logs(folder: Path) -> list[tuple[str, Path, Path]]:
 
 def follow(job_id: str, folder: Path, paths: list[tuple[Path, IO[str]]], cancel_on_interrupt: bool,
            last: int | None):
-    """The logs printed as they grow until the job ends, then its end as `--wait` says it
-    (`launch.Ended`: the exit code and the lines)."""
+    """The logs printed as they grow until the job ends (none printed: `paths` empty), then its
+    end as `--wait` says it (`launch.Ended`: the exit code, the lines and the report)."""
     from slurmtorch.usecases import launch  # lazy: its render and sites would cost every other verb
 
     return launch.ended(job_id, folder, waiting.follow(job_id, paths, cancel_on_interrupt=cancel_on_interrupt,
                                                        last=last))
+
+
+def record(job_id: str, folder: Path, logs: list[tuple[Path, str]], rep=None) -> dict:
+    """`logs --json`: the logs' paths and the job's report (its record's story, as it stands
+    now where `rep` is None) as one JSON-ready object (docs/json.md)."""
+    if rep is None:
+        rep = story.report(job_id, folder, queries.job_status(job_id, jobdir.jobs_root()))
+    return records.logs(rep, logs)
 
 
 def show(job_id: str, folder: Path, paths: list[tuple[Path, IO[str]]], batch: bool, last: int | None) -> list[str]:

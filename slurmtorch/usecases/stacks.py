@@ -21,9 +21,22 @@ from slurmtorch.submit.follow import stackrequest
 from slurmtorch.submit.follow.terminaltext import visible
 from slurmtorch.submit.jobfolder import flightdump, jobdir, localrun
 from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
+from slurmtorch.usecases import records
 
 WAIT_S = stackrequest.WAIT_S  # how long a live rank gets to answer
 NATIVE_WAIT_S = stackrequest.NATIVE_WAIT_S  # how long py-spy gets for the native frames
+
+
+def record(target: StacksTarget, all_threads: bool, wait_s: float, native_wait_s: float) -> tuple[int, dict]:
+    """`stacks --json`: the same asking and the same lines as `report`, as one JSON-ready object
+    (docs/json.md), and the exit code."""
+    folder, ranks = target.folder, target.ranks
+    got, silent = stackrequest.ask(folder, ranks, target.send, wait_s, native=native_wait_s > 0, resend=target.resend)
+    native, late = stackrequest.natives(folder, sorted(got), native_wait_s) if got and native_wait_s > 0 else ({}, [])
+    flight = flightdump.summary_lines(flightdump.load_folder(folder), ranks)
+    notes = native_notes(native, late, native_wait_s)
+    return (0 if got else 1, records.stacks(folder, ranks, got, silent, summary_lines(got, silent),
+                                            detail_lines(got, all_threads, native), flight, notes))
 
 
 def report(target: StacksTarget, all_threads: bool, wait_s: float, native_wait_s: float,

@@ -17,11 +17,11 @@ from slurmtorch import readback
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit import chain as core
 from slurmtorch.submit.edge import queries
-from slurmtorch.submit.follow import live
 from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus, clock
 from slurmtorch.submit.follow.terminaltext import visible
-from slurmtorch.submit.jobfolder import codecopy, jobdir, snapshot
-from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines
+from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.report import exit_code, failure_lines
+from slurmtorch.usecases import records, story
 
 # `status` without ids: the jobs the controller still knows, then this many more from folders.
 RECENT = 10
@@ -118,40 +118,20 @@ def _show_chain(folder: Path, shown: set[str], said: Said, as_json: bool, st: Jo
 
 
 def job_lines(st: JobStatus, folder: Path) -> list[str]:
-    """One job as `status JOBID` tells it: its line and code, its restarts, and once ended
-    its failure and its run's end line."""
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    extra = (f"step_exit_code={job}",) if rank is not None and job != code else ()
-    shown = st if code is None else replace(st, exit_code=code)
-    lines = [visible(f"{shown.line(extra)} {snapshot.summary(codecopy.read_record(folder))}"), *restart_lines(folder)]
-    if st.done:
-        lines += failure_lines(folder)
-        end = live.end_line(live.read_samples(folder))
-        lines += [end] if end else []
-    return lines
+    """One job as `status JOBID` tells it, from its record (`story.report`): its line and
+    code, its starts, requeues and restarts, and once ended its failure and its run's end line."""
+    return [visible(line) for line in story.report(st.job_id, folder, st).status_lines()]
 
 
 def record(st: JobStatus, folder: Path, **more) -> dict:
-    """A job's status as JSON-ready data (`status --json`)."""
-    code, rank, job = exit_code(folder, st) if st.done else (None, None, None)
-    data = {"job_id": st.job_id, "name": _name(st, folder), "state": st.state, "elapsed": st.elapsed(),
-            "exit_code": code, "step_exit_code": job,
-            "failed_rank": rank.rank if rank is not None else None, "reason": st.why, "nodes": st.nodes,
-            "submitted": st.submitted, "started": st.started, "source": st.source, "folder": str(folder),
-            "failures": failure_lines(folder) if st.done else [], "code": _code(folder)}
-    data.update(more)
-    return data
-
-
-def _code(folder: Path) -> dict | None:
-    """What the job ran: its snapshot (tree, commit, dirty, counts; not the file list), None: in place."""
-    data = codecopy.read_record(folder)
-    return None if data is None else {k: v for k, v in data.items() if k != "manifest"}
+    """A job's status as JSON-ready data (`status --json`, docs/json.md)."""
+    return records.status(story.report(st.job_id, folder, st), _name(st, folder), **more)
 
 
 def table(states: list[str], name: str | None, as_json: bool) -> Said:
     """This user's slurmtorch jobs (those with a folder here), newest first: name, state,
-    how long it ran, its nodes, and for an ended one its exit code (and failing rank)."""
+    how long it ran (every start), how often it started again, its nodes, and for an ended
+    one its exit code (and failing rank)."""
     root = jobdir.checked(jobdir.jobs_root())
     said = Said()
     rows = recent_jobs(root, said.err.append)
@@ -164,19 +144,20 @@ def table(states: list[str], name: str | None, as_json: bool) -> Said:
     if not rows:
         said.err.append(f"no slurmtorch jobs{' like that' if wanted or name else ''} in {root}")
         return said
-    said.out.append(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4}  "
+    said.out.append(f"{'JOBID':<12} {'NAME':<16} {'STATE':<12} {'ELAPSED':>10} {'EXIT':>4} {'RESTARTS':>8}  "
                     "NODES / REASON / FAILED RANK")
     now = time.time()
     for st, folder in rows:
-        code, where = "", st.nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
+        ran, nodes, restarts, cleaned = story.row(st, folder, now)
+        code, where = "", nodes if st.state == "RUNNING" or not st.why else f"({st.why})"
         if st.done and st.exit_code is not None:
             exit_at, rank, _ = exit_code(folder, st)
             code = str(exit_at)
             if rank is not None:  # what failed says more than Slurm's reason (NonZeroExitCode)
                 where = f"rank {rank.rank} on {rank.host}"
-        ran = st.elapsed(now)
+        where = cleaned or where
         said.out.append(visible(f"{st.job_id:<12} {_name(st, folder)[:16] or '-':<16} {st.state:<12} "
-                                f"{clock(ran) if ran is not None else '-':>10} {code:>4}  {where}"))
+                                f"{clock(ran) if ran is not None else '-':>10} {code:>4} {restarts:>8}  {where}"))
     return said
 
 
@@ -195,7 +176,10 @@ def recent_jobs(root: Path, note: Callable[[str], None]) -> list[tuple[JobStatus
         except SubmitError as exc:
             note(f"note: skipped job {j}: {exc.message}")
             continue
-        rows.append((replace(st, exit_code=jobdir.read_exit_code(folder)) if st.done else st, folder))
+        if st.done:
+            st = replace(st, exit_code=jobdir.read_exit_code(folder))
+            queries.settle(folder, st)
+        rows.append((st, folder))
     for j in reversed(others):
         folder = folders[j]
         try:
@@ -216,4 +200,4 @@ def _readable(folder: Path) -> Path:
 
 
 def _name(st: JobStatus, folder: Path) -> str:
-    return st.name or jobdir.read_job_name(folder)
+    return st.name or jobdir.read_job_name(folder) or story.of(folder).name

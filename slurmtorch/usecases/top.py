@@ -17,6 +17,8 @@ from slurmtorch.submit.edge import queries
 from slurmtorch.submit.follow import live
 from slurmtorch.submit.follow.jobstatus import JobStatus
 from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder.story import Story
+from slurmtorch.usecases import records, story
 
 
 @dataclass(frozen=True)
@@ -29,17 +31,24 @@ class LiveView:
     samples: dict[int, LiveSample]
     status: JobStatus
     notes: tuple[str, ...] = ()
+    starts: tuple[dict[int, LiveSample], ...] = ()  # every start's samples (a requeue or restart: a new one)
+    story: Story = Story()
 
     def lines(self, now: float | None = None) -> list[str]:
         """`top`'s table: the job's state, then a line a rank (the slowest first); once the job
-        ended its end line (mean step, slowest rank, node-hours)."""
+        ended its end line over every start (mean step, slowest rank, node-hours)."""
+        now = time.time() if now is None else now
         head = f"job {self.job_id} {self.status.describe()}"
         if self.status.done:
-            end = live.end_line(self.samples)
-            return [head, end or "no rank sampled itself (SLURMTORCH_LIVE_S=0, or no rank started)"]
+            return [head, *story.ended_live_lines(list(self.starts), self.story.spans(now), now)]
         if not self.samples:
             return [head, "no rank has sampled itself yet" if self.status.state == "RUNNING" else "no rank running yet"]
-        return [head, *live.top_lines(self.samples, time.time() if now is None else now)]
+        return [head, *live.top_lines(self.samples, now)]
+
+    def record(self) -> dict:
+        """`top --json`: the ranks and the table once, with the job's report (docs/json.md)."""
+        rep = story.report(self.job_id, self.folder, self.status)
+        return records.top(self.job_id, self.status, self.samples, self.lines(), rep)
 
 
 def live_view(job_id: str) -> LiveView:
@@ -52,9 +61,10 @@ def live_view(job_id: str) -> LiveView:
     folder = jobdir.checked(jobdir.trial_dir(base, int(trial)) if trial else jobdir.job_dir(base))
     if not folder.is_dir():
         raise SubmitError(f"no job folder {folder}", tip="was the job submitted by slurmtorch with this SLURMTORCH_HOME?")
+    story.not_cleaned(job_id, folder)
     if not trial and jobdir.read_trials(folder) is not None:
         raise SubmitError(f"job {job_id} is an array job: say which trial", tip=typed(f"top {job_id}_0"))
     status = queries.job_status(job_id, jobdir.jobs_root())
     notes: list[str] = []
-    samples = live.read_samples(folder, notes.append)
-    return LiveView(job_id, folder, samples, status, tuple(notes))
+    starts = live.read_starts(folder, notes.append)
+    return LiveView(job_id, folder, starts[-1] if starts else {}, status, tuple(notes), tuple(starts), story.of(folder))

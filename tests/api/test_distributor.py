@@ -360,7 +360,7 @@ def test_local_mode_names_the_rank_that_died_and_how(local, how, ranks, cause):
         job.result(timeout=90)
     assert not isinstance(e.value, RemoteError), e.value
     assert e.value.rank in ranks and e.value.host == socket.gethostname()
-    assert re.match(rf"job {job.job_id} ended FAILED \(exit \d+\): failed: rank {e.value.rank} on "
+    assert re.match(rf"job {job.job_id} ended FAILED \(exit \d+(?: from rank {e.value.rank}[^)]*)?\): failed: rank {e.value.rank} on "
                     rf"{socket.gethostname()}: {re.escape(cause)}", str(e.value)), str(e.value)
     assert "Hence" not in str(e.value) and "reasons" not in str(e.value)
 
@@ -414,10 +414,13 @@ def test_slurmtorch_stacks_asks_a_local_job_by_its_id(sleeping):
 @pytest.mark.mpi
 @pytest.mark.torch
 @pytest.mark.timeout(120)
-def test_interrupting_run_cancels_the_job(local):
-    """Ctrl-C in a notebook must not leave ranks running."""
+def test_interrupting_run_cancels_the_job(local, monkeypatch, capsys):
+    """Ctrl-C in a notebook must not leave ranks running, and says so in one line (issue 45:
+    a bare KeyboardInterrupt said nothing of the job). A REPL or notebook gets its
+    KeyboardInterrupt; a script ends in that line alone (the testbed test runs one)."""
     import _thread
 
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)  # as in a REPL
     # interrupt_main() is ignored while SIGINT is SIG_IGN, which a shell gives every command it
     # starts in the background (`cmd &` without job control): Python's own handler, as at a prompt.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -437,6 +440,9 @@ def test_interrupting_run_cancels_the_job(local):
     assert (workdir / "cancelled").exists()
     pgid = int((workdir / "launcher.pid").read_text())
     assert not group_alive(pgid)
+    said = capsys.readouterr().err.splitlines()
+    assert said[-1].startswith("slurmtorch: job local-") and said[-1].endswith(
+        " cancelled: Ctrl-C during run() (it was running)"), said
 
 
 # --------------------------------------------------------------------------- the Slurm testbed
@@ -459,7 +465,7 @@ def test_testbed_runs_a_function_across_nodes(slurm, capsys, nodes):
     # Its state as the watch saw it: RUNNING only if a look fell within the run (the scheduler
     # is asked at polling's rate, and this job runs for a few seconds).
     seen = re.findall(rf"^slurmtorch: job {job_id}: (PENDING|RUNNING on node\[1-{nodes}\])$", err, re.MULTILINE)
-    assert seen and f"slurmtorch: job {job_id}: COMPLETED (exit 0)" in err, err
+    assert seen and f"slurmtorch: job {job_id} COMPLETED (exit 0)" in err, err
     folder = slurm / "jobs" / job_id
     assert (folder / f"rank-{nodes - 1}.out").read_text() == f"rank {nodes - 1} of {nodes} tb{nodes}\n"
     script = (folder / "script.sh").read_text()
@@ -778,3 +784,17 @@ def test_an_early_failure_in_mpiruns_shared_log_is_named_by_its_hint(home):
         job.result(timeout=5)
     assert (e.value.rank, e.value.host, e.value.exc_type) == (1, "here", "ValueError")
     assert e.value.traceback_text == "Traceback (most recent call last):\nValueError: no world\n"
+
+
+def test_a_failed_run_names_the_ranks_exit_code_as_wait_does_not_the_steps(home, capsys):
+    """Issue 45: a failed run's line gave the step's exit 143 where the CLI says `exit 137 from
+    rank 1`; now the error and the line that ends the wait say what `--wait` says."""
+    job = slurm_job(home, fake_slurm("JobId=123 JobState=FAILED Reason=NonZeroExitCode ExitCode=143:0"))
+    (home / "jobs" / "123" / "batch.out").write_text("srun: error: node2: task 1: Killed\n"
+                                                     "srun: error: node1: task 0: Terminated\n")
+    (home / "jobs" / "123" / "exit-code").write_text("143\n")
+    with pytest.raises(JobFailed) as e:
+        job.result(timeout=5, stream=True)
+    assert str(e.value).startswith("job 123 ended FAILED (exit 137 from rank 1; the step exited 143): failed: rank 1 "
+                                   "on node2: killed by a signal"), str(e.value)
+    assert "slurmtorch: job 123 FAILED (exit 137 from rank 1; the step exited 143)\n" in capsys.readouterr().err

@@ -39,7 +39,7 @@ def run_rank(tmp_path, script: str, live_s: str = "0.1") -> rankfiles.LiveSample
     proc = subprocess.run([sys.executable, "-m", "slurmtorch.bootstrap", "--no-init", str(path)], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    sample_file = tmp_path / protocol.LIVE / protocol.live_name(0)
+    sample_file = tmp_path / protocol.LIVE / protocol.live_name(0, 0)  # the first start's
     return rankfiles.parse_live(sample_file.read_text()) if sample_file.exists() else None
 
 
@@ -51,7 +51,7 @@ def test_a_training_loop_is_sampled_its_steps_counted_and_its_time_outside_backw
     assert 0.02 <= s.own_s <= s.step_s  # the sleep is outside backward; backward is the rest
     assert s.mean_step_s is not None and s.mean_step_s >= 0.02
     assert s.rss and s.rss > 50 << 20 and s.gpu is None  # no GPU here: no GPU figures, no error
-    assert not list((tmp_path / protocol.LIVE).glob("*.tmp"))
+    assert not list((tmp_path / protocol.LIVE).rglob("*.tmp"))
 
 
 def test_a_script_without_an_optimizer_is_sampled_with_no_steps(tmp_path):

@@ -205,7 +205,7 @@ def test_wait_status_and_follow_give_the_failing_ranks_own_exit_code(testbed, ha
     assert (record["state"], record["exit_code"], record["failed_rank"]) == ("FAILED", code, 1), record
     table = st(testbed, home, ["status", "--state", "FAILED"]).stdout.splitlines()
     row = next(line.split() for line in table if line.startswith(f"{job_id} "))  # the table names the rank
-    assert row[1:3] == ["fails", "FAILED"] and row[4:9] == [str(code), "rank", "1", "on", "node2"], table
+    assert row[1:3] == ["fails", "FAILED"] and row[4:10] == [str(code), "0", "rank", "1", "on", "node2"], table
     follow = st(testbed, home, ["logs", job_id, "--follow"])
     assert follow.returncode == code, follow.stderr
 
@@ -298,7 +298,7 @@ def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
         table = st(testbed, home, ["status"])
         assert table.returncode == 0, table.stderr
         lines = table.stdout.splitlines()
-        assert lines[0].split() == ["JOBID", "NAME", "STATE", "ELAPSED", "EXIT", "NODES", "/", "REASON", "/",
+        assert lines[0].split() == ["JOBID", "NAME", "STATE", "ELAPSED", "EXIT", "RESTARTS", "NODES", "/", "REASON", "/",
                                     "FAILED", "RANK"]
         rows = [ln.split() for ln in lines[1:]]
         assert [r[0] for r in rows] == [pending, done], table.stdout
@@ -306,7 +306,7 @@ def test_status_lists_my_jobs_newest_first_and_as_json(testbed, home, tmp_path):
         assert rows[1][1:3] == ["ticks", "COMPLETED"] and re.fullmatch(r"\d+:\d\d", rows[1][3]), table.stdout
         # the node Slurm ran it on: whichever was free (24.11 once chose node2 while node1 was busy)
         ran_on = re.search(r"\bNodeList=(\S+)", testbed.run(["scontrol", "show", "job", done]).stdout)
-        assert ran_on and rows[1][4:] == ["0", ran_on.group(1)], table.stdout
+        assert ran_on and rows[1][4:] == ["0", "0", ran_on.group(1)], table.stdout
         only = st(testbed, home, ["status", "--state", "pending"]).stdout.splitlines()[1:]
         assert [ln.split()[0] for ln in only] == [pending]
         records = json.loads(st(testbed, home, ["status", "--json"]).stdout)
@@ -334,7 +334,7 @@ def plant_unreadable_folders(jobs: Path) -> dict[str, str]:
     (jobs / "900005" / "exit-code").mkdir()
     (jobs / "900005" / "rank-0.err").symlink_to("/nonexistent")
     return {"900001": "900001 is a link to nothing", "900002": "is not a folder",
-            "900003": "900003/trials.json: [Errno 21] Is a directory", "900004": "900004/trials.json: 'utf-8' codec"}
+            "900003": "900003/trials.json: not a plain file (a folder)", "900004": "900004/trials.json: not JSON"}
 
 
 @pytest.mark.timeout(120)

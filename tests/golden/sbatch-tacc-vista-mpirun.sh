@@ -20,11 +20,14 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK GROUP_WORLD_SIZE RO
 # The job's folder; each rank's live sample every N s for `slurmtorch top`, 0: none.
 export SLURMTORCH_JOB_DIR=/home/user/.slurmtorch/jobs/"$SLURM_JOB_ID"
 export SLURMTORCH_LIVE_S="${SLURMTORCH_LIVE_S:-10}"
-# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once
-# Slurm has forgotten the job; die: an error of the script's own, in one line, and the job ends with 1.
-finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; exit "$1"; }
+# Every end of the job goes through finish: its code in exit-code, which `slurmtorch status` reads once Slurm has forgotten
+# the job, and in its record (note: record.sh's, once sourced); die: an error of the script's own, in one line; exit 1.
+finish() { printf '%s\n' "$1" >"$SLURMTORCH_JOB_DIR/exit-code"; ! declare -F note >/dev/null || note ended "$1"; exit "$1"; }
 die() { printf 'slurmtorch: error: %s\n' "$1" >&2; finish 1; }
 python=/opt/venv/bin/python
+export SLURMTORCH_SH=/home/user/.slurmtorch/jobs/"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}"/sh  # the bash it sources
+. "$SLURMTORCH_SH"/record.sh
+note started
 
 # Modules (node type, partition, site, preset)
 module load gcc

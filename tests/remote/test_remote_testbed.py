@@ -195,8 +195,9 @@ def test_a_failed_job_over_ssh_ends_with_the_report_and_its_command_as_typed_on_
     assert proc.returncode == 1, proc.stderr
     job = proc.stdout.split()[0]
     lines = proc.stderr.splitlines()
-    assert any(re.fullmatch(r"slurmtorch: failed: rank 0 on node\d: ValueError: bad step \(at train\.py:\d+, exit 1\)",
-                            ln) for ln in lines), proc.stderr
+    # Where it raised: the laptop's own file, which the user's editor opens (not the cluster's copy).
+    assert any(re.fullmatch(rf"slurmtorch: failed: rank 0 on node\d: ValueError: bad step \(at {re.escape(str(root))}/"
+                            r"train\.py:\d+, exit 1\)", ln) for ln in lines), proc.stderr
     assert lines[-1] == f"slurmtorch: rank 0's whole log: slurmtorch logs {job} --rank 0 --cluster testbed", proc.stderr
     whole = st(laptop, ["logs", job, "--rank", "0", "--cluster", "testbed"])
     assert 'raise ValueError("bad step")' in whole.stderr, whole.stderr

@@ -173,8 +173,68 @@ def test_clean_removes_ended_jobs_folders_and_never_a_running_ones(testbed, tmp_
         assert ended.exists()
         done = st(testbed, home, ["clean", "--older-than", "0"])
         assert done.returncode == 0 and done.stdout.startswith(f"removed {ended} "), done
-        assert not ended.exists() and (home / "jobs" / job).is_dir()
+        assert os.listdir(ended) == ["events.jsonl"] and (home / "jobs" / job).is_dir()  # its tombstone
     finally:
         testbed.run(["scancel", *submitted])
     bad = st(testbed, home, ["clean", "--older-than", "soon"])
     assert bad.returncode != 0 and bad.stderr.startswith("error: --older-than 'soon' is not an age"), bad
+
+
+def a_job_with_a_record(root: Path, name: str) -> Path:
+    """An ended job's folder as a real one holds it: logs, its record (submitted, started, ended,
+    and Slurm's word as a reader kept it)."""
+    from slurmtorch import events
+
+    folder = job_folder(root, name, 40, time.time())
+    (folder / "rank-0.out").write_text("trained\n")
+    for kind, fields in (("submitted", {"job": name, "name": "train"}),
+                         ("started", {"attempt": 0, "nodes": "node[1-2]", "host": "node1"}),
+                         ("ended", {"attempt": 0, "code": 0}),
+                         ("settled", {"state": "COMPLETED", "code": 0, "nodes": "node[1-2]", "started": 1000.0,
+                                      "ended": 1090.0})):
+        events.append(folder, kind, **fields)
+    return folder
+
+
+def test_clean_leaves_the_jobs_record_and_when_it_was_cleaned_and_never_cleans_it_again(tmp_path):
+    """Issue 45: after clean, `status ID` said code=in-place and `logs ID` asked whether the job
+    was submitted with this SLURMTORCH_HOME. The folder is now its record alone, with a
+    `cleaned` event: the story (how it ran and ended) stays, and says when it was cleaned."""
+    from slurmtorch import events
+    from slurmtorch.submit.jobfolder import story
+
+    folder = a_job_with_a_record(tmp_path, "10")
+    (stale,) = chosen(tmp_path, 0, time.time() + 1, active=set()).removed
+    assert clean.remove(stale)
+    assert sorted(os.listdir(folder)) == [events.FILE] and (os.stat(folder).st_mode & 0o777) == 0o700
+    told = story.fold(events.read(folder))
+    assert told.cleaned is not None and told.settled is not None and told.nodes == "node[1-2]"
+    assert told.lines()[-1].startswith("its folder was cleaned at ") and told.name == "train"
+    assert chosen(tmp_path, 0, time.time() + 1, active=set()).removed == ()  # a tombstone is never cleaned
+
+
+def test_a_forgotten_or_cleaned_job_keeps_its_state_elapsed_and_nodes_from_its_record(tmp_path, monkeypatch,
+                                                                                     capsys):
+    """Issue 45: once squeue forgot a job (MinJobAge) the list showed `ELAPSED -` and no nodes."""
+    from slurmtorch.cli.main import main
+    from slurmtorch.submit.edge import queries
+    from slurmtorch.usecases import story
+
+    monkeypatch.setenv("SLURMTORCH_HOME", str(tmp_path / "home"))
+    folder = a_job_with_a_record(tmp_path / "home" / "jobs", "10")
+    forgotten = queries.status_of("10", None, folder)  # squeue lists it no more
+    assert (forgotten.state, forgotten.exit_code, forgotten.nodes, forgotten.elapsed()) == (
+        "COMPLETED", 0, "node[1-2]", 90.0)
+    assert story.row(forgotten, folder, time.time())[1:] == ("node[1-2]", 0, "")
+    clean.remove(cleaning.Stale(folder, "10", 1.0, 10))
+    cleaned = queries.status_of("10", None, folder)
+    lines = story.report("10", folder, cleaned).status_lines()
+    assert lines[0] == "job=10 state=COMPLETED exit_code=0 nodes=node[1-2] source=job folder", lines
+    assert len(lines) == 2 and lines[1].startswith("its folder was cleaned at "), lines
+    assert story.row(cleaned, folder, time.time())[3].startswith("folder cleaned at ")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        main(["logs", "10"])
+    said = capsys.readouterr().err.splitlines()
+    assert done.value.code == 1 and said[0].startswith("error: job 10: its folder was cleaned at "), said
+    assert said[1:] == ["tip: slurmtorch status 10 tells how it ran, from its record"], said

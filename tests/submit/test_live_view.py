@@ -70,19 +70,19 @@ def test_gpu_columns_appear_only_where_a_rank_reported_its_gpu():
 
 
 def test_the_end_line_gives_the_mean_step_the_slowest_rank_and_node_hours():
-    line = live.end_line(world(slow_rank=3))
+    line = live.end_line([world(slow_rank=3)])
     assert line == ("run: mean step 600 ms over 100 steps; slowest rank 3 on node4 (1.20x the median outside "
                     "backward); 4 nodes x 10:00 = 0.667 node-hours")
 
 
 def test_the_end_line_adds_gpu_hours_and_energy_when_every_gpu_reported_it():
     gpus = {r: sample(r, "g1", gpu={"index": r, "energy_j": 1.8e6}) for r in range(2)}
-    line = live.end_line(gpus)
+    line = live.end_line([gpus])
     assert line is not None and line.endswith("1 node x 10:00 = 0.167 node-hours; 0.333 GPU-hours; 1 kWh (3600000 J)")
 
 
 def test_no_samples_no_lines():
-    assert live.top_lines({}, 0.0) == [] and live.end_line({}) is None
+    assert live.top_lines({}, 0.0) == [] and live.end_line([]) is None and live.end_line([{}]) is None
 
 
 def test_samples_are_read_from_the_folder_and_foreign_files_skipped(tmp_path):
@@ -104,5 +104,41 @@ def test_samples_are_read_from_the_folder_and_foreign_files_skipped(tmp_path):
 
 def test_a_short_run_without_steps_gets_no_end_line():
     probe = {0: sample(0, "node1", step_s=None, steps=0, since=1000.0, written=1030.0)}
-    assert live.end_line(probe) is None
-    assert live.end_line({0: sample(0, "node1", step_s=None, steps=0, since=1000.0, written=1090.0)}) is not None
+    assert live.end_line([probe]) is None
+    assert live.end_line([{0: sample(0, "node1", step_s=None, steps=0, since=1000.0, written=1090.0)}]) is not None
+
+
+def write_sample(folder, s, start=None):
+    path = folder / protocol.LIVE / protocol.live_name(s.rank, start)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(rankfiles.live_record(**{k: getattr(s, k) for k in (
+        "written", "since", "rank", "host", "steps", "step_s", "own_s", "trend_s", "own_mean_s", "first_step",
+        "last_step", "cpu", "rss", "gpu", "ended")}))
+
+
+def test_a_requeued_jobs_end_line_counts_the_steps_and_node_hours_of_every_start(tmp_path):
+    """Issue 45: each start replaced the ranks' samples, so a preempted job that trained 480
+    steps said 343, and node-hours of its last start only. Each start keeps its own now; the
+    node-hours are the record's spans of the batch script's starts (two of 2 nodes: 600 s, 300 s)."""
+    for r in range(2):
+        write_sample(tmp_path, sample(r, f"node{r + 1}", steps=137, since=1000.0, written=1600.0), start=0)
+        write_sample(tmp_path, sample(r, f"node{r + 3}", steps=343, since=2000.0, written=2300.0), start=1)
+    starts = live.read_starts(tmp_path)
+    assert [sorted(s) for s in starts] == [[0, 1], [0, 1]] and live.read_samples(tmp_path)[0].host == "node3"
+    line = live.end_line(starts, spans=[(990.0, 1590.0, 2), (1990.0, 2290.0, 2)])
+    assert line == ("run: mean step 500 ms over 480 steps; slowest rank 0 on node3 (1.00x the median step); "
+                    "2 nodes x 15:00 over 2 starts = 0.5 node-hours"), line
+    assert live.end_line(starts).endswith("2 nodes x 15:00 over 2 starts = 0.5 node-hours")  # from the samples
+
+
+def test_ranks_that_sampled_but_never_stepped_are_shown_not_said_to_be_silent(tmp_path):
+    """Issue 45: `top` on an ended job whose ranks sampled but took no optimizer step said no
+    rank sampled itself."""
+    from slurmtorch.usecases import story
+
+    samples = {0: sample(0, "node1", step_s=None, steps=0, since=1000.0, written=1030.0)}
+    lines = story.ended_live_lines([samples], (), now=2000.0)
+    assert lines[0] == "no optimizer step seen: 1 rank sampled itself (its last sample below)", lines
+    assert lines[1].split()[:3] == ["RANK", "HOST", "STEPS"] and lines[2].split()[:3] == ["0", "node1", "0"], lines
+    assert story.ended_live_lines([], (), now=2000.0) == [
+        "no rank sampled itself (SLURMTORCH_LIVE_S=0, or no rank started)"]

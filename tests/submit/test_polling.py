@@ -12,7 +12,8 @@ from slurmtorch.submit.follow import polling
 from slurmtorch.submit.jobfolder.failures import parse_failures, srun_exit_code
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, slurm_time
 from slurmtorch.submit.follow.polling import Backoff
-from slurmtorch.submit.jobfolder.report import ended_line, exit_code
+from slurmtorch.submit.jobfolder.report import exit_code
+from slurmtorch.usecases import story
 from slurmtorch.submit.follow.statusline import StatusLine
 
 
@@ -105,7 +106,8 @@ def test_a_rank_that_raised_is_the_jobs_exit_1_and_srun_is_context(tmp_path):
     failed = JobStatus("9", "FAILED", exit_code=143, source="squeue")
     code, rank, job = exit_code(tmp_path, failed)
     assert (code, rank.rank, job) == (1, 1, 143)
-    assert ended_line("9", tmp_path, failed) == ("job 9 FAILED (exit 1 from rank 1; the step exited 143)", 1)
+    rep = story.report("9", tmp_path, failed)
+    assert (rep.headline, rep.code) == ("job 9 FAILED (exit 1 from rank 1; the step exited 143)", 1)
     assert exit_code(tmp_path, JobStatus("9", "COMPLETED", exit_code=0)) == (0, None, 0)
 
 
@@ -118,7 +120,8 @@ def test_a_killed_rank_and_an_exit_n_keep_their_own_codes():
 
 def test_without_a_rank_to_blame_the_jobs_own_code_stands(tmp_path):
     (tmp_path / "batch.out").write_text("")
-    assert ended_line("9", tmp_path, JobStatus("9", "CANCELLED", exit_code=143)) == ("job 9 CANCELLED (exit 143)", 143)
+    rep = story.report("9", tmp_path, JobStatus("9", "CANCELLED", exit_code=143))
+    assert (rep.headline, rep.code) == ("job 9 CANCELLED (exit 143)", 143)
 
 
 def test_one_squeue_call_answers_every_job_a_process_waits_for_and_none_is_asked_before_it_is_due(tmp_path):

@@ -61,7 +61,7 @@ def test_a_path_composition_reaches_every_rank_expanded_with_the_jobs_own_value_
               env={"ST_PATH": "/orig:$HOME"}, timeout=200)
     assert proc.returncode == 0, proc.stderr
     got = rank_records(home / "jobs" / proc.stdout.split()[0])
-    assert len(got) == 2 and {r["host"] for r in got} == {"node1", "node2"}, got
+    assert len(got) == 2 and len({r["host"] for r in got}) == 2, got  # two nodes, whichever Slurm gave
     assert all(r["path"] == "/opt/a b:/opt/c:/orig:$HOME:/opt/z" for r in got), got
 
 

@@ -338,14 +338,14 @@ def test_a_flight_dump_holding_objects_is_not_unpickled(tmp_path):
 
 
 def test_the_supervisors_stacks_show_under_the_restarts(tmp_path):
-    from slurmtorch.submit.jobfolder import jobdir
+    from slurmtorch.submit.jobfolder import story
     from slurmtorch.submit.jobfolder.report import restart_lines
 
-    jobdir.write_restarts(tmp_path, {"starts": 2, "excluded": [], "events": [], "max_restarts": 1})
     (tmp_path / protocol.STACKS).mkdir()
     lines = ["rank 5 on node3: data.py:88 __next__()", "ranks 0-4,6-7 (7): all_reduce <- train.py:42 step()"]
     (tmp_path / protocol.STACKS / protocol.SUMMARY).write_text(protocol.summary_text(0, lines))
-    assert restart_lines(tmp_path)[-3:] == ["stacks when start 0 hung:", f"  {lines[0]}", f"  {lines[1]}"]
+    assert restart_lines(tmp_path, story.fold([]))[-3:] == ["stacks when start 0 hung:", f"  {lines[0]}",
+                                                             f"  {lines[1]}"]
     assert protocol.parse_summary("garbage") is None
 
 

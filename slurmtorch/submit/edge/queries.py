@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from slurmtorch import events
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.edge.runner import Runner, run
 from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, TrialStatus,
                                                 parse_squeue, scontrol_exit, scontrol_fields,
                                                 scontrol_record)
-from slurmtorch.submit.jobfolder import jobdir
+from slurmtorch.submit.jobfolder import jobdir, story
 
 
 def squeue(selection: Sequence[str], runner: Runner = run) -> dict[str, SqueueRow]:
@@ -95,7 +96,8 @@ def job_status(job_id: str, root: Path | None = None, *, runner: Runner = run) -
 def status_of(job_id: str, row: SqueueRow | None, folder: Path, runner: Runner = run) -> JobStatus:
     """The status given squeue's row (None: the controller has forgotten the job): a job
     still queued or running as squeue says; an ended one with the batch script's exit code
-    (scontrol's when the script never wrote one); a forgotten one from its folder alone."""
+    (scontrol's when the script never wrote one), Slurm's word then kept in its record
+    (`settled`); a forgotten one from its folder and its record."""
     if row is not None and row.state not in TERMINAL_STATES:
         return row.status()
     exit_code = jobdir.read_exit_code(folder)
@@ -103,17 +105,44 @@ def status_of(job_id: str, row: SqueueRow | None, folder: Path, runner: Runner =
         if exit_code is None:
             fields = scontrol_job(job_id, runner)
             exit_code = scontrol_exit(fields or {}, row.state)
-        return replace(row.status(), exit_code=exit_code)
+        status = replace(row.status(), exit_code=exit_code)
+        settle(folder, status)
+        return status
+    if not folder.is_dir():
+        raise SubmitError(f"job {job_id} is unknown to squeue, and {folder} does not exist",
+                          tip="check the job id and SLURMTORCH_HOME")
+    return remembered(job_id, story.fold(events.read(folder)), exit_code)
+
+
+def settle(folder: Path, status: JobStatus) -> None:
+    """Slurm's word on an ended job (state, exit code, nodes, start and end), appended to its
+    record by the first reader that sees it, once a start: what `status` says of the job once
+    Slurm has forgotten it (MinJobAge). Never through a link; a folder that cannot take it is
+    left as it is."""
+    if not folder.is_dir() or folder.is_symlink() or story.fold(events.read(folder)).settled is not None:
+        return
+    events.append(folder, "settled", state=status.state, code=status.exit_code, elapsed=status.elapsed(),
+                  nodes=status.nodes, started=status.started, ended=status.ended)
+
+
+def remembered(job_id: str, told: story.Story, exit_code: int | None) -> JobStatus:
+    """A job the scheduler has forgotten, as its folder tells it (pure): Slurm's last word where
+    a reader kept it, else the batch script's starts and exit code. With neither exit code nor
+    Slurm's word, it was cancelled, timed out or killed with its node."""
+    first = told.attempts[0].started if told.attempts else None
+    submitted = told.submitted.at if told.submitted is not None else None
+    if told.settled is not None:
+        said = told.settled
+        code = exit_code if exit_code is not None else said.get("code")
+        return JobStatus(job_id, str(said.get("state") or "ENDED"), code, nodes=told.nodes, source="job folder",
+                         submitted=submitted, started=said.get("started") or first,
+                         ended=said.get("ended") or said.at, name=told.name)
+    ended = told.attempts[-1].ended if told.attempts else None
     if exit_code is not None:
-        return JobStatus(job_id, "COMPLETED" if exit_code == 0 else "FAILED", exit_code, source="job folder")
-    if folder.is_dir():
-        # The scheduler forgot the job and the script never wrote its exit code:
-        # cancelled, timed out or killed with its node.
-        return JobStatus(job_id, "ENDED", None, "no exit-code file (cancelled or killed?)", source="job folder")
-    raise SubmitError(
-        f"job {job_id} is unknown to squeue, and {folder} does not exist",
-        tip="check the job id and SLURMTORCH_HOME",
-    )
+        return JobStatus(job_id, "COMPLETED" if exit_code == 0 else "FAILED", exit_code, nodes=told.nodes,
+                         source="job folder", submitted=submitted, started=first, ended=ended, name=told.name)
+    return JobStatus(job_id, "ENDED", None, "no exit-code file (cancelled or killed?)", told.nodes, "job folder",
+                     submitted, first, ended=ended, name=told.name)
 
 
 def my_jobs(runner: Runner = run) -> dict[str, JobStatus]:

@@ -96,7 +96,7 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
             pending.check()
             # Only once renamed is the folder at the job id ours: before, it may be an older job's.
             final = jobdir.move_into_place(tmp, root, job_id)
-            events.append(final, "submitted", **submitted_fields(job_id, job or {}))
+            events.append(final, "submitted", **submitted_fields(job_id, job or {}), name=jobdir.read_job_name(final))
             if release:
                 released = True  # from here the job may start, even if scontrol fails to say so
                 runner(["scontrol", "release", job_id])
@@ -112,7 +112,7 @@ def submit(script: str, root: Path | None = None, *, runner: Runner = run, trial
 
 def submitted_fields(job_id: str, job: dict) -> dict:
     """The `submitted` event of a job from its job.json (pure): what the story starts with."""
-    keep = {"nodes": int, "ntasks": int, "launcher": str, "workdir": str}
+    keep = {"nodes": int, "ntasks": int, "launcher": str, "workdir": str, "max_restarts": int}
     return {"job": job_id, **{k: job[k] for k, kind in keep.items() if isinstance(job.get(k), kind)}}
 
 

@@ -11,7 +11,7 @@ forward, its own code) is what its peers wait for in backward's all-reduce
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slurmtorch import protocol, rankfiles, readback
@@ -25,18 +25,32 @@ SHORT_S = 60  # a run this short, without steps, gets no end line
 
 
 def read_samples(folder: Path, note: Callable[[str], None] | None = None) -> dict[int, LiveSample]:
-    """Every rank's latest sample in a job's (or trial's) folder, by rank; {} when none. A
-    file that is not a sample is skipped, and `note` told why (`note: skipped .live/rank-3.json:
-    rss is not a number of bytes`)."""
+    """Every rank's latest sample of the job's (or trial's) latest start, by rank; {} when none.
+    A file that is not a sample is skipped, and `note` told why (`note: skipped
+    .live/start-0/rank-3.json: rss is not a number of bytes`)."""
+    starts = read_starts(folder, note)
+    return starts[-1] if starts else {}
+
+
+def read_starts(folder: Path, note: Callable[[str], None] | None = None) -> list[dict[int, LiveSample]]:
+    """Each start's samples (a requeue or a restart makes a new start: `.live/start-K/`), in
+    the order of the starts; a start whose ranks left none is left out."""
+    live = folder / protocol.LIVE
+    starts = sorted((k, p) for p in live.glob("start-*") if (k := readback.numbered(p.name, "start-")) is not None)
+    found = [_samples(folder, path, note) for path in (live, *(p for _, p in starts))]
+    return [samples for samples in found if samples]
+
+
+def _samples(folder: Path, where: Path, note: Callable[[str], None] | None) -> dict[int, LiveSample]:
     samples = {}
-    for path in sorted((folder / protocol.LIVE).glob("rank-*.json")):
+    for path in sorted(where.glob("rank-*.json")):
         try:
             text = readback.read_text(path, readback.SAMPLE, below=folder)
             sample = rankfiles.live_or_why(text) if text is not None else None
         except readback.NotRead as exc:
             sample = str(exc)
         if isinstance(sample, str) and note is not None:
-            note(f"note: skipped {protocol.LIVE}/{path.name}: {sample}")
+            note(f"note: skipped {path.relative_to(folder)}: {sample}")
         elif isinstance(sample, LiveSample):
             samples[sample.rank] = sample
     return samples
@@ -79,36 +93,60 @@ def top_lines(samples: Mapping[int, LiveSample], now: float) -> list[str]:
     return out
 
 
-def end_line(samples: Mapping[int, LiveSample]) -> str | None:
-    """The end of a job: its mean step, the slowest rank over the whole run, node-hours (the
-    ranks' hosts for the span from the first rank's start to the last sample), and where the
-    GPUs reported them, GPU-hours and energy. None when no rank sampled, or for a run of
-    under a minute without steps (a probe, a failed start: nothing worth a line)."""
-    if not samples:
+def end_line(starts: Sequence[Mapping[int, LiveSample]],
+             spans: Sequence[tuple[float, float, int]] = ()) -> str | None:
+    """The end of a job, every start of it together: its mean step and steps, the slowest
+    rank (of the start with the most steps), node-hours and, where the GPUs reported them,
+    GPU-hours and energy. `spans` (start, end, nodes) of each start of the batch script, from
+    the job's record, give the node-hours where known; else each start's ranks' hosts for the
+    span from its first rank's start to its last sample. None when no rank sampled, or for a
+    run of under a minute without steps (a probe, a failed start: nothing worth a line)."""
+    starts = [s for s in starts if s]
+    if not starts:
         return None
-    span = max(s.written for s in samples.values()) - min(s.since for s in samples.values())
-    if span < SHORT_S and not any(s.mean_step_s is not None for s in samples.values()):
+    own = [_span(s) for s in starts]
+    if sum(own) < SHORT_S and not any(x.mean_step_s is not None for s in starts for x in s.values()):
         return None
     parts = []
-    means = [m for s in samples.values() if (m := s.mean_step_s) is not None]
+    steps = [max(x.steps for x in s.values()) for s in starts]
+    means = [(statistics.mean(m), n) for s, n in zip(starts, steps)
+             if (m := [x.mean_step_s for x in s.values() if x.mean_step_s is not None])]
     if means:
-        steps = max(s.steps for s in samples.values())
-        parts.append(f"mean step {_seconds(statistics.mean(means))} over {steps} steps")
-        found = slowest(samples, recent=False)
+        mean = sum(m * max(n, 1) for m, n in means) / sum(max(n, 1) for _, n in means)
+        parts.append(f"mean step {_seconds(mean)} over {sum(steps)} steps")
+        found = slowest(starts[steps.index(max(steps))], recent=False)
         if found is not None and found[2] > 0:
             sample, pace, median = found
             parts.append(f"slowest rank {sample.rank} on {visible(sample.host)} ({pace / median:.2f}x the median "
                          f"{'outside backward' if sample.own_mean_s is not None else 'step'})")
-    hosts = {s.host for s in samples.values()}
-    parts.append(f"{len(hosts)} node{'s' if len(hosts) != 1 else ''} x {clock(max(0.0, span))} = "
-                 f"{len(hosts) * span / 3600:.3g} node-hours")
-    gpus = {(s.host, s.gpu.get("index")): s.gpu for s in samples.values() if s.gpu}
-    if gpus:
-        parts.append(f"{len(gpus) * span / 3600:.3g} GPU-hours")
-        joules = [g["energy_j"] for g in gpus.values() if g.get("energy_j") is not None]
-        if joules and len(joules) == len(gpus):
-            parts.append(f"{sum(joules) / 3.6e6:.3g} kWh ({sum(joules):.0f} J)")
+    ran = list(spans) or [(0.0, span, len({x.host for x in s.values()})) for s, span in zip(starts, own)]
+    parts.append(_node_hours(ran))
+    gpus = [({(x.host, x.gpu.get("index")): x.gpu for x in s.values() if x.gpu}, span) for s, span in zip(starts, own)]
+    if any(g for g, _ in gpus):
+        parts.append(f"{sum(len(g) * span for g, span in gpus) / 3600:.3g} GPU-hours")
+        joules = [v.get("energy_j") for g, _ in gpus for v in g.values()]
+        if joules and None not in joules:
+            total = sum(float(j) for j in joules if j is not None)
+            parts.append(f"{total / 3.6e6:.3g} kWh ({total:.0f} J)")
     return "run: " + "; ".join(parts)
+
+
+def _span(samples: Mapping[int, LiveSample]) -> float:
+    """One start's span: from its first rank's start to its last sample."""
+    return max(0.0, max(s.written for s in samples.values()) - min(s.since for s in samples.values()))
+
+
+def _node_hours(spans: Sequence[tuple[float, float, int]]) -> str:
+    """`2 nodes x 3:10 = 0.106 node-hours`, with `over 2 starts` where there were more; the
+    starts' time alone where their node counts differ."""
+    seconds = sum(end - start for start, end, _ in spans)
+    hours = sum((end - start) * nodes for start, end, nodes in spans) / 3600
+    counts = {nodes for _, _, nodes in spans}
+    over = f" over {len(spans)} starts" if len(spans) > 1 else ""
+    if len(counts) == 1:
+        (n,) = counts
+        return f"{n} node{'s' if n != 1 else ''} x {clock(seconds)}{over} = {hours:.3g} node-hours"
+    return f"{clock(seconds)}{over} = {hours:.3g} node-hours"
 
 
 def _trend(s: LiveSample) -> str:

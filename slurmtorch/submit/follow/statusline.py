@@ -9,6 +9,7 @@ only when the state, reason or nodes change, never a carriage return or escape s
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import IO
 
 from slurmtorch.submit.follow.jobstatus import JobStatus
@@ -66,6 +67,13 @@ class StatusLine:
         under a finished line (a progress bar redrawing its own line keeps it)."""
         if text and is_terminal(stream):
             self._at_line_start = text.endswith("\n")
+
+    def saying(self, say: Callable[[str], None]) -> Callable[[str], None]:
+        """`say`, the live line taken away first: for lines said between the job's output."""
+        def said(text: str) -> None:
+            self.before_output()
+            say(text)
+        return said
 
     def close(self) -> None:
         self.before_output()

@@ -10,6 +10,7 @@ so, and exit 143 and 129.
 
 from __future__ import annotations
 
+import functools
 import signal
 import sys
 import time
@@ -26,6 +27,7 @@ from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.follow.polling import Backoff
 from slurmtorch.submit.jobfolder.report import failure_lines, last_line, sweep_table
 from slurmtorch.submit.follow.statusline import StatusLine
+from slurmtorch.submit.follow.storytail import StoryTail
 from slurmtorch.submit.follow.tail import Prefixed, Tail, drain, last_lines_offset
 from slurmtorch.submit.follow.watch import WATCH, Watch
 
@@ -75,17 +77,20 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
            cancel_on_interrupt: bool = False, last: int | None = None) -> JobStatus:
     """Stream files while the job runs (from each one's `last` lines; None: from its start);
     return its final status (StoppedWaiting on Ctrl-C)."""
-    line = StatusLine(err or sys.stderr, str(job_id), live)
+    stream = err or sys.stderr
+    line = StatusLine(stream, str(job_id), live)
     tails = [Tail(p, out, line) for p, out in paths]
     if last is not None:
         for t in tails:
             t.offset = last_lines_offset(t.path, last)
+    story = StoryTail(queries.job_folder(job_id, root), line.saying(lambda text: _say(stream, text)))
     status = None
     try:
         with stops_as_interrupts():
             while True:
                 for t in tails:
                     t.pump()
+                story.pump()
                 status = watch.status(job_id, root, runner=runner)
                 if status.done:
                     break
@@ -96,15 +101,22 @@ def follow(job_id: str, paths: Sequence[tuple[Path, IO[str]]], root: Path | None
         raise interrupted(job_id, status, cancel_on_interrupt, runner, root, _signum(stop)) from None
     line.close()
     drain(tails)
+    story.pump()
     watch.forget(job_id, root)
     return status
 
 
+def _say(stream: IO[str], text: str) -> None:
+    """A line of the job's story (a requeue, a restart), said where the state line goes."""
+    print(f"slurmtorch: {text}", file=stream, flush=True)
+
+
 def wait(job_id: str, root: Path | None = None, *, out: IO[str] | None = None, err: IO[str] | None = None,
-         **kw) -> JobStatus:
-    """Block until the job ends, streaming rank 0's output (node 0's under torchrun)."""
+         logs: bool = True, **kw) -> JobStatus:
+    """Block until the job ends, streaming rank 0's output (node 0's under torchrun; `logs`
+    False: none, for `--json`, whose stdout holds the end alone)."""
     o, e = jobdir.rank_log_paths(jobdir.job_dir(job_id, root))
-    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)], root, err=err, **kw)
+    return follow(job_id, [(o, out or sys.stdout), (e, err or sys.stderr)] if logs else [], root, err=err, **kw)
 
 
 def trial_tails(folder: Path, out: IO[str], err: IO[str], line=None) -> dict[int, list[Tail]]:
@@ -120,7 +132,7 @@ def trial_tails(folder: Path, out: IO[str], err: IO[str], line=None) -> dict[int
 
 def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[str] | None = None,
                err: IO[str] | None = None, live: bool | None = None, cancel_on_interrupt: bool = False,
-               clock=time.monotonic) -> int:
+               clock=time.monotonic, logs: bool = True) -> int:
     """Block until every trial has ended, streaming each one's rank 0 (`trial_tails`) and
     reporting its end; 0 only if all succeeded.
 
@@ -129,8 +141,9 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
     """
     err = err or sys.stderr
     line = StatusLine(err, job_id, live)
-    tails = trial_tails(jobdir.job_dir(job_id, root), out or sys.stdout, err, line)
+    tails = trial_tails(jobdir.job_dir(job_id, root), out or sys.stdout, err, line) if logs else {}
     reported: dict[int, JobStatus] = {}
+    stories: dict[Path, StoryTail] = {}  # each trial's, once its folder is there: `trial 2: requeued ...`
     backoff, marks, trials, last = Backoff(), None, [], None
     kw = {"runner": runner} if runner else {}
     try:
@@ -140,6 +153,7 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
                     if trial not in reported:
                         for tail in pair:
                             tail.pump()
+                _pump_stories(stories, jobdir.job_dir(job_id, root), line, err)
                 now_marks = [jobdir.progress_mark(p) for p in sorted(jobdir.job_dir(job_id, root).glob("trial-*"))]
                 if marks is not None and now_marks != marks:
                     backoff.nudge()
@@ -173,6 +187,18 @@ def wait_array(job_id: str, root: Path | None = None, *, runner=None, out: IO[st
     print(f"job {job_id}: {len(trials) - len(failed)} of {len(trials)} trials succeeded"
           + (f"; failed: {', '.join(map(str, failed))}" if failed else ""), file=err, flush=True)
     return 1 if failed else 0
+
+
+def _pump_stories(stories: dict[Path, StoryTail], folder: Path, line: StatusLine, err: IO[str]) -> None:
+    """Each trial's story lines not said yet, marked with its trial."""
+    for trial in folder.glob("trial-*"):
+        if trial not in stories:
+            stories[trial] = StoryTail(trial, line.saying(functools.partial(_say_of, err, trial.name)))
+        stories[trial].pump()
+
+
+def _say_of(stream: IO[str], trial: str, text: str) -> None:
+    _say(stream, f"{trial.replace('-', ' ')}: {text}")
 
 
 def _signum(stop: KeyboardInterrupt) -> int:

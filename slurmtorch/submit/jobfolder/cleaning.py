@@ -34,6 +34,7 @@ from pathlib import Path
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.chain import RECORD
+from slurmtorch.submit.jobfolder.tombstone import is_tombstone
 
 DEFAULT_AGE = "30d"
 MAX_DAYS = 36500  # a hundred years: any file is younger; more is a typo, said as one
@@ -120,6 +121,8 @@ def list_folders(root: Path, uid: int) -> tuple[list[Listed], int]:
         except OSError:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:  # a link, a file, another user's
+            continue
+        if is_tombstone(entry):  # what an earlier clean left: never cleaned again
             continue
         newest, size = _newest_and_size(entry, st.st_mtime)
         found.append(Listed(entry, m.group("id"), newest, size, _chain_ids(entry), _unread(entry)))

@@ -19,7 +19,6 @@ from slurmtorch.errors import BootstrapError, typed
 from slurmtorch.protocol import parse_summary
 from slurmtorch.rankfiles import parse_stacks
 from slurmtorch.roles import RoleLayout, parse_roles
-from slurmtorch.submit.batchnode.restarts import RestartState
 from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
 from slurmtorch.submit.follow.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
@@ -27,6 +26,7 @@ from slurmtorch.submit.jobfolder.codecopy import read_record
 from slurmtorch.submit.jobfolder.batchlines import batch_failures, latest_start, ran_out_of_time
 from slurmtorch.submit.jobfolder.failures import RankFailure, is_timeout, latest_exits, parse_failures
 from slurmtorch.submit.jobfolder.snapshot import origin
+from slurmtorch.submit.jobfolder.story import Story
 from slurmtorch.submit.jobfolder.stacks import summary_lines
 
 
@@ -158,7 +158,8 @@ def end_stack_lines(folder: Path) -> list[str]:
     return ["stacks as the ranks ended:", *(f"  {line}" for line in lines)] if lines else []
 
 
-def exit_code(folder: Path, status: JobStatus) -> tuple[int, RankFailure | None, int]:
+def exit_code(folder: Path, status: JobStatus,
+              launcher_log: str = jobdir.BATCH_OUT) -> tuple[int, RankFailure | None, int]:
     """(the code a user expects, the failed rank it comes from, the job's own) of an ended job.
 
     The job's own code is the launch step's (srun's 143 when it ended the step because a
@@ -170,34 +171,21 @@ def exit_code(folder: Path, status: JobStatus) -> tuple[int, RankFailure | None,
     job = exit_code_of(status)
     if job == 0:
         return 0, None, 0
-    rank = next((f for f in failure_report(folder) if f.primary and f.code), None)
+    rank = next((f for f in failure_report(folder, launcher_log) if f.primary and f.code), None)
     return (rank.code, rank, job) if rank is not None and rank.code is not None else (job, None, job)
 
 
-def ended_line(job_id: str, folder: Path, status: JobStatus) -> tuple[str, int]:
-    """`job 42 FAILED (exit 1 from rank 2; the step exited 143)` and the exit code it names."""
-    code, rank, job = exit_code(folder, status)
-    if rank is None:
-        return f"job {job_id} {status.state} (exit {code})", code
-    context = f"; the step exited {job}" if job != code else ""
-    return f"job {job_id} {status.state} (exit {code} from rank {rank.rank}{context})", code
-
-
-def restart_lines(folder: Path) -> list[str]:
-    """A --max-restarts job's history for the terminal: how many restarts of how many, the
-    excluded nodes, and each failed start with its cause and what followed; [] for others."""
-    record = jobdir.read_restarts(folder)
-    if not record:
-        return []
-    try:
-        state = RestartState.from_dict(record)
-        head = f"restarts: {state.restarts} of {record.get('max_restarts', '?')}"
-        if state.excluded:
-            head += f"; excluded: {','.join(state.excluded)}"
-        events = [e.line() for e in state.events]
-    except (ValueError, TypeError, KeyError, AttributeError):  # the job can write its folder
-        return [f"restarts: {folder / jobdir.RESTARTS} is not as the supervisor writes it, not read"]
-    return [visible(line) for line in (head, *events, *stack_lines(folder))]
+def restart_lines(folder: Path, told: Story) -> list[str]:
+    """A --max-restarts job's restarts from its record: how many of how many, the excluded
+    nodes, then the ranks' stacks when a start hung; [] for others. (Each failed start and
+    what followed is a line of the story.)"""
+    most = told.submitted.get("max_restarts") if told.submitted is not None else None
+    lines = []
+    if told.restarts or most:
+        excluded = list(dict.fromkeys(str(n) for e in told.restarts for n in e.get("excluded") or []))
+        lines.append(f"restarts: {told.restarts_spent} of {most if most is not None else '?'}"
+                     + (f"; excluded: {','.join(excluded)}" if excluded else ""))
+    return [visible(line) for line in (*lines, *stack_lines(folder))]
 
 
 def stack_lines(folder: Path) -> list[str]:
