@@ -15,7 +15,7 @@ LEADER_ROLES = ("master", "chief")
 TRAINING_ROLES = ("master", "chief", "worker")
 ROLE_ORDER = ("master", "chief", "worker", "ps", "evaluator")
 ROLES_TIP = "e.g. --role master=1 --role worker=3 --role ps=2 --role evaluator=1 (counts in nodes)"
-# What a `--role` item may ask of its role's nodes, after ROLE=NODES (submit/hetjob.py).
+# What a `--role` item may ask of its role's nodes, after ROLE=NODES (submit/launch/hetjob.py).
 ROLE_KEYS = ("partition", "gpus", "tasks", "spare")
 ROLE_TIP = ("e.g. --role master=1 --role worker=2:partition=fat:gpus=4 "
             "(ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N])")

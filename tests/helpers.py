@@ -51,7 +51,7 @@ def rank_failure(folder: Path, script: str, *args: str, name: str = "train.py") 
 def as_run(spec) -> str:
     """A spec's batch script as bash runs it: each `. "$SLURMTORCH_SH"/NAME` in its place holding
     that shell file, as the job folder's copy gives it (render.shell_files)."""
-    from slurmtorch.submit import render
+    from slurmtorch.submit.launch import render
 
     text = render.render_sbatch(spec)
     for name, body in render.shell_files(spec):

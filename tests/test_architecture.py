@@ -109,21 +109,29 @@ def test_no_import_cycles():
     # A package's __init__ is imported before its modules; that edge is Python's, not a cycle of ours.
     for name in graph:
         graph[name] -= {p for p in graph[name] if name.startswith(p + ".")}
+    cycle = first_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def first_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` (its nodes in order, the first again at the end), or None."""
     state: dict[str, int] = {}
 
-    def visit(node: str, trail: list[str]) -> None:
+    def visit(node: str, trail: list[str]) -> list[str] | None:
         state[node] = 1
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 path = trail + [node]
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
-            if nxt not in state:
-                visit(nxt, trail + [node])
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt, trail + [node])):
+                return found
         state[node] = 2
+        return None
 
     for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
+        if name not in state and (found := visit(name, [])):
+            return found
+    return None
 
 
 FRONT_ENDS = ("slurmtorch.cli", "slurmtorch.api", "slurmtorch.remote")
@@ -131,17 +139,17 @@ FRONT_ENDS = ("slurmtorch.cli", "slurmtorch.api", "slurmtorch.remote")
 # What a front end may take from submit/ besides usecases/: the records and values every side
 # names, each with why. Anything else of submit/ is reached through a use case.
 SHARED_RECORDS = {
-    "slurmtorch.submit.options": "Options: the one table of what a user may ask, which every front end fills",
+    "slurmtorch.submit.launch.options": "Options: the one table of what a user may ask, which every front end fills",
     "slurmtorch.submit.sites.model": "the site model's frozen values (Site, NodeType, names) a front end prints",
     "slurmtorch.submit.follow.jobstatus": "JobStatus: how a job stands, as a value every front end shows",
     "slurmtorch.submit.follow.terminaltext": "`visible`: the one filter a job's text passes through to a terminal",
     "slurmtorch.submit.jobfolder.ownership": "the one check that a folder holding what runs as the user is private",
     "slurmtorch.submit.interrupts": "the one signal policy of a slurmtorch process (held until a step is done)",
-    "slurmtorch.submit.inputs": "what a path the user typed is, said in one line",
+    "slurmtorch.submit.launch.inputs": "what a path the user typed is, said in one line",
     "slurmtorch.submit.sites.safe_yaml": "the one safe YAML reader (the clusters file is read with it too)",
     "slurmtorch.submit.sites.values": "the one validator of a YAML file's values (the clusters file's too)",
     "slurmtorch.submit.jobfolder.snapshot": "Snapshot: which copy of the code a job runs, on the laptop as here",
-    "slurmtorch.submit.chain": "Part: a chain's part as written, in a chain file or Chain(parts)",
+    "slurmtorch.submit.launch.chain": "Part: a chain's part as written, in a chain file or Chain(parts)",
 }
 
 
@@ -185,21 +193,8 @@ def test_no_circle_between_packages_lazy_imports_included(house):
         for m in package_imports(p):
             if m.startswith(house + ".") and room(m, house) != room(me, house):
                 graph.setdefault(room(me, house), set()).add(room(m, house))
-    state: dict[str, int] = {}
-
-    def visit(node: str, trail: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                path = trail + [node]
-                pytest.fail("circle between packages: " + " -> ".join(path[path.index(nxt):] + [nxt]))
-            if nxt not in state:
-                visit(nxt, trail + [node])
-        state[node] = 2
-
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [])
+    cycle = first_cycle(graph)
+    assert cycle is None, "circle between packages: " + " -> ".join(cycle or [])
 
 
 def test_no_module_is_over_500_lines():

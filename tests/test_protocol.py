@@ -50,8 +50,9 @@ def test_every_slurmtorch_variable_the_templates_name_is_the_protocols():
 
 
 def test_the_templates_write_the_lines_and_files_the_protocol_reads():
-    from slurmtorch.submit import render, sites
-    from slurmtorch.submit.spec import build_spec
+    from slurmtorch.submit import sites
+    from slurmtorch.submit.launch import render
+    from slurmtorch.submit.launch.spec import build_spec
 
     sys.path.insert(0, str(Path(__file__).resolve().parent / "submit"))
     from test_render import golden_options, required_options

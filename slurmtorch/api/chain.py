@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from slurmtorch.errors import SlurmtorchError
-from slurmtorch.submit.chain import Part
+from slurmtorch.submit.launch.chain import Part
 from slurmtorch.usecases import chain as chains
 
 __all__ = ["Chain", "ChainJob", "ChainFailed", "Part"]

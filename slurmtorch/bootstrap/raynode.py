@@ -1,6 +1,6 @@
 """A `--ray` job's node: Ray started, watched and stopped on one node of the allocation.
 
-Each Ray step of a `--ray` batch script (submit/raycluster.py) runs this with the job's
+Each Ray step of a `--ray` batch script (submit/launch/raycluster.py) runs this with the job's
 python, in the job's container if it has one, as the ranks run the bootstrap:
 
     python -m slurmtorch.bootstrap.raynode head   HOST:PORT --cpus C --gpus G --backend B --deadline S [--role R]

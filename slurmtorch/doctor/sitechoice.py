@@ -14,7 +14,8 @@ from pathlib import Path
 
 from slurmtorch import protocol, readback
 from slurmtorch.errors import SlurmtorchError, SpecError
-from slurmtorch.submit import interactive, sites
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import interactive
 from slurmtorch.submit.sites.model import valid_tip
 
 # The provenance line every rendered script starts with (templates/_macros.sh.j2).

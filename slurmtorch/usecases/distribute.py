@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch import protocol
-from slurmtorch.submit import spec as specmod
-from slurmtorch.submit.allocation import resolve_target
+from slurmtorch.submit.launch import spec as specmod
+from slurmtorch.submit.launch.allocation import resolve_target
 from slurmtorch.submit.jobfolder import jobdir, localrun
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.launch.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
-from slurmtorch.submit.spec import JobSpec, job_record
+from slurmtorch.submit.launch.spec import JobSpec, job_record
 from slurmtorch.usecases import launch
 from slurmtorch.usecases.handles import Handle, LocalHandle, SlurmHandle
 

@@ -18,11 +18,12 @@ from typing import IO
 from slurmtorch import doctor as d
 from slurmtorch.doctor.binding import job_cpus_per_node
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError
-from slurmtorch.submit import sites, spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import spec
 from slurmtorch.submit.edge import runner
-from slurmtorch.submit.environment import composed, expanded
-from slurmtorch.submit.launchplan import allocation_check_step
-from slurmtorch.submit.options import Options, positive
+from slurmtorch.submit.launch.environment import composed, expanded
+from slurmtorch.submit.launch.launchplan import allocation_check_step
+from slurmtorch.submit.launch.options import Options, positive
 from slurmtorch.submit.sites.model import parse_time
 
 

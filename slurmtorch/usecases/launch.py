@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.errors import SpecError, SubmitError, typed
-from slurmtorch.submit import interactive, render, sites, spec
-from slurmtorch.submit.environment import composed, expanded
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import interactive, render, spec
+from slurmtorch.submit.launch.environment import composed, expanded
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
-from slurmtorch.submit.mpiflavour import ROOT_NOTE, launcher_missing, launcher_places, mpiexec_line, root_allowance
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.launch.mpiflavour import ROOT_NOTE, launcher_missing, launcher_places, mpiexec_line, root_allowance
+from slurmtorch.submit.launch.options import Options
 from slurmtorch.submit.sites.model import SELF_PLACING_FLAVOURS, Site
-from slurmtorch.submit.spec import JobSpec
+from slurmtorch.submit.launch.spec import JobSpec
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from slurmtorch import readback
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import chain as core
+from slurmtorch.submit.launch import chain as core
 from slurmtorch.submit.edge import queries
 from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus, clock
 from slurmtorch.submit.follow.terminaltext import visible

@@ -190,7 +190,7 @@ def test_bad_options_are_one_line_errors():
 
 
 def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home):
-    from slurmtorch.submit import launchplan
+    from slurmtorch.submit.launch import launchplan
     from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, site="testbed", constraint="testbed", mem="1G", exclusive=True,
@@ -208,7 +208,7 @@ def test_sbatchs_own_options_reach_a_distributor_jobs_header_and_srun_line(home)
 
 @pytest.mark.parametrize("kind, site, local", [("sbatch", "testbed", False), ("mpirun", "local", True)])
 def test_a_distributor_job_can_give_its_ranks_vertex_ais_cluster_spec(home, kind, site, local):
-    from slurmtorch.submit import render
+    from slurmtorch.submit.launch import render
     from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, site=site, local_mode=local, cluster_spec="vertex")
@@ -219,7 +219,7 @@ def test_a_distributor_job_can_give_its_ranks_vertex_ais_cluster_spec(home, kind
 
 
 def test_a_distributor_job_can_restart_itself_on_spare_nodes(home):
-    from slurmtorch.submit import launchplan, render
+    from slurmtorch.submit.launch import launchplan, render
     from slurmtorch.submit import sites
 
     d = Distributor(num_processes=2, nodes=2, site="testbed", max_restarts=2, spare_nodes=1, hang_timeout=30)

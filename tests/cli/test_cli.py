@@ -342,9 +342,9 @@ def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask
 
 def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
     """A job folder as `slurmtorch sbatch` leaves it: script.sh and job.json (spec.job_record)."""
-    from slurmtorch.submit import render, spec
+    from slurmtorch.submit.launch import render, spec
     from slurmtorch.submit import sites
-    from slurmtorch.submit.options import Options
+    from slurmtorch.submit.launch.options import Options
 
     job = spec.build_spec(sites.load_site("testbed"), Options(
         script="/home/user/t.py", launcher="torchrun", nodes=nodes, ntasks_per_node=per_node,

@@ -17,7 +17,7 @@ import pytest
 from slurmtorch.submit import sites
 from slurmtorch.submit.sites.model import Container
 from slurmtorch.submit.edge import modulefind
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.spec import build_spec
 from slurmtorch.usecases import launch
 
 import test_program_args
@@ -64,7 +64,7 @@ def test_the_look_up_is_skipped_where_the_job_runs_another_python_than_this_host
 
 
 def options_of(**kw):
-    from slurmtorch.submit.options import Options
+    from slurmtorch.submit.launch.options import Options
 
     return Options(python=sys.executable, job_root="/tmp/jobs", **kw)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.mpiflavour import (ROOT_NOTE, RUN_AS_ROOT, launcher_missing, launcher_places,
-                                          mpirun_arguments, root_allowance)
+from slurmtorch.submit.launch.mpiflavour import (ROOT_NOTE, RUN_AS_ROOT, launcher_missing, launcher_places,
+                                                 mpirun_arguments, root_allowance)
 
 from conftest import need
 

@@ -50,8 +50,8 @@ def test_every_front_end_reads_its_options_off_the_one_table():
     each of the Distributor's keywords is a field of the table: no front end lists them."""
     from slurmtorch.api import distributor
     from slurmtorch.cli.sbatch import SBATCH_OPTIONS
-    from slurmtorch.submit import sbatch_options
-    from slurmtorch.submit.options import API_KEYWORDS, SBATCH_PASSED_ON, Options
+    from slurmtorch.submit.launch import sbatch_options
+    from slurmtorch.submit.launch.options import API_KEYWORDS, SBATCH_PASSED_ON, Options
 
     names = {f.name for f in fields(Options)}
     assert sbatch_options.PASSED_ON is SBATCH_PASSED_ON and distributor.SCHEDULER_OPTIONS is API_KEYWORDS

@@ -288,7 +288,7 @@ def test_the_site_comes_from_the_flag_the_environment_or_the_jobs_own_script(tmp
 
 def test_in_allocs_shell_the_doctor_checks_the_allocations_site():
     """Issue 36: inside `alloc --site testbed`, `doctor --allocation` checked site local."""
-    from slurmtorch.submit.interactive import stored
+    from slurmtorch.submit.launch.interactive import stored
 
     shell = {"SLURM_JOB_ID": "42", "SLURMTORCH_ALLOC": stored("testbed", {"nodes": 2})}
     assert site_for_doctor(None, shell) == ("testbed", ALLOCATION)
@@ -601,7 +601,7 @@ def test_hcas_auto_needs_one_rdma_device_with_an_active_port():
 
 def test_the_allocation_check_is_a_step_of_the_launch_model_run_as_one_argv():
     """`doctor --allocation` launches as a job's ranks are launched (launchplan.allocation_check_step)."""
-    from slurmtorch.submit.launchplan import allocation_check_step
+    from slurmtorch.submit.launch.launchplan import allocation_check_step
 
     step = allocation_check_step("/v/bin/python", [("NCCL_SOCKET_IFNAME", "=ib0")], "pmix",
                                  ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=4"],

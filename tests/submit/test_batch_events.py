@@ -13,8 +13,8 @@ import subprocess
 from slurmtorch import events
 from slurmtorch.submit import sites
 from slurmtorch.submit.jobfolder import story
-from slurmtorch.submit.options import Options
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.options import Options
+from slurmtorch.submit.launch.spec import build_spec
 from helpers import as_run, wait_for
 
 

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import render, sites
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import render
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_presets import exported, header
 from test_render import golden_options
@@ -106,7 +107,7 @@ def test_a_job_time_value_cannot_reach_a_container_engine_edf(tmp_path):
 
 
 def test_site_show_and_the_doctor_see_a_job_time_value_as_written_and_as_expanded(tmp_path):
-    from slurmtorch.submit.environment import expanded
+    from slurmtorch.submit.launch.environment import expanded
 
     site = load(tmp_path, 'env: {TORCH_HOME: {expand: "/scratch/${USER}/t"}, PLAIN: "1"}\n')
     assert sites.site_as_dict(site)["env"] == {"TORCH_HOME": {"expand": "/scratch/${USER}/t"}, "PLAIN": "1"}

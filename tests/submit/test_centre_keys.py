@@ -12,8 +12,9 @@ import textwrap
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render, sites
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import render
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_presets import exported, header
 from test_render import golden_options

@@ -21,8 +21,9 @@ from slurmtorch import resources
 from slurmtorch.bootstrap import agent, rendezvous
 from slurmtorch.cli.main import main
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render, sites
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import render
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_presets import exported, header, rank_srun
 from test_render import golden_options

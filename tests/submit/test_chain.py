@@ -12,9 +12,9 @@ from slurmtorch.cli.main import main
 import os
 
 from slurmtorch.errors import SpecError, SubmitError
-from slurmtorch.submit.chain import (KILL_ON_INVALID_DEP, RECORD, Part, PartEnd, RecordedPart, chained_options,
-                                     dependency, end_lines, held_namesake, parse_record, record_text,
-                                     status_lines)
+from slurmtorch.submit.launch.chain import (KILL_ON_INVALID_DEP, RECORD, Part, PartEnd, RecordedPart, chained_options,
+                                            dependency, end_lines, held_namesake, parse_record, record_text,
+                                            status_lines)
 from slurmtorch.submit.edge.sbatch import Submission
 from slurmtorch.usecases import chain as chains
 

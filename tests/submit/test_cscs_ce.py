@@ -11,11 +11,11 @@ from __future__ import annotations
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render
+from slurmtorch.submit.launch import render
 from slurmtorch.submit import sites
-from slurmtorch.submit.containers import edf_text, literal, toml_string
-from slurmtorch.submit.sbatch_options import SRUN_REFUSED, option_problem
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.containers import edf_text, literal, toml_string
+from slurmtorch.submit.launch.sbatch_options import SRUN_REFUSED, option_problem
+from slurmtorch.submit.launch.spec import build_spec
 
 from helpers import as_run
 from test_presets import launch_argv, written_edf

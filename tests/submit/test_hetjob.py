@@ -16,11 +16,12 @@ import pytest
 from slurmtorch.bootstrap.fromenv import from_roles
 from slurmtorch.errors import BootstrapError, SpecError
 from slurmtorch.roles import RoleItem, parse_role_item, parse_roles
-from slurmtorch.submit import render, sites
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import render
 from slurmtorch import protocol
 from slurmtorch.submit.follow.jobstatus import parse_squeue
 from slurmtorch.submit.jobfolder.report import failure_report
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.spec import build_spec
 
 from helpers import read, st, wait_for
 from test_render import bash_syntax_ok, check_golden, golden_options

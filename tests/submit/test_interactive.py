@@ -13,8 +13,9 @@ import pytest
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import interactive, launchplan, render, sites
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import interactive, launchplan, render
+from slurmtorch.submit.launch.spec import build_spec
 from test_render import bash_syntax_ok, check_golden, golden_options
 
 CLI = [sys.executable, "-m", "slurmtorch"]

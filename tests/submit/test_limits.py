@@ -9,8 +9,8 @@ import pytest
 from slurmtorch.cli.main import main
 from slurmtorch.errors import LimitError
 from slurmtorch.submit import sites
-from slurmtorch.submit.options import Options
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.options import Options
+from slurmtorch.submit.launch.spec import build_spec
 
 
 def opts(**kw) -> Options:

@@ -16,11 +16,12 @@ from conftest import MPICH
 from slurmtorch import protocol
 from slurmtorch.bootstrap.device import pick_device
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import launchplan, render, sites
-from slurmtorch.submit.mpiflavour import mpiexec_line
-from slurmtorch.submit.options import Options
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import launchplan, render
+from slurmtorch.submit.launch.mpiflavour import mpiexec_line
+from slurmtorch.submit.launch.options import Options
 from slurmtorch.submit.sites.model import MpiLaunch
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.spec import build_spec
 
 REPO = Path(__file__).resolve().parents[2]
 HYDRA_SITE = REPO / "tests" / "sites" / "hydra-local.yaml"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit import render
+from slurmtorch.submit.launch import render
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder import ownership
 

@@ -10,9 +10,10 @@ import pytest
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import render, sites
-from slurmtorch.submit.options import Options
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import render
+from slurmtorch.submit.launch.options import Options
+from slurmtorch.submit.launch.spec import build_spec
 
 SITE = """\
 placement: {site}

@@ -14,9 +14,9 @@ import tomllib
 import pytest
 
 from slurmtorch.cli.main import main
-from slurmtorch.submit import render
+from slurmtorch.submit.launch import render
 from slurmtorch.submit import sites
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_render import golden_options
 

@@ -1,4 +1,4 @@
-"""`--ray`: a Ray cluster in the allocation (submit/raycluster.py, bootstrap/raynode.py), pure
+"""`--ray`: a Ray cluster in the allocation (submit/launch/raycluster.py, bootstrap/raynode.py), pure
 parts: the rendered script (golden, read by bash), its steps in a container, the refusals, the
 reaping of its steps in a real bash, raynode's words. tests/submit/test_ray_testbed.py runs
 Ray for real on the testbed."""
@@ -13,10 +13,11 @@ import pytest
 
 from slurmtorch.bootstrap import raydriver, raynode
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import launchplan, render, sites
-from slurmtorch.submit.raycluster import JOIN_S, RAY_HEAD
-from slurmtorch.submit.steps import CLEANUP, JOB, VITAL
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit import sites
+from slurmtorch.submit.launch import launchplan, render
+from slurmtorch.submit.launch.raycluster import JOIN_S, RAY_HEAD
+from slurmtorch.submit.launch.steps import CLEANUP, JOB, VITAL
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_render import bash_syntax_ok, check_golden, golden_options, required_options
 

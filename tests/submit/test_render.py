@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import __version__
-from slurmtorch.submit import launchplan, render, scripttext
+from slurmtorch.submit.launch import launchplan, render, scripttext
 from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, TemplateError
-from slurmtorch.submit.options import Options
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.options import Options
+from slurmtorch.submit.launch.spec import build_spec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("SLURMTORCH_UPDATE_GOLDEN") == "1"

@@ -8,12 +8,12 @@ import re
 import pytest
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit import launchplan, render
+from slurmtorch.submit.launch import launchplan, render
 from slurmtorch.submit import sites
-from slurmtorch.submit.options import Options
-from slurmtorch.submit.sbatch_options import (check_begin, check_dependency, check_gres, check_mail_type,
-                                              escape_hatch, megabytes, SBATCH_REFUSED)
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.options import Options
+from slurmtorch.submit.launch.sbatch_options import (check_begin, check_dependency, check_gres, check_mail_type,
+                                                     escape_hatch, megabytes, SBATCH_REFUSED)
+from slurmtorch.submit.launch.spec import build_spec
 
 
 @pytest.fixture(scope="module")

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError, SpecError
-from slurmtorch.submit import interactive, launchplan, render
+from slurmtorch.submit.launch import interactive, launchplan, render
 from slurmtorch.submit import sites
-from slurmtorch.submit.environment import composed
-from slurmtorch.submit.sbatch_options import SRUN_REFUSED
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.environment import composed
+from slurmtorch.submit.launch.sbatch_options import SRUN_REFUSED
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_render import bash_syntax_ok, check_golden, golden_options
 

@@ -277,8 +277,10 @@ def test_an_unreadable_file_is_named_in_one_line_and_leaves_no_folder(world_read
 def test_every_launcher_runs_the_copy_by_a_path_bash_reads_back_as_it_was(launcher):
     from test_render import bash_syntax_ok, check_golden, golden_options
 
-    from slurmtorch.submit import render, sites
-    from slurmtorch.submit.spec import build_spec
+    from slurmtorch.submit import sites
+
+    from slurmtorch.submit.launch import render
+    from slurmtorch.submit.launch.spec import build_spec
 
     snap = Snapshot(root="/home/user/p q", git=True, script="a b/$x's.py", cwd="a b")
     spec = build_spec(sites.load_site("testbed"), golden_options("testbed", launcher=launcher,
@@ -386,7 +388,7 @@ def test_the_snapshot_says_which_repositories_it_took_by_their_own_rules(tmp_pat
 
 
 def test_a_sweep_trials_working_folder_is_told_by_the_names_slurmtorch_gives_them():
-    from slurmtorch.submit.sweeps import trial_folder
+    from slurmtorch.submit.launch.sweeps import trial_folder
 
     for params in [(), (("lr", "1e-3"), ("bs", "32")), (("opt", "it's $x"),), (("long", "v" * 200),)]:
         assert snapshot.in_trials(f"trials/{trial_folder(3, params)}/ckpt.pt"), params

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.errors import SiteError
-from slurmtorch.submit import render
+from slurmtorch.submit.launch import render
 from slurmtorch.submit import sites
-from slurmtorch.submit.spec import build_spec
+from slurmtorch.submit.launch.spec import build_spec
 
 from test_render import golden_options
 

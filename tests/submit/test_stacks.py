@@ -20,7 +20,7 @@ from slurmtorch.errors import SpecError
 from slurmtorch.rankfiles import Frame, Native, RankStacks, ThreadStack
 from slurmtorch.submit.jobfolder import flightdump
 from slurmtorch.submit.follow import stackrequest
-from slurmtorch.submit.preemption import parse_signal
+from slurmtorch.submit.launch.preemption import parse_signal
 from slurmtorch.submit.jobfolder.stacks import (Silent, detail_lines, native_notes, ranges, short_name, summary,
                                                 summary_lines)
 

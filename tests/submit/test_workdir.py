@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch.submit import render, sites
+from slurmtorch.submit import sites
+
+from slurmtorch.submit.launch import render
 from slurmtorch.submit.edge import git as edge_git
 from slurmtorch.submit.jobfolder import codecopy, snapshot
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
-from slurmtorch.submit.spec import build_spec
-from slurmtorch.submit.sweeps import MAX_FOLDER_NAME, trial_folder
+from slurmtorch.submit.launch.spec import build_spec
+from slurmtorch.submit.launch.sweeps import MAX_FOLDER_NAME, trial_folder
 
 from test_render import bash_syntax_ok, golden_options
 

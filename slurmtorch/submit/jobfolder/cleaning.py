@@ -33,7 +33,7 @@ from pathlib import Path
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.chain import RECORD
+from slurmtorch.submit.launch.chain import RECORD
 from slurmtorch.submit.jobfolder.tombstone import is_tombstone
 
 DEFAULT_AGE = "30d"

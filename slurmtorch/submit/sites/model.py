@@ -14,7 +14,7 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.sites.fabric import FULL, INTERFACES_ONLY, fabric_directives, fabric_env
 
 # A site's `launcher:` and `container.runtime:` take what the CLI offers: LAUNCHERS and
-# CONTAINER_RUNTIMES in submit/options.py, which --help lists without loading this package.
+# CONTAINER_RUNTIMES in submit/launch/options.py, which --help lists without loading this package.
 # srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
 # for the Cray PMI that Cray MPICH uses on HPE Cray EX systems. A site may name another
 # plugin its Slurm has (`srun --mpi=list`: pmix_v4, ...); `none` (NO_MPI_OPTION) writes no
@@ -61,7 +61,7 @@ MPI_FLAVOURS = ("openmpi", "hydra", "pals", "intel", "ibrun")
 BATCH_MPIRUN_FLAVOURS = ("openmpi", "ibrun")
 # Flavours that place the ranks themselves from the Slurm job: no ranks per node, binding or hosts.
 SELF_PLACING_FLAVOURS = ("ibrun",)
-# How each rank is bound to CPUs, in words every flavour spells its own way (submit/mpiflavour.py):
+# How each rank is bound to CPUs, in words every flavour spells its own way (submit/launch/mpiflavour.py):
 # none, one core, or `depth` CPUs (PALS's --depth; Hydra's core:N; Intel's pin domain size).
 CPU_BINDS = ("none", "core", "depth")
 # Which GPU a rank takes among the node's: local rank i takes GPU i (natural), or GPU n-1-i
@@ -192,7 +192,7 @@ class Partition:
 
 @dataclass(frozen=True)
 class Container:
-    """A container every rank runs in (submit/containers.py: how, per runtime)."""
+    """A container every rank runs in (submit/launch/containers.py: how, per runtime)."""
 
     runtime: str
     image: str

@@ -20,7 +20,7 @@ from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SpecError, typed
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.protocol import CLUSTER_SPEC_SHAPES, PLACEMENTS
-from slurmtorch.submit.inputs import file_problem
+from slurmtorch.submit.launch.inputs import file_problem
 
 # What --launcher and --container-runtime accept, and a site's `launcher:` and
 # `container.runtime:` (sites/schema.py): here, not in the sites package, because --help
@@ -116,7 +116,7 @@ class Options:
     job_root: str = "~/.slurmtorch/jobs"  # absolute in practice; the CLI resolves it
     command: tuple[str, ...] = ()  # argv that made this, for the provenance header
     # `slurmtorch alloc` and its `slurmtorch run`: the ranks start from a shell in an
-    # salloc allocation, not from a batch script (submit/interactive.py).
+    # salloc allocation, not from a batch script (submit/launch/interactive.py).
     interactive: bool = False
     roles: tuple[str, ...] = _flag(  # raw ROLE=COUNT strings
         "--role", metavar="ROLE=NODES[:partition=P][:gpus=N][:tasks=N][:spare=N]", default=(),
@@ -149,7 +149,7 @@ class Options:
              "SLURMTORCH_TRIAL=K, SLURMTORCH_SWEEP_<NAME>=V, SLURMTORCH_PARAMS (JSON) and --NAME V appended "
              "to the script arguments")
 
-    # sbatch's own options, passed on as #SBATCH lines after a check (submit/sbatch_options.py).
+    # sbatch's own options, passed on as #SBATCH lines after a check (submit/launch/sbatch_options.py).
     constraint: str | None = _flag("-C", "--constraint", metavar="FEATURES",
                                    help="node features, in sbatch's syntax (e.g. 'a100&ib', '[rack1|rack2]')",
                                    sbatch="constraint", api=True)
@@ -182,7 +182,7 @@ class Options:
     mail_user: str | None = _flag("--mail-user", metavar="ADDRESS", help="who gets --mail-type's mail",
                                   sbatch="mail-user", api=True)
     comment: str | None = _flag("--comment", help="a comment Slurm keeps with the job", sbatch="comment", api=True)
-    # Recovery without a human (submit/recovery.py checks them; submit/batchnode/supervisor.py runs them).
+    # Recovery without a human (submit/launch/recovery.py checks them; submit/batchnode/supervisor.py runs them).
     max_restarts: int | None = _flag(
         "--max-restarts", metavar="N",
         help="after a failure, start the step again, up to N times in all: on spare nodes (--spare-nodes) "

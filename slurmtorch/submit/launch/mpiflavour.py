@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from slurmtorch.errors import SpecError, SubmitError
-from slurmtorch.submit.scripttext import ExportedValue
+from slurmtorch.submit.launch.scripttext import ExportedValue
 from slurmtorch.submit.sites.model import SELF_PLACING_FLAVOURS, MpiLaunch
 
 

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from slurmtorch.errors import SpecError, SubmitError, typed
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.launch.options import Options
 
 AFTER = ("ok", "any", "singleton")
 KILL_ON_INVALID_DEP = "--kill-on-invalid-dep=yes"

@@ -31,11 +31,11 @@ from dataclasses import dataclass, replace
 
 from slurmtorch.errors import BootstrapError, SpecError
 from slurmtorch.roles import RoleItem, parse_role_item
-from slurmtorch.submit.containers import container_args
-from slurmtorch.submit.hetjob import HetComponent
-from slurmtorch.submit.options import Options
-from slurmtorch.submit.scripttext import InCode, Interpreter, ShellWord
-from slurmtorch.submit.steps import CLEANUP, VITAL, Step
+from slurmtorch.submit.launch.containers import container_args
+from slurmtorch.submit.launch.hetjob import HetComponent
+from slurmtorch.submit.launch.options import Options
+from slurmtorch.submit.launch.scripttext import InCode, Interpreter, ShellWord
+from slurmtorch.submit.launch.steps import CLEANUP, VITAL, Step
 
 RAY_NODE = "slurmtorch.bootstrap.raynode"
 JOIN_S = 300  # without --hang-timeout: how long the cluster may take to form before the job fails

@@ -23,8 +23,8 @@ from typing import Any
 
 from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit import render
-from slurmtorch.submit.spec import JobSpec
+from slurmtorch.submit.launch import render
+from slurmtorch.submit.launch.spec import JobSpec
 
 # The one command the shell offers, shown in its first lines and in the docs.
 RUN_HINT = "slurmtorch run SCRIPT [ARGS]"

@@ -18,15 +18,15 @@ from dataclasses import dataclass, replace
 from slurmtorch import shell
 from slurmtorch.protocol import NODE_PROLOGUE_ERR
 from slurmtorch.roles import TRAINING_ROLES
-from slurmtorch.submit.containers import CHARLIECLOUD_ENV, EDF_FILE, InJobFolder, container_args, edf_text, \
+from slurmtorch.submit.launch.containers import CHARLIECLOUD_ENV, EDF_FILE, InJobFolder, container_args, edf_text, \
     job_env_names
-from slurmtorch.submit.mpiflavour import MpiexecLine, mpiexec_line
-from slurmtorch.submit.raycluster import ray_steps
-from slurmtorch.submit.scripttext import InCode, Interpreter, ShellWord
+from slurmtorch.submit.launch.mpiflavour import MpiexecLine, mpiexec_line
+from slurmtorch.submit.launch.raycluster import ray_steps
+from slurmtorch.submit.launch.scripttext import InCode, Interpreter, ShellWord
 from slurmtorch.submit.sites.model import mpi_option
-from slurmtorch.submit.spec import JobSpec, sbatch_line, slurm_pattern_escape
-from slurmtorch.submit.steps import CHECK, JOB, SERVICE, Step
-from slurmtorch.submit.sweeps import sweep_args, sweep_var, trial_folder
+from slurmtorch.submit.launch.spec import JobSpec, sbatch_line, slurm_pattern_escape
+from slurmtorch.submit.launch.steps import CHECK, JOB, SERVICE, Step
+from slurmtorch.submit.launch.sweeps import sweep_args, sweep_var, trial_folder
 
 # Per-rank logs for a launcher without srun's --output patterns: constant `bash -c` text; the job
 # folder, the role's first rank and argv arrive as positional parameters, so no user value is ever

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from slurmtorch import protocol, shell
-from slurmtorch.submit.containers import InJobFolder
+from slurmtorch.submit.launch.containers import InJobFolder
 
 
 class InCode(str):

@@ -1,8 +1,8 @@
 """The launch as data: a job's launch is a tuple of `Step`s, each what runs, on which nodes, with
 which environment prefix, where its output goes and what its end means (pure).
 
-One planner per launch shape builds the tuple (`submit/launchplan.py`; Ray's in
-`submit/raycluster.py`), and one template loop renders it (`templates/_macros.sh.j2`'s `run`):
+One planner per launch shape builds the tuple (`submit/launch/launchplan.py`; Ray's in
+`submit/launch/raycluster.py`), and one template loop renders it (`templates/_macros.sh.j2`'s `run`):
 a new shape is a planner, not a branch in the template. This is TorchX's replicas and
 NeMo-Run's groups, with our quoting (`scripttext`) kept: every word here is unquoted.
 """

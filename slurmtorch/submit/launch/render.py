@@ -17,11 +17,11 @@ import jinja2
 from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.errors import SlurmtorchError, TemplateError
-from slurmtorch.submit.containers import EDF_END, EDF_FILE
+from slurmtorch.submit.launch.containers import EDF_END, EDF_FILE
 from slurmtorch.submit.jobfolder import ownership
-from slurmtorch.submit.launchplan import charliecloud_env, edf, het_headers, plan, trial_cases
-from slurmtorch.submit.scripttext import comment_quote, composed_path, script_join, script_quote
-from slurmtorch.submit.spec import JobSpec
+from slurmtorch.submit.launch.launchplan import charliecloud_env, edf, het_headers, plan, trial_cases
+from slurmtorch.submit.launch.scripttext import comment_quote, composed_path, script_join, script_quote
+from slurmtorch.submit.launch.spec import JobSpec
 
 # A launcher's variables that sbatch (--export=ALL) brings along from the submitting
 # shell, e.g. after a local torchrun: the batch script unsets them, since they would

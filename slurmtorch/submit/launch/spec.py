@@ -19,22 +19,22 @@ from slurmtorch import shell
 from slurmtorch.roles import RoleLayout
 from slurmtorch.backends import MAX_TIMEOUT, timeout_problem
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit.allocation import (account_and_qos, check_limits, check_required_time, node_count, per_node,
-                                          resolve_target, role_layout, time_limit)
+from slurmtorch.submit.launch.allocation import (account_and_qos, check_limits, check_required_time, node_count, per_node,
+                                                 resolve_target, role_layout, time_limit)
 from slurmtorch.submit.sites.model import Container, MpiLaunch, NodeType, Partition, Site, layered_srun_args
-from slurmtorch.submit.environment import PathEdit, job_env
-from slurmtorch.submit.hetjob import HetComponent, components, split_roles
+from slurmtorch.submit.launch.environment import PathEdit, job_env
+from slurmtorch.submit.launch.hetjob import HetComponent, components, split_roles
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
-from slurmtorch.submit.mpiflavour import mpirun_arguments
-from slurmtorch.submit.launcher import (backend_for, check_edf_env, choose_launcher, gpu_order_env, placement_env,
-                                       resolve_containers, script_conventions, srun_mpi_for)
+from slurmtorch.submit.launch.mpiflavour import mpirun_arguments
+from slurmtorch.submit.launch.launcher import (backend_for, check_edf_env, choose_launcher, gpu_order_env, placement_env,
+                                               resolve_containers, script_conventions, srun_mpi_for)
 from slurmtorch.submit.sites.fabric import fabric_directives
-from slurmtorch.submit.options import Options, positive
-from slurmtorch.submit.preemption import check_warning_time, preempt_env, resolve_preemption
-from slurmtorch.submit.raycluster import ray_options
-from slurmtorch.submit.recovery import resolve_restarts
-from slurmtorch.submit.sbatch_options import sbatch_directives, srun_arguments
-from slurmtorch.submit.sweeps import plan_array
+from slurmtorch.submit.launch.options import Options, positive
+from slurmtorch.submit.launch.preemption import check_warning_time, preempt_env, resolve_preemption
+from slurmtorch.submit.launch.raycluster import ray_options
+from slurmtorch.submit.launch.recovery import resolve_restarts
+from slurmtorch.submit.launch.sbatch_options import sbatch_directives, srun_arguments
+from slurmtorch.submit.launch.sweeps import plan_array
 
 _MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # compiled on first use (re's cache): most jobs never need it
 KINDS = ("sbatch", "mpirun")
@@ -128,13 +128,13 @@ class JobSpec:
     snapshot: Snapshot | None = None
     # Run from `slurmtorch alloc`'s shell (`slurmtorch run`), not as a batch job: the shell
     # has the modules and environment, the ranks' output goes to the terminal, and the
-    # first node is reached with srun (launchplan.plan; submit/interactive.py).
+    # first node is reached with srun (launchplan.plan; submit/launch/interactive.py).
     interactive: bool = False
     # `slurmtorch mpirun`: the site's MPI launcher, ranks per node, binding (its `mpirun:` block).
     mpi_launch: MpiLaunch = MpiLaunch()
     # A role job over different resources: one heterogeneous job component per role (hetjob).
     het_components: tuple[HetComponent, ...] = ()
-    # --ray: a Ray cluster in the allocation, the script its driver (submit/raycluster.py).
+    # --ray: a Ray cluster in the allocation, the script its driver (submit/launch/raycluster.py).
     ray: bool = False
 
     @property

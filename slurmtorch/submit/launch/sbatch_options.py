@@ -20,7 +20,7 @@ import re
 from slurmtorch import shell
 from slurmtorch.errors import SpecError, typed
 from slurmtorch.submit.sites.model import NodeType
-from slurmtorch.submit.options import SBATCH_PASSED_ON, Options
+from slurmtorch.submit.launch.options import SBATCH_PASSED_ON, Options
 
 # Options field -> #SBATCH name, for the ones passed on as typed after their check (the table's).
 PASSED_ON = SBATCH_PASSED_ON

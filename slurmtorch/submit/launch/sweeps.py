@@ -12,7 +12,7 @@ import re
 
 from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.options import Options
+from slurmtorch.submit.launch.options import Options
 
 _ARRAY_RE = (r"^(?P<ranges>[0-9]+(?:-[0-9]+(?::[0-9]+)?)?(?:,[0-9]+(?:-[0-9]+(?::[0-9]+)?)?)*)?"
              r"(?:%(?P<limit>[0-9]+))?$")  # compiled on first use

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.options import Options, positive
+from slurmtorch.submit.launch.options import Options, positive
 
 
 class Recovery(NamedTuple):
@@ -41,7 +41,7 @@ def resolve_restarts(o: Options, launcher: str, hetjob: bool, in_container: bool
                             ("--replace-straggler", o.replace_straggler)):
             if value is not None and not (o.ray and flag == "--hang-timeout"):
                 raise SpecError(f"{flag} needs --max-restarts", tip=f"e.g. --max-restarts 3 {flag} {value}")
-        # --ray: how long its cluster may take to form (submit/raycluster.py).
+        # --ray: how long its cluster may take to form (submit/launch/raycluster.py).
         return Recovery(hang_timeout=positive("--hang-timeout", o.hang_timeout) if o.hang_timeout is not None else None)
     restarts = positive("--max-restarts", o.max_restarts, tip="leave it out for a job that ends at its first failure")
     if o.kind != "sbatch":
