@@ -44,8 +44,8 @@ def is_timeout(cause: str) -> bool:
 # A torchrun node's log (node-N.err) whose traceback passed through torchrun's agent itself.
 _AGENT_FRAME_RE = re.compile(r"torch[/.]distributed[/.](run\.py|elastic[/.])")
 NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
-NO_SLURMTORCH = ("its python has no slurmtorch (in a container, the image needs it: pip install slurmtorch in "
-                 "the image, or set the site's container.python to an interpreter that has it)")
+NO_SLURMTORCH = ("its python has no slurmtorch (the site's `python:`, or in a container its `container.python`, "
+                 "must name an interpreter with slurmtorch installed: pip install slurmtorch there)")
 # charliecloud's ch-run could not set the container up (its words: `ch-run[PID]: error: WHAT (file.c:LINE ...)`,
 # ch-run 0.31); the rank never ran. A bind target the read-only image lacks is the common one.
 _CH_RUN_ERROR_RE = re.compile(r"^ch-run\[\d+\]: error: (?P<what>.+?)(?: \([\w.-]+\.c:\d+[^)]*\))?\s*$", re.MULTILINE)
