@@ -10,8 +10,13 @@ import sys
 import time
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap.raynode import say, split_address
-from slurmtorch.bootstrap.rendezvous import wait_listening
+from slurmtorch.bootstrap.rendezvous import split_address, wait_listening
+
+
+def say(line: str) -> None:
+    """A line of the driver's own in batch.out, as raynode's (raynode imports this module, not back)."""
+    sys.stderr.write(f"slurmtorch: {line}\n")
+    sys.stderr.flush()
 
 
 def wait_for_nodes(address: str, nodes: int, deadline: float) -> list[str]:

@@ -54,7 +54,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from slurmtorch import protocol
-from slurmtorch.bootstrap.rendezvous import free_port, host_address, site_address, wait_listening
+from slurmtorch.bootstrap.rendezvous import free_port, host_address, site_address, split_address, wait_listening
 from slurmtorch.errors import BootstrapError
 
 POLL_S = 0.5  # how often a node's raylet is looked at: its death ends the job this much later at most
@@ -116,14 +116,6 @@ def last_line(path: str, tail: int = 4096) -> str:
     except OSError:
         return ""
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
-
-
-def split_address(head: str) -> tuple[str, int]:
-    """HOST:PORT -> (the host's IPv4 address, port)."""
-    host, _, port = head.rpartition(":")
-    if not host or not port.isdigit():
-        raise BootstrapError(f"the Ray head's address {head!r} is not HOST:PORT")
-    return host_address(host), int(port)
 
 
 def session_processes(sid: int | None, temp: str) -> dict[int, str]:

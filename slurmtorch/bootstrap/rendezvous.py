@@ -268,3 +268,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def split_address(head: str) -> tuple[str, int]:
+    """HOST:PORT (a Ray head's, as the batch script names it) -> (the host's IPv4 address, port)."""
+    host, _, port = head.rpartition(":")
+    if not host or not port.isdigit():
+        raise BootstrapError(f"the Ray head's address {head!r} is not HOST:PORT")
+    return host_address(host), int(port)
