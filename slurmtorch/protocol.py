@@ -57,6 +57,10 @@ OMITTED = "SLURMTORCH_OMITTED"  # contract maps left out as too large for one va
 # CLUSTER_SPEC's shapes (`--cluster-spec`, bootstrap.contracts): AI Platform's (master/worker, one
 # entry per rank; the default) and Vertex AI's (workerpool0..3, one entry per replica).
 CLUSTER_SPEC_SHAPES = ("ai-platform", "vertex")
+# How ranks are started, and the container runtimes: named by a site's keys and the CLI's options alike.
+LAUNCHERS = ("srun", "mpirun", "torchrun")
+CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce", "charliecloud")
+CHAIN_RECORD = "chain.json"  # a chain's record, in the folder of each of its parts (launch/chain, jobfolder/cleaning)
 RUN_ID = "SLURMTORCH_RUN_ID"  # the job's run id, the same in every start of it (bootstrap.runid)
 
 # Set by `slurmtorch alloc`'s shell for `slurmtorch run`: the allocation's site and options, as JSON.

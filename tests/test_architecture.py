@@ -139,13 +139,13 @@ FRONT_ENDS = ("slurmtorch.cli", "slurmtorch.api", "slurmtorch.remote")
 # What a front end may take from submit/ besides usecases/: the records and values every side
 # names, each with why. Anything else of submit/ is reached through a use case.
 SHARED_RECORDS = {
-    "slurmtorch.submit.launch.options": "Options: the one table of what a user may ask, which every front end fills",
+    "slurmtorch.options": "Options: the one table of what a user may ask, which every front end fills",
     "slurmtorch.submit.sites.model": "the site model's frozen values (Site, NodeType, names) a front end prints",
-    "slurmtorch.submit.follow.jobstatus": "JobStatus: how a job stands, as a value every front end shows",
-    "slurmtorch.submit.follow.terminaltext": "`visible`: the one filter a job's text passes through to a terminal",
+    "slurmtorch.submit.jobfolder.jobstatus": "JobStatus: how a job stands, as a value every front end shows",
+    "slurmtorch.submit.jobfolder.terminaltext": "`visible`: the one filter a job's text passes through to a terminal",
     "slurmtorch.submit.jobfolder.ownership": "the one check that a folder holding what runs as the user is private",
     "slurmtorch.submit.interrupts": "the one signal policy of a slurmtorch process (held until a step is done)",
-    "slurmtorch.submit.launch.inputs": "what a path the user typed is, said in one line",
+    "slurmtorch.inputs": "what a path the user typed is, said in one line",
     "slurmtorch.submit.sites.safe_yaml": "the one safe YAML reader (the clusters file is read with it too)",
     "slurmtorch.submit.sites.values": "the one validator of a YAML file's values (the clusters file's too)",
     "slurmtorch.submit.jobfolder.snapshot": "Snapshot: which copy of the code a job runs, on the laptop as here",
@@ -183,7 +183,7 @@ def room(module: str, house: str) -> str:
     return ".".join(module.split(".")[:len(house.split(".")) + 1])
 
 
-@pytest.mark.parametrize("house", ["slurmtorch"])
+@pytest.mark.parametrize("house", ["slurmtorch", "slurmtorch.submit", "slurmtorch.bootstrap"])
 def test_no_circle_between_packages_lazy_imports_included(house):
     graph: dict[str, set[str]] = {}
     for p in MODULES:

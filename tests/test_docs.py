@@ -143,7 +143,7 @@ def test_the_python_api_doc_gives_the_codes_signatures_and_every_keyword():
     the code's, and each scheduler option the Distributor takes is named there."""
     from slurmtorch.api.distributor import Distributor, Job
     from slurmtorch.bootstrap.runner import init
-    from slurmtorch.submit.launch.options import API_KEYWORDS
+    from slurmtorch.options import API_KEYWORDS
 
     text = " ".join((REPO / "docs" / "python-api.md").read_text().split())
     for shown in (python_signature("Distributor", Distributor.__init__), python_signature("job.wait", Job.wait),

@@ -10,7 +10,7 @@ import pytest
 
 from slurmtorch import events, rankfiles
 from slurmtorch.rankfiles import RankStacks
-from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus, TrialStatus
 from slurmtorch.submit.jobfolder.stacks import Silent
 from slurmtorch.usecases import records, story
 

@@ -43,7 +43,7 @@ from slurmtorch.api.payload import prepare
 from slurmtorch.usecases.runfolder import create_run_folder, run_folder_error
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import SpecError, typed
-from slurmtorch.submit.launch.options import API_KEYWORDS
+from slurmtorch.options import API_KEYWORDS
 from slurmtorch.usecases import distribute as distributing
 from slurmtorch.usecases import launch
 

@@ -22,7 +22,7 @@ from slurmtorch.usecases.handles import Handle
 from slurmtorch.usecases.runfolder import ENDED, close_run_folder
 from slurmtorch.bootstrap import runfn
 from slurmtorch.errors import JobFailed, RemoteError, SlurmtorchError, SpecError
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 
 
 JSON_CAP = 256 << 20  # a JSON answer is plain data, read bounded: a summary, not a model's weights

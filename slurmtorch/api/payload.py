@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtorch.errors import SlurmtorchError, SpecError
-from slurmtorch.submit.launch.options import split_script
+from slurmtorch.options import split_script
 
 
 def prepare(target: Any, args: tuple, kwargs: dict) -> tuple[dict, bytes | None, str]:

@@ -20,7 +20,7 @@ except ImportError:  # pragma: no cover - click 8.0/8.1
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 
 _FIELDS = {f.name: f for f in fields(Options)}
 
@@ -50,7 +50,7 @@ def cli_type(name: str) -> Any:
     the table lacks, is refused here, when a verb is declared, by name and with the fix."""
     f = _FIELDS.get(name)
     if f is None or "flags" not in f.metadata:
-        raise TypeError(f"Options.{name} is not a CLI option: declare it in submit/launch/options.py with _flag(...)")
+        raise TypeError(f"Options.{name} is not a CLI option: declare it in options.py with _flag(...)")
     if f.type not in _CLI_TYPES:
         raise TypeError(f"Options.{name} is {f.type!r}, which has no CLI type: add it to _CLI_TYPES in "
                         f"{__name__} (known: {', '.join(_CLI_TYPES)})")

@@ -10,7 +10,7 @@ import typer
 
 from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
 from slurmtorch.cli.sbatch import SBATCH_OPTIONS
-from slurmtorch.submit.launch.options import INTERACTIVE_JOB_NAME, split_script
+from slurmtorch.options import INTERACTIVE_JOB_NAME, split_script
 
 # sbatch's options less those only a batch job has (requeueing, arrays and sweeps, the
 # restart supervisor, roles' separate steps, containers) and the program (`slurmtorch run`'s).

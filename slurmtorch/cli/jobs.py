@@ -11,7 +11,7 @@ import typer
 
 from slurmtorch.cli._common import cluster_option, on_cluster
 from slurmtorch.errors import SubmitError
-from slurmtorch.submit.follow.terminaltext import visible
+from slurmtorch.submit.jobfolder.terminaltext import visible
 from slurmtorch.usecases import cancel as cancelling
 from slurmtorch.usecases import logs as logging
 from slurmtorch.usecases import stacks as asking

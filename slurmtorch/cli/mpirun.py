@@ -10,7 +10,7 @@ import typer
 
 from slurmtorch.cli._common import options, program_args, provenance, with_options
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.launch.options import split_script
+from slurmtorch.options import split_script
 
 
 # The `Options` fields this verb offers (flags, help and type live there); the others are its own.

@@ -13,7 +13,7 @@ import typer
 from slurmtorch import errors
 from slurmtorch.cli._common import cluster_option, options, program_args, provenance, with_options
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.launch.options import split_script
+from slurmtorch.options import split_script
 
 
 # The `Options` fields this verb offers, in --help's order: flags, help and type live there.

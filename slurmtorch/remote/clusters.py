@@ -20,7 +20,7 @@ from typing import Any
 
 from slurmtorch import protocol
 from slurmtorch.errors import ClusterError
-from slurmtorch.submit.launch.inputs import file_problem
+from slurmtorch.inputs import file_problem
 from slurmtorch.submit.sites.model import NAME_RE as SITE_NAME_RE, NAME_TIP, valid_tip
 from slurmtorch.submit.sites.safe_yaml import Kind, read_document, type_name
 from slurmtorch.submit.sites.values import Stop, Validator

@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass
 
 from slurmtorch.errors import ClusterError, SlurmtorchError, SpecError, SubmitError
-from slurmtorch.submit.follow.jobstatus import TERMINAL_STATES
+from slurmtorch.submit.jobfolder.jobstatus import TERMINAL_STATES
 
 NAMED = 20  # .git folders and links named in the answer, at most; the rest counted
 SCAN_MAX = 200_000  # entries looked at for them, at most

@@ -21,10 +21,10 @@ from slurmtorch import readback
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit.launch import chain as core
 from slurmtorch.submit.launch.chain import Part, PartEnd, RecordedPart
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 from slurmtorch.submit.follow.waiting import StoppedWaiting
 from slurmtorch.submit.jobfolder import jobdir
-from slurmtorch.submit.launch.options import Options, split_script
+from slurmtorch.options import Options, split_script
 from slurmtorch.usecases import launch
 
 # The job id a dry run gives the part before (no Slurm job has id 0).

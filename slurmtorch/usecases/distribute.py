@@ -20,7 +20,7 @@ from slurmtorch import protocol
 from slurmtorch.submit.launch import spec as specmod
 from slurmtorch.submit.launch.allocation import resolve_target
 from slurmtorch.submit.jobfolder import jobdir, localrun
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
 from slurmtorch.submit.launch.spec import JobSpec, job_record
 from slurmtorch.usecases import launch

@@ -23,7 +23,7 @@ from slurmtorch.submit.launch import spec
 from slurmtorch.submit.edge import runner
 from slurmtorch.submit.launch.environment import composed, expanded
 from slurmtorch.submit.launch.launchplan import allocation_check_step
-from slurmtorch.submit.launch.options import Options, positive
+from slurmtorch.options import Options, positive
 from slurmtorch.submit.sites.model import parse_time
 
 

@@ -21,7 +21,7 @@ from slurmtorch import readback
 from slurmtorch.bootstrap.runfn import META
 from slurmtorch.errors import SlurmtorchError, SpecError, SubmitError, typed
 from slurmtorch.submit.edge import local, queries, scancel
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 from slurmtorch.submit.follow.watch import WATCH
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.submit.follow.statusline import StatusLine

@@ -24,7 +24,7 @@ from slurmtorch.submit.launch.environment import composed, expanded
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.launch.mpiflavour import ROOT_NOTE, launcher_missing, launcher_places, mpiexec_line, root_allowance
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.sites.model import SELF_PLACING_FLAVOURS, Site
 from slurmtorch.submit.launch.spec import JobSpec
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from slurmtorch.rankfiles import LiveSample, RankStacks
-from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus, TrialStatus
 from slurmtorch.submit.jobfolder import codecopy, jobdir
 from slurmtorch.submit.jobfolder.stacks import Silent
 from slurmtorch.submit.jobfolder.story import VERSION, cleaned_line

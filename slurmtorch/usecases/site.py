@@ -16,7 +16,7 @@ from pathlib import Path
 from slurmtorch import protocol, resources, shell
 from slurmtorch.errors import SiteError, typed
 from slurmtorch.submit import sites
-from slurmtorch.submit.launch.inputs import file_problem
+from slurmtorch.inputs import file_problem
 from slurmtorch.submit.sites.fabric import CURRENT_EDITION, EDITION_NOTES, EDITIONS
 
 

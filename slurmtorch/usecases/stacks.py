@@ -18,7 +18,7 @@ from slurmtorch import protocol
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.edge import scancel, srun
 from slurmtorch.submit.follow import stackrequest
-from slurmtorch.submit.follow.terminaltext import visible
+from slurmtorch.submit.jobfolder.terminaltext import visible
 from slurmtorch.submit.jobfolder import flightdump, jobdir, localrun
 from slurmtorch.submit.jobfolder.stacks import detail_lines, native_notes, summary_lines
 from slurmtorch.usecases import records

@@ -17,8 +17,8 @@ from slurmtorch import readback
 from slurmtorch.errors import SubmitError
 from slurmtorch.submit.launch import chain as core
 from slurmtorch.submit.edge import queries
-from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus, clock
-from slurmtorch.submit.follow.terminaltext import visible
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus, TrialStatus, clock
+from slurmtorch.submit.jobfolder.terminaltext import visible
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines
 from slurmtorch.usecases import records, story

@@ -17,7 +17,7 @@ from pathlib import Path
 from slurmtorch import events, rankfiles
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.follow import live
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 from slurmtorch.submit.jobfolder import codecopy, jobdir, snapshot
 from slurmtorch.submit.jobfolder.failures import RankFailure
 from slurmtorch.submit.jobfolder.report import exit_code, failure_lines, restart_lines

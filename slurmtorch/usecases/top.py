@@ -15,7 +15,7 @@ from slurmtorch.errors import SubmitError, typed
 from slurmtorch.rankfiles import LiveSample
 from slurmtorch.submit.edge import queries
 from slurmtorch.submit.follow import live
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.story import Story
 from slurmtorch.usecases import records, story

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch import resources
-from slurmtorch.submit.follow.jobstatus import SQUEUE_FORMAT
+from slurmtorch.submit.jobfolder.jobstatus import SQUEUE_FORMAT
 
 from helpers import st
 
@@ -212,7 +212,7 @@ def test_a_job_slurm_forgot_without_an_exit_code_is_done_and_wait_ends(tmp_path,
     """Cancelled while pending, timed out, lost with its node: no exit-code, and once
     squeue forgets it, only its folder is left. Waiting must end there."""
     from slurmtorch.submit.edge import queries
-    from slurmtorch.submit.follow import jobstatus
+    from slurmtorch.submit.jobfolder import jobstatus
     from slurmtorch.submit.follow import waiting
     from slurmtorch.submit.follow.watch import Watch
 
@@ -344,7 +344,7 @@ def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
     """A job folder as `slurmtorch sbatch` leaves it: script.sh and job.json (spec.job_record)."""
     from slurmtorch.submit.launch import render, spec
     from slurmtorch.submit import sites
-    from slurmtorch.submit.launch.options import Options
+    from slurmtorch.options import Options
 
     job = spec.build_spec(sites.load_site("testbed"), Options(
         script="/home/user/t.py", launcher="torchrun", nodes=nodes, ntasks_per_node=per_node,
@@ -465,7 +465,7 @@ def test_logs_of_a_torchrun_job_are_asked_by_node(tmp_path):
 
 
 def test_squeue_lines_are_parsed_per_job_and_array_task():
-    from slurmtorch.submit.follow.jobstatus import parse_squeue
+    from slurmtorch.submit.jobfolder.jobstatus import parse_squeue
 
     text = ("123_0|RUNNING|None|node1|2026-11-24T20:00:00|2026-11-24T20:00:05|ann\n"
             "123_1|PENDING|Resources||2026-11-24T20:00:00|N/A|ann\n"

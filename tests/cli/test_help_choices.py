@@ -22,7 +22,7 @@ from slurmtorch.cli.main import _VERBS, build_app
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.protocol import CLUSTER_SPEC_SHAPES, PLACEMENTS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.launch.options import CONTAINER_RUNTIMES, INTERACTIVE_JOB_NAME, LAUNCHERS
+from slurmtorch.options import CONTAINER_RUNTIMES, INTERACTIVE_JOB_NAME, LAUNCHERS
 
 import test_program_args
 

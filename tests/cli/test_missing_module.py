@@ -64,7 +64,7 @@ def test_the_look_up_is_skipped_where_the_job_runs_another_python_than_this_host
 
 
 def options_of(**kw):
-    from slurmtorch.submit.launch.options import Options
+    from slurmtorch.options import Options
 
     return Options(python=sys.executable, job_root="/tmp/jobs", **kw)
 

@@ -51,7 +51,7 @@ def test_every_front_end_reads_its_options_off_the_one_table():
     from slurmtorch.api import distributor
     from slurmtorch.cli.sbatch import SBATCH_OPTIONS
     from slurmtorch.submit.launch import sbatch_options
-    from slurmtorch.submit.launch.options import API_KEYWORDS, SBATCH_PASSED_ON, Options
+    from slurmtorch.options import API_KEYWORDS, SBATCH_PASSED_ON, Options
 
     names = {f.name for f in fields(Options)}
     assert sbatch_options.PASSED_ON is SBATCH_PASSED_ON and distributor.SCHEDULER_OPTIONS is API_KEYWORDS

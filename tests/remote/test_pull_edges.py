@@ -15,7 +15,7 @@ from slurmtorch.errors import ClusterError, SpecError, SubmitError
 from slurmtorch.remote import placing, pullsource
 from slurmtorch.remote.ledger import Placed
 from slurmtorch.remote.pullplan import DIR, DIRLINK, FILE, LINK, MISSING, plan
-from slurmtorch.submit.follow.jobstatus import scontrol_record
+from slurmtorch.submit.jobfolder.jobstatus import scontrol_record
 
 # --------------------------------------------------------------------------- the cluster side
 

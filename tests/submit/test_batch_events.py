@@ -13,7 +13,7 @@ import subprocess
 from slurmtorch import events
 from slurmtorch.submit import sites
 from slurmtorch.submit.jobfolder import story
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.spec import build_spec
 from helpers import as_run, wait_for
 

@@ -14,7 +14,7 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.launch import render
 from slurmtorch.submit import sites
 from slurmtorch.submit.launch.containers import edf_text, literal, toml_string
-from slurmtorch.submit.launch.sbatch_options import SRUN_REFUSED, option_problem
+from slurmtorch.submit.sites.slurmoptions import SRUN_REFUSED, option_problem
 from slurmtorch.submit.launch.spec import build_spec
 
 from helpers import as_run

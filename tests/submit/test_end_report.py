@@ -117,7 +117,7 @@ def test_without_a_primary_failure_the_first_rank_reported_is_the_one_whose_log_
 
 def test_the_sweep_table_keeps_the_end_of_each_trials_last_line():
     """Issue 44: the table cut rank 0's last line at 40 characters, so the loss at its end was lost."""
-    from slurmtorch.submit.follow.jobstatus import JobStatus, TrialStatus
+    from slurmtorch.submit.jobfolder.jobstatus import JobStatus, TrialStatus
 
     done = JobStatus("42_0", "COMPLETED", 0, started=100.0, ended=112.0)
     said = "trained on 4 ranks across nodes node1,node2,node3,node4 final loss 0.0123 (local rank 0)"

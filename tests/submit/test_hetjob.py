@@ -19,7 +19,7 @@ from slurmtorch.roles import RoleItem, parse_role_item, parse_roles
 from slurmtorch.submit import sites
 from slurmtorch.submit.launch import render
 from slurmtorch import protocol
-from slurmtorch.submit.follow.jobstatus import parse_squeue
+from slurmtorch.submit.jobfolder.jobstatus import parse_squeue
 from slurmtorch.submit.jobfolder.report import failure_report
 from slurmtorch.submit.launch.spec import build_spec
 

@@ -9,7 +9,7 @@ import pytest
 from slurmtorch.cli.main import main
 from slurmtorch.errors import LimitError
 from slurmtorch.submit import sites
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.spec import build_spec
 
 

@@ -19,7 +19,7 @@ from slurmtorch.errors import SiteError, SpecError
 from slurmtorch.submit import sites
 from slurmtorch.submit.launch import launchplan, render
 from slurmtorch.submit.launch.mpiflavour import mpiexec_line
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.sites.model import MpiLaunch
 from slurmtorch.submit.launch.spec import build_spec
 

@@ -12,7 +12,7 @@ from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit import sites
 from slurmtorch.submit.launch import render
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.spec import build_spec
 
 SITE = """\

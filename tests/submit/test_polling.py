@@ -10,7 +10,7 @@ import pytest
 
 from slurmtorch.submit.follow import polling
 from slurmtorch.submit.jobfolder.failures import parse_failures, srun_exit_code
-from slurmtorch.submit.follow.jobstatus import JobStatus, clock, slurm_time
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus, clock, slurm_time
 from slurmtorch.submit.follow.polling import Backoff
 from slurmtorch.submit.jobfolder.report import exit_code
 from slurmtorch.usecases import story

@@ -21,7 +21,7 @@ from slurmtorch import protocol, resources
 from slurmtorch import shell
 from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, TemplateError
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.spec import build_spec
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -17,7 +17,7 @@ from slurmtorch.submit.batchnode.batchwatch import parse_args as watch_args
 from slurmtorch.submit.jobfolder.batchlines import latest_start, step_refusal
 from slurmtorch.submit.jobfolder.failures import RankFailure, parse_failures
 from slurmtorch.submit.jobfolder.heartbeats import Beat, all_waiting, hung_ranks, interval_for, parse_beat
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.recovery import Recovery, resolve_restarts
 from slurmtorch.roles import parse_roles
 from slurmtorch.submit.batchnode.restarts import (RestartState, Verdict, batch_node_lost, blame, dead_nodes, decide,

@@ -183,7 +183,7 @@ def test_array_bounds_are_checked_before_the_indices_are_expanded():
 
 
 def test_a_sweep_grid_past_the_array_limit_is_refused_before_it_is_built():
-    from slurmtorch.submit.launch.options import Options
+    from slurmtorch.options import Options
     from slurmtorch.submit.launch.sweeps import plan_array
 
     values = ",".join(str(v) for v in range(100))
@@ -195,7 +195,7 @@ def test_a_sweep_grid_past_the_array_limit_is_refused_before_it_is_built():
 def test_a_site_with_a_larger_max_array_size_takes_arrays_up_to_it_and_says_so_past_it(tmp_path):
     """Slurm's MaxArraySize is the cluster's (slurm.conf(5): default 1001, at most 4000001):
     a site that raised it says so in max_array_size, and the limit is its own."""
-    from slurmtorch.submit.launch.options import Options
+    from slurmtorch.options import Options
 
     (tmp_path / "big.yaml").write_text("extends: testbed\nmax_array_size: 10001\n")
     big = sites.load_site(str(tmp_path / "big.yaml"))
@@ -214,7 +214,7 @@ def test_a_site_with_a_larger_max_array_size_takes_arrays_up_to_it_and_says_so_p
 def test_a_cluster_without_job_arrays_says_so_for_array_and_sweep(tmp_path, asked):
     """Issue 44: `max_array_size: 0` (Slurm's MaxArraySize=0: no job arrays) with `--array 0-3`
     said "--sweep is a grid of 1 trials", of a sweep never asked for."""
-    from slurmtorch.submit.launch.options import Options
+    from slurmtorch.options import Options
 
     (tmp_path / "none.yaml").write_text("extends: testbed\nmax_array_size: 0\n")
     with pytest.raises(SpecError) as e:

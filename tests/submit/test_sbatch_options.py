@@ -10,9 +10,9 @@ import pytest
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.launch import launchplan, render
 from slurmtorch.submit import sites
-from slurmtorch.submit.launch.options import Options
-from slurmtorch.submit.launch.sbatch_options import (check_begin, check_dependency, check_gres, check_mail_type,
-                                                     escape_hatch, megabytes, SBATCH_REFUSED)
+from slurmtorch.options import Options
+from slurmtorch.submit.launch.sbatch_options import check_begin, check_dependency, check_gres, check_mail_type, megabytes
+from slurmtorch.submit.sites.slurmoptions import escape_hatch, SBATCH_REFUSED
 from slurmtorch.submit.launch.spec import build_spec
 
 

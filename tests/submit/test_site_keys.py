@@ -20,7 +20,7 @@ from slurmtorch.errors import SiteError, SpecError
 from slurmtorch.submit.launch import interactive, launchplan, render
 from slurmtorch.submit import sites
 from slurmtorch.submit.launch.environment import composed
-from slurmtorch.submit.launch.sbatch_options import SRUN_REFUSED
+from slurmtorch.submit.sites.slurmoptions import SRUN_REFUSED
 from slurmtorch.submit.launch.spec import build_spec
 
 from test_render import bash_syntax_ok, check_golden, golden_options

@@ -388,7 +388,7 @@ def test_the_snapshot_says_which_repositories_it_took_by_their_own_rules(tmp_pat
 
 
 def test_a_sweep_trials_working_folder_is_told_by_the_names_slurmtorch_gives_them():
-    from slurmtorch.submit.launch.sweeps import trial_folder
+    from slurmtorch.submit.jobfolder.trialfolders import trial_folder
 
     for params in [(), (("lr", "1e-3"), ("bs", "32")), (("opt", "it's $x"),), (("long", "v" * 200),)]:
         assert snapshot.in_trials(f"trials/{trial_folder(3, params)}/ckpt.pt"), params

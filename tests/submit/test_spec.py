@@ -10,7 +10,7 @@ from slurmtorch import resources
 from slurmtorch.submit import sites
 from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.submit.launch.environment import parse_env
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.render import render_sbatch
 from slurmtorch.submit.sites.model import BATCH_MPIRUN_FLAVOURS
 from slurmtorch.submit.launch.spec import build_spec, sbatch_line

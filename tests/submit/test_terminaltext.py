@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from slurmtorch.submit.follow.tail import Tail
-from slurmtorch.submit.follow.terminaltext import Redraws, final_text, visible
+from slurmtorch.submit.jobfolder.terminaltext import Redraws, final_text, visible
 
 NESTED_BARS = """
 import sys

@@ -20,7 +20,7 @@ from slurmtorch.submit.edge import git as edge_git
 from slurmtorch.submit.jobfolder import codecopy, snapshot
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
 from slurmtorch.submit.launch.spec import build_spec
-from slurmtorch.submit.launch.sweeps import MAX_FOLDER_NAME, trial_folder
+from slurmtorch.submit.jobfolder.trialfolders import MAX_FOLDER_NAME, trial_folder
 
 from test_render import bash_syntax_ok, golden_options
 

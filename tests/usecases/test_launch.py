@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.usecases import launch
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 from slurmtorch import events
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.edge.runner import Runner, run
-from slurmtorch.submit.follow.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, TrialStatus,
+from slurmtorch.submit.jobfolder.jobstatus import (SQUEUE_FORMAT, TERMINAL_STATES, JobStatus, SqueueRow, TrialStatus,
                                                 parse_squeue, scontrol_exit, scontrol_fields,
                                                 scontrol_record)
 from slurmtorch.submit.jobfolder import jobdir, story

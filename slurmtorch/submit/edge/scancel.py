@@ -9,7 +9,7 @@ from slurmtorch import protocol
 from slurmtorch.errors import SubmitError, typed
 from slurmtorch.submit.edge.queries import live_job
 from slurmtorch.submit.edge.runner import Runner, run
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 
 
 def cancel(job_id: str, *, runner: Runner = run) -> JobStatus:

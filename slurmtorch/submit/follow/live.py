@@ -17,8 +17,8 @@ from pathlib import Path
 from slurmtorch import protocol, rankfiles, readback
 from slurmtorch.pace import pace, slowest
 from slurmtorch.rankfiles import LiveSample
-from slurmtorch.submit.follow.jobstatus import clock
-from slurmtorch.submit.follow.terminaltext import visible
+from slurmtorch.submit.jobfolder.jobstatus import clock
+from slurmtorch.submit.jobfolder.terminaltext import visible
 
 
 SHORT_S = 60  # a run this short, without steps, gets no end line

@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import IO
 
-from slurmtorch.submit.follow.jobstatus import JobStatus
-from slurmtorch.submit.follow.terminaltext import visible
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.terminaltext import visible
 
 _CLEAR = "\r\x1b[K"
 

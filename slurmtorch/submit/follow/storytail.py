@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from slurmtorch import events
-from slurmtorch.submit.follow.terminaltext import visible
+from slurmtorch.submit.jobfolder.terminaltext import visible
 from slurmtorch.submit.jobfolder.story import fold
 
 

@@ -20,7 +20,7 @@ from typing import IO
 
 from slurmtorch import readback
 from slurmtorch.submit.follow.statusline import is_terminal
-from slurmtorch.submit.follow.terminaltext import Redraws, visible
+from slurmtorch.submit.jobfolder.terminaltext import Redraws, visible
 
 _CLEAR = "\r\x1b[K"  # ours: the live line taken away
 

@@ -23,7 +23,7 @@ from slurmtorch.errors import SlurmtorchError, typed
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.edge import queries, scancel
 from slurmtorch.submit.interrupts import stops_as_interrupts
-from slurmtorch.submit.follow.jobstatus import JobStatus, exit_code_of
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus, exit_code_of
 from slurmtorch.submit.follow.polling import Backoff
 from slurmtorch.submit.jobfolder.report import failure_lines, last_line, sweep_table
 from slurmtorch.submit.follow.statusline import StatusLine

@@ -20,7 +20,7 @@ from typing import Any
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.edge import queries
 from slurmtorch.submit.edge.runner import Runner
-from slurmtorch.submit.follow.jobstatus import JobStatus
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus
 from slurmtorch.submit.follow.polling import Backoff
 
 

@@ -33,7 +33,6 @@ from pathlib import Path
 
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.launch.chain import RECORD
 from slurmtorch.submit.jobfolder.tombstone import is_tombstone
 
 DEFAULT_AGE = "30d"
@@ -151,7 +150,7 @@ def kept_line(kept: dict[str, int], age: str) -> str:
 def _chain_ids(folder: Path) -> tuple[str, ...]:
     """The job ids of the chain this folder's job is a part of (its chain.json), () if none
     or not readable as one."""
-    record = _small_json(folder / RECORD)
+    record = _small_json(folder / protocol.CHAIN_RECORD)
     parts = record.get("parts") if isinstance(record, dict) else None
     return tuple(str(p["job_id"]) for p in parts if isinstance(p, dict) and str(p.get("job_id", "")).isdigit()) \
         if isinstance(parts, list) else ()

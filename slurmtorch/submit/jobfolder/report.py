@@ -19,8 +19,8 @@ from slurmtorch.errors import BootstrapError, typed
 from slurmtorch.protocol import parse_summary
 from slurmtorch.rankfiles import parse_stacks
 from slurmtorch.roles import RoleLayout, parse_roles
-from slurmtorch.submit.follow.jobstatus import JobStatus, clock, exit_code_of
-from slurmtorch.submit.follow.terminaltext import final_text, visible
+from slurmtorch.submit.jobfolder.jobstatus import JobStatus, clock, exit_code_of
+from slurmtorch.submit.jobfolder.terminaltext import final_text, visible
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.codecopy import read_record
 from slurmtorch.submit.jobfolder.batchlines import batch_failures, latest_start, ran_out_of_time

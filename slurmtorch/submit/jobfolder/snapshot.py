@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurmtorch.errors import SpecError, SubmitError
-from slurmtorch.submit.launch.sweeps import is_trial_folder
+from slurmtorch.submit.jobfolder.trialfolders import is_trial_folder
 
 SETTING = "SLURMTORCH_SNAPSHOT"  # off (0, no, false): run in place unless --snapshot is given
 LIMIT_SETTING = "SLURMTORCH_SNAPSHOT_MAX_MB"

@@ -17,7 +17,7 @@ from typing import Any
 from slurmtorch.errors import BootstrapError, LimitError, SpecError
 from slurmtorch.roles import RoleLayout, parse_roles
 from slurmtorch.submit.sites.model import NodeType, Partition, Site, parse_time
-from slurmtorch.submit.launch.options import Options, positive
+from slurmtorch.options import Options, positive
 
 
 def resolve_target(site: Site, o: Options) -> tuple[dict[str, Any], Partition, NodeType]:

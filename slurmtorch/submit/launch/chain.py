@@ -31,8 +31,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from slurmtorch import protocol
 from slurmtorch.errors import SpecError, SubmitError, typed
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 
 AFTER = ("ok", "any", "singleton")
 KILL_ON_INVALID_DEP = "--kill-on-invalid-dep=yes"
@@ -45,7 +46,7 @@ _OPTION_TYPES = {f.name: f.type for f in fields(Options)}
 # A part's name is how the report and `--dependency` messages name it: a word, no shell in it.
 _NAME_RE = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
 # The chain's record, in every part's job folder (written while every part is still held).
-RECORD = "chain.json"
+RECORD = protocol.CHAIN_RECORD
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from slurmtorch import protocol, shell
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.sites.model import NodeType, Partition, PathMap, Site
 from slurmtorch.submit.sites.fabric import INTERFACES_ONLY, fabric_env
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 
 # (NAME, dirs before the inherited value, dirs after it): exported as
 # front:$NAME:back, with the ':' beside $NAME only when NAME is set and not empty.

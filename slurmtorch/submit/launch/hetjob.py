@@ -22,7 +22,7 @@ from slurmtorch.errors import BootstrapError, SpecError
 from slurmtorch.roles import LEADER_ROLES, RoleLayout, parse_role_item
 from slurmtorch.submit.launch.allocation import account_and_qos, check_limits, check_role_total, per_node, time_limit
 from slurmtorch.submit.launch.environment import job_env
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
 
 

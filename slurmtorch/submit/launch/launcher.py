@@ -18,7 +18,7 @@ from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import ShellSafetyError, SpecError
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.roles import ROLE_ORDER, RoleLayout
-from slurmtorch.submit.launch.options import CONTAINER_RUNTIMES, LAUNCHERS, Options
+from slurmtorch.options import CONTAINER_RUNTIMES, LAUNCHERS, Options
 from slurmtorch.submit.sites.model import (BATCH_MPIRUN_FLAVOURS, SRUN_RUNTIMES, Container, NodeType, Partition,
                                            Site)
 

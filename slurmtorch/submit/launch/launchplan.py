@@ -26,7 +26,8 @@ from slurmtorch.submit.launch.scripttext import InCode, Interpreter, ShellWord
 from slurmtorch.submit.sites.model import mpi_option
 from slurmtorch.submit.launch.spec import JobSpec, sbatch_line, slurm_pattern_escape
 from slurmtorch.submit.launch.steps import CHECK, JOB, SERVICE, Step
-from slurmtorch.submit.launch.sweeps import sweep_args, sweep_var, trial_folder
+from slurmtorch.submit.jobfolder.trialfolders import trial_folder
+from slurmtorch.submit.launch.sweeps import sweep_args, sweep_var
 
 # Per-rank logs for a launcher without srun's --output patterns: constant `bash -c` text; the job
 # folder, the role's first rank and argv arrive as positional parameters, so no user value is ever

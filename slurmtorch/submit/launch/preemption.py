@@ -13,7 +13,7 @@ from typing import Any
 from slurmtorch import protocol
 from slurmtorch.errors import SpecError
 from slurmtorch.submit.sites.model import parse_time
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 
 # Signals a rank can catch and survive by default action (KILL/STOP cannot be caught).
 # Not TERM: scancel and the time limit send TERM to every task too, so a handler that

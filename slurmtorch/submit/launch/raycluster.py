@@ -33,7 +33,7 @@ from slurmtorch.errors import BootstrapError, SpecError
 from slurmtorch.roles import RoleItem, parse_role_item
 from slurmtorch.submit.launch.containers import container_args
 from slurmtorch.submit.launch.hetjob import HetComponent
-from slurmtorch.submit.launch.options import Options
+from slurmtorch.options import Options
 from slurmtorch.submit.launch.scripttext import InCode, Interpreter, ShellWord
 from slurmtorch.submit.launch.steps import CLEANUP, VITAL, Step
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from slurmtorch.errors import SpecError
-from slurmtorch.submit.launch.options import Options, positive
+from slurmtorch.options import Options, positive
 
 
 class Recovery(NamedTuple):

@@ -29,7 +29,7 @@ from slurmtorch.submit.launch.mpiflavour import mpirun_arguments
 from slurmtorch.submit.launch.launcher import (backend_for, check_edf_env, choose_launcher, gpu_order_env, placement_env,
                                                resolve_containers, script_conventions, srun_mpi_for)
 from slurmtorch.submit.sites.fabric import fabric_directives
-from slurmtorch.submit.launch.options import Options, positive
+from slurmtorch.options import Options, positive
 from slurmtorch.submit.launch.preemption import check_warning_time, preempt_env, resolve_preemption
 from slurmtorch.submit.launch.raycluster import ray_options
 from slurmtorch.submit.launch.recovery import resolve_restarts

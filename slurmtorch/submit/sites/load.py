@@ -16,7 +16,7 @@ from typing import Any
 from slurmtorch import resources, shell
 from slurmtorch.errors import SiteError, SpecError, typed
 from slurmtorch.submit.sites.model import NAME_RE, NAME_TIP, Site, SrunRemoval, valid_tip
-from slurmtorch.submit.launch.inputs import file_problem
+from slurmtorch.inputs import file_problem
 from slurmtorch.submit.sites.rules import validate
 from slurmtorch.submit.sites.safe_yaml import Marked, deep_merge, read_yaml, where
 

@@ -14,7 +14,7 @@ from slurmtorch.errors import SpecError
 from slurmtorch.submit.sites.fabric import FULL, INTERFACES_ONLY, fabric_directives, fabric_env
 
 # A site's `launcher:` and `container.runtime:` take what the CLI offers: LAUNCHERS and
-# CONTAINER_RUNTIMES in submit/launch/options.py, which --help lists without loading this package.
+# CONTAINER_RUNTIMES in options.py, which --help lists without loading this package.
 # srun --mpi plugins (https://slurm.schedmd.com/mpi_guide.html); cray_shasta is Slurm's plugin
 # for the Cray PMI that Cray MPICH uses on HPE Cray EX systems. A site may name another
 # plugin its Slurm has (`srun --mpi=list`: pmix_v4, ...); `none` (NO_MPI_OPTION) writes no

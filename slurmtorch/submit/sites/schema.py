@@ -12,7 +12,7 @@ from slurmtorch.backends import BACKENDS
 from slurmtorch.localrank import LOCAL_RANK_FORMS
 from slurmtorch.protocol import PLACEMENTS
 from slurmtorch.roles import ROLE_ORDER
-from slurmtorch.submit.launch.options import CONTAINER_RUNTIMES, LAUNCHERS
+from slurmtorch.protocol import CONTAINER_RUNTIMES, LAUNCHERS
 from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, APPTAINER_COMMANDS, APPTAINER_SUBCOMMANDS, CPU_BINDS,
                                            GPU_ORDERS, GPU_REQUESTS, GPU_VENDORS, MPI_FLAVOURS, MPI_PLUGINS)
 from slurmtorch.submit.sites.fabric import FABRIC_ENV_MODES, FABRICS

@@ -21,7 +21,7 @@ from slurmtorch.limits import MAX_ENV_STRING, fits_env
 from slurmtorch.roles import ROLE_ORDER
 from slurmtorch.submit.sites.model import (ANNOTATION_KEY_RE, MPI_PLUGIN_RE, MPI_PLUGINS, NO_MPI_OPTION, SrunRemoval,
                                            parse_time, valid_tip)
-from slurmtorch.submit.launch.sbatch_options import SRUN_REFUSED, option_problem, site_directive_problem
+from slurmtorch.submit.sites.slurmoptions import SRUN_REFUSED, option_problem, site_directive_problem
 from slurmtorch.submit.sites.safe_yaml import Marked, type_name, where
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"  # shell.env_name's pattern; re's cache compiles it once

@@ -19,14 +19,12 @@ from slurmtorch import initargs
 from slurmtorch.backends import BACKENDS
 from slurmtorch.errors import SpecError, typed
 from slurmtorch.localrank import LOCAL_RANK_FORMS
-from slurmtorch.protocol import CLUSTER_SPEC_SHAPES, PLACEMENTS
-from slurmtorch.submit.launch.inputs import file_problem
+from slurmtorch.protocol import CLUSTER_SPEC_SHAPES, CONTAINER_RUNTIMES, LAUNCHERS, PLACEMENTS
+from slurmtorch.inputs import file_problem
 
 # What --launcher and --container-runtime accept, and a site's `launcher:` and
 # `container.runtime:` (sites/schema.py): here, not in the sites package, because --help
 # lists them and must not load the site loader.
-LAUNCHERS = ("srun", "mpirun", "torchrun")
-CONTAINER_RUNTIMES = ("pyxis", "apptainer", "podman-hpc", "shifter", "cscs-ce", "charliecloud")
 
 # A job of `slurmtorch alloc` (no SCRIPT to name it after) without -J.
 INTERACTIVE_JOB_NAME = "interactive"
