@@ -44,7 +44,6 @@ import glob
 import importlib.util
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -55,16 +54,13 @@ from dataclasses import dataclass
 
 from slurmtorch import protocol
 from slurmtorch.bootstrap.rendezvous import free_port, host_address, site_address, split_address, wait_listening
+from slurmtorch.bootstrap.raysession import GRACE_S, SESSION_FILE, end_processes, recorded, session_processes
 from slurmtorch.errors import BootstrapError
 
 POLL_S = 0.5  # how often a node's raylet is looked at: its death ends the job this much later at most
-# TERM, then KILL, as `ray stop --force` ends them: a raylet and a GCS given TERM alone were
-# still there 6 s later (Ray 2.60, a loaded 2-core machine); the job is over, nothing to drain.
-GRACE_S = 1.0
 # Ray's unix sockets live under its temp folder (session_*/sockets/plasma_store, ~62 characters
 # more), and a socket's path holds at most 107: the folder is short, in /tmp, one per job and node.
 MAX_TEMP = 107 - 64
-SESSION_FILE = "slurmtorch-session"
 RAY_LOG = "ray-{node}.out"  # in the job's folder: a node's `ray start` output, for the user alone
 VITAL = {"head": ("gcs_server", "raylet"), "worker": ("raylet",)}
 # How long `ray start` waits for its node to register with the GCS before it exits 1 (Ray 2.60's
@@ -116,59 +112,6 @@ def last_line(path: str, tail: int = 4096) -> str:
     except OSError:
         return ""
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
-
-
-def session_processes(sid: int | None, temp: str) -> dict[int, str]:
-    """This user's processes (pid -> name) in session `sid`, or whose command line names `temp`."""
-    found: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            if os.stat(f"/proc/{entry}").st_uid != os.getuid():
-                continue
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read().decode(errors="replace")
-            name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-            if rest[0] == "Z":
-                continue  # ended, not yet reaped: not alive, and nothing to end
-            if sid is not None and int(rest[3]) == sid:
-                found[int(entry)] = name
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if temp.encode() in f.read():
-                    found[int(entry)] = name
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
-    return found
-
-
-def end_processes(sid: int | None, temp: str) -> None:
-    """TERM to this job's Ray processes here, KILL to those left after GRACE_S; its folder removed."""
-    for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 2.0)):
-        pids = session_processes(sid, temp)
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except OSError:
-                pass
-        deadline = time.monotonic() + wait
-        while pids and time.monotonic() < deadline:
-            time.sleep(0.1)
-            pids = session_processes(sid, temp)
-        if not pids:
-            break
-    shutil.rmtree(temp, ignore_errors=True)
-
-
-def recorded(temp: str) -> tuple[int | None, int | None]:
-    """(the session `run_node` started Ray in here, `run_node`'s own pid), as its folder says."""
-    try:
-        with open(os.path.join(temp, SESSION_FILE)) as f:
-            sid, watcher = f.read().split()
-        return int(sid), int(watcher)
-    except (OSError, ValueError):
-        return None, None
 
 
 def stop_here() -> None:

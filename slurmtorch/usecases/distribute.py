@@ -22,7 +22,8 @@ from slurmtorch.submit.launch.allocation import resolve_target
 from slurmtorch.submit.jobfolder import jobdir, localrun
 from slurmtorch.options import Options
 from slurmtorch.submit.sites.model import NodeType, Partition, Site
-from slurmtorch.submit.launch.spec import JobSpec, job_record
+from slurmtorch.submit.launch.jobrecord import job_record
+from slurmtorch.submit.launch.spec import JobSpec
 from slurmtorch.usecases import launch
 from slurmtorch.usecases.handles import Handle, LocalHandle, SlurmHandle
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from slurmtorch.errors import SpecError, SubmitError, typed
 from slurmtorch.submit import sites
-from slurmtorch.submit.launch import interactive, render, spec
+from slurmtorch.submit.launch import interactive, jobrecord, render, spec
 from slurmtorch.submit.launch.environment import composed, expanded
 from slurmtorch.submit.jobfolder import jobdir
 from slurmtorch.submit.jobfolder.snapshot import Snapshot
@@ -91,9 +91,9 @@ def submit(job: RenderedJob, announce: Callable | None = None, record: dict | No
     refuse_missing_module(job.spec, "submitted")
     # Where its ranks start and write (`slurmtorch pull` reads it): the folder it is submitted
     # from, or the --chdir given to sbatch.
-    written = {**spec.job_record(job.spec), "workdir": working_folder(job.spec.directives, os.getcwd()),
+    written = {**jobrecord.job_record(job.spec), "workdir": working_folder(job.spec.directives, os.getcwd()),
                **(record or {})}
-    return sbatch.submit(job.text, job.root, trials=spec.trials_record(job.spec), job=written,
+    return sbatch.submit(job.text, job.root, trials=jobrecord.trials_record(job.spec), job=written,
                          announce=announce, snapshot=job.spec.snapshot,
                          snapshot_limit=snapshots.limit_bytes(os.environ) if job.spec.snapshot else 0,
                          release=release, files=job.files)
@@ -255,5 +255,5 @@ def run_in_allocation(job: RenderedJob, job_id: str) -> int:
     from slurmtorch.submit.edge import local  # lazy: the edge
 
     refuse_missing_module(job.spec, "run")
-    folder = jobdir.allocation_run(job.root, job_id, job.text, spec.job_record(job.spec), job.files)
+    folder = jobdir.allocation_run(job.root, job_id, job.text, jobrecord.job_record(job.spec), job.files)
     return local.run_in_allocation(job.text, folder)

@@ -22,7 +22,7 @@ import pytest
 from conftest import need
 from helpers import read, wait_for
 
-from slurmtorch.bootstrap import raynode
+from slurmtorch.bootstrap import raysession
 
 # Ray's fixed defaults on a node (ray start --help, Ray 2.60): the GCS's, the dashboard's, the
 # client server's, the dashboard agent's, and the workers' range.
@@ -116,8 +116,8 @@ def test_two_ray_heads_on_one_node_run_at_once_on_ports_of_their_own(tmp_path):
         ports = {}
         for name in jobs:
             temp = f"/tmp/slurmtorch-ray-{os.getpid()}{name}-n"
-            sessions[name], _ = raynode.recorded(temp)
-            ports[name] = ports_of(raynode.session_processes(sessions[name], temp), sockets)
+            sessions[name], _ = raysession.recorded(temp)
+            ports[name] = ports_of(raysession.session_processes(sessions[name], temp), sockets)
         assert ports["a"] and ports["b"] and not ports["a"] & ports["b"], ports
         assert not (ports["a"] | ports["b"]) & RAY_DEFAULTS, ports
         if dashboards:  # ray[default]: each head's own dashboard, the one its line in batch.out names
@@ -140,4 +140,4 @@ def test_two_ray_heads_on_one_node_run_at_once_on_ports_of_their_own(tmp_path):
         holder.wait()
     for name in jobs:
         temp = f"/tmp/slurmtorch-ray-{os.getpid()}{name}-n"
-        assert not raynode.session_processes(sessions.get(name), temp) and not Path(temp).exists()
+        assert not raysession.session_processes(sessions.get(name), temp) and not Path(temp).exists()

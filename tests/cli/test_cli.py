@@ -342,7 +342,7 @@ def test_job_folders_are_never_world_writable_whatever_the_umask(tmp_path, umask
 
 def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
     """A job folder as `slurmtorch sbatch` leaves it: script.sh and job.json (spec.job_record)."""
-    from slurmtorch.submit.launch import render, spec
+    from slurmtorch.submit.launch import jobrecord, render, spec
     from slurmtorch.submit import sites
     from slurmtorch.options import Options
 
@@ -351,7 +351,7 @@ def _torchrun_job(folder: Path, nodes: int, per_node: int) -> None:
         python="/opt/venv/bin/python", job_root=str(folder.parent), command=("slurmtorch", "sbatch", "t.py")))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "script.sh").write_text(render.render_sbatch(job))
-    (folder / "job.json").write_text(json.dumps(spec.job_record(job)))
+    (folder / "job.json").write_text(json.dumps(jobrecord.job_record(job)))
 
 
 def test_logs_tail_gives_each_logs_last_lines_and_all_ranks_marks_each_line_with_its_rank(tmp_path):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from slurmtorch.errors import typed
 from slurmtorch.submit.jobfolder import report
-from slurmtorch.submit.jobfolder.failures import RankFailure, parse_failures, user_frame
+from slurmtorch.submit.jobfolder.failures import RankFailure, parse_failures
+from slurmtorch.submit.jobfolder.tracebacks import user_frame
 
 # As the bootstrap wrote it before its report started at the user's first frame (and as another
 # launcher's or an older slurmtorch's still reads): its own frames, runpy's, the user's script,

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from slurmtorch import Distributor
-from slurmtorch.submit.launch.spec import redact_env
+from slurmtorch.submit.launch.provenance import redact_env
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "probe.py"
 SECRET = "hf_s3cr3t-token"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from slurmtorch import protocol
 from slurmtorch import rankfiles
 from slurmtorch.rankfiles import RankExit, cause_of, exception_lines, is_consequence, parse_exit as rank_exit
+from slurmtorch.submit.jobfolder.tracebacks import EXC_LINE_RE, agent_error, user_frame
 
 __all__ = ["RankReport", "RankFailure", "RankExit", "rank_exit", "latest_exits", "srun_exit_code", "rank_reports",
            "parse_failures", "is_consequence", "lost_nodes"]
@@ -27,7 +28,6 @@ _RANK_HINT_RE = re.compile(r"^\?\(\w+=(?P<rank>\d{1,9})\)$")
 # Where a report ends in a log shared with other writers (mpirun's, a torchrun node's):
 # slurmstepd's notice, mpirun's banner (a line of dashes, `prterun ...`), srun's lines.
 _REPORT_END_RE = re.compile(rf"^(-{{10,}}|slurmstepd|prterun |srun: |{protocol.START_PREFIX})")
-_EXC_LINE_RE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(:|$)")
 SRUN_TASK_RE = re.compile(r"^srun: error: (?P<host>\S+): tasks? (?P<tasks>[\d,\-]+): (?P<what>.+?)\s*$")
 # slurmstepd could not set the step up (PMIx, container, cgroup): the task never ran, and
 # srun (22.05) still exits 0; the batch script turns that into exit 1.
@@ -41,8 +41,6 @@ def is_timeout(cause: str) -> bool:
     """Whether a rank's cause is a timed-out wait (the process group's --timeout)."""
     return bool(_TIMEOUT_RE.search(cause))
 # python -m slurmtorch.bootstrap where slurmtorch is not installed: in a container image, typically.
-# A torchrun node's log (node-N.err) whose traceback passed through torchrun's agent itself.
-_AGENT_FRAME_RE = re.compile(r"torch[/.]distributed[/.](run\.py|elastic[/.])")
 NO_SLURMTORCH_RE = re.compile(r"No module named '?slurmtorch(\.bootstrap)?'?")
 NO_SLURMTORCH = ("its python has no slurmtorch (the site's `python:`, or in a container its `container.python`, "
                  "must name an interpreter with slurmtorch installed: pip install slurmtorch there)")
@@ -168,7 +166,7 @@ def expand_tasks(text: str) -> list[int]:
 def _exc_type(text: str) -> str:
     """The class of the exception that ended a traceback (of a chain, the last), '' for none."""
     raised = exception_lines(text.splitlines())
-    m = _EXC_LINE_RE.match(raised[-1]) if raised else None
+    m = EXC_LINE_RE.match(raised[-1]) if raised else None
     return m["name"].rpartition(".")[2] if m else ""
 
 
@@ -348,83 +346,6 @@ def _launcher_said(rank: int, host: str, what: str, err: str = "") -> RankFailur
     if what.startswith("Unable to") or "node" in what.lower():
         return RankFailure(rank, host, what, True)
     return None
-
-
-_FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
-# Frames that are not the user's: slurmtorch's own (the bootstrap that ran the script), torch's,
-# installed packages', the standard library's (runpy), and code without a file (<frozen runpy>).
-# A job's copy of the code is under ~/.slurmtorch/jobs/N/code: `.slurmtorch` is not `slurmtorch`.
-_NOT_USERS_RE = re.compile(r"[/\\](slurmtorch|torch|site-packages|dist-packages)[/\\]|^<|[/\\]lib[/\\]python\d[\d.]*[/\\]")
-
-
-# A job's copy of the code (its snapshot): a file in it is named by its path in the user's tree.
-_SNAPSHOT_RE = re.compile(rf"^.*[/\\]jobs[/\\]\d+[/\\]{protocol.CODE_DIR}[/\\]")
-
-
-def user_frame(text: str, origin: str = "") -> str:
-    """`FILE:LINE` of the innermost frame of the user's own code in the traceback of the
-    exception that ended a report (of a chain, the last one's), '' when none is there (an
-    error line, a traceback of only library frames). The exception line says what; this
-    says where in the script, past the bootstrap's frames above it and torch's below it.
-    A file in the job's copy of the code is named by its path in `origin`, the user's tree
-    it was copied from (`/home/ada/proj/train.py:9`; without one, `train.py:9`): the file
-    their editor opens."""
-    part = rankfiles.last_traceback(text.splitlines())
-    frames = [m for m in map(_FRAME_RE.match, part) if m and not _NOT_USERS_RE.search(m["file"])]
-    if not frames:
-        return ""
-    root = origin.rstrip("/") + "/" if origin else ""
-    return f"{_SNAPSHOT_RE.sub(lambda _: root, frames[-1]['file'])}:{frames[-1]['line']}"
-
-
-def agent_error(text: str) -> str | None:
-    """What torchrun's agent said when it failed itself (its rendezvous, say), from a torchrun
-    node's log, in one line: its exception without the module path, and, where that only
-    points to its cause ("See inner exception"), the cause. None when no traceback there came
-    through torchrun's own code (a worker's report is read as a rank's)."""
-    if not _AGENT_FRAME_RE.search(text):
-        return None
-    raised = [_short_name(line) for line in exception_lines(text.splitlines())]
-    if not raised:
-        return None
-    cause = raised[-1]
-    if cause.endswith(":") and (root := child_root_cause(text)):  # ChildFailedError: its words are below it
-        cause = f"{cause} {root}"
-    elif len(raised) > 1 and "inner exception" in cause:
-        cause = f"{cause.split(' See inner exception', 1)[0].rstrip('.')} ({raised[-2].rstrip('.')})"
-    cause = f"torchrun's agent failed: {cause}"
-    return cause if len(cause) <= 300 else cause[:297] + "..."
-
-
-_ROOT_FIELD_RE = re.compile(r"^\s+(?P<key>rank|exitcode|traceback)\s*:\s*(?P<value>.*?)\s*$")
-
-
-def child_root_cause(text: str) -> str | None:
-    """The worker that failed first, from the `Root Cause (first observed failure):` block that
-    torchrun's ChildFailedError prints below its own (empty) line: rank, exit code, its traceback
-    line unless that only says how to get one. None without the block."""
-    _, found, block = text.rpartition("Root Cause (first observed failure):")
-    if not found:
-        return None
-    fields: dict[str, str] = {}
-    for line in block.splitlines()[1:]:
-        if line.startswith("="):
-            break
-        m = _ROOT_FIELD_RE.match(line)
-        if m:
-            fields.setdefault(m["key"], m["value"])
-    if "rank" not in fields:
-        return None
-    code = re.sub(r"\s*\(pid: \d+\)\s*", " ", fields.get("exitcode", "?")).strip()
-    said = fields.get("traceback", "")
-    tail = "" if not said or said.startswith("To enable traceback") else f", {said}"
-    return f"its worker rank {fields['rank']} failed first: exitcode {code}{tail}"
-
-
-def _short_name(line: str) -> str:
-    """`torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: ...` without the module."""
-    m = _EXC_LINE_RE.match(line)
-    return line[len(m["name"]) - len(m["name"].rpartition(".")[2]):] if m else line
 
 
 def _own_code(srun_line: tuple[str, str] | None, said: int | None) -> int:

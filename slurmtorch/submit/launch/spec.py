@@ -35,10 +35,9 @@ from slurmtorch.submit.launch.raycluster import ray_options
 from slurmtorch.submit.launch.recovery import resolve_restarts
 from slurmtorch.submit.launch.sbatch_options import sbatch_directives, srun_arguments
 from slurmtorch.submit.launch.sweeps import plan_array
+from slurmtorch.submit.launch.program import check_program, job_name
+from slurmtorch.submit.launch.provenance import redact_env
 
-_MODULE_RE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"  # compiled on first use (re's cache): most jobs never need it
-KINDS = ("sbatch", "mpirun")
-MAX_JOB_NAME = 1024  # slurmctld's limit for a job name
 
 
 @dataclass(frozen=True)
@@ -365,102 +364,6 @@ def sbatch_line(name: str, value: str | bool) -> str:
     # escape *inside* single quotes (`'a\\'` is an unmatched quote to it). A value with a
     # backslash is always quoted by directive_value, so doubling them reads back exactly.
     return f"#SBATCH --{name}={text.replace(chr(92), chr(92) * 2)}"
-
-
-def check_program(o: Options) -> None:
-    """The job kind, exactly one of SCRIPT or MODULE, and text a script can carry."""
-    if o.kind not in KINDS:
-        raise SpecError(f"unknown job kind {o.kind!r}")
-    if o.interactive and o.script is None and o.module is None:
-        pass  # `slurmtorch alloc` itself: the program comes later, with each `slurmtorch run`
-    elif (o.script is None) == (o.module is None):
-        raise SpecError("give exactly one of SCRIPT or -m MODULE", tip=f"e.g. {typed('sbatch train.py')}, or -m pkg.train")
-    if o.module is not None and not re.match(_MODULE_RE, o.module):
-        raise SpecError(f"invalid module name {o.module!r}", tip="a dotted Python module path, e.g. pkg.train")
-
-    # Checked here to name the value; rendering quotes each of them again.
-    if o.script is not None:
-        shell.quote(o.script, what="SCRIPT path")
-    for i, arg in enumerate(o.script_args, 1):
-        shell.quote(arg, what=f"script argument {i}")
-
-    if o.kind == "sbatch" and "\\" in o.job_root:
-        # Slurm turns off every %-pattern in an --output/--error path that holds a
-        # backslash: each rank's log would be one literal `rank-%t.out` in `%j`.
-        raise SpecError(f"job folder root {o.job_root!r} contains a backslash, which turns off Slurm's "
-                        "%j/%t patterns in log paths", tip="set SLURMTORCH_HOME to a path without '\\'")
-
-
-def job_name(o: Options) -> str:
-    """--job-name, else the module, else the script's stem; at most Slurm's length."""
-    name = o.job_name or (o.module if o.module else _stem(o.script))
-    if len(name) > MAX_JOB_NAME:
-        # slurmctld refuses longer names ("Pathname ... too long") only after submission.
-        raise SpecError(f"job name is {len(name)} characters; Slurm allows at most {MAX_JOB_NAME}",
-                        tip="pass a shorter --job-name")
-    return name
-
-
-def _stem(script: str | None) -> str:
-    name = (script or "job").rstrip("/").rsplit("/", 1)[-1]
-    stem = name.rsplit(".", 1)[0] if "." in name[1:] else name
-    return stem or "job"
-
-
-def redact_env(command: tuple[str, ...] | list[str], script_args: tuple[str, ...] | list[str] = ()) -> tuple[str, ...]:
-    """The command line for script.sh's `# Run with:` comment, --env values out (`--env NAME=...`).
-
-    The export lines already carry the values, and they are often secrets (tokens, keys):
-    written a second time, a comment is one more copy to leak in a pasted script. The
-    names stay, so the line still says what was set. The script's own arguments are kept
-    as typed: those after `--`, and `script_args` where the command ends with them.
-    """
-    keep = len(script_args)
-    if not 0 < keep <= len(command) or tuple(command[len(command) - keep:]) != tuple(script_args):
-        keep = 0
-    out: list[str] = []
-    tokens = iter(command[:len(command) - keep])
-    for token in tokens:
-        if token == "--":
-            out.append(token)
-            out.extend(tokens)
-            break
-        if token == "--env":
-            out.append(token)
-            value = next(tokens, None)
-            if value is not None:
-                out.append(_redacted(value))
-        elif token.startswith("--env="):
-            out.append("--env=" + _redacted(token[len("--env="):]))
-        else:
-            out.append(token)
-    return (*out, *command[len(command) - keep:])
-
-
-def _redacted(item: str) -> str:
-    name, eq, _ = item.partition("=")
-    return f"{name}=..." if eq else item
-
-
-def trials_record(spec: JobSpec) -> dict | None:
-    """What `trials.json` in an array job's folder holds: the array and every trial's
-    parameters (for `status` and `logs --trial`); None for a job without --array/--sweep."""
-    if not spec.array:
-        return None
-    return {"array": spec.array, "sweep": [[n, list(v)] for n, v in spec.sweep],
-            "trials": {str(t): dict(params) for t, params in spec.trials}}
-
-
-def job_record(spec: JobSpec) -> dict:
-    """What `job.json` in the job's folder holds: its launcher and layout, which say how its
-    logs are named (torchrun: one per node), for `logs`, `--wait` and the Distributor."""
-    record: dict = {"launcher": spec.launcher, "nodes": spec.nodes, "ntasks": spec.ntasks,
-                    "ntasks_per_node": spec.ntasks_per_node}
-    if spec.roles:  # the failure report names each rank's role
-        record["roles"] = spec.role_layout.format()
-    if spec.max_restarts:  # the story's restarts are counted against it
-        record["max_restarts"] = spec.max_restarts
-    return record
 
 
 def slurm_pattern_escape(path: str) -> str:
