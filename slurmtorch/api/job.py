@@ -129,6 +129,8 @@ class Job:
         """Ctrl-C while `Distributor.run` waited: the job cancelled, and the one line that says
         so (or why it was not)."""
         try:
+            # Asked afresh: the shared watch's answer may be a poll old (PENDING while rank 0 prints).
+            self._handle.done_waiting()
             state = (self._succeeded or self._handle.status()).state.lower()
             self.cancel()
         except Exception as exc:  # noqa: BLE001 - one line, whatever stopped the cancel
